@@ -1,0 +1,131 @@
+//! TB.TAKE arguments: raw argument bytes in, validated parameters out. No Redis types, so
+//! every byte sequence a client can send is tested directly.
+
+use crate::bucket::{Limit, MAX_AMOUNT, MIN_RATE, valid_time};
+use crate::error::{Arg, TbError};
+use crate::num::parse_f64;
+
+/// Validated TB.TAKE parameters (the key is handled by the caller).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TakeArgs {
+    pub limit: Limit,
+    pub n: f64,
+    /// Seconds since the epoch, or `None` for the server's clock.
+    pub now: Option<f64>,
+}
+
+/// Parses `capacity rate n [now]`: the arguments after the key.
+pub fn parse_take(args: &[&[u8]]) -> Result<TakeArgs, TbError> {
+    let (capacity, rate, n, now) = match *args {
+        [c, r, n] => (c, r, n, None),
+        [c, r, n, now] => (c, r, n, Some(now)),
+        _ => return Err(TbError::WrongArity),
+    };
+    let capacity = number(capacity, Arg::Capacity, |v| v > 0.0 && v <= MAX_AMOUNT)?;
+    let rate = number(rate, Arg::Rate, |v| (MIN_RATE..=MAX_AMOUNT).contains(&v))?;
+    let n = number(n, Arg::N, |v| (0.0..=MAX_AMOUNT).contains(&v))?;
+    let now = now.map(|t| number(t, Arg::Now, valid_time)).transpose()?;
+    Ok(TakeArgs {
+        limit: Limit { capacity, rate },
+        // -0 is accepted as 0; store and reply the plain zero.
+        n: n + 0.0,
+        now: now.map(|t| t + 0.0),
+    })
+}
+
+fn number(bytes: &[u8], arg: Arg, in_range: impl Fn(f64) -> bool) -> Result<f64, TbError> {
+    let value = parse_f64(bytes).ok_or(TbError::InvalidNumber(arg))?;
+    if in_range(value) {
+        Ok(value)
+    } else {
+        Err(TbError::OutOfRange(arg))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse(args: &[&str]) -> Result<TakeArgs, TbError> {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        parse_take(&bytes)
+    }
+
+    #[test]
+    fn accepts_the_documented_forms() {
+        let a = parse(&["10", "1.6666666666666667", "1", "1764456268.123456"]).unwrap();
+        assert_eq!(a.limit.capacity, 10.0);
+        assert_eq!(a.limit.rate, 1.6666666666666667);
+        assert_eq!(a.n, 1.0);
+        assert_eq!(a.now, Some(1764456268.123456));
+        assert_eq!(parse(&["10", "2", "0"]).unwrap().now, None);
+        assert_eq!(
+            parse(&["10", "2", "-0"]).unwrap().n.to_bits(),
+            0.0f64.to_bits()
+        );
+        assert_eq!(parse(&["10", "2", "11"]).unwrap().n, 11.0);
+    }
+
+    #[test]
+    fn rejects_bad_numbers_naming_the_argument() {
+        use Arg::*;
+        use TbError::*;
+        let cases: &[(&[&str], TbError)] = &[
+            (&["", "1", "1"], InvalidNumber(Capacity)),
+            (&["abc", "1", "1"], InvalidNumber(Capacity)),
+            (&[" 10", "1", "1"], InvalidNumber(Capacity)),
+            (&["0x10", "1", "1"], InvalidNumber(Capacity)),
+            (&["nan", "1", "1"], InvalidNumber(Capacity)),
+            (&["inf", "1", "1"], InvalidNumber(Capacity)),
+            (&["1e999", "1", "1"], InvalidNumber(Capacity)),
+            (&["0", "1", "1"], OutOfRange(Capacity)),
+            (&["-5", "1", "1"], OutOfRange(Capacity)),
+            (&["1e16", "1", "1"], OutOfRange(Capacity)),
+            (&["10", "0", "1"], OutOfRange(Rate)),
+            (&["10", "-1", "1"], OutOfRange(Rate)),
+            (&["10", "1e-300", "1"], OutOfRange(Rate)),
+            (&["10", "-inf", "1"], InvalidNumber(Rate)),
+            (&["10", "1", "-1"], OutOfRange(N)),
+            (&["10", "1", "99999999999999999999"], OutOfRange(N)),
+            (&["10", "1", "NaN"], InvalidNumber(N)),
+            (&["10", "1", "1", "-1"], OutOfRange(Now)),
+            (&["10", "1", "1", "1764456268123"], OutOfRange(Now)),
+            (&["10", "1", "1", "+inf"], InvalidNumber(Now)),
+            (&["10", "1", "1", ""], InvalidNumber(Now)),
+            (&["10", "1"], WrongArity),
+            (&["10", "1", "1", "1", "1"], WrongArity),
+        ];
+        for (args, want) in cases {
+            assert_eq!(parse(args), Err(*want), "{args:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_argument_bytes_never_panic(
+            args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..7)
+        ) {
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            if let Ok(a) = parse_take(&refs) {
+                prop_assert!(a.limit.capacity > 0.0 && a.limit.capacity <= MAX_AMOUNT);
+                prop_assert!(a.limit.rate >= MIN_RATE && a.n >= 0.0);
+                // Whatever was accepted drives the math to finite answers.
+                let d = crate::bucket::take(a.limit, a.n, a.now.unwrap_or(1.0), None);
+                prop_assert!(d.remaining.is_finite() && d.reset_after.is_finite());
+            }
+        }
+
+        #[test]
+        fn numeric_looking_arguments_never_panic(
+            c in "[-+]?[0-9.eE+-]{0,20}", r in "[-+]?[0-9.eE+-]{0,20}",
+            n in "[-+]?[0-9.eE+-]{0,20}", now in "[-+]?[0-9.eE+-]{0,20}",
+        ) {
+            let args = [c.as_bytes(), r.as_bytes(), n.as_bytes(), now.as_bytes()];
+            if let Ok(a) = parse_take(&args) {
+                let d = crate::bucket::take(a.limit, a.n, a.now.unwrap_or(0.0), None);
+                prop_assert!(d.retry_after.is_finite());
+            }
+        }
+    }
+}

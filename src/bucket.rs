@@ -1,0 +1,525 @@
+//! Token-bucket arithmetic. Pure: no Redis types, no clock; time is a parameter in seconds
+//! since the Unix epoch. Everything that decides "allowed or not" lives here.
+
+/// Largest capacity, rate and `n` accepted: 2^53, above which token counts stop being exact
+/// integers in an f64.
+pub const MAX_AMOUNT: f64 = 9_007_199_254_740_992.0;
+/// Smallest refill rate accepted (one token per ~31.7 years). With `MAX_AMOUNT` it bounds
+/// every wait this module computes to a finite number of seconds.
+pub const MIN_RATE: f64 = 1e-9;
+/// Times are accepted in `[0, MAX_TIME)`: up to the end of year 9999. A millisecond
+/// timestamp passed by mistake (1.7e12) falls outside and is refused rather than freezing
+/// the bucket for decades.
+pub const MAX_TIME: f64 = 253_402_300_800.0;
+
+/// The bucket's shape, given by the caller on every call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    /// Bucket size (burst), in `(0, MAX_AMOUNT]`.
+    pub capacity: f64,
+    /// Tokens added per second, in `[MIN_RATE, MAX_AMOUNT]`.
+    pub rate: f64,
+}
+
+/// What is stored between calls: the `tokens` and `last_refill_time` hash fields.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct State {
+    pub tokens: f64,
+    pub last_refill_time: f64,
+}
+
+impl State {
+    /// Whether a stored state is one this module can reason about.
+    pub fn is_sane(&self) -> bool {
+        valid_stored_tokens(self.tokens) && valid_time(self.last_refill_time)
+    }
+}
+
+/// Stored tokens above any capacity are fine (they are clamped); non-finite values, or a
+/// deficit deeper than any request could leave, are not.
+pub fn valid_stored_tokens(tokens: f64) -> bool {
+    tokens.is_finite() && tokens >= -MAX_AMOUNT
+}
+
+/// A time this module accepts, as an argument or stored.
+pub fn valid_time(t: f64) -> bool {
+    (0.0..MAX_TIME).contains(&t)
+}
+
+/// The outcome of one take. Being limited is a normal outcome, not an error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Tokens in the bucket after this call.
+    pub remaining: f64,
+    /// Seconds until `n` tokens will be there: 0 when allowed, -1 when never (n > capacity).
+    pub retry_after: f64,
+    /// Seconds until the bucket is full.
+    pub reset_after: f64,
+    /// The state to store, when this call changed it. `None`: write nothing.
+    pub new_state: Option<State>,
+}
+
+/// Tokens in the bucket at time `t`. A missing bucket is full. Time before the stored
+/// refill time adds nothing (clocks disagree; refill never runs backwards), and stored
+/// tokens above a lowered capacity are clamped.
+pub fn tokens_at(limit: Limit, stored: Option<State>, t: f64) -> f64 {
+    match stored {
+        None => limit.capacity,
+        Some(s) => {
+            let elapsed = (t - s.last_refill_time).max(0.0);
+            (s.tokens + elapsed * limit.rate).min(limit.capacity)
+        }
+    }
+}
+
+/// Refill, then take `n` tokens at time `now` if they are there.
+pub fn take(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
+    // The bucket's own clock never moves backwards: a caller whose clock is behind is
+    // served at the stored time.
+    let effective = stored.map_or(now, |s| s.last_refill_time.max(now));
+    let current = tokens_at(limit, stored, effective);
+    let reset_from = |state: Option<State>| wait_until(limit, state, limit.capacity, now);
+
+    if n > limit.capacity {
+        return Decision {
+            allowed: false,
+            remaining: current,
+            retry_after: -1.0,
+            reset_after: reset_from(stored),
+            new_state: None,
+        };
+    }
+    if current >= n {
+        if n == 0.0 {
+            // A pure query: reports the state, writes nothing.
+            return Decision {
+                allowed: true,
+                remaining: current,
+                retry_after: 0.0,
+                reset_after: reset_from(stored),
+                new_state: None,
+            };
+        }
+        let new_state = State {
+            tokens: current - n,
+            last_refill_time: effective,
+        };
+        return Decision {
+            allowed: true,
+            remaining: new_state.tokens,
+            retry_after: 0.0,
+            reset_after: reset_from(Some(new_state)),
+            new_state: Some(new_state),
+        };
+    }
+    Decision {
+        allowed: false,
+        remaining: current,
+        retry_after: wait_until(limit, stored, n, now),
+        reset_after: reset_from(stored),
+        new_state: None,
+    }
+}
+
+/// Seconds `w` from `now` such that the bucket holds at least `target` tokens at the
+/// floating-point time `now + w`, and not noticeably earlier. `target` must be at most the
+/// capacity.
+///
+/// The closed form can land a few ulps short of `target` after rounding, and a client
+/// that waits the reported time and retries must be admitted, so both the instant and the
+/// offset are nudged up until the check that `take` will run actually passes. Each nudge
+/// doubles, so the loops end after a few steps even where one ulp of time moves the token
+/// count by far less than one ulp.
+pub fn wait_until(limit: Limit, stored: Option<State>, target: f64, now: f64) -> f64 {
+    if tokens_at(limit, stored, now) >= target {
+        return 0.0;
+    }
+    let effective = stored.map_or(now, |s| s.last_refill_time.max(now));
+    let short = target - tokens_at(limit, stored, effective);
+    let mut at = effective + short.max(0.0) / limit.rate;
+    let mut step = ulp(at);
+    for _ in 0..1100 {
+        if tokens_at(limit, stored, at) >= target {
+            break;
+        }
+        at += step;
+        step *= 2.0;
+    }
+    let mut wait = at - now;
+    let mut step = ulp(at);
+    for _ in 0..1100 {
+        if now + wait >= at {
+            break;
+        }
+        wait += step;
+        step *= 2.0;
+    }
+    wait
+}
+
+/// The distance from `x` to the next larger f64.
+fn ulp(x: f64) -> f64 {
+    let up = x.next_up();
+    if up.is_finite() { up - x } else { f64::EPSILON }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: f64 = 1_764_456_268.123456;
+
+    fn lim(capacity: f64, rate: f64) -> Limit {
+        Limit { capacity, rate }
+    }
+
+    fn st(tokens: f64, last_refill_time: f64) -> Option<State> {
+        Some(State {
+            tokens,
+            last_refill_time,
+        })
+    }
+
+    #[test]
+    fn table_of_cases() {
+        // (limit, stored, n, now) -> (allowed, remaining, retry_after, reset_after, writes)
+        struct Case {
+            name: &'static str,
+            limit: Limit,
+            stored: Option<State>,
+            n: f64,
+            now: f64,
+            allowed: bool,
+            remaining: f64,
+            retry_after: f64,
+            reset_after: f64,
+            writes: Option<State>,
+        }
+        let cases = [
+            Case {
+                name: "missing key is a full bucket",
+                limit: lim(10.0, 2.0),
+                stored: None,
+                n: 1.0,
+                now: 100.0,
+                allowed: true,
+                remaining: 9.0,
+                retry_after: 0.0,
+                reset_after: 0.5,
+                writes: st(9.0, 100.0),
+            },
+            Case {
+                name: "refill is capped at capacity",
+                limit: lim(10.0, 2.0),
+                stored: st(0.0, 100.0),
+                n: 3.0,
+                now: 200.0,
+                allowed: true,
+                remaining: 7.0,
+                retry_after: 0.0,
+                reset_after: 1.5,
+                writes: st(7.0, 200.0),
+            },
+            Case {
+                name: "denied reports the wait and writes nothing",
+                limit: lim(10.0, 2.0),
+                stored: st(1.0, 100.0),
+                n: 3.0,
+                now: 100.5,
+                allowed: false,
+                remaining: 2.0,
+                retry_after: 0.5,
+                reset_after: 4.0,
+                writes: None,
+            },
+            Case {
+                name: "n above capacity is never",
+                limit: lim(10.0, 2.0),
+                stored: st(10.0, 100.0),
+                n: 11.0,
+                now: 100.0,
+                allowed: false,
+                remaining: 10.0,
+                retry_after: -1.0,
+                reset_after: 0.0,
+                writes: None,
+            },
+            Case {
+                name: "n zero reports and writes nothing",
+                limit: lim(10.0, 2.0),
+                stored: st(4.0, 100.0),
+                n: 0.0,
+                now: 101.0,
+                allowed: true,
+                remaining: 6.0,
+                retry_after: 0.0,
+                reset_after: 2.0,
+                writes: None,
+            },
+            Case {
+                name: "a clock behind the stored time adds no refill and keeps the stored time",
+                limit: lim(10.0, 2.0),
+                stored: st(5.0, 100.0),
+                n: 1.0,
+                now: 90.0,
+                allowed: true,
+                remaining: 4.0,
+                retry_after: 0.0,
+                reset_after: 13.0,
+                writes: st(4.0, 100.0),
+            },
+            Case {
+                name: "a clock behind waits for the stored time too",
+                limit: lim(10.0, 2.0),
+                stored: st(0.0, 100.0),
+                n: 1.0,
+                now: 90.0,
+                allowed: false,
+                remaining: 0.0,
+                retry_after: 10.5,
+                reset_after: 15.0,
+                writes: None,
+            },
+            Case {
+                name: "tokens above a lowered capacity are clamped",
+                limit: lim(5.0, 1.0),
+                stored: st(50.0, 100.0),
+                n: 1.0,
+                now: 100.0,
+                allowed: true,
+                remaining: 4.0,
+                retry_after: 0.0,
+                reset_after: 1.0,
+                writes: st(4.0, 100.0),
+            },
+            Case {
+                name: "fractional rate of 100 per minute",
+                limit: lim(100.0, 100.0 / 60.0),
+                stored: st(0.0, 0.0),
+                n: 1.0,
+                now: 0.3,
+                allowed: false,
+                remaining: 0.5,
+                retry_after: 0.3,
+                reset_after: 59.7,
+                writes: None,
+            },
+        ];
+        for c in cases {
+            let d = take(c.limit, c.n, c.now, c.stored);
+            assert_eq!(d.allowed, c.allowed, "{}", c.name);
+            assert!(
+                (d.remaining - c.remaining).abs() < 1e-9,
+                "{}: {d:?}",
+                c.name
+            );
+            assert!(
+                (d.retry_after - c.retry_after).abs() < 1e-9,
+                "{}: {d:?}",
+                c.name
+            );
+            assert!(
+                (d.reset_after - c.reset_after).abs() < 1e-9,
+                "{}: {d:?}",
+                c.name
+            );
+            assert_eq!(d.new_state, c.writes, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn retry_after_is_exact_at_epoch_scale_with_awkward_rates() {
+        let limit = lim(100.0, 100.0 / 60.0);
+        let mut stored = None;
+        let mut now = T0;
+        for _ in 0..100 {
+            stored = take(limit, 1.0, now, stored).new_state.or(stored);
+        }
+        for _ in 0..1000 {
+            let d = take(limit, 1.0, now, stored);
+            if d.allowed {
+                stored = d.new_state;
+                continue;
+            }
+            let retry = take(limit, 1.0, now + d.retry_after, stored);
+            assert!(retry.allowed, "now={now} {d:?}");
+            stored = retry.new_state;
+            now += d.retry_after;
+        }
+    }
+
+    /// A straightforward model of the contract, written independently of `take`: a map
+    /// of fields, updated as the formula says.
+    fn reference(limit: Limit, n: f64, now: f64, hash: &mut Option<(f64, f64)>) -> (bool, f64) {
+        let (tokens, last) = match *hash {
+            None => (limit.capacity, now),
+            Some((tokens, last)) => (
+                limit
+                    .capacity
+                    .min(tokens + (now - last).max(0.0) * limit.rate),
+                last,
+            ),
+        };
+        let allowed = n <= limit.capacity && tokens >= n;
+        if allowed && n > 0.0 {
+            *hash = Some((tokens - n, if now > last { now } else { last }));
+            (true, tokens - n)
+        } else {
+            (allowed, tokens)
+        }
+    }
+
+    fn limit_strategy() -> impl Strategy<Value = Limit> {
+        (
+            prop_oneof![1.0..1000.0f64, (1u32..1000).prop_map(f64::from)],
+            prop_oneof![0.001..1000.0f64, Just(100.0 / 60.0), Just(1.0)],
+        )
+            .prop_map(|(capacity, rate)| Limit { capacity, rate })
+    }
+
+    /// Calls at increasing-but-jittery times around an epoch time: some steps go back
+    /// (clock skew between app servers), most go forward.
+    fn calls() -> impl Strategy<Value = Vec<(f64, f64)>> {
+        proptest::collection::vec(
+            (
+                prop_oneof![
+                    Just(1.0),
+                    Just(0.0),
+                    0.0..5.0f64,
+                    (0u32..4).prop_map(f64::from)
+                ],
+                -0.5..2.0f64,
+            ),
+            1..80,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn tokens_stay_within_zero_and_capacity(limit in limit_strategy(), calls in calls()) {
+            let mut stored = None;
+            let mut now = T0;
+            for (n, dt) in calls {
+                now += dt;
+                let d = take(limit, n, now, stored);
+                if let Some(s) = d.new_state {
+                    prop_assert!(s.tokens >= 0.0 && s.tokens <= limit.capacity, "{s:?}");
+                    stored = Some(s);
+                }
+                prop_assert!(d.remaining <= limit.capacity);
+                prop_assert!(d.retry_after.is_finite() && d.reset_after.is_finite());
+                prop_assert!(d.reset_after >= 0.0);
+            }
+        }
+
+        #[test]
+        fn admitted_total_never_exceeds_capacity_plus_refill(limit in limit_strategy(), calls in calls()) {
+            let mut stored = None;
+            let mut now = T0;
+            let mut latest = T0;
+            let mut admitted = 0.0;
+            for (n, dt) in calls {
+                now += dt;
+                latest = latest.max(now);
+                let d = take(limit, n, now, stored);
+                if d.allowed {
+                    admitted += n;
+                }
+                stored = d.new_state.or(stored);
+            }
+            let bound = limit.capacity + limit.rate * (latest - T0);
+            prop_assert!(admitted <= bound * (1.0 + 1e-12) + 1e-9, "admitted {admitted} > {bound}");
+        }
+
+        #[test]
+        fn stored_time_never_moves_backwards(limit in limit_strategy(), calls in calls()) {
+            let mut stored: Option<State> = None;
+            let mut now = T0;
+            for (n, dt) in calls {
+                now += dt;
+                let d = take(limit, n, now, stored);
+                if let (Some(old), Some(new)) = (stored, d.new_state) {
+                    prop_assert!(new.last_refill_time >= old.last_refill_time);
+                }
+                stored = d.new_state.or(stored);
+            }
+        }
+
+        #[test]
+        fn denied_take_succeeds_at_retry_after_and_not_noticeably_before(
+            limit in limit_strategy(),
+            calls in calls(),
+            n in prop_oneof![Just(1.0), 0.01..50.0f64],
+        ) {
+            let mut stored = None;
+            let mut now = T0;
+            for (m, dt) in calls {
+                now += dt;
+                stored = take(limit, m, now, stored).new_state.or(stored);
+            }
+            let d = take(limit, n, now, stored);
+            if d.allowed || d.retry_after < 0.0 {
+                prop_assert!(d.allowed || n > limit.capacity);
+                return Ok(());
+            }
+            prop_assert!(d.retry_after > 0.0);
+            prop_assert!(take(limit, n, now + d.retry_after, stored).allowed, "{d:?}");
+            // Earlier by one microsecond plus a millionth of the wait: still denied.
+            let early = d.retry_after - 1e-6 - d.retry_after * 1e-6;
+            if early > 0.0 {
+                prop_assert!(!take(limit, n, now + early, stored).allowed, "{d:?}");
+            }
+        }
+
+        #[test]
+        fn bucket_is_full_at_reset_after(limit in limit_strategy(), calls in calls()) {
+            let mut stored = None;
+            let mut now = T0;
+            for (n, dt) in calls {
+                now += dt;
+                let d = take(limit, n, now, stored);
+                stored = d.new_state.or(stored);
+                prop_assert!(tokens_at(limit, stored, now + d.reset_after) >= limit.capacity);
+            }
+        }
+
+        #[test]
+        fn matches_the_reference_model(limit in limit_strategy(), calls in calls()) {
+            let mut stored = None;
+            let mut model = None;
+            let mut now = T0;
+            for (n, dt) in calls {
+                now += dt;
+                let d = take(limit, n, now, stored);
+                let (allowed, remaining) = reference(limit, n, now, &mut model);
+                prop_assert_eq!(d.allowed, allowed);
+                prop_assert_eq!(d.remaining, remaining);
+                stored = d.new_state.or(stored);
+                prop_assert_eq!(stored.map(|s| (s.tokens, s.last_refill_time)), model);
+            }
+        }
+
+        #[test]
+        fn extreme_but_accepted_inputs_give_finite_answers(
+            capacity in prop_oneof![Just(MAX_AMOUNT), Just(1e-300), 1e-9..MAX_AMOUNT],
+            rate in prop_oneof![Just(MIN_RATE), Just(MAX_AMOUNT), MIN_RATE..MAX_AMOUNT],
+            n in prop_oneof![Just(0.0), Just(MAX_AMOUNT), 0.0..MAX_AMOUNT],
+            now in prop_oneof![Just(0.0), Just(MAX_TIME.next_down()), 0.0..MAX_TIME],
+            tokens in prop_oneof![Just(-MAX_AMOUNT), Just(f64::MAX), Just(0.0), -MAX_AMOUNT..f64::MAX],
+            last in prop_oneof![Just(0.0), Just(MAX_TIME.next_down()), 0.0..MAX_TIME],
+        ) {
+            let stored = State { tokens, last_refill_time: last };
+            prop_assert!(stored.is_sane());
+            for s in [None, Some(stored)] {
+                let d = take(Limit { capacity, rate }, n, now, s);
+                prop_assert!(d.remaining.is_finite() && d.retry_after.is_finite() && d.reset_after.is_finite(), "{d:?}");
+                prop_assert!(d.remaining <= capacity);
+                if let Some(w) = d.new_state {
+                    prop_assert!(w.tokens >= 0.0 && w.tokens <= capacity && w.is_sane());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Every error text the module replies with, in one place. Each starts with a Redis error
+//! code, and reuses Redis's own wording where Redis has one.
+
+/// An error a command replies with. The texts are NUL-terminated for the C API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TbError {
+    WrongArity,
+    WrongType,
+    InvalidNumber(Arg),
+    OutOfRange(Arg),
+    CorruptState(Field),
+    Internal,
+}
+
+/// The numeric arguments of TB.TAKE, named in error texts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg {
+    Capacity,
+    Rate,
+    N,
+    Now,
+}
+
+/// The stored hash fields, named in corrupt-state texts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Tokens,
+    LastRefillTime,
+}
+
+impl TbError {
+    /// The reply text, NUL-terminated.
+    pub fn text(self) -> &'static str {
+        use Arg::*;
+        use Field::*;
+        use TbError::*;
+        match self {
+            WrongArity => "ERR wrong number of arguments for 'tb.take' command\0",
+            WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value\0",
+            InvalidNumber(Capacity) => "ERR capacity is not a valid number\0",
+            InvalidNumber(Rate) => "ERR rate is not a valid number\0",
+            InvalidNumber(N) => "ERR n is not a valid number\0",
+            InvalidNumber(Now) => "ERR now is not a valid number\0",
+            OutOfRange(Capacity) => "ERR capacity must be > 0 and <= 9007199254740992\0",
+            OutOfRange(Rate) => {
+                "ERR rate must be >= 1e-9 and <= 9007199254740992 tokens per second\0"
+            }
+            OutOfRange(N) => "ERR n must be >= 0 and <= 9007199254740992\0",
+            OutOfRange(Now) => {
+                "ERR now must be seconds since the Unix epoch, >= 0 and < 253402300800\0"
+            }
+            CorruptState(Tokens) => {
+                "ERR bucket state is corrupt: field 'tokens' is not a valid token count\0"
+            }
+            CorruptState(LastRefillTime) => {
+                "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds\0"
+            }
+            Internal => "ERR internal error in the tb module (see the server log)\0",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_text_has_a_code_and_one_trailing_nul() {
+        let all = [
+            TbError::WrongArity,
+            TbError::WrongType,
+            TbError::Internal,
+            TbError::CorruptState(Field::Tokens),
+            TbError::CorruptState(Field::LastRefillTime),
+        ]
+        .into_iter()
+        .chain(
+            [Arg::Capacity, Arg::Rate, Arg::N, Arg::Now]
+                .into_iter()
+                .flat_map(|a| [TbError::InvalidNumber(a), TbError::OutOfRange(a)]),
+        );
+        for e in all {
+            let t = e.text();
+            assert!(t.starts_with("ERR ") || t.starts_with("WRONGTYPE "), "{t}");
+            assert_eq!(t.find('\0'), Some(t.len() - 1), "{t}");
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! redis-tb: native token-bucket rate limiting for Redis.
+//!
+//! This file only registers: the module, its commands and their metadata, the INFO
+//! section, and which allocator backs Rust allocations. See ARCHITECTURE.md for the map.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
+
+mod api;
+pub mod args;
+pub mod bucket;
+mod command;
+pub mod error;
+pub mod expiry;
+pub mod num;
+mod reply;
+mod stats;
+mod store;
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+
+use redis_module::raw::{
+    self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion,
+    RedisModuleCommandKeySpec, RedisModuleCtx, RedisModuleInfoCtx,
+};
+use redis_module::{Context, RedisString, Status, redis_module};
+
+// Rust allocations go through Redis's allocator inside the server (so they show in
+// used_memory); unit tests run outside Redis and use the system allocator.
+#[cfg(not(test))]
+use redis_module::alloc::RedisAlloc as ModuleAllocator;
+#[cfg(test)]
+use std::alloc::System as ModuleAllocator;
+
+/// The module's version, as reported by `INFO tb`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+redis_module! {
+    name: "tb",
+    version: 1,
+    allocator: (ModuleAllocator, ModuleAllocator),
+    data_types: [],
+    init: init,
+    commands: [],
+}
+
+/// One command: its name, handler, flags and metadata, declared together.
+struct CommandDef {
+    name: &'static CStr,
+    handler:
+        unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int,
+    flags: &'static CStr,
+    /// Redis arity: negative means "at least".
+    arity: c_int,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    since: &'static CStr,
+    /// Key-spec flags of the one key at position 1.
+    key_flags: u32,
+    args: &'static [(&'static CStr, raw::RedisModuleCommandArgType, u32)],
+    /// ACL categories on servers that have the API (7.2+), without and with our own.
+    acl_categories: &'static CStr,
+    acl_categories_with_own: &'static CStr,
+}
+
+const KEY_RW_UPDATE: u32 =
+    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+static COMMANDS: &[CommandDef] = &[CommandDef {
+    name: c"tb.take",
+    handler: command::tb_take,
+    flags: c"write deny-oom fast",
+    arity: -5,
+    summary: c"Refills a token bucket stored in a hash and takes n tokens from it if they are there. Replies [allowed, remaining, retry_after, reset_after].",
+    complexity: c"O(1)",
+    since: c"0.1.0",
+    key_flags: KEY_RW_UPDATE,
+    acl_categories: c"write fast",
+    acl_categories_with_own: c"write fast ratelimit",
+    args: &[
+        (c"key", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
+        (c"capacity", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE, 0),
+        (c"rate", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE, 0),
+        (c"n", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE, 0),
+        (
+            c"now",
+            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE,
+            raw::REDISMODULE_CMD_ARG_OPTIONAL,
+        ),
+    ],
+}];
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    let api = match api::resolve() {
+        Ok(api) => api,
+        Err(missing) => {
+            ctx.log_warning(&format!("tb: this server lacks {missing}; not loading"));
+            return Status::Err;
+        }
+    };
+    store::init(api);
+    let own_category = add_acl_category(ctx, api);
+    for def in COMMANDS {
+        // SAFETY: ctx is the load context; name and flags are static C strings.
+        let created = unsafe {
+            (api.create_command)(
+                ctx.ctx,
+                def.name.as_ptr(),
+                Some(def.handler),
+                def.flags.as_ptr(),
+                1,
+                1,
+                1,
+            )
+        };
+        if created != raw::REDISMODULE_OK as c_int {
+            ctx.log_warning(&format!("tb: could not register {:?}", def.name));
+            return Status::Err;
+        }
+        set_command_info(ctx, api, def);
+        set_acl_categories(ctx, api, def, own_category);
+    }
+    // SAFETY: registering during load; the callback is a plain extern "C" fn.
+    unsafe { (api.register_info_func)(ctx.ctx, Some(info)) };
+    Status::Ok
+}
+
+/// Declares arity, key specs, summary and arguments where the server supports it (7.0+),
+/// so COMMAND INFO / COMMAND DOCS / COMMAND GETKEYS, cluster routing and ACL key patterns
+/// all see the key. Failure here is logged, never fatal.
+fn set_command_info(ctx: &Context, api: &api::Api, def: &CommandDef) {
+    let Some(set_info) = api.set_command_info else {
+        return;
+    };
+    // SAFETY: get_command returns the command we just created (or NULL).
+    let command = unsafe { (api.get_command)(ctx.ctx, def.name.as_ptr()) };
+    if command.is_null() {
+        return;
+    }
+    let version = RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<RedisModuleCommandArg>(),
+    };
+    // Zeroed arrays end each list, as the API requires.
+    // SAFETY: all-zero is a valid value of these plain C structs (NULL pointers, zeros).
+    let mut key_specs: [RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    if let Some(spec) = key_specs.first_mut() {
+        spec.flags = u64::from(def.key_flags);
+        spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+        spec.bs.index.pos = 1;
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        spec.fk.range.lastkey = 0;
+        spec.fk.range.keystep = 1;
+        spec.fk.range.limit = 0;
+    }
+    // SAFETY: as above.
+    let mut args: [RedisModuleCommandArg; 8] = unsafe { std::mem::zeroed() };
+    for (slot, (name, kind, flags)) in args.iter_mut().zip(def.args) {
+        slot.name = name.as_ptr();
+        slot.type_ = *kind;
+        slot.key_spec_index = if *kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY {
+            0
+        } else {
+            -1
+        };
+        slot.flags = *flags as c_int;
+    }
+    // SAFETY: all-zero is valid for this C struct; every pointer set below outlives the
+    // call (Redis copies what it keeps).
+    let mut info: RedisModuleCommandInfo = unsafe { std::mem::zeroed() };
+    info.version = &version;
+    info.summary = def.summary.as_ptr();
+    info.complexity = def.complexity.as_ptr();
+    info.since = def.since.as_ptr();
+    info.arity = def.arity;
+    info.key_specs = key_specs.as_mut_ptr();
+    info.args = args.as_mut_ptr();
+    // SAFETY: command and info are valid for the duration of the call.
+    if unsafe { set_info(command, &info) } != raw::REDISMODULE_OK as c_int {
+        ctx.log_warning(&format!("tb: SetCommandInfo failed for {:?}", def.name));
+    }
+}
+
+/// Adds the `ratelimit` ACL category (Redis 7.4+), so `ACL SETUSER u +@ratelimit` grants
+/// exactly this module's commands. Older servers lack the API; that is not an error.
+fn add_acl_category(ctx: &Context, api: &api::Api) -> bool {
+    let Some(add) = api.add_acl_category else {
+        return false;
+    };
+    // SAFETY: called during load, as the API requires; the name is a static C string.
+    let ok = unsafe { add(ctx.ctx, ACL_CATEGORY.as_ptr()) } == raw::REDISMODULE_OK as c_int;
+    if !ok {
+        ctx.log_warning("tb: could not add the ratelimit ACL category");
+    }
+    ok
+}
+
+const ACL_CATEGORY: &CStr = c"ratelimit";
+
+/// Puts a command in ACL categories matching its flags (Redis 7.2+; 7.0 has no API for
+/// module command categories, and calling a missing one is what breaks loading there).
+fn set_acl_categories(ctx: &Context, api: &api::Api, def: &CommandDef, own_category: bool) {
+    let Some(set) = api.set_command_acl_categories else {
+        return;
+    };
+    // SAFETY: get_command returns the command we just created (or NULL).
+    let command = unsafe { (api.get_command)(ctx.ctx, def.name.as_ptr()) };
+    if command.is_null() {
+        return;
+    }
+    let categories = if own_category {
+        def.acl_categories_with_own
+    } else {
+        def.acl_categories
+    };
+    // SAFETY: valid command; static C string.
+    if unsafe { set(command, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+        ctx.log_warning(&format!(
+            "tb: could not set ACL categories of {:?}",
+            def.name
+        ));
+    }
+}
+
+/// `INFO tb`: per-command counters and the module version.
+unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let Some(api) = api::api() else { return };
+    // SAFETY: ctx is the live info context; all strings are NUL-terminated.
+    unsafe {
+        (api.info_add_section)(ctx, c"".as_ptr());
+        (api.info_add_field_cstring)(ctx, c"version".as_ptr(), VERSION_C.as_ptr());
+        for (name, value) in stats::TAKE.snapshot() {
+            let mut field = [0u8; 32];
+            let text = format!("take_{name}");
+            if let Some(dst) = field.get_mut(..text.len()) {
+                dst.copy_from_slice(text.as_bytes());
+            }
+            (api.info_add_field_ulonglong)(ctx, field.as_ptr().cast::<c_char>(), value);
+        }
+    }
+}
+
+const VERSION_C: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => c"unknown",
+    };
+
+/// Logs a warning to the Redis log (used on paths that should never run).
+pub(crate) fn log_warning(message: &str) {
+    redis_module::logging::log_warning(message);
+}

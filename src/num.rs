@@ -1,0 +1,229 @@
+//! Number text: strict parsing of client and stored numbers, and shortest round-trip
+//! formatting into stack buffers (the hot path allocates nothing).
+
+use std::fmt::Write as _;
+
+/// Longest numeric text accepted. Far above any real value (a full-precision epoch time is
+/// 17 bytes); it bounds the work a hostile argument can cause.
+const MAX_NUMBER_LEN: usize = 128;
+
+/// Parses a decimal number with the grammar `[+-]? (digits [. digits?] | . digits) ([eE] [+-]? digits)?`.
+///
+/// Rejects everything else up front (empty, spaces, hex, `inf`, `nan`, `1_000`), because
+/// Rust's own `f64::from_str` accepts `inf` and `nan`, and Redis users expect `strtod`-free
+/// strictness. A value that overflows to infinity is rejected too: the result is always
+/// finite.
+pub fn parse_f64(bytes: &[u8]) -> Option<f64> {
+    if bytes.is_empty() || bytes.len() > MAX_NUMBER_LEN || !is_decimal(bytes) {
+        return None;
+    }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let value: f64 = text.parse().ok()?;
+    value.is_finite().then_some(value)
+}
+
+fn is_decimal(bytes: &[u8]) -> bool {
+    let mut i = 0;
+    let len = bytes.len();
+    let digits_from = |mut j: usize| {
+        while j < len && bytes.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        j
+    };
+    if matches!(bytes.first(), Some(b'+' | b'-')) {
+        i += 1;
+    }
+    let int_end = digits_from(i);
+    let mut mantissa_digits = int_end - i;
+    i = int_end;
+    if bytes.get(i) == Some(&b'.') {
+        let frac_end = digits_from(i + 1);
+        mantissa_digits += frac_end - (i + 1);
+        i = frac_end;
+    }
+    if mantissa_digits == 0 {
+        return false;
+    }
+    if matches!(bytes.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(bytes.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let exp_end = digits_from(i);
+        if exp_end == i {
+            return false;
+        }
+        i = exp_end;
+    }
+    i == len
+}
+
+/// A small stack buffer that numbers are formatted into.
+pub struct NumText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl NumText {
+    fn new() -> Self {
+        NumText {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+
+    /// The formatted bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or(&[])
+    }
+}
+
+impl std::fmt::Write for NumText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len.checked_add(s.len()).ok_or(std::fmt::Error)?;
+        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Formats `value` as the shortest text that parses back to exactly `value`.
+///
+/// Integral values print as integers (`99`, not `99.0`): Redis stores such hash values as
+/// integers, which is smaller, and Lua's `tonumber` and our parser read them the same.
+/// Very small or large magnitudes use exponent form (`1e-7`) so the text stays short.
+/// Non-finite input (never produced by the bucket math) prints as `0` rather than as text
+/// that no reader would accept.
+pub fn format_f64(value: f64) -> NumText {
+    let mut out = NumText::new();
+    // Both `{}` and `{:e}` print the shortest round-trip digits; writes into 48 bytes cannot
+    // fail for any f64 in these ranges, and a failure would only truncate the text.
+    let _ = if !value.is_finite() || value == 0.0 {
+        out.write_str("0")
+    } else if value.fract() == 0.0 && value.abs() < 1e16 {
+        write!(out, "{}", value as i64)
+    } else if (1e-5..1e16).contains(&value.abs()) {
+        write!(out, "{value}")
+    } else {
+        write!(out, "{value:e}")
+    };
+    out
+}
+
+/// Formats a server-clock time given in whole microseconds as fixed-width seconds
+/// (`1764456268.123456`). The text parses to the same f64 as `micros as f64 / 1e6`, since
+/// both are the correctly rounded value of the same rational (`micros` is exact in an f64
+/// below 2^53, that is until the year 2255); fixed width lets Redis overwrite the hash
+/// value in place.
+pub fn format_micros(micros: u64) -> NumText {
+    let mut out = NumText::new();
+    let _ = write!(out, "{}.{:06}", micros / 1_000_000, micros % 1_000_000);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parse_accepts_plain_decimals() {
+        let cases: &[(&str, f64)] = &[
+            ("0", 0.0),
+            ("10", 10.0),
+            ("+10", 10.0),
+            ("-2.5", -2.5),
+            ("1.6666666666666667", 1.6666666666666667),
+            (".5", 0.5),
+            ("5.", 5.0),
+            ("1e3", 1000.0),
+            ("1E-3", 0.001),
+            ("2.5e+2", 250.0),
+            ("1764456268.123456", 1764456268.123456),
+            ("1e-400", 0.0),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_f64(text.as_bytes()), Some(*want), "{text}");
+        }
+    }
+
+    #[test]
+    fn parse_rejects_everything_else() {
+        let cases = [
+            "", " 1", "1 ", "0x10", "inf", "-inf", "+inf", "nan", "NaN", "infinity", "1e", "1e+",
+            "e5", ".", "-", "+", "1.2.3", "1_000", "١", "1e400", "--1", "1,5", "\t1", "0b1", "1f",
+            "1d",
+        ];
+        for text in cases {
+            assert_eq!(parse_f64(text.as_bytes()), None, "{text:?}");
+        }
+        assert_eq!(parse_f64(&[b'1', 0]), None);
+        assert_eq!(parse_f64(&[0xff, b'1']), None);
+        let long = "1".repeat(MAX_NUMBER_LEN + 1);
+        assert_eq!(parse_f64(long.as_bytes()), None);
+    }
+
+    #[test]
+    fn format_prints_integers_without_fraction() {
+        assert_eq!(format_f64(99.0).as_bytes(), b"99");
+        assert_eq!(format_f64(-1.0).as_bytes(), b"-1");
+        assert_eq!(format_f64(-0.0).as_bytes(), b"0");
+        assert_eq!(format_f64(0.1).as_bytes(), b"0.1");
+        assert_eq!(format_f64(1e-7).as_bytes(), b"1e-7");
+        assert_eq!(
+            format_f64(9007199254740992.0).as_bytes(),
+            b"9007199254740992"
+        );
+        assert_eq!(format_f64(1e300).as_bytes(), b"1e300");
+        assert_eq!(
+            format_f64(1764456268.123456).as_bytes(),
+            b"1764456268.123456"
+        );
+    }
+
+    #[test]
+    fn format_micros_is_fixed_width_and_exact() {
+        assert_eq!(
+            format_micros(1_764_456_268_000_001).as_bytes(),
+            b"1764456268.000001"
+        );
+        assert_eq!(
+            format_micros(1_764_456_268_120_000).as_bytes(),
+            b"1764456268.120000"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn format_round_trips_every_finite_f64(bits in any::<u64>()) {
+            let value = f64::from_bits(bits);
+            prop_assume!(value.is_finite());
+            let text = format_f64(value);
+            let back = parse_f64(text.as_bytes());
+            // -0.0 prints as "0", which is the same number.
+            prop_assert_eq!(back, Some(if value == 0.0 { 0.0 } else { value }));
+        }
+
+        #[test]
+        fn micros_text_parses_to_the_same_f64(micros in 0u64..(1u64 << 53)) {
+            let text = format_micros(micros);
+            prop_assert_eq!(parse_f64(text.as_bytes()), Some(micros as f64 / 1e6));
+        }
+
+        #[test]
+        fn parse_never_panics_and_is_finite(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            if let Some(v) = parse_f64(&bytes) {
+                prop_assert!(v.is_finite());
+            }
+        }
+
+        #[test]
+        fn parse_agrees_with_std_on_decimal_text(text in "[+-]?[0-9]{1,12}(\\.[0-9]{0,8})?([eE][+-]?[0-9]{1,3})?") {
+            let ours = parse_f64(text.as_bytes());
+            let std_value: f64 = text.parse().unwrap();
+            prop_assert_eq!(ours, std_value.is_finite().then_some(std_value));
+        }
+    }
+}

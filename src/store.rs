@@ -1,0 +1,260 @@
+//! Bucket storage: a plain Redis hash with the fields `tokens` and `last_refill_time`
+//! (the layout of the Lua script teams migrate from). Opens the key, checks its type,
+//! reads and writes the two fields, keeps the TTL, and replicates the effects (HSET,
+//! PEXPIREAT) so replicas and AOF replay store exactly the same bytes, need no module, and
+//! never recompute anything with another clock.
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::OnceLock;
+
+use redis_module::raw::{
+    REDISMODULE_KEYTYPE_EMPTY, REDISMODULE_KEYTYPE_HASH, REDISMODULE_NOTIFY_GENERIC,
+    REDISMODULE_NOTIFY_HASH, REDISMODULE_READ, REDISMODULE_WRITE, RedisModuleCtx, RedisModuleKey,
+    RedisModuleString,
+};
+
+use crate::api::Api;
+use crate::bucket::{State, valid_stored_tokens, valid_time};
+use crate::error::{Field, TbError};
+use crate::expiry::ExpiryPlan;
+use crate::num::{NumText, parse_f64};
+
+const HASH_NONE: c_int = 0;
+const NO_EXPIRE: i64 = -1;
+
+/// The two field names, created once: building them per call is measurable.
+struct FieldNames {
+    tokens: *mut RedisModuleString,
+    last_refill_time: *mut RedisModuleString,
+}
+
+// SAFETY: the strings are created at load and only ever read (never mutated or freed)
+// by commands, which Redis runs on its main thread.
+unsafe impl Send for FieldNames {}
+unsafe impl Sync for FieldNames {}
+
+static FIELDS: OnceLock<FieldNames> = OnceLock::new();
+
+/// Creates the field-name strings. Called once from module init.
+pub fn init(api: &Api) {
+    let make = |name: &str| {
+        // SAFETY: a NULL context creates a string owned by us, valid until freed; we
+        // never free it (it lives as long as the module).
+        unsafe { (api.create_string)(null_mut(), name.as_ptr().cast(), name.len()) }
+    };
+    FIELDS.get_or_init(|| FieldNames {
+        tokens: make("tokens"),
+        last_refill_time: make("last_refill_time"),
+    });
+}
+
+/// An open bucket key. Closed on drop, also on an early error return.
+pub struct BucketKey<'a> {
+    api: &'a Api,
+    ctx: *mut RedisModuleCtx,
+    name: *mut RedisModuleString,
+    key: *mut RedisModuleKey,
+    fields: &'static FieldNames,
+    exists: bool,
+}
+
+impl<'a> BucketKey<'a> {
+    /// Opens `name` for read and write. Anything but a hash or nothing is WRONGTYPE.
+    pub fn open(
+        api: &'a Api,
+        ctx: *mut RedisModuleCtx,
+        name: *mut RedisModuleString,
+    ) -> Result<Self, TbError> {
+        let fields = FIELDS.get().ok_or(TbError::Internal)?;
+        // SAFETY: ctx and name come from Redis for this command call.
+        let key =
+            unsafe { (api.open_key)(ctx, name, (REDISMODULE_READ | REDISMODULE_WRITE) as c_int) };
+        if key.is_null() {
+            return Err(TbError::Internal);
+        }
+        // Owned from here on, so every return below closes it.
+        let mut bucket = BucketKey {
+            api,
+            ctx,
+            name,
+            key,
+            fields,
+            exists: false,
+        };
+        // SAFETY: key is a valid open key.
+        let kind = unsafe { (api.key_type)(key) } as isize;
+        match kind {
+            REDISMODULE_KEYTYPE_EMPTY => Ok(bucket),
+            REDISMODULE_KEYTYPE_HASH => {
+                bucket.exists = true;
+                Ok(bucket)
+            }
+            _ => Err(TbError::WrongType),
+        }
+    }
+
+    /// Reads the stored state: `None` when the bucket has never been written (or expired).
+    /// A hash with neither field is a new bucket too (other fields are not ours); one field
+    /// without the other, or a value that is not a sane number, is corrupt.
+    pub fn read(&self) -> Result<Option<State>, TbError> {
+        if !self.exists {
+            return Ok(None);
+        }
+        let mut tokens: *mut RedisModuleString = null_mut();
+        let mut last: *mut RedisModuleString = null_mut();
+        // SAFETY: varargs are (field, *mut out) pairs ended by NULL, as HashGet requires.
+        unsafe {
+            (self.api.hash_get)(
+                self.key,
+                HASH_NONE,
+                self.fields.tokens,
+                &mut tokens as *mut *mut RedisModuleString,
+                self.fields.last_refill_time,
+                &mut last as *mut *mut RedisModuleString,
+                null_mut::<c_void>(),
+            );
+        }
+        let tokens = OwnedString::new(self.api, self.ctx, tokens);
+        let last = OwnedString::new(self.api, self.ctx, last);
+        match (tokens.bytes(), last.bytes()) {
+            (None, None) => Ok(None),
+            (t, l) => Ok(Some(State {
+                tokens: t
+                    .and_then(parse_f64)
+                    .filter(|v| valid_stored_tokens(*v))
+                    .ok_or(TbError::CorruptState(Field::Tokens))?,
+                last_refill_time: l
+                    .and_then(parse_f64)
+                    .filter(|v| valid_time(*v))
+                    .ok_or(TbError::CorruptState(Field::LastRefillTime))?,
+            })),
+        }
+    }
+
+    /// Stores the new state (exact texts given), notifies keyspace listeners as HSET
+    /// would, and replicates the same HSET.
+    pub fn write(&self, tokens: &NumText, last_refill_time: &NumText) {
+        let api = self.api;
+        let value = |text: &NumText| {
+            let bytes = text.as_bytes();
+            // SAFETY: bytes is valid for its length; the string is freed below.
+            unsafe { (api.create_string)(self.ctx, bytes.as_ptr().cast(), bytes.len()) }
+        };
+        let tokens = OwnedString::new(api, self.ctx, value(tokens));
+        let last = OwnedString::new(api, self.ctx, value(last_refill_time));
+        // SAFETY: varargs are (field, value) string pairs ended by NULL; Replicate's "s"
+        // takes RedisModuleString pointers and retains them for as long as it needs.
+        unsafe {
+            (api.hash_set)(
+                self.key,
+                HASH_NONE,
+                self.fields.tokens,
+                tokens.ptr,
+                self.fields.last_refill_time,
+                last.ptr,
+                null_mut::<c_void>(),
+            );
+            (api.notify_keyspace_event)(
+                self.ctx,
+                REDISMODULE_NOTIFY_HASH,
+                c"hset".as_ptr(),
+                self.name,
+            );
+            (api.replicate)(
+                self.ctx,
+                c"HSET".as_ptr(),
+                c"sssss".as_ptr(),
+                self.name,
+                self.fields.tokens,
+                tokens.ptr,
+                self.fields.last_refill_time,
+                last.ptr,
+            );
+        }
+    }
+
+    /// The key's absolute expiry in Unix ms, if it has one.
+    pub fn expiry(&self) -> Option<i64> {
+        // SAFETY: valid open key.
+        let at = unsafe { (self.api.get_abs_expire)(self.key) };
+        (at != NO_EXPIRE).then_some(at)
+    }
+
+    /// Applies an expiry plan, with the notification and replication EXPIRE-family
+    /// commands produce (an absolute time, so a replica or an AOF replay gets the same one).
+    pub fn apply_expiry(&self, plan: ExpiryPlan) {
+        let api = self.api;
+        let (at, event, command, format): (i64, &std::ffi::CStr, &std::ffi::CStr, &std::ffi::CStr) =
+            match plan {
+                ExpiryPlan::Keep => return,
+                ExpiryPlan::SetAt(at) => (at, c"expire", c"PEXPIREAT", c"sl"),
+                ExpiryPlan::Persist => (NO_EXPIRE, c"persist", c"PERSIST", c"s"),
+            };
+        // SAFETY: valid open key and context; the format matches the arguments given
+        // ("s": string, "l": long long; extra varargs are ignored for "s").
+        unsafe {
+            (api.set_abs_expire)(self.key, at);
+            (api.notify_keyspace_event)(
+                self.ctx,
+                REDISMODULE_NOTIFY_GENERIC,
+                event.as_ptr(),
+                self.name,
+            );
+            (api.replicate)(
+                self.ctx,
+                command.as_ptr(),
+                format.as_ptr(),
+                self.name,
+                at as std::os::raw::c_longlong,
+            );
+        }
+    }
+}
+
+impl Drop for BucketKey<'_> {
+    fn drop(&mut self) {
+        // SAFETY: key was opened by us and is closed exactly once.
+        unsafe { (self.api.close_key)(self.key) }
+    }
+}
+
+/// A RedisModuleString we own (possibly NULL), freed on drop.
+struct OwnedString<'a> {
+    api: &'a Api,
+    ctx: *mut RedisModuleCtx,
+    ptr: *mut RedisModuleString,
+}
+
+impl<'a> OwnedString<'a> {
+    fn new(api: &'a Api, ctx: *mut RedisModuleCtx, ptr: *mut RedisModuleString) -> Self {
+        OwnedString { api, ctx, ptr }
+    }
+
+    fn bytes(&self) -> Option<&[u8]> {
+        (!self.ptr.is_null()).then(|| string_bytes(self.api, self.ptr))
+    }
+}
+
+impl Drop for OwnedString<'_> {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: we own this reference; freed once.
+            unsafe { (self.api.free_string)(self.ctx, self.ptr) }
+        }
+    }
+}
+
+/// The bytes of a Redis string, valid while the string lives.
+pub fn string_bytes<'s>(api: &Api, s: *const RedisModuleString) -> &'s [u8] {
+    let mut len = 0usize;
+    // SAFETY: s is a live Redis string; StringPtrLen returns its buffer and length, valid
+    // until the string is freed or modified, which does not happen while we hold the slice.
+    unsafe {
+        let ptr: *const c_char = (api.string_ptr_len)(s, &mut len);
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    }
+}
