@@ -126,30 +126,22 @@ pub fn take(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
 /// floating-point time `now + w`, and not noticeably earlier. `target` must be at most the
 /// capacity.
 ///
-/// The closed form can land a few ulps short of `target` after rounding, and a client
-/// that waits the reported time and retries must be admitted, so both the instant and the
-/// offset are nudged up until the check that `take` will run actually passes. Each nudge
-/// doubles, so the loops end after a few steps even where one ulp of time moves the token
-/// count by far less than one ulp.
+/// The closed form is tried first (so a wait of 0.6 s reads `0.6`), then checked the way
+/// the caller will use it: a client that waits `w` and retries at `now + w` must be
+/// admitted, and at epoch-second magnitudes that sum rounds to a step of about 2.4e-7 s.
+/// Where it falls short the wait is nudged up, by steps that double so the loop ends
+/// after a few rounds even where one step of time moves the token count by far less than
+/// one ulp.
 pub fn wait_until(limit: Limit, stored: Option<State>, target: f64, now: f64) -> f64 {
     if tokens_at(limit, stored, now) >= target {
         return 0.0;
     }
     let effective = stored.map_or(now, |s| s.last_refill_time.max(now));
-    let short = target - tokens_at(limit, stored, effective);
-    let mut at = effective + short.max(0.0) / limit.rate;
-    let mut step = ulp(at);
+    let short = (target - tokens_at(limit, stored, effective)).max(0.0);
+    let mut wait = (effective - now) + short / limit.rate;
+    let mut step = ulp(now + wait).max(ulp(wait));
     for _ in 0..1100 {
-        if tokens_at(limit, stored, at) >= target {
-            break;
-        }
-        at += step;
-        step *= 2.0;
-    }
-    let mut wait = at - now;
-    let mut step = ulp(at);
-    for _ in 0..1100 {
-        if now + wait >= at {
+        if tokens_at(limit, stored, now + wait) >= target {
             break;
         }
         wait += step;
