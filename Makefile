@@ -43,5 +43,16 @@ fmt:
 bench: build
 	python3 bench/bench.py
 
+# The integration suite, unchanged, on each newer server (fetched from Debian trixie
+# source packages and built once; cached under ~/.cache/redis-tb). A server that cannot be
+# fetched or built fails the run: scripts/servers.sh exits non-zero.
+COMPAT_SERVERS ?= redis valkey
+test-compat: build
+	@set -e; for name in $(COMPAT_SERVERS); do \
+	  bin=$$(scripts/servers.sh $$name); \
+	  echo "== integration suite on $$($$bin --version)"; \
+	  REDIS_SERVER=$$bin cargo test --release --test '*'; \
+	done
+
 clean:
 	cargo clean

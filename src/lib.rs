@@ -51,6 +51,7 @@ redis_module! {
     allocator: (ModuleAllocator, ModuleAllocator),
     data_types: [],
     init: init,
+    deinit: deinit,
     commands: [],
 }
 
@@ -132,6 +133,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     // SAFETY: registering during load; the callback is a plain extern "C" fn.
     unsafe { (api.register_info_func)(ctx.ctx, Some(info)) };
+    Status::Ok
+}
+
+fn deinit(_ctx: &Context) -> Status {
+    if let Some(api) = api::api() {
+        store::deinit(api);
+    }
     Status::Ok
 }
 

@@ -49,6 +49,19 @@ pub fn init(api: &Api) {
     });
 }
 
+/// Frees the field-name strings. Called from module deinit (MODULE UNLOAD), after which no
+/// command of ours can run.
+pub fn deinit(api: &Api) {
+    if let Some(fields) = FIELDS.get() {
+        // SAFETY: created by `init` with a NULL context and never freed before; nothing
+        // uses them after unload.
+        unsafe {
+            (api.free_string)(null_mut(), fields.tokens);
+            (api.free_string)(null_mut(), fields.last_refill_time);
+        }
+    }
+}
+
 /// An open bucket key. Closed on drop, also on an early error return.
 pub struct BucketKey<'a> {
     api: &'a Api,

@@ -343,10 +343,12 @@ impl Server {
             if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
                 return false;
             }
+            // Ready means: answering, and it is our process (another test's server may have
+            // taken the port between probing and binding; then ours exits and we retry).
             if let Ok(mut c) = Conn::connect(self.port) {
-                match c.q("PING") {
-                    Reply::Simple(s) if s == "PONG" => return true,
-                    _ => {}
+                if c.q("PING") == Reply::Simple("PONG".into()) {
+                    let pid = info_field(&mut c, "server", "process_id");
+                    return pid == self.pid().map(|p| p.to_string());
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
