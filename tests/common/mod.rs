@@ -345,11 +345,11 @@ impl Server {
             }
             // Ready means: answering, and it is our process (another test's server may have
             // taken the port between probing and binding; then ours exits and we retry).
-            if let Ok(mut c) = Conn::connect(self.port) {
-                if c.q("PING") == Reply::Simple("PONG".into()) {
-                    let pid = info_field(&mut c, "server", "process_id");
-                    return pid == self.pid().map(|p| p.to_string());
-                }
+            if let Ok(mut c) = Conn::connect(self.port)
+                && c.q("PING") == Reply::Simple("PONG".into())
+            {
+                let pid = info_field(&mut c, "server", "process_id");
+                return pid == self.pid().map(|p| p.to_string());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
