@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test unit integration lint fmt bench test-compat deps help clean
+.PHONY: all build run test unit integration lint fmt fuzz bench test-compat deps help clean
 
 all: build
 
@@ -13,6 +13,7 @@ help:
 	@echo "make run      build, then start redis-server on redis.conf.example (port 6380)"
 	@echo "make test     the whole test suite (unit, property, integration against a real redis-server)"
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
+	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
 	@echo "make test-compat  the integration suite on Redis 8.0 and Valkey 8.1 (built from Debian sources, cached)"
 
@@ -39,6 +40,14 @@ lint:
 
 fmt:
 	cargo fmt
+
+# Property-based fuzzing of the parser, stored-state decoder and math with arbitrary bytes
+# and extreme numbers. CI runs a short pass; `make fuzz` a long one. A failure prints the
+# minimal input and proptest records it in proptest-regressions/ (commit that file: it
+# is replayed first on every later run).
+FUZZ_CASES ?= 3000000
+fuzz:
+	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release --lib fuzz_
 
 bench: build
 	python3 bench/bench.py

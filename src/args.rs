@@ -103,7 +103,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn arbitrary_argument_bytes_never_panic(
+        fn fuzz_arbitrary_argument_bytes_never_panic(
             args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..7)
         ) {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
@@ -117,7 +117,7 @@ mod tests {
         }
 
         #[test]
-        fn numeric_looking_arguments_never_panic(
+        fn fuzz_numeric_looking_arguments_never_panic(
             c in "[-+]?[0-9.eE+-]{0,20}", r in "[-+]?[0-9.eE+-]{0,20}",
             n in "[-+]?[0-9.eE+-]{0,20}", now in "[-+]?[0-9.eE+-]{0,20}",
         ) {

@@ -21,6 +21,7 @@ pub mod bucket;
 mod command;
 pub mod error;
 pub mod expiry;
+pub mod fields;
 pub mod num;
 mod reply;
 mod stats;

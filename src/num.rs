@@ -213,7 +213,7 @@ mod tests {
         }
 
         #[test]
-        fn parse_never_panics_and_is_finite(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+        fn fuzz_parse_never_panics_and_is_finite(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
             if let Some(v) = parse_f64(&bytes) {
                 prop_assert!(v.is_finite());
             }

@@ -15,10 +15,11 @@ use redis_module::raw::{
 };
 
 use crate::api::Api;
-use crate::bucket::{State, valid_stored_tokens, valid_time};
-use crate::error::{Field, TbError};
+use crate::bucket::State;
+use crate::error::TbError;
 use crate::expiry::ExpiryPlan;
-use crate::num::{NumText, parse_f64};
+use crate::fields;
+use crate::num::NumText;
 
 const HASH_NONE: c_int = 0;
 const NO_EXPIRE: i64 = -1;
@@ -107,9 +108,8 @@ impl<'a> BucketKey<'a> {
         }
     }
 
-    /// Reads the stored state: `None` when the bucket has never been written (or expired).
-    /// A hash with neither field is a new bucket too (other fields are not ours); one field
-    /// without the other, or a value that is not a sane number, is corrupt.
+    /// Reads the stored state: `None` when the bucket has never been written (or expired);
+    /// see `fields::decode` for what counts as corrupt.
     pub fn read(&self) -> Result<Option<State>, TbError> {
         if !self.exists {
             return Ok(None);
@@ -130,19 +130,7 @@ impl<'a> BucketKey<'a> {
         }
         let tokens = OwnedString::new(self.api, self.ctx, tokens);
         let last = OwnedString::new(self.api, self.ctx, last);
-        match (tokens.bytes(), last.bytes()) {
-            (None, None) => Ok(None),
-            (t, l) => Ok(Some(State {
-                tokens: t
-                    .and_then(parse_f64)
-                    .filter(|v| valid_stored_tokens(*v))
-                    .ok_or(TbError::CorruptState(Field::Tokens))?,
-                last_refill_time: l
-                    .and_then(parse_f64)
-                    .filter(|v| valid_time(*v))
-                    .ok_or(TbError::CorruptState(Field::LastRefillTime))?,
-            })),
-        }
+        fields::decode(tokens.bytes(), last.bytes())
     }
 
     /// Stores the new state (exact texts given), notifies keyspace listeners as HSET

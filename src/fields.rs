@@ -1,0 +1,140 @@
+//! The stored hash fields as text, and back: which texts are a valid bucket state. Pure,
+//! so every byte sequence someone else may have written is tested without a server.
+
+use crate::bucket::{State, valid_stored_tokens, valid_time};
+use crate::error::{Field, TbError};
+use crate::num::parse_f64;
+
+/// Decodes the `tokens` and `last_refill_time` field values (`None`: field absent).
+///
+/// Neither field: a new bucket (the hash may hold other fields, which are not ours). One
+/// without the other, or a value that is not a sane number, is corrupt: reported, never
+/// silently reset, because resetting would hand out a full bucket.
+pub fn decode(
+    tokens: Option<&[u8]>,
+    last_refill_time: Option<&[u8]>,
+) -> Result<Option<State>, TbError> {
+    if tokens.is_none() && last_refill_time.is_none() {
+        return Ok(None);
+    }
+    let tokens = tokens
+        .and_then(parse_f64)
+        .filter(|v| valid_stored_tokens(*v))
+        .ok_or(TbError::CorruptState(Field::Tokens))?;
+    let last_refill_time = last_refill_time
+        .and_then(parse_f64)
+        .filter(|v| valid_time(*v))
+        .ok_or(TbError::CorruptState(Field::LastRefillTime))?;
+    Ok(Some(State {
+        tokens,
+        last_refill_time,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::{Limit, take};
+    use crate::num::format_f64;
+    use proptest::prelude::*;
+
+    #[test]
+    fn decodes_what_the_module_and_the_lua_script_write() {
+        let s = decode(Some(b"9"), Some(b"1764456268.123456"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s,
+            State {
+                tokens: 9.0,
+                last_refill_time: 1764456268.123456
+            }
+        );
+        // Lua's %.14g and HINCRBYFLOAT texts.
+        let s = decode(Some(b"8.5999999999999996"), Some(b"1764456268"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.tokens, 8.6);
+        assert_eq!(decode(None, None), Ok(None));
+    }
+
+    #[test]
+    fn one_field_alone_or_garbage_is_corrupt() {
+        let tokens = Err(TbError::CorruptState(Field::Tokens));
+        let time = Err(TbError::CorruptState(Field::LastRefillTime));
+        assert_eq!(decode(Some(b"5"), None), time);
+        assert_eq!(decode(None, Some(b"5")), tokens);
+        assert_eq!(decode(Some(b"nan"), Some(b"5")), tokens);
+        assert_eq!(decode(Some(b"-1e300"), Some(b"5")), tokens);
+        assert_eq!(decode(Some(b"5"), Some(b"-1")), time);
+        assert_eq!(decode(Some(b"5"), Some(b"1764456268123")), time);
+    }
+
+    /// Texts a fuzzer should try: extremes, near-misses and garbage.
+    fn nasty_text() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(b"4.9e-324".to_vec()),
+            Just(b"2.2250738585072014e-308".to_vec()),
+            Just(b"1e308".to_vec()),
+            Just(b"1.7976931348623157e308".to_vec()),
+            Just(b"-0".to_vec()),
+            Just(b"-0.0".to_vec()),
+            Just(b"9007199254740993".to_vec()),
+            Just(b"1e-300".to_vec()),
+            Just(b"1e300".to_vec()),
+            Just(b"253402300799.999999".to_vec()),
+            Just(b"0".to_vec()),
+            "[-+]?[0-9]{0,20}(\\.[0-9]{0,20})?([eE][-+]?[0-9]{1,3})?".prop_map(String::into_bytes),
+            proptest::collection::vec(any::<u8>(), 0..30),
+        ]
+    }
+
+    proptest! {
+        /// Arbitrary argument text and arbitrary stored text, end to end through parse,
+        /// math and formatting: never a panic, never a non-finite number stored or
+        /// replied, stored tokens within [0, capacity], and stored text that decodes to
+        /// exactly the state computed.
+        #[test]
+        fn fuzz_arguments_and_stored_state(
+            capacity in nasty_text(), rate in nasty_text(), n in nasty_text(), now in nasty_text(),
+            tokens in proptest::option::of(nasty_text()), last in proptest::option::of(nasty_text()),
+        ) {
+            let args = [capacity.as_slice(), rate.as_slice(), n.as_slice(), now.as_slice()];
+            let Ok(a) = crate::args::parse_take(&args) else { return Ok(()) };
+            let Ok(stored) = decode(tokens.as_deref(), last.as_deref()) else { return Ok(()) };
+            let d = take(a.limit, a.n, a.now.unwrap_or(0.0), stored);
+            for v in [d.remaining, d.retry_after, d.reset_after] {
+                prop_assert!(v.is_finite(), "{d:?}");
+            }
+            prop_assert!(d.reset_after >= 0.0 && (d.retry_after >= 0.0 || d.retry_after == -1.0));
+            if let Some(s) = d.new_state {
+                prop_assert!(s.tokens >= 0.0 && s.tokens <= a.limit.capacity, "{s:?}");
+                let t = format_f64(s.tokens);
+                let l = format_f64(s.last_refill_time);
+                prop_assert_eq!(decode(Some(t.as_bytes()), Some(l.as_bytes())), Ok(Some(s)));
+            }
+        }
+
+        #[test]
+        fn fuzz_extreme_accepted_parameters_keep_the_invariants(
+            capacity in prop_oneof![Just(1e-300), Just(5e-324), Just(crate::bucket::MAX_AMOUNT), 1e-9..1e15f64],
+            rate in prop_oneof![Just(crate::bucket::MIN_RATE), Just(crate::bucket::MAX_AMOUNT), 1e-9..1e15f64],
+            n in prop_oneof![Just(0.0), Just(5e-324), Just(crate::bucket::MAX_AMOUNT), 0.0..1e15f64],
+            now in prop_oneof![Just(0.0), Just(crate::bucket::MAX_TIME.next_down()), 0.0..crate::bucket::MAX_TIME],
+            steps in proptest::collection::vec((0.0..1e9f64, prop_oneof![Just(0.0), Just(1.0), 0.0..1e15f64]), 1..20),
+        ) {
+            let limit = Limit { capacity, rate };
+            let mut stored = take(limit, n, now, None).new_state;
+            let mut t = now;
+            for (dt, m) in steps {
+                t = (t + dt).min(crate::bucket::MAX_TIME.next_down());
+                let d = take(limit, m, t, stored);
+                prop_assert!(d.remaining.is_finite() && d.retry_after.is_finite() && d.reset_after.is_finite());
+                if let Some(s) = d.new_state {
+                    prop_assert!(s.tokens >= 0.0 && s.tokens <= capacity && s.is_sane());
+                    stored = Some(s);
+                }
+            }
+        }
+    }
+}
