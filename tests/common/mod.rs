@@ -131,6 +131,11 @@ impl Conn {
     }
 
     pub fn send<A: AsRef<[u8]>>(&mut self, args: &[A]) {
+        self.try_send(args).expect("write to redis");
+    }
+
+    /// Sends a command, or returns the I/O error (a server that died).
+    pub fn try_send<A: AsRef<[u8]>>(&mut self, args: &[A]) -> std::io::Result<()> {
         let mut buf = format!("*{}\r\n", args.len()).into_bytes();
         for a in args {
             let a = a.as_ref();
@@ -138,11 +143,16 @@ impl Conn {
             buf.extend_from_slice(a);
             buf.extend_from_slice(b"\r\n");
         }
-        self.writer.write_all(&buf).expect("write to redis");
+        self.writer.write_all(&buf)
     }
 
     pub fn read(&mut self) -> Reply {
         read_reply(&mut self.reader).expect("read reply from redis")
+    }
+
+    /// Reads a reply, or the I/O error (a server that died mid-call).
+    pub fn try_read(&mut self) -> std::io::Result<Reply> {
+        read_reply(&mut self.reader)
     }
 
     /// TB.TAKE with text arguments, decoded.
