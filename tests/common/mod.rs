@@ -411,8 +411,29 @@ impl Drop for Server {
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             );
         }
-        self.kill();
+        self.terminate();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Server {
+    /// SIGTERM and a bounded wait, then SIGKILL: a clean exit lets a server run under
+    /// valgrind write its leak report.
+    fn terminate(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        if let Ok(pid) = i32::try_from(child.id()) {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
