@@ -12,7 +12,7 @@ use crate::args::parse_take;
 use crate::bucket;
 use crate::error::TbError;
 use crate::expiry;
-use crate::num::{format_f64, format_micros};
+use crate::num::{format_f64, format_micros, is_plain_decimal};
 use crate::reply;
 use crate::stats::{self, Outcome};
 use crate::store::{BucketKey, string_bytes};
@@ -82,20 +82,36 @@ fn take(
     let stored = bucket.read()?;
     let decision = bucket::take(args.limit, args.n, now, stored);
 
+    // Formatted once: stored and replied alike.
+    let remaining_text = format_f64(decision.remaining);
     if let Some(state) = decision.new_state {
-        // Server-clock times are written fixed-width (same bytes length every call, so
-        // Redis rewrites them in place); the text parses to exactly `now`.
-        let time_text = match server_micros {
-            Some(us) if state.last_refill_time == now => format_micros(us),
-            _ => format_f64(state.last_refill_time),
+        // The stored time, as text that parses to exactly `state.last_refill_time`:
+        // server-clock times fixed-width (the same length every call, so Redis rewrites
+        // them in place), a client's `now` as it sent it when that is already plain.
+        let client_now = raw.get(3).copied().filter(|t| is_plain_decimal(t));
+        let formatted;
+        let time_text: &[u8] = match (server_micros, client_now) {
+            _ if state.last_refill_time != now => {
+                formatted = format_f64(state.last_refill_time);
+                formatted.as_bytes()
+            }
+            (Some(us), _) => {
+                formatted = format_micros(us);
+                formatted.as_bytes()
+            }
+            (None, Some(sent)) => sent,
+            (None, None) => {
+                formatted = format_f64(now);
+                formatted.as_bytes()
+            }
         };
-        bucket.write(&format_f64(state.tokens), &time_text);
+        bucket.write(remaining_text.as_bytes(), time_text);
         let now_ms = server_micros.map_or_else(|| now_micros() / 1000, |us| us / 1000);
         let now_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
         bucket.apply_expiry(expiry::plan(bucket.expiry(), now_ms, decision.reset_after));
     }
     drop(bucket);
-    reply::decision(api, ctx, &decision);
+    reply::decision(api, ctx, &decision, &remaining_text);
     Ok(if decision.allowed {
         Outcome::Allowed
     } else {

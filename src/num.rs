@@ -14,12 +14,84 @@ const MAX_NUMBER_LEN: usize = 128;
 /// strictness. A value that overflows to infinity is rejected too: the result is always
 /// finite.
 pub fn parse_f64(bytes: &[u8]) -> Option<f64> {
-    if bytes.is_empty() || bytes.len() > MAX_NUMBER_LEN || !is_decimal(bytes) {
+    if bytes.is_empty() || bytes.len() > MAX_NUMBER_LEN {
+        return None;
+    }
+    if let Some(value) = parse_exact_decimal(bytes) {
+        return Some(value);
+    }
+    if !is_decimal(bytes) {
         return None;
     }
     let text = std::str::from_utf8(bytes).ok()?;
     let value: f64 = text.parse().ok()?;
     value.is_finite().then_some(value)
+}
+
+/// Whether a client's number text is already in the form we would store: plain digits
+/// with an optional fraction, no sign, no leading zeros, no trailing fraction zeros, and
+/// short. Such a text can be stored as sent (it parses to the value used), which spares
+/// formatting the client's `now` on every call.
+pub fn is_plain_decimal(bytes: &[u8]) -> bool {
+    if bytes.is_empty() || bytes.len() > 24 {
+        return false;
+    }
+    let (int_part, frac_part) = match bytes.iter().position(|&b| b == b'.') {
+        Some(dot) => (bytes.get(..dot), bytes.get(dot + 1..)),
+        None => (Some(bytes), None),
+    };
+    let Some(int_part) = int_part else {
+        return false;
+    };
+    let int_ok = !int_part.is_empty()
+        && int_part.iter().all(u8::is_ascii_digit)
+        && (int_part.len() == 1 || int_part.first() != Some(&b'0'));
+    let frac_ok = match frac_part {
+        None => true,
+        Some(f) => !f.is_empty() && f.iter().all(u8::is_ascii_digit) && f.last() != Some(&b'0'),
+    };
+    int_ok && frac_ok
+}
+
+/// Exact powers of ten representable in an f64.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The fast path for what clients send on every call (`10`, `1.5`, `1764456268.123456`):
+/// `[-]digits[.digits]` whose digits form an integer m <= 2^53 with k <= 22 fraction digits.
+/// Then m and 10^k are exact f64s and one IEEE division gives the correctly rounded value
+/// (Clinger's fast path), the same f64 `from_str` returns. Anything else: `None`, and the
+/// general path decides.
+fn parse_exact_decimal(bytes: &[u8]) -> Option<f64> {
+    let (negative, digits) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    let mut mantissa: u64 = 0;
+    let mut count = 0u32;
+    let mut fraction_digits = 0usize;
+    let mut seen_dot = false;
+    for &b in digits {
+        match b {
+            b'0'..=b'9' => {
+                if count >= 19 {
+                    return None;
+                }
+                mantissa = mantissa * 10 + u64::from(b - b'0');
+                count += 1;
+                fraction_digits += usize::from(seen_dot);
+            }
+            b'.' if !seen_dot => seen_dot = true,
+            _ => return None,
+        }
+    }
+    if count == 0 || mantissa > 1 << 53 {
+        return None;
+    }
+    let value = mantissa as f64 / *POW10.get(fraction_digits)?;
+    Some(if negative { -value } else { value })
 }
 
 fn is_decimal(bytes: &[u8]) -> bool {
@@ -73,6 +145,33 @@ impl NumText {
         }
     }
 
+    /// Appends bytes; past the buffer's end they are dropped (never reached: every caller
+    /// writes at most 26 bytes).
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        let end = (self.len + bytes.len()).min(self.buf.len());
+        if let (Some(dst), Some(src)) =
+            (self.buf.get_mut(self.len..end), bytes.get(..end - self.len))
+        {
+            dst.copy_from_slice(src);
+            self.len = end;
+        }
+    }
+
+    /// Appends `value` in decimal, zero-padded to at least `width` digits. Integers are
+    /// most of what is stored and replied, and this skips the formatting machinery.
+    fn push_u64(&mut self, mut value: u64, width: usize) {
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        while (value > 0 || start == digits.len() || digits.len() - start < width) && start > 0 {
+            start -= 1;
+            if let Some(d) = digits.get_mut(start) {
+                *d = b'0' + (value % 10) as u8;
+            }
+            value /= 10;
+        }
+        self.push_bytes(digits.get(start..).unwrap_or(&[]));
+    }
+
     /// The formatted bytes.
     pub fn as_bytes(&self) -> &[u8] {
         self.buf.get(..self.len).unwrap_or(&[])
@@ -98,17 +197,20 @@ impl std::fmt::Write for NumText {
 /// that no reader would accept.
 pub fn format_f64(value: f64) -> NumText {
     let mut out = NumText::new();
-    // Both `{}` and `{:e}` print the shortest round-trip digits; writes into 48 bytes cannot
-    // fail for any f64 in these ranges, and a failure would only truncate the text.
-    let _ = if !value.is_finite() || value == 0.0 {
-        out.write_str("0")
+    if !value.is_finite() || value == 0.0 {
+        out.push_bytes(b"0");
     } else if value.fract() == 0.0 && value.abs() < 1e16 {
-        write!(out, "{}", value as i64)
+        if value < 0.0 {
+            out.push_bytes(b"-");
+        }
+        out.push_u64(value.abs() as u64, 0);
     } else if (1e-5..1e16).contains(&value.abs()) {
-        write!(out, "{value}")
+        // `{}` and `{:e}` print the shortest round-trip digits; 48 bytes hold any f64 in
+        // these ranges, and a failed write would only truncate the text.
+        let _ = write!(out, "{value}");
     } else {
-        write!(out, "{value:e}")
-    };
+        let _ = write!(out, "{value:e}");
+    }
     out
 }
 
@@ -119,7 +221,9 @@ pub fn format_f64(value: f64) -> NumText {
 /// value in place.
 pub fn format_micros(micros: u64) -> NumText {
     let mut out = NumText::new();
-    let _ = write!(out, "{}.{:06}", micros / 1_000_000, micros % 1_000_000);
+    out.push_u64(micros / 1_000_000, 0);
+    out.push_bytes(b".");
+    out.push_u64(micros % 1_000_000, 6);
     out
 }
 
@@ -163,6 +267,29 @@ mod tests {
         assert_eq!(parse_f64(&[0xff, b'1']), None);
         let long = "1".repeat(MAX_NUMBER_LEN + 1);
         assert_eq!(parse_f64(long.as_bytes()), None);
+    }
+
+    #[test]
+    fn plain_decimals_are_recognised() {
+        for yes in ["0", "7", "1764456268", "1764456268.123456", "0.5", "10.25"] {
+            assert!(is_plain_decimal(yes.as_bytes()), "{yes}");
+        }
+        for no in [
+            "",
+            "+1",
+            "-1",
+            "01",
+            "00.5",
+            ".5",
+            "5.",
+            "1.50",
+            "1e5",
+            "1.2.3",
+            "0.0",
+            "12345678901234567890.1234",
+        ] {
+            assert!(!is_plain_decimal(no.as_bytes()), "{no}");
+        }
     }
 
     #[test]
@@ -217,6 +344,12 @@ mod tests {
             if let Some(v) = parse_f64(&bytes) {
                 prop_assert!(v.is_finite());
             }
+        }
+
+        #[test]
+        fn fast_path_agrees_with_std(text in "-?[0-9]{0,19}(\\.[0-9]{0,24})?") {
+            let std_value = text.parse::<f64>().ok().filter(|v| v.is_finite());
+            prop_assert_eq!(parse_f64(text.as_bytes()).map(f64::to_bits), std_value.map(f64::to_bits));
         }
 
         #[test]

@@ -9,23 +9,34 @@ use redis_module::raw::{REDISMODULE_CTX_FLAGS_RESP3, RedisModuleCtx};
 use crate::api::Api;
 use crate::bucket::Decision;
 use crate::error::TbError;
-use crate::num::format_f64;
+use crate::num::{NumText, format_f64};
 
 pub const OK: c_int = 0;
 
-/// Replies `[allowed, remaining, retry_after, reset_after]`.
-pub fn decision(api: &Api, ctx: *mut RedisModuleCtx, d: &Decision) -> c_int {
+/// Replies `[allowed, remaining, retry_after, reset_after]`. `remaining_text` is
+/// `format_f64(d.remaining)`, formatted once by the caller, who also stores it.
+pub fn decision(
+    api: &Api,
+    ctx: *mut RedisModuleCtx,
+    d: &Decision,
+    remaining_text: &NumText,
+) -> c_int {
     // SAFETY: ctx is the live command context.
     let resp3 = unsafe { (api.get_context_flags)(ctx) } as u32 & REDISMODULE_CTX_FLAGS_RESP3 != 0;
-    let double = |v: f64| {
+    let text = |bytes: &[u8]| {
+        // SAFETY: bytes is valid for its length; Redis copies it.
+        unsafe { (api.reply_with_string_buffer)(ctx, bytes.as_ptr().cast(), bytes.len()) };
+    };
+    let double = |v: f64, formatted: Option<&NumText>| {
         if resp3 {
             // SAFETY: as above.
             unsafe { (api.reply_with_double)(ctx, v) };
+        } else if let Some(t) = formatted {
+            text(t.as_bytes());
+        } else if v == 0.0 {
+            text(b"0");
         } else {
-            let text = format_f64(v);
-            let bytes = text.as_bytes();
-            // SAFETY: bytes is valid for its length; Redis copies it.
-            unsafe { (api.reply_with_string_buffer)(ctx, bytes.as_ptr().cast(), bytes.len()) };
+            text(format_f64(v).as_bytes());
         }
     };
     // SAFETY: as above.
@@ -33,9 +44,9 @@ pub fn decision(api: &Api, ctx: *mut RedisModuleCtx, d: &Decision) -> c_int {
         (api.reply_with_array)(ctx, 4);
         (api.reply_with_long_long)(ctx, i64::from(d.allowed));
     }
-    double(d.remaining);
-    double(d.retry_after);
-    double(d.reset_after);
+    double(d.remaining, Some(remaining_text));
+    double(d.retry_after, None);
+    double(d.reset_after, None);
     OK
 }
 

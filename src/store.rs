@@ -19,7 +19,6 @@ use crate::bucket::State;
 use crate::error::TbError;
 use crate::expiry::ExpiryPlan;
 use crate::fields;
-use crate::num::NumText;
 
 const HASH_NONE: c_int = 0;
 const NO_EXPIRE: i64 = -1;
@@ -133,12 +132,11 @@ impl<'a> BucketKey<'a> {
         fields::decode(tokens.bytes(), last.bytes())
     }
 
-    /// Stores the new state (exact texts given), notifies keyspace listeners as HSET
+    /// Stores the new state (its exact texts given), notifies keyspace listeners as HSET
     /// would, and replicates the same HSET.
-    pub fn write(&self, tokens: &NumText, last_refill_time: &NumText) {
+    pub fn write(&self, tokens: &[u8], last_refill_time: &[u8]) {
         let api = self.api;
-        let value = |text: &NumText| {
-            let bytes = text.as_bytes();
+        let value = |bytes: &[u8]| {
             // SAFETY: bytes is valid for its length; the string is freed below.
             unsafe { (api.create_string)(self.ctx, bytes.as_ptr().cast(), bytes.len()) }
         };

@@ -420,7 +420,9 @@ impl Server {
     /// SIGTERM and a bounded wait, then SIGKILL: a clean exit lets a server run under
     /// valgrind write its leak report.
     fn terminate(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         if let Ok(pid) = i32::try_from(child.id()) {
             // SAFETY: plain kill(2) on our own child's pid.
             unsafe { libc::kill(pid, libc::SIGTERM) };
