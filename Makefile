@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test unit integration lint fmt fuzz bench test-compat deps help clean
+.PHONY: all build run test unit integration lint fmt fuzz bench soak test-compat deps help clean
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
 	@echo "make test-compat  the integration suite on Redis 8.0 and Valkey 8.1 (built from Debian sources, cached)"
 
 deps:
@@ -51,6 +52,10 @@ fuzz:
 
 bench: build
 	python3 bench/bench.py
+
+# Ten minutes of steady mixed load; writes bench/results/soak.md (not in CI).
+soak: build
+	python3 scripts/soak.py
 
 # The integration suite, unchanged, on each newer server (fetched from Debian trixie
 # source packages and built once; cached under ~/.cache/redis-tb). A server that cannot be
