@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Provide Redis / Valkey server binaries for compatibility tests.
 #
-# Usage: scripts/servers.sh redis|valkey
+# Usage: scripts/servers.sh redis|valkey|redis-libc
+#
+#   redis       Redis 8.0.x, default allocator (jemalloc)
+#   valkey      Valkey 8.1.x, default allocator (jemalloc)
+#   redis-libc  the same Redis built with MALLOC=libc, for scripts/valgrind.sh:
+#               memcheck only sees allocations made through malloc(), and
+#               jemalloc carves the module's memory out of its own arenas, so
+#               through a jemalloc build a leak in the module is invisible.
 #
 # Prints the absolute path of a working redis-server / valkey-server as the
 # only line on stdout; all progress goes to stderr. Exits non-zero with a
@@ -13,7 +20,8 @@
 # drag in a newer libc, whereas the upstream source builds against bookworm.
 #
 # The result is cached in ${REDIS_TB_CACHE:-$HOME/.cache/redis-tb}/servers/
-# <name>-<upstream version>/, outside the clone, so CI and later sessions on
+# <package>-<upstream version>[-<variant>]/ (redis-8.0.2, redis-8.0.2-libc,
+# valkey-8.1.1), outside the clone, so CI and later sessions on
 # the same machine reuse it without network or build.
 #
 # Environment:
@@ -35,30 +43,52 @@ die() {
 }
 
 usage() {
-    echo "usage: $0 redis|valkey" >&2
+    echo "usage: $0 redis|valkey|redis-libc" >&2
     exit 2
 }
 
 [[ $# -eq 1 ]] || usage
 name=$1
+# pkg: the Debian source package (and upstream tarball) to build from.
+# variant: suffix of the cache dir, so each build configuration has its own.
+# make_extra: what the variant changes in the build.
+# want_malloc: the allocator `--version` must report, so a cached binary
+# built otherwise (or a build that ignored MALLOC=) is never handed out.
+variant='' make_extra=() want_malloc=''
 case "$name" in
-    redis) bin=redis-server ;;
-    valkey) bin=valkey-server ;;
+    redis) pkg=redis bin=redis-server ;;
+    valkey) pkg=valkey bin=valkey-server ;;
+    redis-libc)
+        pkg=redis bin=redis-server variant=libc
+        make_extra=(MALLOC=libc) want_malloc=libc
+        ;;
     *) usage ;;
 esac
+suffix=${variant:+-$variant}
 
 cache_root="${REDIS_TB_CACHE:-$HOME/.cache/redis-tb}/servers"
 
+# Whether a binary runs and (for a variant that asks) uses the right allocator.
+usable() {
+    local version
+    version=$("$1" --version 2>/dev/null) || return 1
+    [[ -z $want_malloc || $version == *" malloc=$want_malloc "* ]]
+}
+
 # Print the path of the newest cached binary that actually runs, if any.
 find_cached() {
-    local candidate best=''
+    local candidate dir best=''
     # sort -V so that e.g. redis-8.0.10 wins over redis-8.0.2.
     while IFS= read -r candidate; do
         [[ -n $candidate ]] || continue
-        if "$candidate" --version >/dev/null 2>&1; then
+        # The glob also matches other variants' dirs (redis-8.0.2-libc for
+        # redis): only <pkg>-<version><suffix> exactly is ours.
+        dir=$(basename "$(dirname "$candidate")")
+        [[ $dir =~ ^$pkg-[0-9]+(\.[0-9]+)+$suffix$ ]] || continue
+        if usable "$candidate"; then
             best=$candidate
         fi
-    done < <(compgen -G "$cache_root/$name-*/$bin" | sort -V)
+    done < <(compgen -G "$cache_root/$pkg-*/$bin" | sort -V)
     [[ -n $best ]] && printf '%s\n' "$best"
 }
 
@@ -161,28 +191,28 @@ apt-get "${apt_opts[@]}" update ||
 compgen -G "$work/apt/lists/*_trixie_main_source_Sources*" >/dev/null ||
     die "could not download the trixie Sources index from $mirror (no network to it?); see apt output above"
 
-log "fetching $name source package"
+log "fetching $pkg source package"
 # apt's exit code is ignored on purpose: the latest trixie security
 # revision's .dsc/.debian.tar.xz can 404 on mirrors while the upstream
 # tarball (which is all we use, checksum-verified by apt against the signed
 # index) still arrives. The tarball's presence is the real test.
-(cd "$work/dl" && apt-get "${apt_opts[@]}" source --download-only "$name") ||
+(cd "$work/dl" && apt-get "${apt_opts[@]}" source --download-only "$pkg") ||
     log "apt-get source reported errors; checking whether the upstream tarball arrived anyway"
 
-tarballs=("$work/dl/${name}_"*.orig.tar.*)
+tarballs=("$work/dl/${pkg}_"*.orig.tar.*)
 [[ -f ${tarballs[0]} ]] ||
-    die "no upstream tarball ${name}_*.orig.tar.* was downloaded from $mirror (trixie main); see apt output above"
+    die "no upstream tarball ${pkg}_*.orig.tar.* was downloaded from $mirror (trixie main); see apt output above"
 tarball=${tarballs[0]}
 
 # redis_8.0.2.orig.tar.gz -> 8.0.2; valkey_8.1.1+dfsg1.orig.tar.xz -> 8.1.1
 # (the +dfsg/+ds suffix is Debian repacking, not part of the upstream version).
 version=$(basename "$tarball")
-version=${version#"${name}_"}
+version=${version#"${pkg}_"}
 version=${version%%.orig.tar.*}
 version=${version%%+*}
 [[ $version =~ ^[0-9]+(\.[0-9]+)+$ ]] ||
     die "cannot read an upstream version from $(basename "$tarball")"
-log "got $(basename "$tarball") (upstream $name $version)"
+log "got $(basename "$tarball") (upstream $pkg $version)"
 
 # --- build ------------------------------------------------------------------
 
@@ -195,18 +225,19 @@ jobs=${REDIS_TB_JOBS:-$(nproc)}
 # and download their own dependencies; only the plain server is wanted.
 # USE_SYSTEMD=no: don't let the result depend on whether libsystemd-dev
 # happens to be installed.
-make_args=(-C "$work/src" -j"$jobs" BUILD_TLS=no BUILD_WITH_MODULES=no USE_SYSTEMD=no)
+make_args=(-C "$work/src" -j"$jobs" BUILD_TLS=no BUILD_WITH_MODULES=no USE_SYSTEMD=no
+    "${make_extra[@]}")
 # Build without network where we can, so a build that quietly starts
 # downloading things fails here instead of on a machine without network.
 offline=()
 if unshare --net true 2>/dev/null; then
     offline=(unshare --net)
 fi
-log "building $name $version: ${offline[*]} make ${make_args[*]}"
+log "building $name ($pkg $version): ${offline[*]} make ${make_args[*]}"
 SECONDS=0
 "${offline[@]}" make "${make_args[@]}" >"$work/build.log" 2>&1 || {
     tail -n 60 "$work/build.log"
-    die "building $name $version failed (last lines of the build log above)"
+    die "building $name ($pkg $version) failed (last lines of the build log above)"
 }
 log "built in ${SECONDS}s"
 
@@ -216,11 +247,13 @@ built="$work/src/src/$bin"
 # Guard against the tarball name and the sources disagreeing.
 built_version=$("$built" --version) || die "$built does not run"
 [[ $built_version == *"v=$version "* ]] ||
-    die "expected $name $version but the built binary says: $built_version"
+    die "expected $pkg $version but the built binary says: $built_version"
+usable "$built" ||
+    die "expected a build with malloc=$want_malloc but the built binary says: $built_version"
 
 # --- install ----------------------------------------------------------------
 
-dest="$cache_root/$name-$version"
+dest="$cache_root/$pkg-$version$suffix"
 mkdir -p "$dest"
 cp "$built" "$dest/.$bin.tmp"
 mv -f "$dest/.$bin.tmp" "$dest/$bin"

@@ -12,7 +12,7 @@ use crate::args::parse_take;
 use crate::bucket;
 use crate::error::TbError;
 use crate::expiry;
-use crate::num::{format_f64, format_micros, is_plain_decimal};
+use crate::num::{ceil_micros, format_f64, format_micros, is_plain_decimal};
 use crate::reply;
 use crate::stats::{self, Outcome};
 use crate::store::{BucketKey, string_bytes};
@@ -80,7 +80,12 @@ fn take(
 
     let bucket = BucketKey::open(api, ctx, key)?;
     let stored = bucket.read()?;
-    let decision = bucket::take(args.limit, args.n, now, stored);
+    let mut decision = bucket::take(args.limit, args.n, now, stored);
+    if server_micros.is_some() {
+        // The caller waits on the server's microsecond clock: report whole microseconds.
+        decision.retry_after = ceil_micros(decision.retry_after);
+        decision.reset_after = ceil_micros(decision.reset_after);
+    }
 
     // Formatted once: stored and replied alike.
     let remaining_text = format_f64(decision.remaining);

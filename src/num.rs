@@ -204,6 +204,21 @@ pub fn format_f64(value: f64) -> NumText {
             out.push_bytes(b"-");
         }
         out.push_u64(value.abs() as u64, 0);
+    } else if let Some(micros) = whole_micros(value.abs()) {
+        // Times and server-clock durations: exactly m / 10^6, printed without the
+        // formatting machinery (the text parses to the same rational, so to `value`).
+        if value < 0.0 {
+            out.push_bytes(b"-");
+        }
+        out.push_u64(micros / 1_000_000, 0);
+        let mut fraction = micros % 1_000_000;
+        let mut width = 6;
+        while fraction % 10 == 0 {
+            fraction /= 10;
+            width -= 1;
+        }
+        out.push_bytes(b".");
+        out.push_u64(fraction, width);
     } else if (1e-5..1e16).contains(&value.abs()) {
         // `{}` and `{:e}` print the shortest round-trip digits; 48 bytes hold any f64 in
         // these ranges, and a failed write would only truncate the text.
@@ -212,6 +227,30 @@ pub fn format_f64(value: f64) -> NumText {
         let _ = write!(out, "{value:e}");
     }
     out
+}
+
+/// `value` (>= 0) as whole microseconds m, when m / 10^6 is exactly `value` as an f64 and
+/// m is below 2^53 (so m itself is exact).
+fn whole_micros(value: f64) -> Option<u64> {
+    let scaled = (value * 1e6).round();
+    (scaled < 9_007_199_254_740_992.0 && scaled / 1e6 == value).then_some(scaled as u64)
+}
+
+/// `seconds` rounded up to whole microseconds, as an f64. The server clock ticks in
+/// microseconds, so a server-clock wait reported this way is still long enough, and reads
+/// `0.486913` instead of `0.48691296577453613`. Negative (the "never" -1) and huge values
+/// pass through.
+pub fn ceil_micros(seconds: f64) -> f64 {
+    if !(0.0..9e9).contains(&seconds) {
+        return seconds;
+    }
+    let micros = (seconds * 1e6).ceil() / 1e6;
+    // The division can round below `seconds`; step up until it does not.
+    if micros >= seconds {
+        micros
+    } else {
+        micros.next_up()
+    }
 }
 
 /// Formats a server-clock time given in whole microseconds as fixed-width seconds
@@ -311,6 +350,19 @@ mod tests {
     }
 
     #[test]
+    fn micro_values_print_short_and_exact() {
+        assert_eq!(format_f64(0.5).as_bytes(), b"0.5");
+        assert_eq!(format_f64(0.486913).as_bytes(), b"0.486913");
+        assert_eq!(format_f64(-2.25).as_bytes(), b"-2.25");
+        assert_eq!(format_f64(0.000001).as_bytes(), b"0.000001");
+        assert_eq!(format_f64(1764456268.5).as_bytes(), b"1764456268.5");
+        assert_eq!(ceil_micros(0.48691296577453613), 0.486913);
+        assert_eq!(ceil_micros(2.0), 2.0);
+        assert_eq!(ceil_micros(-1.0), -1.0);
+        assert_eq!(ceil_micros(0.0), 0.0);
+    }
+
+    #[test]
     fn format_micros_is_fixed_width_and_exact() {
         assert_eq!(
             format_micros(1_764_456_268_000_001).as_bytes(),
@@ -331,6 +383,12 @@ mod tests {
             let back = parse_f64(text.as_bytes());
             // -0.0 prints as "0", which is the same number.
             prop_assert_eq!(back, Some(if value == 0.0 { 0.0 } else { value }));
+        }
+
+        #[test]
+        fn ceil_micros_never_shortens_a_wait(seconds in 0.0..1e7f64) {
+            let up = ceil_micros(seconds);
+            prop_assert!(up >= seconds && up - seconds < 1.01e-6, "{seconds} -> {up}");
         }
 
         #[test]
