@@ -34,26 +34,61 @@ use redis_module::raw::{
     self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion,
     RedisModuleCommandKeySpec, RedisModuleCtx, RedisModuleInfoCtx,
 };
-use redis_module::{Context, RedisString, Status, redis_module};
 
 // Rust allocations go through Redis's allocator inside the server (so they show in
-// used_memory); unit tests run outside Redis and use the system allocator.
+// used_memory); unit tests run outside Redis and keep the system allocator.
 #[cfg(not(test))]
-use redis_module::alloc::RedisAlloc as ModuleAllocator;
-#[cfg(test)]
-use std::alloc::System as ModuleAllocator;
+#[global_allocator]
+static ALLOCATOR: redis_module::alloc::RedisAlloc = redis_module::alloc::RedisAlloc;
 
 /// The module's version, as reported by `INFO tb`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The same for `MODULE LIST` (major * 10000 + minor * 100 + patch).
+const MODULE_VERSION: c_int = 100;
 
-redis_module! {
-    name: "tb",
-    version: 1,
-    allocator: (ModuleAllocator, ModuleAllocator),
-    data_types: [],
-    init: init,
-    deinit: deinit,
-    commands: [],
+const OK: c_int = raw::REDISMODULE_OK as c_int;
+const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+
+/// Called by Redis on `loadmodule` / `MODULE LOAD`.
+///
+/// Written by hand rather than with the crate's `redis_module!` macro, whose load path
+/// creates a detached thread-safe context that its unload path never frees (17.6 KB lost
+/// on every MODULE UNLOAD, found by `make test-valgrind`). Nothing may allocate before
+/// `Export_RedisModule_Init`: the global allocator calls the API it fills in.
+///
+/// # Safety
+/// Redis calls it once per load with a valid context.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn RedisModule_OnLoad(
+    ctx: *mut RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: ctx is the load context; the name is a static C string.
+    let init = unsafe {
+        raw::Export_RedisModule_Init(
+            ctx,
+            c"tb".as_ptr(),
+            MODULE_VERSION,
+            raw::REDISMODULE_APIVER_1 as c_int,
+        )
+    };
+    if init != OK || !init_module(ctx) {
+        return ERR;
+    }
+    OK
+}
+
+/// Called by Redis on `MODULE UNLOAD`.
+///
+/// # Safety
+/// Redis calls it once, after which no command of ours runs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn RedisModule_OnUnload(_ctx: *mut RedisModuleCtx) -> c_int {
+    if let Some(api) = api::api() {
+        store::deinit(api);
+    }
+    OK
 }
 
 /// One command: its name, handler, flags and metadata, declared together.
@@ -102,12 +137,12 @@ static COMMANDS: &[CommandDef] = &[CommandDef {
     ],
 }];
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init_module(ctx: *mut RedisModuleCtx) -> bool {
     let api = match api::resolve() {
         Ok(api) => api,
         Err(missing) => {
-            ctx.log_warning(&format!("tb: this server lacks {missing}; not loading"));
-            return Status::Err;
+            log_warning(&format!("tb: this server lacks {missing}; not loading"));
+            return false;
         }
     };
     store::init(api);
@@ -116,7 +151,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         // SAFETY: ctx is the load context; name and flags are static C strings.
         let created = unsafe {
             (api.create_command)(
-                ctx.ctx,
+                ctx,
                 def.name.as_ptr(),
                 Some(def.handler),
                 def.flags.as_ptr(),
@@ -125,34 +160,27 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
                 1,
             )
         };
-        if created != raw::REDISMODULE_OK as c_int {
-            ctx.log_warning(&format!("tb: could not register {:?}", def.name));
-            return Status::Err;
+        if created != OK {
+            log_warning(&format!("tb: could not register {:?}", def.name));
+            return false;
         }
         set_command_info(ctx, api, def);
         set_acl_categories(ctx, api, def, own_category);
     }
     // SAFETY: registering during load; the callback is a plain extern "C" fn.
-    unsafe { (api.register_info_func)(ctx.ctx, Some(info)) };
-    Status::Ok
-}
-
-fn deinit(_ctx: &Context) -> Status {
-    if let Some(api) = api::api() {
-        store::deinit(api);
-    }
-    Status::Ok
+    unsafe { (api.register_info_func)(ctx, Some(info)) };
+    true
 }
 
 /// Declares arity, key specs, summary and arguments where the server supports it (7.0+),
 /// so COMMAND INFO / COMMAND DOCS / COMMAND GETKEYS, cluster routing and ACL key patterns
 /// all see the key. Failure here is logged, never fatal.
-fn set_command_info(ctx: &Context, api: &api::Api, def: &CommandDef) {
+fn set_command_info(ctx: *mut RedisModuleCtx, api: &api::Api, def: &CommandDef) {
     let Some(set_info) = api.set_command_info else {
         return;
     };
     // SAFETY: get_command returns the command we just created (or NULL).
-    let command = unsafe { (api.get_command)(ctx.ctx, def.name.as_ptr()) };
+    let command = unsafe { (api.get_command)(ctx, def.name.as_ptr()) };
     if command.is_null() {
         return;
     }
@@ -197,21 +225,21 @@ fn set_command_info(ctx: &Context, api: &api::Api, def: &CommandDef) {
     info.key_specs = key_specs.as_mut_ptr();
     info.args = args.as_mut_ptr();
     // SAFETY: command and info are valid for the duration of the call.
-    if unsafe { set_info(command, &info) } != raw::REDISMODULE_OK as c_int {
-        ctx.log_warning(&format!("tb: SetCommandInfo failed for {:?}", def.name));
+    if unsafe { set_info(command, &info) } != OK {
+        log_warning(&format!("tb: SetCommandInfo failed for {:?}", def.name));
     }
 }
 
 /// Adds the `ratelimit` ACL category (Redis 7.4+), so `ACL SETUSER u +@ratelimit` grants
 /// exactly this module's commands. Older servers lack the API; that is not an error.
-fn add_acl_category(ctx: &Context, api: &api::Api) -> bool {
+fn add_acl_category(ctx: *mut RedisModuleCtx, api: &api::Api) -> bool {
     let Some(add) = api.add_acl_category else {
         return false;
     };
     // SAFETY: called during load, as the API requires; the name is a static C string.
-    let ok = unsafe { add(ctx.ctx, ACL_CATEGORY.as_ptr()) } == raw::REDISMODULE_OK as c_int;
+    let ok = unsafe { add(ctx, ACL_CATEGORY.as_ptr()) } == OK;
     if !ok {
-        ctx.log_warning("tb: could not add the ratelimit ACL category");
+        log_warning("tb: could not add the ratelimit ACL category");
     }
     ok
 }
@@ -220,12 +248,17 @@ const ACL_CATEGORY: &CStr = c"ratelimit";
 
 /// Puts a command in ACL categories matching its flags (Redis 7.2+; 7.0 has no API for
 /// module command categories, and calling a missing one is what breaks loading there).
-fn set_acl_categories(ctx: &Context, api: &api::Api, def: &CommandDef, own_category: bool) {
+fn set_acl_categories(
+    ctx: *mut RedisModuleCtx,
+    api: &api::Api,
+    def: &CommandDef,
+    own_category: bool,
+) {
     let Some(set) = api.set_command_acl_categories else {
         return;
     };
     // SAFETY: get_command returns the command we just created (or NULL).
-    let command = unsafe { (api.get_command)(ctx.ctx, def.name.as_ptr()) };
+    let command = unsafe { (api.get_command)(ctx, def.name.as_ptr()) };
     if command.is_null() {
         return;
     }
@@ -235,8 +268,8 @@ fn set_acl_categories(ctx: &Context, api: &api::Api, def: &CommandDef, own_categ
         def.acl_categories
     };
     // SAFETY: valid command; static C string.
-    if unsafe { set(command, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
-        ctx.log_warning(&format!(
+    if unsafe { set(command, categories.as_ptr()) } != OK {
+        log_warning(&format!(
             "tb: could not set ACL categories of {:?}",
             def.name
         ));
@@ -269,5 +302,21 @@ const VERSION_C: &CStr =
 
 /// Logs a warning to the Redis log (used on paths that should never run).
 pub(crate) fn log_warning(message: &str) {
-    redis_module::logging::log_warning(message);
+    // SAFETY: the pointer was filled by RedisModule_Init (None before it: then we cannot
+    // log); reading it copies the value.
+    let Some(log) = (unsafe { raw::RedisModule_Log }) else {
+        return;
+    };
+    let mut text = message.as_bytes().to_vec();
+    text.retain(|&b| b != 0);
+    text.push(0);
+    // SAFETY: a NULL context is allowed; "%s" with one NUL-terminated argument.
+    unsafe {
+        log(
+            std::ptr::null_mut(),
+            c"warning".as_ptr(),
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        )
+    };
 }

@@ -150,6 +150,12 @@ impl Conn {
         read_reply(&mut self.reader).expect("read reply from redis")
     }
 
+    /// Sends a command and reads its reply, or returns the I/O error.
+    pub fn try_cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> std::io::Result<Reply> {
+        self.try_send(args)?;
+        self.try_read()
+    }
+
     /// Reads a reply, or the I/O error (a server that died mid-call).
     pub fn try_read(&mut self) -> std::io::Result<Reply> {
         read_reply(&mut self.reader)
@@ -355,10 +361,15 @@ impl Server {
             }
             // Ready means: answering, and it is our process (another test's server may have
             // taken the port between probing and binding; then ours exits and we retry).
+            // A connection can also be reset while the process starts: not ready yet.
             if let Ok(mut c) = Conn::connect(self.port)
-                && c.q("PING") == Reply::Simple("PONG".into())
+                && c.try_cmd(&["PING"]).ok() == Some(Reply::Simple("PONG".into()))
+                && let Ok(info) = c.try_cmd(&["INFO", "server"])
             {
-                let pid = info_field(&mut c, "server", "process_id");
+                let pid = info
+                    .text()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("process_id:").map(|v| v.trim().to_string()));
                 return pid == self.pid().map(|p| p.to_string());
             }
             std::thread::sleep(Duration::from_millis(20));
