@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test unit integration lint fmt fuzz bench soak test-compat deps help clean
+.PHONY: all build run test unit integration lint fmt fuzz bench soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
 	@echo "make test-compat  the integration suite on Redis 8.0 and Valkey 8.1 (built from Debian sources, cached)"
 
@@ -52,6 +53,13 @@ fuzz:
 
 bench: build
 	python3 bench/bench.py
+
+# The integration suite once with every server under valgrind memcheck, on Redis built with
+# MALLOC=libc (scripts/servers.sh redis-libc, built once and cached): a leak is invisible
+# through jemalloc. Fails on any leak or memory error with a stack frame in the module.
+# Logs and test output in target/valgrind/. Not in CI (about 3 minutes).
+test-valgrind: build
+	scripts/valgrind.sh run
 
 # Ten minutes of steady mixed load; writes bench/results/soak.md (not in CI).
 soak: build
