@@ -9,20 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Conn, Options, Reply, Server, dump, info_field};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a, T: ?Sized>(&mut self, items: &[&'a T]) -> &'a T {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-}
+use common::{Conn, Options, Reply, Rng, Server, dump, info_field};
 
 const NUMBERS: &[&str] = &[
     "1",

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Conn, Options, Reply, Server, hgetall, info_field};
+use common::{Conn, Options, Reply, Rng, Server, hgetall, info_field};
 
 type Snapshot = BTreeMap<Vec<u8>, (Vec<(Vec<u8>, Vec<u8>)>, i64)>;
 
@@ -50,20 +50,6 @@ fn master() -> Server {
         with_module: true,
         extra: vec!["--repl-diskless-sync-delay".into(), "0".into()],
     })
-}
-
-/// A deterministic pseudo-random sequence (xorshift), so failures replay.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Thousands of mixed calls: with and without `now`, allowed and denied, n = 0, n above

@@ -610,13 +610,8 @@ fn a_corrupt_bucket_is_reported_not_reset() {
 fn the_server_survives_arbitrary_argument_bytes() {
     let s = Server::start();
     let mut c = s.conn();
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = common::Rng(0x9E37_79B9_7F4A_7C15);
+    let mut next = || rng.next();
     let pieces: &[&[u8]] = &[
         b"1",
         b"0",

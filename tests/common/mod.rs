@@ -242,6 +242,28 @@ fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
     })
 }
 
+/// A deterministic pseudo-random sequence (xorshift64), so a failing run replays.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform-enough in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// One of `items`.
+    pub fn pick<'a, T: ?Sized>(&mut self, items: &[&'a T]) -> &'a T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
 /// Where the module is: $REDIS_TB_MODULE or the release build of this checkout.
 pub fn module_path() -> PathBuf {
     let path = std::env::var_os("REDIS_TB_MODULE")
