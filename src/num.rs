@@ -69,27 +69,28 @@ fn parse_exact_decimal(bytes: &[u8]) -> Option<f64> {
         Some((b'-', rest)) => (true, rest),
         _ => (false, bytes),
     };
-    let mut mantissa: u64 = 0;
-    let mut count = 0u32;
-    let mut fraction_digits = 0usize;
-    let mut seen_dot = false;
-    for &b in digits {
-        match b {
-            b'0'..=b'9' => {
-                if count >= 19 {
-                    return None;
-                }
-                mantissa = mantissa * 10 + u64::from(b - b'0');
-                count += 1;
-                fraction_digits += usize::from(seen_dot);
-            }
-            b'.' if !seen_dot => seen_dot = true,
-            _ => return None,
-        }
-    }
-    if count == 0 || mantissa > 1 << 53 {
+    // At most 19 digits and one dot; checked before the loop so it can run without a
+    // per-digit bound (19 digits cannot overflow a u64).
+    if digits.len() > 20 {
         return None;
     }
+    let mut mantissa: u64 = 0;
+    let mut dot = None;
+    for (i, &b) in digits.iter().enumerate() {
+        let d = b.wrapping_sub(b'0');
+        if d < 10 {
+            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
+        } else if b == b'.' && dot.is_none() {
+            dot = Some(i);
+        } else {
+            return None;
+        }
+    }
+    let count = digits.len() - usize::from(dot.is_some());
+    if count == 0 || count > 19 || mantissa > 1 << 53 {
+        return None;
+    }
+    let fraction_digits = dot.map_or(0, |i| digits.len() - i - 1);
     let value = mantissa as f64 / *POW10.get(fraction_digits)?;
     Some(if negative { -value } else { value })
 }
