@@ -95,18 +95,15 @@ fn take(
         // them in place), a client's `now` as it sent it when that is already plain.
         let client_now = raw.get(3).copied().filter(|t| is_plain_decimal(t));
         let formatted;
+        let is_now = state.last_refill_time == now;
         let time_text: &[u8] = match (server_micros, client_now) {
-            _ if state.last_refill_time != now => {
-                formatted = format_f64(state.last_refill_time);
-                formatted.as_bytes()
-            }
-            (Some(us), _) => {
+            (Some(us), _) if is_now => {
                 formatted = format_micros(us);
                 formatted.as_bytes()
             }
-            (None, Some(sent)) => sent,
-            (None, None) => {
-                formatted = format_f64(now);
+            (None, Some(sent)) if is_now => sent,
+            _ => {
+                formatted = format_f64(state.last_refill_time);
                 formatted.as_bytes()
             }
         };

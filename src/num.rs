@@ -173,6 +173,22 @@ impl NumText {
         self.push_bytes(digits.get(start..).unwrap_or(&[]));
     }
 
+    /// Appends `micros` as seconds with six fraction digits; `trim` drops trailing
+    /// fraction zeros (and the dot with them).
+    fn push_micros(&mut self, micros: u64, trim: bool) {
+        self.push_u64(micros / 1_000_000, 0);
+        let mut fraction = micros % 1_000_000;
+        let mut width = 6;
+        while trim && width > 0 && fraction.is_multiple_of(10) {
+            fraction /= 10;
+            width -= 1;
+        }
+        if width > 0 {
+            self.push_bytes(b".");
+            self.push_u64(fraction, width);
+        }
+    }
+
     /// The formatted bytes.
     pub fn as_bytes(&self) -> &[u8] {
         self.buf.get(..self.len).unwrap_or(&[])
@@ -181,10 +197,10 @@ impl NumText {
 
 impl std::fmt::Write for NumText {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len.checked_add(s.len()).ok_or(std::fmt::Error)?;
-        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        dst.copy_from_slice(s.as_bytes());
-        self.len = end;
+        if s.len() > self.buf.len() - self.len {
+            return Err(std::fmt::Error);
+        }
+        self.push_bytes(s.as_bytes());
         Ok(())
     }
 }
@@ -211,15 +227,7 @@ pub fn format_f64(value: f64) -> NumText {
         if value < 0.0 {
             out.push_bytes(b"-");
         }
-        out.push_u64(micros / 1_000_000, 0);
-        let mut fraction = micros % 1_000_000;
-        let mut width = 6;
-        while fraction % 10 == 0 {
-            fraction /= 10;
-            width -= 1;
-        }
-        out.push_bytes(b".");
-        out.push_u64(fraction, width);
+        out.push_micros(micros, true);
     } else if (1e-5..1e16).contains(&value.abs()) {
         // `{}` and `{:e}` print the shortest round-trip digits; 48 bytes hold any f64 in
         // these ranges, and a failed write would only truncate the text.
@@ -261,9 +269,7 @@ pub fn ceil_micros(seconds: f64) -> f64 {
 /// value in place.
 pub fn format_micros(micros: u64) -> NumText {
     let mut out = NumText::new();
-    out.push_u64(micros / 1_000_000, 0);
-    out.push_bytes(b".");
-    out.push_u64(micros % 1_000_000, 6);
+    out.push_micros(micros, false);
     out
 }
 

@@ -33,8 +33,6 @@ pub fn decision(
             unsafe { (api.reply_with_double)(ctx, v) };
         } else if let Some(t) = formatted {
             text(t.as_bytes());
-        } else if v == 0.0 {
-            text(b"0");
         } else {
             text(format_f64(v).as_bytes());
         }
