@@ -90,24 +90,31 @@ fn take(
     // Formatted once: stored and replied alike.
     let remaining_text = format_f64(decision.remaining);
     if let Some(state) = decision.new_state {
+        // Only fields whose value changed are written (a text someone else stored that
+        // reads as the same number is left as it is).
+        let changed = |field: fn(&bucket::State) -> f64| {
+            stored.is_none_or(|old| field(&old) != field(&state))
+        };
+        let tokens_text = changed(|s| s.tokens).then_some(remaining_text.as_bytes());
         // The stored time, as text that parses to exactly `state.last_refill_time`:
         // server-clock times fixed-width (the same length every call, so Redis rewrites
         // them in place), a client's `now` as it sent it when that is already plain.
-        let client_now = raw.get(3).copied().filter(|t| is_plain_decimal(t));
         let formatted;
-        let is_now = state.last_refill_time == now;
-        let time_text: &[u8] = match (server_micros, client_now) {
-            (Some(us), _) if is_now => {
-                formatted = format_micros(us);
-                formatted.as_bytes()
-            }
-            (None, Some(sent)) if is_now => sent,
-            _ => {
-                formatted = format_f64(state.last_refill_time);
-                formatted.as_bytes()
-            }
+        let time_text: Option<&[u8]> = if !changed(|s| s.last_refill_time) {
+            None
+        } else if state.last_refill_time != now {
+            formatted = format_f64(state.last_refill_time);
+            Some(formatted.as_bytes())
+        } else if let Some(us) = server_micros {
+            formatted = format_micros(us);
+            Some(formatted.as_bytes())
+        } else if let Some(sent) = raw.get(3).copied().filter(|t| is_plain_decimal(t)) {
+            Some(sent)
+        } else {
+            formatted = format_f64(state.last_refill_time);
+            Some(formatted.as_bytes())
         };
-        bucket.write(remaining_text.as_bytes(), time_text);
+        bucket.write(tokens_text, time_text);
         let now_ms = server_micros.map_or_else(|| now_micros() / 1000, |us| us / 1000);
         let now_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
         bucket.apply_expiry(expiry::plan(bucket.expiry(), now_ms, decision.reset_after));

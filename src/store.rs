@@ -132,26 +132,43 @@ impl<'a> BucketKey<'a> {
         fields::decode(tokens.bytes(), last.bytes())
     }
 
-    /// Stores the new state (its exact texts given), notifies keyspace listeners as HSET
-    /// would, and replicates the same HSET.
-    pub fn write(&self, tokens: &[u8], last_refill_time: &[u8]) {
+    /// Stores the fields given (their exact texts; `None`: unchanged, left as stored),
+    /// notifies keyspace listeners as HSET would, and replicates the same HSET. Rewriting
+    /// an unchanged field would cost a hash write, a string and replication bytes per call
+    /// (a client that sends the same `now` twice never moves `last_refill_time`).
+    pub fn write(&self, tokens: Option<&[u8]>, last_refill_time: Option<&[u8]>) {
         let api = self.api;
         let value = |bytes: &[u8]| {
-            // SAFETY: bytes is valid for its length; the string is freed below.
-            unsafe { (api.create_string)(self.ctx, bytes.as_ptr().cast(), bytes.len()) }
+            // SAFETY: bytes is valid for its length; the string is freed on drop below.
+            let ptr = unsafe { (api.create_string)(self.ctx, bytes.as_ptr().cast(), bytes.len()) };
+            OwnedString::new(api, self.ctx, ptr)
         };
-        let tokens = OwnedString::new(api, self.ctx, value(tokens));
-        let last = OwnedString::new(api, self.ctx, value(last_refill_time));
+        let fields = self.fields;
+        let ((f1, v1), second) = match (tokens, last_refill_time) {
+            (Some(t), Some(l)) => (
+                (fields.tokens, value(t)),
+                Some((fields.last_refill_time, value(l))),
+            ),
+            (Some(t), None) => ((fields.tokens, value(t)), None),
+            (None, Some(l)) => ((fields.last_refill_time, value(l)), None),
+            (None, None) => return,
+        };
+        // A NULL field ends HashSet's list, and Replicate reads only as many arguments as
+        // its format names: one call shape serves one field or two.
+        let (f2, v2) = second
+            .as_ref()
+            .map_or((null_mut(), null_mut()), |(f, v)| (*f, v.ptr));
+        let format = if second.is_some() { c"sssss" } else { c"sss" };
         // SAFETY: varargs are (field, value) string pairs ended by NULL; Replicate's "s"
         // takes RedisModuleString pointers and retains them for as long as it needs.
         unsafe {
             (api.hash_set)(
                 self.key,
                 HASH_NONE,
-                self.fields.tokens,
-                tokens.ptr,
-                self.fields.last_refill_time,
-                last.ptr,
+                f1,
+                v1.ptr,
+                f2,
+                v2,
                 null_mut::<c_void>(),
             );
             (api.notify_keyspace_event)(
@@ -163,12 +180,12 @@ impl<'a> BucketKey<'a> {
             (api.replicate)(
                 self.ctx,
                 c"HSET".as_ptr(),
-                c"sssss".as_ptr(),
+                format.as_ptr(),
                 self.name,
-                self.fields.tokens,
-                tokens.ptr,
-                self.fields.last_refill_time,
-                last.ptr,
+                f1,
+                v1.ptr,
+                f2,
+                v2,
             );
         }
     }

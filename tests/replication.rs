@@ -135,6 +135,33 @@ fn denied_calls_and_queries_replicate_nothing() {
 }
 
 #[test]
+fn only_changed_fields_are_rewritten_on_the_master_and_its_replicas() {
+    let master = master();
+    let replica = replica_of(&master, false);
+    let mut c = master.conn();
+    // Numbers spelled the way another writer (the Lua script, HINCRBYFLOAT) may leave
+    // them: a value the module did not change must keep its text, here and on replicas.
+    c.q("HSET a tokens 5.0 last_refill_time 1764456268.50");
+    let allowed = |c: &mut Conn, line: &str| c.q(line).array()[0] == Reply::Int(1);
+    // Same time: only tokens changes.
+    assert!(allowed(&mut c, "TB.TAKE a 10 1 1 1764456268.5"));
+    let field = |c: &mut Conn, f: &str| c.cmd(&["HGET", "a", f]).text();
+    assert_eq!(field(&mut c, "tokens"), "4");
+    assert_eq!(field(&mut c, "last_refill_time"), "1764456268.50");
+    // One second later, one token refilled and one taken: only the time changes.
+    c.q("HSET a tokens 4.0");
+    assert!(allowed(&mut c, "TB.TAKE a 10 1 1 1764456269.5"));
+    assert_eq!(field(&mut c, "tokens"), "4.0");
+    assert_eq!(field(&mut c, "last_refill_time"), "1764456269.5");
+    // Both change.
+    assert!(allowed(&mut c, "TB.TAKE a 10 1 2 1764456270.5"));
+    assert_eq!(field(&mut c, "tokens"), "3");
+    assert_eq!(field(&mut c, "last_refill_time"), "1764456270.5");
+    assert_eq!(c.q("WAIT 1 10000").int(), 1);
+    assert_eq!(snapshot(&mut replica.conn()), snapshot(&mut c));
+}
+
+#[test]
 fn server_clock_calls_replicate_the_masters_time_not_the_replicas() {
     let master = master();
     let replica = replica_of(&master, true);
