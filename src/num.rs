@@ -132,6 +132,14 @@ fn is_decimal(bytes: &[u8]) -> bool {
     i == len
 }
 
+/// "00" to "99": the two-digit groups `push_u64` writes.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
 /// A small stack buffer that numbers are formatted into.
 pub struct NumText {
     buf: [u8; 48],
@@ -158,18 +166,35 @@ impl NumText {
         }
     }
 
-    /// Appends `value` in decimal, zero-padded to at least `width` digits. Integers are
-    /// most of what is stored and replied, and this skips the formatting machinery.
+    /// Appends `value` in decimal, zero-padded to at least `width` (<= 20) digits.
+    /// Integers are most of what is stored and replied, and this skips the formatting
+    /// machinery: two digits per division, from a table.
     fn push_u64(&mut self, mut value: u64, width: usize) {
-        let mut digits = [0u8; 20];
+        let mut digits = [b'0'; 20];
         let mut start = digits.len();
-        while (value > 0 || start == digits.len() || digits.len() - start < width) && start > 0 {
-            start -= 1;
-            if let Some(d) = digits.get_mut(start) {
-                *d = b'0' + (value % 10) as u8;
+        let mut put_pair = |start: usize, pair: u64| {
+            let at = (pair as usize) * 2;
+            if let (Some(dst), Some(src)) = (
+                digits.get_mut(start..start + 2),
+                DIGIT_PAIRS.get(at..at + 2),
+            ) {
+                dst.copy_from_slice(src);
             }
-            value /= 10;
+        };
+        // u64::MAX has 20 digits: at most nine pairs here, leaving value < 100.
+        while value >= 100 && start >= 2 {
+            start -= 2;
+            put_pair(start, value % 100);
+            value /= 100;
         }
+        if start >= 2 {
+            start -= 2;
+            put_pair(start, value);
+            if value < 10 {
+                start += 1;
+            }
+        }
+        let start = start.min(digits.len().saturating_sub(width));
         self.push_bytes(digits.get(start..).unwrap_or(&[]));
     }
 
@@ -402,6 +427,14 @@ mod tests {
         fn micros_text_parses_to_the_same_f64(micros in 0u64..(1u64 << 53)) {
             let text = format_micros(micros);
             prop_assert_eq!(parse_f64(text.as_bytes()), Some(micros as f64 / 1e6));
+        }
+
+        #[test]
+        fn push_u64_matches_std_formatting(value in any::<u64>(), width in 0usize..=20) {
+            let mut out = NumText::new();
+            out.push_u64(value, width);
+            let want = format!("{value:0width$}");
+            prop_assert_eq!(out.as_bytes(), want.as_bytes());
         }
 
         #[test]
