@@ -190,8 +190,12 @@ impl<'a> BucketKey<'a> {
         }
     }
 
-    /// The key's absolute expiry in Unix ms, if it has one.
+    /// The key's absolute expiry in Unix ms, if it has one. A key that did not exist when
+    /// opened has none (no lookup in the expires table).
     pub fn expiry(&self) -> Option<i64> {
+        if !self.exists {
+            return None;
+        }
         // SAFETY: valid open key.
         let at = unsafe { (self.api.get_abs_expire)(self.key) };
         (at != NO_EXPIRE).then_some(at)
