@@ -241,11 +241,12 @@ pub fn format_f64(value: f64) -> NumText {
     let mut out = NumText::new();
     if !value.is_finite() || value == 0.0 {
         out.push_bytes(b"0");
-    } else if value.fract() == 0.0 && value.abs() < 1e16 {
+    } else if value.abs() < 1e16 && value == (value as i64) as f64 {
+        // Integral (checked by a round trip through i64, which needs no libm call).
         if value < 0.0 {
             out.push_bytes(b"-");
         }
-        out.push_u64(value.abs() as u64, 0);
+        out.push_u64((value as i64).unsigned_abs(), 0);
     } else if let Some(micros) = whole_micros(value.abs()) {
         // Times and server-clock durations: exactly m / 10^6, printed without the
         // formatting machinery (the text parses to the same rational, so to `value`).
