@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test unit integration lint fmt fuzz bench soak test-compat test-valgrind deps help clean
+.PHONY: all build run test unit integration lint fmt fuzz bench bench-floor soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
 	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
 	@echo "make test-compat  the integration suite on Redis 8.0 and Valkey 8.1 (built from Debian sources, cached)"
@@ -53,6 +54,9 @@ fuzz:
 
 bench: build
 	python3 bench/bench.py
+
+bench-floor: build
+	bench/floor/run.sh
 
 # The integration suite once with every server under valgrind memcheck, on Redis built with
 # MALLOC=libc (scripts/servers.sh redis-libc, built once and cached): a leak is invisible

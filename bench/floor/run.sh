@@ -1,0 +1,77 @@
+#!/bin/bash
+# The module-API floor: how fast could TB.TAKE be if the module's own code (parsing,
+# bucket math, formatting) cost nothing? Builds a variant that keeps exactly the module
+# API calls of a steady-state take (OpenKey, HashGet of both fields, HashSet of one field
+# + notify + Replicate HSET, GetAbsExpire, CloseKey, the 4-element reply) with constant
+# texts (api-floor.patch), and runs it against the real module and HSET (one server per
+# variant and round, 5 interleaved rounds). Not part of CI; about 2 minutes.
+#
+# usage: bench/floor/run.sh            (from the repository root; `make bench-floor`)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+WORK=$(mktemp -d)
+SERVER_PID=
+cleanup() {
+  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+  git -C "$ROOT" worktree remove --force "$WORK/src" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+cargo build --release --quiet
+cp target/release/libredis_tb.so "$WORK/real.so"
+git worktree add --quiet --detach "$WORK/src" HEAD
+git -C "$WORK/src" apply "$ROOT/bench/floor/api-floor.patch"
+(cd "$WORK/src" && RUSTFLAGS="-A warnings" cargo build --release --quiet --target-dir "$WORK/target")
+cp "$WORK/target/release/libredis_tb.so" "$WORK/floor.so"
+
+CPUS=$(nproc)
+pin_server=(); pin_client=()
+if [ "$CPUS" -ge 2 ]; then pin_server=(taskset -c 0); pin_client=(taskset -c 1); fi
+
+populate() { # port prefix ttl_ms(0: none)
+  python3 - "$2" "$3" <<'PY' | redis-cli -p "$1" --pipe >/dev/null
+import sys
+prefix, ttl = sys.argv[1], sys.argv[2]
+w = sys.stdout.write
+def cmd(*a):
+    w('*%d\r\n' % len(a) + ''.join('$%d\r\n%s\r\n' % (len(x), x) for x in a))
+for i in range(100000):
+    k = '%s%012d' % (prefix, i)
+    cmd('HSET', k, 'tokens', '999999000', 'last_refill_time', '1764456268.123456')
+    if ttl != '0':
+        cmd('PEXPIRE', k, ttl)
+PY
+}
+rps() { # port args...
+  local port=$1; shift
+  "${pin_client[@]}" redis-benchmark -p "$port" -n 500000 -c 50 -P 16 -r 100000 -q --csv "$@" |
+    tail -1 | cut -d, -f2 | tr -d '"'
+}
+
+declare -A ratios
+for round in 1 2 3 4 5; do
+  for variant in real floor; do
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "${pin_server[@]}" redis-server --port "$port" --bind 127.0.0.1 --loadmodule "$WORK/$variant.so" \
+      --save "" --appendonly no --dir "$WORK" >/dev/null 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    # As in `make bench`: each command on its own 100,000 keys, flushed in between; HSET's
+    # keys carry no TTL, the buckets the TTL the module gives a bucket 1000 tokens short at
+    # rate 1 (time to full 1000 s, plus half its slack), so neither variant resets it.
+    populate "$port" h: 0
+    h=$(rps "$port" HSET h:__rand_int__ tokens 999999000 last_refill_time 1764456268.123456)
+    redis-cli -p "$port" flushall >/dev/null
+    populate "$port" tb: 1125500
+    t=$(rps "$port" TB.TAKE tb:__rand_int__ 1000000000 1 1 1764456268.123456)
+    kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
+    r=$(python3 -c "print(f'{$t/$h:.3f}')")
+    ratios[$variant]="${ratios[$variant]:-} $r"
+    printf 'round %d  %-5s  HSET %9.0f req/s  TB.TAKE %9.0f req/s  ratio %s\n' "$round" "$variant" "$h" "$t" "$r"
+  done
+done
+for variant in real floor; do
+  python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[2:]]; print(f'{sys.argv[1]:5}  median TB.TAKE/HSET {statistics.median(v):.3f}  (rounds: {min(v):.3f} .. {max(v):.3f})')" "$variant" ${ratios[$variant]}
+done
