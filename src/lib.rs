@@ -146,6 +146,17 @@ fn init_module(ctx: *mut RedisModuleCtx) -> bool {
         }
     };
     store::init(api);
+    // Keys are opened for writing, but only a take that writes modifies one: signal WATCH
+    // and client-side caching ourselves, on writes (store.rs), instead of Redis doing it
+    // on every close (a denied take or a query would abort transactions watching the
+    // bucket and invalidate client caches for nothing).
+    // SAFETY: ctx is the load context.
+    unsafe {
+        (api.set_module_options)(
+            ctx,
+            raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int,
+        )
+    };
     let own_category = add_acl_category(ctx, api);
     for def in COMMANDS {
         // SAFETY: ctx is the load context; name and flags are static C strings.

@@ -171,6 +171,7 @@ impl<'a> BucketKey<'a> {
                 v2,
                 null_mut::<c_void>(),
             );
+            (api.signal_modified_key)(self.ctx, self.name);
             (api.notify_keyspace_event)(
                 self.ctx,
                 REDISMODULE_NOTIFY_HASH,
@@ -215,6 +216,7 @@ impl<'a> BucketKey<'a> {
         // ("s": string, "l": long long; extra varargs are ignored for "s").
         unsafe {
             (api.set_abs_expire)(self.key, at);
+            (api.signal_modified_key)(self.ctx, self.name);
             (api.notify_keyspace_event)(
                 self.ctx,
                 REDISMODULE_NOTIFY_GENERIC,

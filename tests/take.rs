@@ -83,6 +83,43 @@ fn denied_take_writes_nothing() {
 }
 
 #[test]
+fn watch_sees_only_takes_that_write() {
+    let s = Server::start();
+    let mut watcher = s.conn();
+    let mut c = s.conn();
+    c.take("k", "2", "1", "2", Some(T0)); // now empty
+    let exec_after = |watcher: &mut Conn, c: &mut Conn, line: &str| {
+        watcher.q("WATCH k");
+        watcher.q("MULTI");
+        watcher.q("PING");
+        c.q(line);
+        watcher.q("EXEC")
+    };
+    // A denied take, a query, a take that can never succeed, an error: nothing written,
+    // so a transaction watching the bucket still runs.
+    for line in [
+        format!("TB.TAKE k 2 1 1 {T0}"),
+        format!("TB.TAKE k 2 1 0 {T0}"),
+        format!("TB.TAKE k 2 1 3 {T0}"),
+        "TB.TAKE k 2 x 1".to_string(),
+    ] {
+        let r = exec_after(&mut watcher, &mut c, &line);
+        assert_eq!(
+            r,
+            Reply::Array(vec![Reply::Simple("PONG".into())]),
+            "{line}"
+        );
+    }
+    // An allowed take is a write: the transaction is aborted.
+    let r = exec_after(
+        &mut watcher,
+        &mut c,
+        &format!("TB.TAKE k 2 1 1 {}", at(1.0)),
+    );
+    assert_eq!(r, Reply::Nil);
+}
+
+#[test]
 fn n_zero_reports_the_state_and_writes_nothing() {
     let s = Server::start();
     let mut c = s.conn();
