@@ -120,6 +120,28 @@ fn watch_sees_only_takes_that_write() {
 }
 
 #[test]
+fn client_side_caching_is_invalidated_only_by_takes_that_write() {
+    let s = Server::start();
+    let mut cache = s.conn();
+    let mut c = s.conn();
+    c.take("k", "2", "1", "2", Some(T0)); // now empty
+    cache.q("HELLO 3");
+    assert_eq!(cache.q("CLIENT TRACKING ON"), Reply::Simple("OK".into()));
+    cache.q("HGETALL k"); // the client now caches k
+    c.q(&format!("TB.TAKE k 2 1 1 {T0}")); // denied
+    c.q(&format!("TB.TAKE k 2 1 0 {T0}")); // query
+    // No invalidation push arrived before the reply to PING.
+    assert_eq!(cache.q("PING"), Reply::Simple("PONG".into()));
+    c.q(&format!("TB.TAKE k 2 1 1 {}", at(1.0))); // allowed: a write
+    let invalidate = Reply::Array(vec![
+        Reply::Bulk(b"invalidate".to_vec()),
+        Reply::Array(vec![Reply::Bulk(b"k".to_vec())]),
+    ]);
+    assert_eq!(cache.q("PING"), invalidate);
+    assert_eq!(cache.read(), Reply::Simple("PONG".into()));
+}
+
+#[test]
 fn n_zero_reports_the_state_and_writes_nothing() {
     let s = Server::start();
     let mut c = s.conn();
