@@ -147,9 +147,9 @@ fn init_module(ctx: *mut RedisModuleCtx) -> bool {
     };
     store::init(api);
     // Keys are opened for writing, but only a take that writes modifies one: signal WATCH
-    // and client-side caching ourselves, on writes (store.rs), instead of Redis doing it
-    // on every close (a denied take or a query would abort transactions watching the
-    // bucket and invalidate client caches for nothing).
+    // and client-side caching ourselves, once for a key we wrote (store.rs), instead of
+    // Redis doing it on every close (a denied take or a query would abort transactions
+    // watching the bucket and invalidate client caches for nothing).
     // SAFETY: ctx is the load context.
     unsafe {
         (api.set_module_options)(

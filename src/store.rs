@@ -4,6 +4,7 @@
 //! PEXPIREAT) so replicas and AOF replay store exactly the same bytes, need no module, and
 //! never recompute anything with another clock.
 
+use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
@@ -70,6 +71,10 @@ pub struct BucketKey<'a> {
     key: *mut RedisModuleKey,
     fields: &'static FieldNames,
     exists: bool,
+    /// Set by a write or an expiry change: the key is signalled as modified (WATCH,
+    /// client-side caching) once, when it is closed. The module sets
+    /// NO_IMPLICIT_SIGNAL_MODIFIED, so a take that writes nothing signals nothing.
+    modified: Cell<bool>,
 }
 
 impl<'a> BucketKey<'a> {
@@ -94,6 +99,7 @@ impl<'a> BucketKey<'a> {
             key,
             fields,
             exists: false,
+            modified: Cell::new(false),
         };
         // SAFETY: key is a valid open key.
         let kind = unsafe { (api.key_type)(key) } as isize;
@@ -159,6 +165,7 @@ impl<'a> BucketKey<'a> {
             .as_ref()
             .map_or((null_mut(), null_mut()), |(f, v)| (*f, v.ptr));
         let format = if second.is_some() { c"sssss" } else { c"sss" };
+        self.modified.set(true);
         // SAFETY: varargs are (field, value) string pairs ended by NULL; Replicate's "s"
         // takes RedisModuleString pointers and retains them for as long as it needs.
         unsafe {
@@ -171,7 +178,6 @@ impl<'a> BucketKey<'a> {
                 v2,
                 null_mut::<c_void>(),
             );
-            (api.signal_modified_key)(self.ctx, self.name);
             (api.notify_keyspace_event)(
                 self.ctx,
                 REDISMODULE_NOTIFY_HASH,
@@ -212,11 +218,11 @@ impl<'a> BucketKey<'a> {
                 ExpiryPlan::SetAt(at) => (at, c"expire", c"PEXPIREAT", c"sl"),
                 ExpiryPlan::Persist => (NO_EXPIRE, c"persist", c"PERSIST", c"s"),
             };
+        self.modified.set(true);
         // SAFETY: valid open key and context; the format matches the arguments given
         // ("s": string, "l": long long; extra varargs are ignored for "s").
         unsafe {
             (api.set_abs_expire)(self.key, at);
-            (api.signal_modified_key)(self.ctx, self.name);
             (api.notify_keyspace_event)(
                 self.ctx,
                 REDISMODULE_NOTIFY_GENERIC,
@@ -236,8 +242,14 @@ impl<'a> BucketKey<'a> {
 
 impl Drop for BucketKey<'_> {
     fn drop(&mut self) {
-        // SAFETY: key was opened by us and is closed exactly once.
-        unsafe { (self.api.close_key)(self.key) }
+        // SAFETY: ctx and name are this call's; key was opened by us and is closed exactly
+        // once.
+        unsafe {
+            if self.modified.get() {
+                (self.api.signal_modified_key)(self.ctx, self.name);
+            }
+            (self.api.close_key)(self.key)
+        }
     }
 }
 
