@@ -98,13 +98,11 @@ fn take(
         let tokens_text = changed(|s| s.tokens).then_some(remaining_text.as_bytes());
         // The stored time, as text that parses to exactly `state.last_refill_time`:
         // server-clock times fixed-width (the same length every call, so Redis rewrites
-        // them in place), a client's `now` as it sent it when that is already plain.
+        // them in place), a client's `now` as it sent it when that is already plain. A
+        // time that changed is `now` (it never moves backwards, so it moved to `now`).
         let formatted;
         let time_text: Option<&[u8]> = if !changed(|s| s.last_refill_time) {
             None
-        } else if state.last_refill_time != now {
-            formatted = format_f64(state.last_refill_time);
-            Some(formatted.as_bytes())
         } else if let Some(us) = server_micros {
             formatted = format_micros(us);
             Some(formatted.as_bytes())
