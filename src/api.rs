@@ -52,10 +52,10 @@ pub struct Api {
         unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, c_ulonglong) -> c_int,
     pub info_add_field_cstring:
         unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, *const c_char) -> c_int,
-    /// Redis 7.0+: key specs, arity, summary. Absent on older servers.
-    pub set_command_info: Option<
+    /// Redis 7.0+: key specs, arity, summary. Mandatory: TB.MTAKE's keys can only be
+    /// declared through a key spec.
+    pub set_command_info:
         unsafe extern "C" fn(*mut RedisModuleCommand, *const RedisModuleCommandInfo) -> c_int,
-    >,
     /// Redis 7.2+ only: calling it is what makes a module fail to load on 7.0.
     pub set_command_acl_categories:
         Option<unsafe extern "C" fn(*mut RedisModuleCommand, *const c_char) -> c_int>,
@@ -115,7 +115,7 @@ pub fn resolve() -> Result<&'static Api, &'static str> {
         info_add_section: need!(RedisModule_InfoAddSection),
         info_add_field_ulonglong: need!(RedisModule_InfoAddFieldULongLong),
         info_add_field_cstring: need!(RedisModule_InfoAddFieldCString),
-        set_command_info: optional!(RedisModule_SetCommandInfo),
+        set_command_info: need!(RedisModule_SetCommandInfo),
         set_command_acl_categories: optional!(RedisModule_SetCommandACLCategories),
         add_acl_category: optional!(RedisModule_AddACLCategory),
     };

@@ -1,11 +1,12 @@
-//! TB.TAKE arguments: raw argument bytes in, validated parameters out. No Redis types, so
-//! every byte sequence a client can send is tested directly.
+//! Command arguments: raw argument bytes in, validated parameters out. No Redis types, so
+//! every byte sequence a client can send is tested directly. Each command's parser names
+//! its arguments in its errors and accepts TB.TAKE's ranges.
 
 use crate::bucket::{Limit, MAX_AMOUNT, MIN_RATE, valid_time};
 use crate::error::{Arg, TbError};
 use crate::num::parse_f64;
 
-/// Validated TB.TAKE parameters (the key is handled by the caller).
+/// Validated `capacity rate n [now]` (TB.TAKE, TB.REFUND; the key is handled by the caller).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TakeArgs {
     pub limit: Limit,
@@ -21,16 +22,140 @@ pub fn parse_take(args: &[&[u8]]) -> Result<TakeArgs, TbError> {
         [c, r, n, now] => (c, r, n, Some(now)),
         _ => return Err(TbError::WrongArity),
     };
+    let (limit, n) = parse_triple(capacity, rate, n)?;
+    Ok(TakeArgs {
+        limit,
+        n,
+        now: parse_now(now)?,
+    })
+}
+
+/// Validated TB.RESERVE arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReserveArgs {
+    pub limit: Limit,
+    pub n: f64,
+    /// Seconds a caller accepts to wait, finite and >= 0.
+    pub max_wait: f64,
+    pub now: Option<f64>,
+}
+
+/// Parses `capacity rate n max_wait [now]`: the arguments after the key.
+pub fn parse_reserve(args: &[&[u8]]) -> Result<ReserveArgs, TbError> {
+    let (capacity, rate, n, max_wait, now) = match *args {
+        [c, r, n, w] => (c, r, n, w, None),
+        [c, r, n, w, now] => (c, r, n, w, Some(now)),
+        _ => return Err(TbError::WrongArity),
+    };
+    let (limit, n) = parse_triple(capacity, rate, n)?;
+    let max_wait = number(max_wait, Arg::MaxWait, |v| v >= 0.0)?;
+    Ok(ReserveArgs {
+        limit,
+        n,
+        max_wait: max_wait + 0.0,
+        now: parse_now(now)?,
+    })
+}
+
+/// Validated TB.PEEK arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PeekArgs {
+    pub limit: Limit,
+    pub now: Option<f64>,
+}
+
+/// Parses `capacity rate [now]`: the arguments after the key.
+pub fn parse_peek(args: &[&[u8]]) -> Result<PeekArgs, TbError> {
+    let (capacity, rate, now) = match *args {
+        [c, r] => (c, r, None),
+        [c, r, now] => (c, r, Some(now)),
+        _ => return Err(TbError::WrongArity),
+    };
+    Ok(PeekArgs {
+        limit: parse_limit(capacity, rate)?,
+        now: parse_now(now)?,
+    })
+}
+
+/// Where TB.MTAKE's arguments are, from `numkeys` and the argument count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MTakeLayout {
+    /// How many keys (and so triples) follow numkeys.
+    pub keys: usize,
+    /// Whether a `now` ends the arguments.
+    pub has_now: bool,
+}
+
+/// Checks `numkeys` against the number of arguments after it (`rest`): numkeys keys,
+/// numkeys `capacity rate n` triples, then an optional `now`.
+pub fn mtake_layout(numkeys: &[u8], rest: usize) -> Result<MTakeLayout, TbError> {
+    let keys = parse_count(numkeys).ok_or(TbError::NumKeysNotPositive)?;
+    let needed = keys.checked_mul(4).ok_or(TbError::NumKeysMismatch)?;
+    match rest.checked_sub(needed) {
+        Some(0) => Ok(MTakeLayout {
+            keys,
+            has_now: false,
+        }),
+        Some(1) => Ok(MTakeLayout {
+            keys,
+            has_now: true,
+        }),
+        _ => Err(TbError::NumKeysMismatch),
+    }
+}
+
+/// A count: plain decimal digits, no sign, no leading zero, at least 1.
+fn parse_count(bytes: &[u8]) -> Option<usize> {
+    if bytes.first() == Some(&b'0') || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// Parses TB.MTAKE's triples (`capacity rate n`, three slices each) in key order.
+pub fn parse_triples(triples: &[&[u8]]) -> Result<Vec<(Limit, f64)>, TbError> {
+    triples
+        .chunks(3)
+        .map(|t| match *t {
+            [c, r, n] => parse_triple(c, r, n),
+            _ => Err(TbError::NumKeysMismatch),
+        })
+        .collect()
+}
+
+/// Whether any two of `names` are byte-equal. Small lists (every real TB.MTAKE) compare
+/// pairwise without allocating; long ones sort a copy.
+pub fn has_duplicates(names: &[&[u8]]) -> bool {
+    if names.len() <= 16 {
+        return names
+            .iter()
+            .enumerate()
+            .any(|(i, a)| names.iter().skip(i + 1).any(|b| a == b));
+    }
+    let mut sorted = names.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).any(|w| w.first() == w.get(1))
+}
+
+/// Parses `now` when given.
+pub fn parse_now(now: Option<&[u8]>) -> Result<Option<f64>, TbError> {
+    // -0 is accepted as 0; store and reply the plain zero.
+    Ok(now
+        .map(|t| number(t, Arg::Now, valid_time))
+        .transpose()?
+        .map(|t| t + 0.0))
+}
+
+fn parse_limit(capacity: &[u8], rate: &[u8]) -> Result<Limit, TbError> {
     let capacity = number(capacity, Arg::Capacity, |v| v > 0.0 && v <= MAX_AMOUNT)?;
     let rate = number(rate, Arg::Rate, |v| (MIN_RATE..=MAX_AMOUNT).contains(&v))?;
+    Ok(Limit { capacity, rate })
+}
+
+fn parse_triple(capacity: &[u8], rate: &[u8], n: &[u8]) -> Result<(Limit, f64), TbError> {
+    let limit = parse_limit(capacity, rate)?;
     let n = number(n, Arg::N, |v| (0.0..=MAX_AMOUNT).contains(&v))?;
-    let now = now.map(|t| number(t, Arg::Now, valid_time)).transpose()?;
-    Ok(TakeArgs {
-        limit: Limit { capacity, rate },
-        // -0 is accepted as 0; store and reply the plain zero.
-        n: n + 0.0,
-        now: now.map(|t| t + 0.0),
-    })
+    Ok((limit, n + 0.0))
 }
 
 fn number(bytes: &[u8], arg: Arg, in_range: impl Fn(f64) -> bool) -> Result<f64, TbError> {

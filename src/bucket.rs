@@ -73,53 +73,195 @@ pub fn tokens_at(limit: Limit, stored: Option<State>, t: f64) -> f64 {
     }
 }
 
-/// Refill, then take `n` tokens at time `now` if they are there.
-pub fn take(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
-    // The bucket's own clock never moves backwards: a caller whose clock is behind is
-    // served at the stored time.
-    let effective = stored.map_or(now, |s| s.last_refill_time.max(now));
-    let current = tokens_at(limit, stored, effective);
-    let reset_from = |state: Option<State>| wait_until(limit, state, limit.capacity, now);
+/// The bucket's own clock: the later of `now` and the stored time. It never moves
+/// backwards, so a caller whose clock is behind is served at the stored time.
+fn effective_time(stored: Option<State>, now: f64) -> f64 {
+    stored.map_or(now, |s| s.last_refill_time.max(now))
+}
 
-    if n > limit.capacity {
+/// The bucket as it stands at `now`, changing nothing: `allowed` says whether `n` tokens
+/// are there (with a balance in debt after reservations, `n = 0` is "not in debt").
+fn report(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
+    let current = tokens_at(limit, stored, effective_time(stored, now));
+    let (allowed, retry_after) = if n > limit.capacity {
+        (false, -1.0)
+    } else if current >= n {
+        (true, 0.0)
+    } else {
+        (false, wait_until(limit, stored, n, now))
+    };
+    Decision {
+        allowed,
+        remaining: current,
+        retry_after,
+        reset_after: wait_until(limit, stored, limit.capacity, now),
+        new_state: None,
+    }
+}
+
+/// Refill, then take `n` tokens at time `now` if they are there. A call that takes
+/// nothing (`n = 0`, `n > capacity`, too few tokens) only reports the bucket.
+pub fn take(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
+    let effective = effective_time(stored, now);
+    let current = tokens_at(limit, stored, effective);
+    if n == 0.0 || n > limit.capacity || current < n {
+        return report(limit, n, now, stored);
+    }
+    let new_state = State {
+        tokens: current - n,
+        last_refill_time: effective,
+    };
+    Decision {
+        allowed: true,
+        remaining: new_state.tokens,
+        retry_after: 0.0,
+        reset_after: wait_until(limit, Some(new_state), limit.capacity, now),
+        new_state: Some(new_state),
+    }
+}
+
+/// TB.PEEK: the bucket at `now` and whether one token could be taken, changing nothing.
+pub fn peek(limit: Limit, now: f64, stored: Option<State>) -> Decision {
+    report(limit, 1.0, now, stored)
+}
+
+/// TB.REFUND: gives `n` tokens back after the refill, never above the capacity. A
+/// missing bucket is already full; a refund that adds nothing writes nothing.
+pub fn refund(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
+    let effective = effective_time(stored, now);
+    let current = tokens_at(limit, stored, effective);
+    let tokens = (current + n).min(limit.capacity);
+    if stored.is_none() || tokens <= current {
         return Decision {
-            allowed: false,
+            allowed: true,
             remaining: current,
-            retry_after: -1.0,
-            reset_after: reset_from(stored),
+            retry_after: 0.0,
+            reset_after: wait_until(limit, stored, limit.capacity, now),
             new_state: None,
         };
     }
-    if current >= n {
-        if n == 0.0 {
-            // A pure query: reports the state, writes nothing.
-            return Decision {
-                allowed: true,
-                remaining: current,
-                retry_after: 0.0,
-                reset_after: reset_from(stored),
-                new_state: None,
-            };
-        }
-        let new_state = State {
+    let state = State {
+        tokens,
+        last_refill_time: effective,
+    };
+    Decision {
+        allowed: true,
+        remaining: tokens,
+        retry_after: 0.0,
+        reset_after: wait_until(limit, Some(state), limit.capacity, now),
+        new_state: Some(state),
+    }
+}
+
+/// TB.RESERVE: a leaky bucket used as a queue. Takes `n` tokens if they are there (wait
+/// 0); otherwise, if they will be there within `max_wait` seconds, takes them anyway (the
+/// balance goes into debt, paid back by the refill) and answers the wait after which the
+/// caller may proceed; otherwise denies, writing nothing, with the wait after which the
+/// same reservation would be accepted.
+///
+/// The debt is bounded twice: by `max_wait * rate` (through the wait) and by `MAX_AMOUNT`,
+/// so whatever `max_wait` says (1e308 included) the stored balance stays finite and
+/// readable (`valid_stored_tokens`).
+pub fn reserve(limit: Limit, n: f64, max_wait: f64, now: f64, stored: Option<State>) -> Decision {
+    let effective = effective_time(stored, now);
+    let current = tokens_at(limit, stored, effective);
+    if n > limit.capacity || n == 0.0 || current >= n {
+        return take(limit, n, now, stored);
+    }
+    if let Some(wait) = reservation_wait(limit, n, max_wait, now, stored) {
+        let state = State {
             tokens: current - n,
             last_refill_time: effective,
         };
         return Decision {
             allowed: true,
-            remaining: new_state.tokens,
-            retry_after: 0.0,
-            reset_after: reset_from(Some(new_state)),
-            new_state: Some(new_state),
+            remaining: state.tokens,
+            retry_after: wait,
+            reset_after: wait_until(limit, Some(state), limit.capacity, now),
+            new_state: Some(state),
         };
+    }
+    // The earliest retry: when the wait has shrunk to max_wait and the debt fits, checked
+    // (and nudged up) the way the caller will use it, like `wait_until`.
+    let deepest = n - MAX_AMOUNT;
+    let mut retry = (wait_until(limit, stored, n, now) - max_wait)
+        .max(wait_until(limit, stored, deepest, now))
+        .max(0.0);
+    let mut step = ulp(now + retry).max(ulp(retry));
+    for _ in 0..1100 {
+        if reservation_wait(limit, n, max_wait, now + retry, stored).is_some() {
+            break;
+        }
+        retry += step;
+        step *= 2.0;
     }
     Decision {
         allowed: false,
         remaining: current,
-        retry_after: wait_until(limit, stored, n, now),
-        reset_after: reset_from(stored),
+        retry_after: retry,
+        reset_after: wait_until(limit, stored, limit.capacity, now),
         new_state: None,
     }
+}
+
+/// The wait of a reservation of `n` (<= capacity) at `now`, when it is acceptable: within
+/// `max_wait`, and leaving a balance no deeper than `-MAX_AMOUNT`.
+fn reservation_wait(
+    limit: Limit,
+    n: f64,
+    max_wait: f64,
+    now: f64,
+    stored: Option<State>,
+) -> Option<f64> {
+    let current = tokens_at(limit, stored, effective_time(stored, now));
+    let wait = wait_until(limit, stored, n, now);
+    (wait <= max_wait && current - n >= -MAX_AMOUNT).then_some(wait)
+}
+
+/// One bucket of a TB.MTAKE: its shape, the tokens asked for and its stored state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Part {
+    pub limit: Limit,
+    pub n: f64,
+    pub stored: Option<State>,
+}
+
+/// TB.MTAKE: takes from every bucket or from none, at one `now`.
+///
+/// Returns the aggregate (allowed only if every bucket had enough; the smallest
+/// remaining; when denied, -1 if any bucket can never succeed, else the longest wait;
+/// the longest reset) and one decision per bucket. When any bucket is short, no decision
+/// carries a state to store, and each bucket is reported as it stands (its `allowed`:
+/// "this bucket alone had enough").
+pub fn take_all(parts: &[Part], now: f64) -> (Decision, Vec<Decision>) {
+    let mut each: Vec<Decision> = parts
+        .iter()
+        .map(|p| take(p.limit, p.n, now, p.stored))
+        .collect();
+    let allowed = each.iter().all(|d| d.allowed);
+    if !allowed {
+        for (d, p) in each.iter_mut().zip(parts) {
+            if d.new_state.is_some() {
+                *d = report(p.limit, p.n, now, p.stored);
+            }
+        }
+    }
+    let never = each.iter().any(|d| d.retry_after < 0.0);
+    let max = |f: fn(&Decision) -> f64| each.iter().map(f).fold(0.0, f64::max);
+    let aggregate = Decision {
+        allowed,
+        remaining: each.iter().map(|d| d.remaining).reduce(f64::min).unwrap_or(0.0),
+        retry_after: if allowed {
+            0.0
+        } else if never {
+            -1.0
+        } else {
+            max(|d| d.retry_after)
+        },
+        reset_after: max(|d| d.reset_after),
+        new_state: None,
+    };
+    (aggregate, each)
 }
 
 /// Seconds `w` from `now` such that the bucket holds at least `target` tokens at the

@@ -9,16 +9,23 @@ pub enum TbError {
     InvalidNumber(Arg),
     OutOfRange(Arg),
     CorruptState(Field),
+    /// TB.MTAKE's numkeys is not an integer >= 1.
+    NumKeysNotPositive,
+    /// TB.MTAKE's argument count does not fit numkeys.
+    NumKeysMismatch,
+    /// TB.MTAKE named one key twice.
+    DuplicateKey,
     Internal,
 }
 
-/// The numeric arguments of TB.TAKE, named in error texts.
+/// The numeric arguments of the commands, named in error texts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arg {
     Capacity,
     Rate,
     N,
     Now,
+    MaxWait,
 }
 
 /// The stored hash fields, named in corrupt-state texts.
@@ -29,18 +36,19 @@ pub enum Field {
 }
 
 impl TbError {
-    /// The reply text, NUL-terminated.
+    /// The reply text, NUL-terminated. Wrong arity names the command: see `arity_text`.
     pub fn text(self) -> &'static str {
         use Arg::*;
         use Field::*;
         use TbError::*;
         match self {
-            WrongArity => "ERR wrong number of arguments for 'tb.take' command\0",
+            WrongArity => "ERR wrong number of arguments\0",
             WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value\0",
             InvalidNumber(Capacity) => "ERR capacity is not a valid number\0",
             InvalidNumber(Rate) => "ERR rate is not a valid number\0",
             InvalidNumber(N) => "ERR n is not a valid number\0",
             InvalidNumber(Now) => "ERR now is not a valid number\0",
+            InvalidNumber(MaxWait) => "ERR max_wait is not a valid number\0",
             OutOfRange(Capacity) => "ERR capacity must be > 0 and <= 9007199254740992\0",
             OutOfRange(Rate) => {
                 "ERR rate must be >= 1e-9 and <= 9007199254740992 tokens per second\0"
@@ -49,6 +57,12 @@ impl TbError {
             OutOfRange(Now) => {
                 "ERR now must be seconds since the Unix epoch, >= 0 and < 253402300800\0"
             }
+            OutOfRange(MaxWait) => "ERR max_wait must be >= 0 seconds\0",
+            NumKeysNotPositive => "ERR numkeys must be a positive integer\0",
+            NumKeysMismatch => {
+                "ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now\0"
+            }
+            DuplicateKey => "ERR tb.mtake got the same key more than once\0",
             CorruptState(Tokens) => {
                 "ERR bucket state is corrupt: field 'tokens' is not a valid token count\0"
             }
@@ -58,6 +72,11 @@ impl TbError {
             Internal => "ERR internal error in the tb module (see the server log)\0",
         }
     }
+}
+
+/// Redis's own wrong-arity text for `command` (its lower-case name), NUL-terminated.
+pub fn arity_text(command: &str) -> String {
+    format!("ERR wrong number of arguments for '{command}' command\0")
 }
 
 #[cfg(test)]
@@ -72,10 +91,13 @@ mod tests {
             TbError::Internal,
             TbError::CorruptState(Field::Tokens),
             TbError::CorruptState(Field::LastRefillTime),
+            TbError::NumKeysNotPositive,
+            TbError::NumKeysMismatch,
+            TbError::DuplicateKey,
         ]
         .into_iter()
         .chain(
-            [Arg::Capacity, Arg::Rate, Arg::N, Arg::Now]
+            [Arg::Capacity, Arg::Rate, Arg::N, Arg::Now, Arg::MaxWait]
                 .into_iter()
                 .flat_map(|a| [TbError::InvalidNumber(a), TbError::OutOfRange(a)]),
         );
@@ -84,5 +106,13 @@ mod tests {
             assert!(t.starts_with("ERR ") || t.starts_with("WRONGTYPE "), "{t}");
             assert_eq!(t.find('\0'), Some(t.len() - 1), "{t}");
         }
+    }
+
+    #[test]
+    fn arity_text_names_the_command_as_redis_does() {
+        assert_eq!(
+            arity_text("tb.mtake"),
+            "ERR wrong number of arguments for 'tb.mtake' command\0"
+        );
     }
 }

@@ -18,7 +18,7 @@
 mod api;
 pub mod args;
 pub mod bucket;
-mod command;
+mod commands;
 pub mod error;
 pub mod expiry;
 pub mod fields;
@@ -29,6 +29,8 @@ mod store;
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
+
+use stats::CommandStats;
 
 use redis_module::raw::{
     self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion,
@@ -44,7 +46,7 @@ static ALLOCATOR: redis_module::alloc::RedisAlloc = redis_module::alloc::RedisAl
 /// The module's version, as reported by `INFO tb`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The same for `MODULE LIST` (major * 10000 + minor * 100 + patch).
-const MODULE_VERSION: c_int = 100;
+const MODULE_VERSION: c_int = 200;
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
 const ERR: c_int = raw::REDISMODULE_ERR as c_int;
@@ -91,51 +93,184 @@ pub unsafe extern "C" fn RedisModule_OnUnload(_ctx: *mut RedisModuleCtx) -> c_in
     OK
 }
 
-/// One command: its name, handler, flags and metadata, declared together.
+/// One command: its name, logic, flags, key declaration, docs, ACL categories and INFO
+/// counters, declared together in one row of `COMMANDS`.
 struct CommandDef {
+    /// Lower-case, as Redis reports it (`tb.take`).
     name: &'static CStr,
-    handler:
-        unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int,
+    body: commands::Body,
     flags: &'static CStr,
     /// Redis arity: negative means "at least".
     arity: c_int,
     summary: &'static CStr,
     complexity: &'static CStr,
     since: &'static CStr,
-    /// Key-spec flags of the one key at position 1.
-    key_flags: u32,
-    args: &'static [(&'static CStr, raw::RedisModuleCommandArgType, u32)],
+    keys: Keys,
+    args: &'static [ArgDef],
     /// ACL categories on servers that have the API (7.2+), without and with our own.
     acl_categories: &'static CStr,
     acl_categories_with_own: &'static CStr,
+    /// `INFO tb`: `tb_<name without "tb.">_calls`, `_allowed`, `_denied`, `_errors`.
+    stats: CommandStats,
 }
+
+/// Where a command's keys are, declared as a key spec (COMMAND GETKEYS, cluster routing
+/// and CROSSSLOT, ACL key patterns all read it), with the key-spec flags.
+enum Keys {
+    /// One key, at position 1.
+    One(u32),
+    /// `numkeys key [key ...]`: the count at position 1, the keys after it.
+    Counted(u32),
+}
+
+/// One documented argument (COMMAND DOCS), possibly a block of others.
+struct ArgDef {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    flags: u32,
+    subargs: &'static [ArgDef],
+}
+
+const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> ArgDef {
+    ArgDef {
+        name,
+        kind,
+        flags: 0,
+        subargs: &[],
+    }
+}
+
+const KEY: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+const DOUBLE: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE;
+const INTEGER: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const BLOCK: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
+const OPTIONAL: u32 = raw::REDISMODULE_CMD_ARG_OPTIONAL;
+const MULTIPLE: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE;
+
+const KEY_ARG: ArgDef = arg(c"key", KEY);
+const CAPACITY: ArgDef = arg(c"capacity", DOUBLE);
+const RATE: ArgDef = arg(c"rate", DOUBLE);
+const N: ArgDef = arg(c"n", DOUBLE);
+const NOW: ArgDef = ArgDef {
+    flags: OPTIONAL,
+    ..arg(c"now", DOUBLE)
+};
 
 const KEY_RW_UPDATE: u32 =
     raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+const KEY_RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
-static COMMANDS: &[CommandDef] = &[CommandDef {
-    name: c"tb.take",
-    handler: command::tb_take,
-    flags: c"write deny-oom fast",
-    arity: -5,
-    summary: c"Refills a token bucket stored in a hash and takes n tokens from it if they are there. Replies [allowed, remaining, retry_after, reset_after].",
-    complexity: c"O(1)",
-    since: c"0.1.0",
-    key_flags: KEY_RW_UPDATE,
-    acl_categories: c"write fast",
-    acl_categories_with_own: c"write fast ratelimit",
-    args: &[
-        (c"key", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
-        (c"capacity", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE, 0),
-        (c"rate", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE, 0),
-        (c"n", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE, 0),
-        (
-            c"now",
-            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE,
-            raw::REDISMODULE_CMD_ARG_OPTIONAL,
-        ),
-    ],
-}];
+/// The command table: one row per command.
+static COMMANDS: [CommandDef; 5] = [
+    CommandDef {
+        name: c"tb.take",
+        body: commands::take::run,
+        flags: c"write deny-oom fast",
+        arity: -5,
+        summary: c"Refills a token bucket stored in a hash and takes n tokens from it if they are there. Replies [allowed, remaining, retry_after, reset_after].",
+        complexity: c"O(1)",
+        since: c"0.1.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, CAPACITY, RATE, N, NOW],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+    },
+    CommandDef {
+        name: c"tb.mtake",
+        body: commands::mtake::run,
+        flags: c"write deny-oom fast",
+        arity: -6,
+        summary: c"Takes from several token buckets at once, all or nothing (layered limits). Replies the aggregate [allowed, remaining, retry_after, reset_after] and one such array per key.",
+        complexity: c"O(N) where N is the number of keys",
+        since: c"0.2.0",
+        keys: Keys::Counted(KEY_RW_UPDATE),
+        args: &[
+            arg(c"numkeys", INTEGER),
+            ArgDef {
+                flags: MULTIPLE,
+                ..KEY_ARG
+            },
+            ArgDef {
+                name: c"limit",
+                kind: BLOCK,
+                flags: MULTIPLE,
+                subargs: &[CAPACITY, RATE, N],
+            },
+            NOW,
+        ],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+    },
+    CommandDef {
+        name: c"tb.reserve",
+        body: commands::reserve::run,
+        flags: c"write deny-oom fast",
+        arity: -6,
+        summary: c"Leaky-bucket shaping: takes n tokens now, or reserves them if they will be there within max_wait seconds, replying the wait. Replies [allowed, remaining, wait_or_retry_after, reset_after].",
+        complexity: c"O(1)",
+        since: c"0.2.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, CAPACITY, RATE, N, arg(c"max_wait", DOUBLE), NOW],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+    },
+    CommandDef {
+        name: c"tb.peek",
+        body: commands::peek::run,
+        flags: c"readonly fast",
+        arity: -4,
+        summary: c"Reports a token bucket without changing it: [allowed, remaining, retry_after, reset_after], allowed and retry_after for one token. Runs on replicas.",
+        complexity: c"O(1)",
+        since: c"0.2.0",
+        keys: Keys::One(KEY_RO_ACCESS),
+        args: &[KEY_ARG, CAPACITY, RATE, NOW],
+        acl_categories: c"read fast",
+        acl_categories_with_own: c"read fast ratelimit",
+        stats: CommandStats::new(),
+    },
+    CommandDef {
+        name: c"tb.refund",
+        body: commands::refund::run,
+        flags: c"write deny-oom fast",
+        arity: -5,
+        summary: c"Gives n tokens back to a token bucket (never above capacity) for a request that was admitted and then not served. Replies [allowed, remaining, retry_after, reset_after].",
+        complexity: c"O(1)",
+        since: c"0.2.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, CAPACITY, RATE, N, NOW],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+    },
+];
+
+type CommandFunc =
+    unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// The C entry point Redis calls for row `I` of the table.
+///
+/// # Safety
+/// Called by Redis with a live context and `argc` valid argument strings.
+unsafe extern "C" fn entry<const I: usize>(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    match COMMANDS.get(I) {
+        Some(def) => commands::dispatch(def.body, &def.stats, def.name, ctx, argv, argc),
+        None => ERR,
+    }
+}
+
+/// One entry point per row, by position.
+const ENTRIES: [CommandFunc; 5] = [entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>];
+const _: () = assert!(ENTRIES.len() == COMMANDS.len());
 
 fn init_module(ctx: *mut RedisModuleCtx) -> bool {
     let api = match api::resolve() {
@@ -158,24 +293,34 @@ fn init_module(ctx: *mut RedisModuleCtx) -> bool {
         )
     };
     let own_category = add_acl_category(ctx, api);
-    for def in COMMANDS {
+    for (def, handler) in COMMANDS.iter().zip(ENTRIES) {
+        // Counted keys cannot be said in first/last/step: the key spec below declares them.
+        let (first, last, step) = match def.keys {
+            Keys::One(_) => (1, 1, 1),
+            Keys::Counted(_) => (0, 0, 0),
+        };
         // SAFETY: ctx is the load context; name and flags are static C strings.
         let created = unsafe {
             (api.create_command)(
                 ctx,
                 def.name.as_ptr(),
-                Some(def.handler),
+                Some(handler),
                 def.flags.as_ptr(),
-                1,
-                1,
-                1,
+                first,
+                last,
+                step,
             )
         };
         if created != OK {
             log_warning(&format!("tb: could not register {:?}", def.name));
             return false;
         }
-        set_command_info(ctx, api, def);
+        // Without its key spec a command would run on keys of other cluster slots and
+        // past ACL key patterns: refuse to load instead.
+        if !set_command_info(ctx, api, def) {
+            log_warning(&format!("tb: could not declare the keys of {:?}", def.name));
+            return false;
+        }
         set_acl_categories(ctx, api, def, own_category);
     }
     // SAFETY: registering during load; the callback is a plain extern "C" fn.
@@ -183,17 +328,13 @@ fn init_module(ctx: *mut RedisModuleCtx) -> bool {
     true
 }
 
-/// Declares arity, key specs, summary and arguments where the server supports it (7.0+),
-/// so COMMAND INFO / COMMAND DOCS / COMMAND GETKEYS, cluster routing and ACL key patterns
-/// all see the key. Failure here is logged, never fatal.
-fn set_command_info(ctx: *mut RedisModuleCtx, api: &api::Api, def: &CommandDef) {
-    let Some(set_info) = api.set_command_info else {
-        return;
-    };
+/// Declares arity, key specs, summary and arguments (7.0+), so COMMAND INFO / COMMAND
+/// DOCS / COMMAND GETKEYS, cluster routing and ACL key patterns all see the keys.
+fn set_command_info(ctx: *mut RedisModuleCtx, api: &api::Api, def: &CommandDef) -> bool {
     // SAFETY: get_command returns the command we just created (or NULL).
     let command = unsafe { (api.get_command)(ctx, def.name.as_ptr()) };
     if command.is_null() {
-        return;
+        return false;
     }
     let version = RedisModuleCommandInfoVersion {
         version: 1,
@@ -205,26 +346,30 @@ fn set_command_info(ctx: *mut RedisModuleCtx, api: &api::Api, def: &CommandDef) 
     // SAFETY: all-zero is a valid value of these plain C structs (NULL pointers, zeros).
     let mut key_specs: [RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
     if let Some(spec) = key_specs.first_mut() {
-        spec.flags = u64::from(def.key_flags);
         spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
         spec.bs.index.pos = 1;
-        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-        spec.fk.range.lastkey = 0;
-        spec.fk.range.keystep = 1;
-        spec.fk.range.limit = 0;
+        match def.keys {
+            Keys::One(flags) => {
+                spec.flags = u64::from(flags);
+                spec.find_keys_type =
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+                spec.fk.range.lastkey = 0;
+                spec.fk.range.keystep = 1;
+                spec.fk.range.limit = 0;
+            }
+            Keys::Counted(flags) => {
+                spec.flags = u64::from(flags);
+                spec.find_keys_type =
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+                // Relative to the begin-search index: the count there, keys right after.
+                spec.fk.keynum.keynumidx = 0;
+                spec.fk.keynum.firstkey = 1;
+                spec.fk.keynum.keystep = 1;
+            }
+        }
     }
-    // SAFETY: as above.
-    let mut args: [RedisModuleCommandArg; 8] = unsafe { std::mem::zeroed() };
-    for (slot, (name, kind, flags)) in args.iter_mut().zip(def.args) {
-        slot.name = name.as_ptr();
-        slot.type_ = *kind;
-        slot.key_spec_index = if *kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY {
-            0
-        } else {
-            -1
-        };
-        slot.flags = *flags as c_int;
-    }
+    let mut storage = Vec::new();
+    let args = command_args(def.args, &mut storage);
     // SAFETY: all-zero is valid for this C struct; every pointer set below outlives the
     // call (Redis copies what it keeps).
     let mut info: RedisModuleCommandInfo = unsafe { std::mem::zeroed() };
@@ -234,11 +379,38 @@ fn set_command_info(ctx: *mut RedisModuleCtx, api: &api::Api, def: &CommandDef) 
     info.since = def.since.as_ptr();
     info.arity = def.arity;
     info.key_specs = key_specs.as_mut_ptr();
-    info.args = args.as_mut_ptr();
+    info.args = args;
     // SAFETY: command and info are valid for the duration of the call.
-    if unsafe { set_info(command, &info) } != OK {
-        log_warning(&format!("tb: SetCommandInfo failed for {:?}", def.name));
-    }
+    unsafe { (api.set_command_info)(command, &info) == OK }
+}
+
+/// The C argument list for `defs`, zero-terminated, with blocks' sub-lists; every list is
+/// kept in `storage` (moving a Vec keeps its buffer where it is), which the caller holds
+/// until Redis has copied them.
+fn command_args(
+    defs: &[ArgDef],
+    storage: &mut Vec<Vec<RedisModuleCommandArg>>,
+) -> *mut RedisModuleCommandArg {
+    let mut list: Vec<RedisModuleCommandArg> = defs
+        .iter()
+        .map(|def| {
+            // SAFETY: all-zero is a valid value of this plain C struct.
+            let mut slot: RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+            slot.name = def.name.as_ptr();
+            slot.type_ = def.kind;
+            slot.key_spec_index = if def.kind == KEY { 0 } else { -1 };
+            slot.flags = def.flags as c_int;
+            if !def.subargs.is_empty() {
+                slot.subargs = command_args(def.subargs, storage);
+            }
+            slot
+        })
+        .collect();
+    // SAFETY: as above; the zeroed entry ends the list.
+    list.push(unsafe { std::mem::zeroed() });
+    let ptr = list.as_mut_ptr();
+    storage.push(list);
+    ptr
 }
 
 /// Adds the `ratelimit` ACL category (Redis 7.4+), so `ACL SETUSER u +@ratelimit` grants
@@ -294,13 +466,14 @@ unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int
     unsafe {
         (api.info_add_section)(ctx, c"".as_ptr());
         (api.info_add_field_cstring)(ctx, c"version".as_ptr(), VERSION_C.as_ptr());
-        for (name, value) in stats::TAKE.snapshot() {
-            let mut field = [0u8; 32];
-            let text = format!("take_{name}");
-            if let Some(dst) = field.get_mut(..text.len()) {
-                dst.copy_from_slice(text.as_bytes());
+        for def in &COMMANDS {
+            let command = def.name.to_string_lossy();
+            let command = command.strip_prefix("tb.").unwrap_or(&command);
+            for (name, value) in def.stats.snapshot() {
+                let mut field = format!("{command}_{name}").into_bytes();
+                field.push(0);
+                (api.info_add_field_ulonglong)(ctx, field.as_ptr().cast::<c_char>(), value);
             }
-            (api.info_add_field_ulonglong)(ctx, field.as_ptr().cast::<c_char>(), value);
         }
     }
 }

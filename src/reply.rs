@@ -2,55 +2,89 @@
 //! shortest text that parses back to the same value (Redis's own RESP2 double formatting
 //! uses `%.17g`, slower and noisier: `0.10000000000000001`).
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::raw::{REDISMODULE_CTX_FLAGS_RESP3, RedisModuleCtx};
 
 use crate::api::Api;
 use crate::bucket::Decision;
-use crate::error::TbError;
+use crate::error::{TbError, arity_text};
 use crate::num::{NumText, format_f64};
 
 pub const OK: c_int = 0;
 
-/// Replies `[allowed, remaining, retry_after, reset_after]`. `remaining_text` is
-/// `format_f64(d.remaining)`, formatted once by the caller, who also stores it.
-pub fn decision(
-    api: &Api,
+/// Writes one command's reply.
+pub struct Replier<'a> {
+    api: &'a Api,
     ctx: *mut RedisModuleCtx,
-    d: &Decision,
-    remaining_text: &NumText,
-) -> c_int {
-    // SAFETY: ctx is the live command context.
-    let resp3 = unsafe { (api.get_context_flags)(ctx) } as u32 & REDISMODULE_CTX_FLAGS_RESP3 != 0;
-    let text = |bytes: &[u8]| {
-        // SAFETY: bytes is valid for its length; Redis copies it.
-        unsafe { (api.reply_with_string_buffer)(ctx, bytes.as_ptr().cast(), bytes.len()) };
-    };
-    let double = |v: f64, formatted: Option<&NumText>| {
-        if resp3 {
-            // SAFETY: as above.
-            unsafe { (api.reply_with_double)(ctx, v) };
-        } else if let Some(t) = formatted {
-            text(t.as_bytes());
-        } else {
-            text(format_f64(v).as_bytes());
-        }
-    };
-    // SAFETY: as above.
-    unsafe {
-        (api.reply_with_array)(ctx, 4);
-        (api.reply_with_long_long)(ctx, i64::from(d.allowed));
-    }
-    double(d.remaining, Some(remaining_text));
-    double(d.retry_after, None);
-    double(d.reset_after, None);
-    OK
+    resp3: bool,
 }
 
-/// Replies an error.
-pub fn error(api: &Api, ctx: *mut RedisModuleCtx, e: TbError) -> c_int {
-    // SAFETY: the text is NUL-terminated (checked by a unit test) and static.
-    unsafe { (api.reply_with_error)(ctx, e.text().as_ptr().cast()) };
+impl<'a> Replier<'a> {
+    pub fn new(api: &'a Api, ctx: *mut RedisModuleCtx) -> Self {
+        // SAFETY: ctx is the live command context.
+        let flags = unsafe { (api.get_context_flags)(ctx) } as u32;
+        Replier {
+            api,
+            ctx,
+            resp3: flags & REDISMODULE_CTX_FLAGS_RESP3 != 0,
+        }
+    }
+
+    /// Starts an array of `len` elements.
+    pub fn array(&self, len: usize) {
+        // SAFETY: ctx is the live command context.
+        unsafe { (self.api.reply_with_array)(self.ctx, len as std::os::raw::c_long) };
+    }
+
+    /// `[allowed, remaining, retry_after, reset_after]`. `remaining_text` is
+    /// `format_f64(d.remaining)`, formatted once by the caller, who may also store it.
+    pub fn decision(&self, d: &Decision, remaining_text: &NumText) {
+        self.array(4);
+        self.decision_fields(d, remaining_text);
+    }
+
+    /// The four elements of a decision, inside an array the caller started.
+    pub fn decision_fields(&self, d: &Decision, remaining_text: &NumText) {
+        // SAFETY: ctx is the live command context.
+        unsafe { (self.api.reply_with_long_long)(self.ctx, i64::from(d.allowed)) };
+        self.double(d.remaining, Some(remaining_text));
+        self.double(d.retry_after, None);
+        self.double(d.reset_after, None);
+    }
+
+    fn double(&self, v: f64, formatted: Option<&NumText>) {
+        if self.resp3 {
+            // SAFETY: as above.
+            unsafe { (self.api.reply_with_double)(self.ctx, v) };
+            return;
+        }
+        let owned;
+        let text = match formatted {
+            Some(t) => t,
+            None => {
+                owned = format_f64(v);
+                &owned
+            }
+        };
+        let bytes = text.as_bytes();
+        // SAFETY: bytes is valid for its length; Redis copies it.
+        unsafe { (self.api.reply_with_string_buffer)(self.ctx, bytes.as_ptr().cast(), bytes.len()) };
+    }
+}
+
+/// Replies an error; wrong arity names `command` as Redis does.
+pub fn error(api: &Api, ctx: *mut RedisModuleCtx, e: TbError, command: &CStr) -> c_int {
+    let owned;
+    let text = match e {
+        TbError::WrongArity => {
+            owned = arity_text(&command.to_string_lossy());
+            owned.as_str()
+        }
+        _ => e.text(),
+    };
+    // SAFETY: every text ends with its only NUL (checked by unit tests).
+    unsafe { (api.reply_with_error)(ctx, text.as_ptr().cast()) };
     OK
 }

@@ -1,4 +1,5 @@
-//! Per-command counters for `INFO tb`.
+//! Per-command counters for `INFO tb` (each command's row in the command table holds its
+//! own).
 //!
 //! Only commands write them, and Redis runs commands one at a time (on its main thread,
 //! or under the GIL), so a counter is bumped with a plain load and store: atomics for
@@ -15,7 +16,7 @@ pub struct CommandStats {
 }
 
 impl CommandStats {
-    const fn new() -> Self {
+    pub const fn new() -> Self {
         CommandStats {
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
@@ -53,7 +54,22 @@ pub enum Outcome {
     Error,
 }
 
-pub static TAKE: CommandStats = CommandStats::new();
+impl Default for CommandStats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Outcome {
+    /// Allowed or denied, as a reply's `allowed` says.
+    pub fn of(allowed: bool) -> Outcome {
+        if allowed {
+            Outcome::Allowed
+        } else {
+            Outcome::Denied
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -63,7 +63,8 @@ pub fn deinit(api: &Api) {
     }
 }
 
-/// An open bucket key. Closed on drop, also on an early error return.
+/// An open bucket key. Closed on drop, also on an early error return. Opened read-only,
+/// `key` is NULL for a missing key and nothing is ever written through it.
 pub struct BucketKey<'a> {
     api: &'a Api,
     ctx: *mut RedisModuleCtx,
@@ -77,18 +78,34 @@ pub struct BucketKey<'a> {
     modified: Cell<bool>,
 }
 
+/// How a command opens its bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write (every command that may take or give back tokens).
+    Write,
+    /// Read only (TB.PEEK): a missing key stays missing, and the command may run on a
+    /// replica, where a logically expired key reads as empty.
+    Read,
+}
+
 impl<'a> BucketKey<'a> {
-    /// Opens `name` for read and write. Anything but a hash or nothing is WRONGTYPE.
+    /// Opens `name`. Anything but a hash or nothing is WRONGTYPE.
     pub fn open(
         api: &'a Api,
         ctx: *mut RedisModuleCtx,
         name: *mut RedisModuleString,
+        access: Access,
     ) -> Result<Self, TbError> {
         let fields = FIELDS.get().ok_or(TbError::Internal)?;
+        let mode = match access {
+            Access::Write => REDISMODULE_READ | REDISMODULE_WRITE,
+            Access::Read => REDISMODULE_READ,
+        };
         // SAFETY: ctx and name come from Redis for this command call.
-        let key =
-            unsafe { (api.open_key)(ctx, name, (REDISMODULE_READ | REDISMODULE_WRITE) as c_int) };
-        if key.is_null() {
+        let key = unsafe { (api.open_key)(ctx, name, mode as c_int) };
+        // Read-only opening of a missing key gives NULL: an empty bucket. For writing,
+        // Redis always returns a key.
+        if key.is_null() && access == Access::Write {
             return Err(TbError::Internal);
         }
         // Owned from here on, so every return below closes it.
@@ -101,6 +118,9 @@ impl<'a> BucketKey<'a> {
             exists: false,
             modified: Cell::new(false),
         };
+        if key.is_null() {
+            return Ok(bucket);
+        }
         // SAFETY: key is a valid open key.
         let kind = unsafe { (api.key_type)(key) } as isize;
         match kind {
@@ -159,6 +179,9 @@ impl<'a> BucketKey<'a> {
             (None, Some(l)) => ((fields.last_refill_time, value(l)), None),
             (None, None) => return,
         };
+        if self.key.is_null() {
+            return;
+        }
         // A NULL field ends HashSet's list, and Replicate reads only as many arguments as
         // its format names: one call shape serves one field or two.
         let (f2, v2) = second
@@ -218,6 +241,9 @@ impl<'a> BucketKey<'a> {
                 ExpiryPlan::SetAt(at) => (at, c"expire", c"PEXPIREAT", c"sl"),
                 ExpiryPlan::Persist => (NO_EXPIRE, c"persist", c"PERSIST", c"s"),
             };
+        if self.key.is_null() {
+            return;
+        }
         self.modified.set(true);
         // SAFETY: valid open key and context; the format matches the arguments given
         // ("s": string, "l": long long; extra varargs are ignored for "s").
@@ -248,7 +274,9 @@ impl Drop for BucketKey<'_> {
             if self.modified.get() {
                 (self.api.signal_modified_key)(self.ctx, self.name);
             }
-            (self.api.close_key)(self.key)
+            if !self.key.is_null() {
+                (self.api.close_key)(self.key)
+            }
         }
     }
 }

@@ -1,0 +1,238 @@
+//! What every command handler shares: the call's arguments and clock, the C entry that
+//! catches panics and keeps the counters, and one bucket's open -> read -> decide -> store
+//! -> reply sequence. Each command's own file only parses its arguments and picks its
+//! bucket math.
+
+pub mod mtake;
+pub mod peek;
+pub mod refund;
+pub mod reserve;
+pub mod take;
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use redis_module::raw::{RedisModuleCtx, RedisModuleString};
+
+use crate::api::{Api, api};
+use crate::bucket::{Decision, State};
+use crate::error::TbError;
+use crate::expiry;
+use crate::num::{NumText, ceil_micros, format_f64, format_micros, is_plain_decimal};
+use crate::reply::{self, Replier};
+use crate::stats::{CommandStats, Outcome};
+use crate::store::{Access, BucketKey, string_bytes};
+
+/// A command's logic: the call in, the outcome to count out (the reply is written by the
+/// body; an error is replied by `dispatch`).
+pub type Body = fn(&Call) -> Result<Outcome, TbError>;
+
+/// Runs a command body for Redis: counts its outcome and replies its error.
+///
+/// No input should be able to panic (clippy denies unwrap/expect/panic/indexing in this
+/// crate), but a panic unwinding into Redis would abort the server with everyone's data:
+/// any is turned into an error reply instead.
+pub fn dispatch(
+    body: Body,
+    stats: &CommandStats,
+    name: &CStr,
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let Some(api) = api() else {
+        return 1; // REDISMODULE_ERR: cannot even reply without the API.
+    };
+    let call = Call {
+        api,
+        ctx,
+        argv: arguments(argv, argc),
+    };
+    match catch_unwind(AssertUnwindSafe(|| body(&call))) {
+        Ok(Ok(outcome)) => {
+            stats.record(outcome);
+            reply::OK
+        }
+        Ok(Err(e)) => {
+            stats.record(Outcome::Error);
+            reply::error(api, ctx, e, name)
+        }
+        Err(_) => {
+            stats.record(Outcome::Error);
+            crate::log_warning(&format!("{name:?}: caught a panic; replied an error"));
+            reply::error(api, ctx, TbError::Internal, name)
+        }
+    }
+}
+
+/// One command call: the context and the argument vector (the command name first).
+pub struct Call<'a> {
+    pub api: &'a Api,
+    pub ctx: *mut RedisModuleCtx,
+    pub argv: &'a [*mut RedisModuleString],
+}
+
+impl<'a> Call<'a> {
+    /// The bytes of argument `i`.
+    pub fn bytes(&self, i: usize) -> Option<&'a [u8]> {
+        self.argv.get(i).map(|s| string_bytes(self.api, *s))
+    }
+
+    /// The key at position 1 and the bytes of the (at most `N`) arguments after it.
+    /// More than `N`, or no key: wrong arity.
+    pub fn key_and_args<const N: usize>(
+        &self,
+    ) -> Result<(*mut RedisModuleString, [&'a [u8]; N], usize), TbError> {
+        let (key, rest) = match self.argv {
+            [_, key, rest @ ..] => (*key, rest),
+            _ => return Err(TbError::WrongArity),
+        };
+        let mut raw = [&[][..]; N];
+        if rest.len() > N {
+            return Err(TbError::WrongArity);
+        }
+        for (slot, s) in raw.iter_mut().zip(rest) {
+            *slot = string_bytes(self.api, *s);
+        }
+        Ok((key, raw, rest.len()))
+    }
+
+    pub fn reply(&self) -> Replier<'a> {
+        Replier::new(self.api, self.ctx)
+    }
+}
+
+/// The argument vector as a slice.
+fn arguments<'a>(argv: *mut *mut RedisModuleString, argc: c_int) -> &'a [*mut RedisModuleString] {
+    match usize::try_from(argc) {
+        // SAFETY: Redis passes argc valid pointers in argv for the duration of the call.
+        Ok(len) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, len) },
+        _ => &[],
+    }
+}
+
+/// The time a call is decided at.
+pub enum Clock<'a> {
+    /// A `now` the client sent: its value, and its text (stored as sent when plain).
+    Client { now: f64, text: &'a [u8] },
+    /// The server's clock, read once at microsecond precision (RedisModule_Milliseconds
+    /// would make a client that waits a sub-millisecond retry_after come back too early).
+    Server { micros: u64 },
+}
+
+impl<'a> Clock<'a> {
+    /// The client's `now` (parsed, with its text) or else the server's clock.
+    pub fn new(now: Option<f64>, text: Option<&'a [u8]>) -> Self {
+        match (now, text) {
+            (Some(now), Some(text)) => Clock::Client { now, text },
+            _ => Clock::Server {
+                micros: now_micros(),
+            },
+        }
+    }
+
+    /// Seconds since the epoch.
+    pub fn now(&self) -> f64 {
+        match *self {
+            Clock::Client { now, .. } => now,
+            Clock::Server { micros } => micros as f64 / 1e6,
+        }
+    }
+
+    /// A caller on the server's clock waits on its microsecond ticks: waits are reported
+    /// in whole microseconds, rounded up (still long enough, and readable).
+    pub fn round(&self, d: &mut Decision) {
+        if let Clock::Server { .. } = self {
+            d.retry_after = ceil_micros(d.retry_after);
+            d.reset_after = ceil_micros(d.reset_after);
+        }
+    }
+
+    /// The server's clock in ms, which TTLs are measured on whatever `now` says.
+    fn server_ms(&self) -> i64 {
+        let micros = match *self {
+            Clock::Server { micros } => micros,
+            Clock::Client { .. } => now_micros(),
+        };
+        i64::try_from(micros / 1000).unwrap_or(i64::MAX)
+    }
+}
+
+/// One bucket's whole call for the single-key commands: open, read, decide at the call's
+/// time, store what changed, reply `[allowed, remaining, retry_after, reset_after]`.
+pub fn on_bucket(
+    call: &Call,
+    key: *mut RedisModuleString,
+    access: Access,
+    clock: &Clock,
+    decide: impl FnOnce(f64, Option<State>) -> Decision,
+) -> Result<Outcome, TbError> {
+    let bucket = BucketKey::open(call.api, call.ctx, key, access)?;
+    let stored = bucket.read()?;
+    let mut decision = decide(clock.now(), stored);
+    clock.round(&mut decision);
+    // Formatted once: stored and replied alike.
+    let remaining_text = format_f64(decision.remaining);
+    store(&bucket, stored, &decision, &remaining_text, clock);
+    drop(bucket);
+    call.reply().decision(&decision, &remaining_text);
+    Ok(Outcome::of(decision.allowed))
+}
+
+/// Stores a decision's new state, if it has one: only the fields whose value changed (a
+/// text someone else stored that reads as the same number is left as it is), then the
+/// expiry. `tokens_text` is `format_f64` of the new token count.
+pub fn store(
+    bucket: &BucketKey,
+    stored: Option<State>,
+    decision: &Decision,
+    tokens_text: &NumText,
+    clock: &Clock,
+) {
+    let Some(state) = decision.new_state else {
+        return;
+    };
+    let changed =
+        |field: fn(&State) -> f64| stored.is_none_or(|old| field(&old) != field(&state));
+    let tokens = changed(|s| s.tokens).then_some(tokens_text.as_bytes());
+    // The stored time, as text that parses to exactly `state.last_refill_time`:
+    // server-clock times fixed-width (the same length every call, so Redis rewrites them
+    // in place), a client's `now` as it sent it when that is already plain. A time that
+    // changed is `now` (it never moves backwards, so it moved to `now`).
+    let formatted;
+    let time: Option<&[u8]> = if !changed(|s| s.last_refill_time) {
+        None
+    } else {
+        match *clock {
+            Clock::Server { micros } => {
+                formatted = format_micros(micros);
+                Some(formatted.as_bytes())
+            }
+            Clock::Client { text, .. } if is_plain_decimal(text) => Some(text),
+            Clock::Client { .. } => {
+                formatted = format_f64(state.last_refill_time);
+                Some(formatted.as_bytes())
+            }
+        }
+    };
+    bucket.write(tokens, time);
+    bucket.apply_expiry(expiry::plan(
+        bucket.expiry(),
+        clock.server_ms(),
+        decision.reset_after,
+    ));
+}
+
+/// The server's wall clock in microseconds since the epoch: the clock Redis itself reads.
+fn now_micros() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let micros = u64::try_from(ts.tv_nsec / 1000).unwrap_or(0);
+    secs.saturating_mul(1_000_000).saturating_add(micros)
+}

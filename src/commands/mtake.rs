@@ -1,0 +1,78 @@
+//! TB.MTAKE numkeys key [key ...] capacity rate n [capacity rate n ...] [now]: layered
+//! limits in one all-or-nothing call. Every key is checked (type, stored state) before any
+//! is written, so an error or a short bucket anywhere leaves every bucket as it was.
+
+use crate::args::{has_duplicates, mtake_layout, parse_now, parse_triples};
+use crate::bucket::{self, Part};
+use crate::error::TbError;
+use crate::num::format_f64;
+use crate::stats::Outcome;
+use crate::store::{Access, BucketKey};
+
+use super::{Call, Clock, store};
+
+pub fn run(call: &Call) -> Result<Outcome, TbError> {
+    if call.argv.len() < 6 {
+        return Err(TbError::WrongArity);
+    }
+    let numkeys = call.bytes(1).ok_or(TbError::WrongArity)?;
+    let layout = mtake_layout(numkeys, call.argv.len() - 2)?;
+    let keys = call
+        .argv
+        .get(2..2 + layout.keys)
+        .ok_or(TbError::NumKeysMismatch)?;
+    let first_triple = 2 + layout.keys;
+    let triples: Vec<&[u8]> = (first_triple..first_triple + 3 * layout.keys)
+        .filter_map(|i| call.bytes(i))
+        .collect();
+    let limits = parse_triples(&triples)?;
+    let now_text = if layout.has_now {
+        call.bytes(first_triple + 3 * layout.keys)
+    } else {
+        None
+    };
+    let now = parse_now(now_text)?;
+    let names: Vec<&[u8]> = (2..first_triple).filter_map(|i| call.bytes(i)).collect();
+    if has_duplicates(&names) {
+        return Err(TbError::DuplicateKey);
+    }
+    let clock = Clock::new(now, now_text);
+
+    let buckets = keys
+        .iter()
+        .map(|&key| BucketKey::open(call.api, call.ctx, key, Access::Write))
+        .collect::<Result<Vec<_>, _>>()?;
+    let parts = buckets
+        .iter()
+        .zip(&limits)
+        .map(|(b, &(limit, n))| {
+            Ok(Part {
+                limit,
+                n,
+                stored: b.read()?,
+            })
+        })
+        .collect::<Result<Vec<_>, TbError>>()?;
+    let (mut total, mut each) = bucket::take_all(&parts, clock.now());
+    clock.round(&mut total);
+    let texts: Vec<_> = each
+        .iter_mut()
+        .map(|d| {
+            clock.round(d);
+            format_f64(d.remaining)
+        })
+        .collect();
+    for (((bucket, part), d), text) in buckets.iter().zip(&parts).zip(&each).zip(&texts) {
+        store(bucket, part.stored, d, text, &clock);
+    }
+    drop(buckets);
+
+    let reply = call.reply();
+    reply.array(5);
+    reply.decision_fields(&total, &format_f64(total.remaining));
+    reply.array(each.len());
+    for (d, text) in each.iter().zip(&texts) {
+        reply.decision(d, text);
+    }
+    Ok(Outcome::of(total.allowed))
+}

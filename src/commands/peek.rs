@@ -1,0 +1,19 @@
+//! TB.PEEK key capacity rate [now]: the bucket as it stands and whether one token could be
+//! taken. Opens the key read-only and writes nothing, so it also runs on replicas.
+
+use crate::args::parse_peek;
+use crate::bucket;
+use crate::error::TbError;
+use crate::stats::Outcome;
+use crate::store::Access;
+
+use super::{Call, Clock, on_bucket};
+
+pub fn run(call: &Call) -> Result<Outcome, TbError> {
+    let (key, raw, count) = call.key_and_args::<3>()?;
+    let args = parse_peek(raw.get(..count).unwrap_or(&[]))?;
+    let clock = Clock::new(args.now, raw.get(2).copied());
+    on_bucket(call, key, Access::Read, &clock, |now, stored| {
+        bucket::peek(args.limit, now, stored)
+    })
+}

@@ -1,0 +1,19 @@
+//! TB.REFUND key capacity rate n [now]: give n tokens back (never above capacity) for a
+//! request that was admitted and then not served.
+
+use crate::args::parse_take;
+use crate::bucket;
+use crate::error::TbError;
+use crate::stats::Outcome;
+use crate::store::Access;
+
+use super::{Call, Clock, on_bucket};
+
+pub fn run(call: &Call) -> Result<Outcome, TbError> {
+    let (key, raw, count) = call.key_and_args::<4>()?;
+    let args = parse_take(raw.get(..count).unwrap_or(&[]))?;
+    let clock = Clock::new(args.now, raw.get(3).copied());
+    on_bucket(call, key, Access::Write, &clock, |now, stored| {
+        bucket::refund(args.limit, args.n, now, stored)
+    })
+}

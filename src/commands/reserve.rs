@@ -1,0 +1,19 @@
+//! TB.RESERVE key capacity rate n max_wait [now]: "wait" rather than "reject": take the
+//! tokens now, or go into debt for them if they will be there within max_wait.
+
+use crate::args::parse_reserve;
+use crate::bucket;
+use crate::error::TbError;
+use crate::stats::Outcome;
+use crate::store::Access;
+
+use super::{Call, Clock, on_bucket};
+
+pub fn run(call: &Call) -> Result<Outcome, TbError> {
+    let (key, raw, count) = call.key_and_args::<5>()?;
+    let args = parse_reserve(raw.get(..count).unwrap_or(&[]))?;
+    let clock = Clock::new(args.now, raw.get(4).copied());
+    on_bucket(call, key, Access::Write, &clock, |now, stored| {
+        bucket::reserve(args.limit, args.n, args.max_wait, now, stored)
+    })
+}
