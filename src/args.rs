@@ -226,7 +226,130 @@ mod tests {
         }
     }
 
+    #[test]
+    fn mtake_layout_checks_numkeys_against_the_count() {
+        use TbError::*;
+        let ok = |keys, has_now| Ok(MTakeLayout { keys, has_now });
+        let cases: &[(&str, usize, Result<MTakeLayout, TbError>)] = &[
+            ("1", 4, ok(1, false)),
+            ("1", 5, ok(1, true)),
+            ("3", 12, ok(3, false)),
+            ("3", 13, ok(3, true)),
+            ("3", 11, Err(NumKeysMismatch)),
+            ("3", 14, Err(NumKeysMismatch)),
+            ("2", 4, Err(NumKeysMismatch)),
+            ("1", 3, Err(NumKeysMismatch)),
+            ("0", 4, Err(NumKeysNotPositive)),
+            ("-1", 4, Err(NumKeysNotPositive)),
+            ("+1", 4, Err(NumKeysNotPositive)),
+            ("01", 4, Err(NumKeysNotPositive)),
+            ("1.5", 4, Err(NumKeysNotPositive)),
+            ("1e0", 4, Err(NumKeysNotPositive)),
+            ("x", 4, Err(NumKeysNotPositive)),
+            ("", 4, Err(NumKeysNotPositive)),
+            (" 1", 4, Err(NumKeysNotPositive)),
+            ("99999999999999999999999", 4, Err(NumKeysNotPositive)),
+            ("4611686018427387904", 4, Err(NumKeysMismatch)),
+        ];
+        for (numkeys, rest, want) in cases {
+            assert_eq!(
+                &mtake_layout(numkeys.as_bytes(), *rest),
+                want,
+                "{numkeys} {rest}"
+            );
+        }
+    }
+
+    #[test]
+    fn triples_parse_in_order_and_name_the_bad_argument() {
+        let args: Vec<&[u8]> = vec![b"10", b"1", b"1", b"5", b"0.5", b"2"];
+        let parsed = parse_triples(&args).unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(
+            parsed[1].0,
+            Limit {
+                capacity: 5.0,
+                rate: 0.5
+            }
+        );
+        assert_eq!(parsed[1].1, 2.0);
+        let bad: Vec<&[u8]> = vec![b"10", b"1", b"1", b"5", b"x", b"2"];
+        assert_eq!(parse_triples(&bad), Err(TbError::InvalidNumber(Arg::Rate)));
+    }
+
+    #[test]
+    fn duplicates_are_found_in_short_and_long_lists() {
+        assert!(!has_duplicates(&[b"a".as_slice(), b"b", b"ab"]));
+        assert!(has_duplicates(&[b"a".as_slice(), b"b", b"a"]));
+        let names: Vec<Vec<u8>> = (0..100).map(|i| format!("k{i}").into_bytes()).collect();
+        let mut refs: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+        assert!(!has_duplicates(&refs));
+        refs.push(b"k42");
+        assert!(has_duplicates(&refs));
+    }
+
+    #[test]
+    fn reserve_and_peek_arguments() {
+        let bytes = |a: &[&'static str]| a.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
+        let r = parse_reserve(&bytes(&["10", "2", "1", "1e308"])).unwrap();
+        assert_eq!((r.max_wait, r.now), (1e308, None));
+        let r = parse_reserve(&bytes(&["10", "2", "1", "-0", "5"])).unwrap();
+        assert_eq!((r.max_wait.to_bits(), r.now), (0.0f64.to_bits(), Some(5.0)));
+        use Arg::*;
+        use TbError::*;
+        assert_eq!(
+            parse_reserve(&bytes(&["10", "2", "1", "-1"])),
+            Err(OutOfRange(MaxWait))
+        );
+        assert_eq!(
+            parse_reserve(&bytes(&["10", "2", "1", "inf"])),
+            Err(InvalidNumber(MaxWait))
+        );
+        assert_eq!(parse_reserve(&bytes(&["10", "2", "1"])), Err(WrongArity));
+        assert_eq!(
+            parse_reserve(&bytes(&["10", "2", "1", "1", "1", "1"])),
+            Err(WrongArity)
+        );
+        let p = parse_peek(&bytes(&["10", "2"])).unwrap();
+        assert_eq!(
+            p.limit,
+            Limit {
+                capacity: 10.0,
+                rate: 2.0
+            }
+        );
+        assert_eq!(
+            parse_peek(&bytes(&["10", "2", "7"])).unwrap().now,
+            Some(7.0)
+        );
+        assert_eq!(parse_peek(&bytes(&["10", "0", "7"])), Err(OutOfRange(Rate)));
+        assert_eq!(parse_peek(&bytes(&["10"])), Err(WrongArity));
+        assert_eq!(parse_peek(&bytes(&["10", "1", "1", "1"])), Err(WrongArity));
+    }
+
     proptest! {
+        #[test]
+        fn fuzz_mtake_and_reserve_arguments_never_panic(
+            args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..12), 0..14)
+        ) {
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            if let Some((numkeys, rest)) = refs.split_first()
+                && let Ok(layout) = mtake_layout(numkeys, rest.len())
+            {
+                prop_assert!(layout.keys * 4 + usize::from(layout.has_now) == rest.len());
+                let triples = rest.get(layout.keys..layout.keys * 4).unwrap_or(&[]);
+                if let Ok(parsed) = parse_triples(triples) {
+                    prop_assert_eq!(parsed.len(), layout.keys);
+                }
+            }
+            if let Ok(r) = parse_reserve(&refs) {
+                let d = crate::bucket::reserve(r.limit, r.n, r.max_wait, r.now.unwrap_or(1.0), None);
+                prop_assert!(d.remaining.is_finite() && d.retry_after.is_finite());
+            }
+            let _ = parse_peek(&refs);
+            let _ = has_duplicates(&refs);
+        }
+
         #[test]
         fn fuzz_arbitrary_argument_bytes_never_panic(
             args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..7)

@@ -250,7 +250,11 @@ pub fn take_all(parts: &[Part], now: f64) -> (Decision, Vec<Decision>) {
     let max = |f: fn(&Decision) -> f64| each.iter().map(f).fold(0.0, f64::max);
     let aggregate = Decision {
         allowed,
-        remaining: each.iter().map(|d| d.remaining).reduce(f64::min).unwrap_or(0.0),
+        remaining: each
+            .iter()
+            .map(|d| d.remaining)
+            .reduce(f64::min)
+            .unwrap_or(0.0),
         retry_after: if allowed {
             0.0
         } else if never {
@@ -658,6 +662,409 @@ mod tests {
                 prop_assert!(d.remaining <= capacity);
                 if let Some(w) = d.new_state {
                     prop_assert!(w.tokens >= 0.0 && w.tokens <= capacity && w.is_sane());
+                }
+            }
+        }
+    }
+}
+
+/// The operations TB.MTAKE, TB.RESERVE, TB.PEEK and TB.REFUND add, and how they mix.
+#[cfg(test)]
+mod toolkit_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: f64 = 1_764_456_268.123456;
+
+    fn lim(capacity: f64, rate: f64) -> Limit {
+        Limit { capacity, rate }
+    }
+
+    fn st(tokens: f64, last_refill_time: f64) -> Option<State> {
+        Some(State {
+            tokens,
+            last_refill_time,
+        })
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-6 + b.abs() * 1e-12
+    }
+
+    #[test]
+    fn reserve_takes_waits_or_denies() {
+        let l = lim(1.0, 2.0);
+        // Full: taken, no wait.
+        let d = reserve(l, 1.0, 10.0, 100.0, None);
+        assert_eq!((d.allowed, d.remaining, d.retry_after), (true, 0.0, 0.0));
+        assert_eq!(d.new_state, st(0.0, 100.0));
+        // Empty: reserved, wait 0.5 s, balance -1.
+        let d = reserve(l, 1.0, 10.0, 100.0, d.new_state);
+        assert_eq!((d.allowed, d.remaining, d.retry_after), (true, -1.0, 0.5));
+        assert_eq!(d.reset_after, 1.0);
+        assert_eq!(d.new_state, st(-1.0, 100.0));
+        // A wait of 1 s with max_wait 0.25: denied, retry when the wait is down to 0.25.
+        let stored = d.new_state;
+        let d = reserve(l, 1.0, 0.25, 100.0, stored);
+        assert!(!d.allowed && d.new_state.is_none());
+        assert!(close(d.retry_after, 0.75), "{d:?}");
+        assert!(reserve(l, 1.0, 0.25, 100.0 + d.retry_after, stored).allowed);
+        // n above capacity: never.
+        let d = reserve(l, 2.0, 1e308, 100.0, stored);
+        assert_eq!((d.allowed, d.retry_after), (false, -1.0));
+        // n = 0 only reports: in debt, so "not allowed" with the wait until out of it.
+        let d = reserve(l, 0.0, 10.0, 100.0, stored);
+        assert_eq!((d.allowed, d.remaining, d.new_state), (false, -1.0, None));
+        assert_eq!(d.retry_after, 0.5);
+    }
+
+    #[test]
+    fn reserve_never_goes_deeper_than_the_largest_stored_debt() {
+        let l = lim(MAX_AMOUNT, MAX_AMOUNT);
+        let stored = st(-MAX_AMOUNT + 10.0, T0);
+        let d = reserve(l, MAX_AMOUNT, 1e308, T0, stored);
+        assert!(!d.allowed && d.new_state.is_none(), "{d:?}");
+        assert!(d.retry_after.is_finite() && d.retry_after > 0.0);
+        let later = reserve(l, MAX_AMOUNT, 1e308, T0 + d.retry_after, stored);
+        assert!(later.allowed, "{later:?}");
+        assert!(later.new_state.is_some_and(|s| s.is_sane()), "{later:?}");
+    }
+
+    #[test]
+    fn refund_gives_back_up_to_capacity_and_a_missing_bucket_is_full() {
+        let l = lim(10.0, 1.0);
+        let d = refund(l, 3.0, 100.0, None);
+        assert_eq!(
+            (d.allowed, d.remaining, d.reset_after, d.new_state),
+            (true, 10.0, 0.0, None)
+        );
+        let d = refund(l, 3.0, 100.0, st(4.0, 99.0));
+        assert_eq!(d.new_state, st(8.0, 100.0));
+        assert_eq!((d.remaining, d.reset_after), (8.0, 2.0));
+        let d = refund(l, 30.0, 100.0, st(4.0, 100.0));
+        assert_eq!(d.new_state, st(10.0, 100.0));
+        // Already full (after the refill), or nothing given: nothing to write.
+        assert_eq!(refund(l, 3.0, 100.0, st(9.0, 90.0)).new_state, None);
+        assert_eq!(refund(l, 0.0, 100.0, st(4.0, 100.0)).new_state, None);
+        // A debt is paid down.
+        let d = refund(l, 1.0, 100.0, st(-3.0, 100.0));
+        assert_eq!(d.new_state, st(-2.0, 100.0));
+    }
+
+    #[test]
+    fn peek_reports_one_token_and_never_writes() {
+        let l = lim(10.0, 2.0);
+        let d = peek(l, 100.0, st(0.5, 100.0));
+        assert_eq!(
+            (d.allowed, d.remaining, d.retry_after, d.reset_after),
+            (false, 0.5, 0.25, 4.75)
+        );
+        let d = peek(l, 100.0, None);
+        assert_eq!(
+            (d.allowed, d.remaining, d.retry_after, d.reset_after),
+            (true, 10.0, 0.0, 0.0)
+        );
+        let d = peek(lim(0.5, 1.0), 100.0, None);
+        assert_eq!((d.allowed, d.retry_after), (false, -1.0));
+        let d = peek(l, 100.0, st(-4.0, 100.0));
+        assert_eq!((d.allowed, d.remaining, d.retry_after), (false, -4.0, 2.5));
+    }
+
+    #[test]
+    fn take_all_aggregates_as_documented() {
+        let parts = [
+            Part {
+                limit: lim(10.0, 1.0),
+                n: 1.0,
+                stored: st(5.0, 100.0),
+            },
+            Part {
+                limit: lim(3.0, 0.5),
+                n: 2.0,
+                stored: st(1.0, 100.0),
+            },
+            Part {
+                limit: lim(4.0, 4.0),
+                n: 1.0,
+                stored: None,
+            },
+        ];
+        let (total, each) = take_all(&parts, 100.0);
+        assert!(!total.allowed);
+        assert!(each.iter().all(|d| d.new_state.is_none()));
+        assert_eq!(
+            each.iter().map(|d| d.allowed).collect::<Vec<_>>(),
+            [true, false, true]
+        );
+        // Each bucket as it stands: nothing deducted.
+        assert_eq!(
+            each.iter().map(|d| d.remaining).collect::<Vec<_>>(),
+            [5.0, 1.0, 4.0]
+        );
+        assert_eq!(total.remaining, 1.0);
+        assert_eq!(total.retry_after, 2.0);
+        assert_eq!(total.reset_after, 5.0);
+        // One bucket that can never succeed makes the aggregate -1.
+        let mut never = parts;
+        never[2].n = 5.0;
+        assert_eq!(take_all(&never, 100.0).0.retry_after, -1.0);
+        // Enough everywhere: every bucket deducted as TB.TAKE would.
+        let (total, each) = take_all(&parts, 102.0);
+        assert!(total.allowed && total.retry_after == 0.0);
+        for (d, p) in each.iter().zip(&parts) {
+            assert_eq!(*d, take(p.limit, p.n, 102.0, p.stored));
+        }
+        assert_eq!(total.remaining, 0.0);
+    }
+
+    fn limit_strategy() -> impl Strategy<Value = Limit> {
+        (
+            prop_oneof![1.0..1000.0f64, (1u32..100).prop_map(f64::from)],
+            prop_oneof![0.001..1000.0f64, Just(100.0 / 60.0), Just(1.0)],
+        )
+            .prop_map(|(capacity, rate)| Limit { capacity, rate })
+    }
+
+    fn state_strategy() -> impl Strategy<Value = Option<State>> {
+        proptest::option::of(
+            (-2000.0..2000.0f64, -10.0..10.0f64).prop_map(|(tokens, dt)| State {
+                tokens,
+                last_refill_time: T0 + dt,
+            }),
+        )
+    }
+
+    /// One step of a mixed sequence on bucket 0 (and, for MTAKE, bucket 1 too).
+    #[derive(Debug, Clone)]
+    enum Op {
+        Take(f64),
+        MTake(f64, f64),
+        Reserve(f64, f64),
+        Refund(f64),
+        Peek,
+    }
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        let n = prop_oneof![
+            Just(1.0),
+            Just(0.0),
+            0.0..5.0f64,
+            (1u32..4).prop_map(f64::from)
+        ];
+        prop_oneof![
+            n.clone().prop_map(Op::Take),
+            (n.clone(), n.clone()).prop_map(|(a, b)| Op::MTake(a, b)),
+            (n.clone(), prop_oneof![Just(0.0), 0.0..10.0f64, Just(1e308)])
+                .prop_map(|(n, w)| Op::Reserve(n, w)),
+            n.prop_map(Op::Refund),
+            Just(Op::Peek),
+        ]
+    }
+
+    proptest! {
+        /// A denied MTAKE changes no bucket; an allowed one changes each exactly as TB.TAKE.
+        #[test]
+        fn take_all_is_all_or_nothing(
+            parts in proptest::collection::vec(
+                (limit_strategy(), prop_oneof![Just(0.0), 0.0..20.0f64], state_strategy())
+                    .prop_map(|(limit, n, stored)| Part { limit, n, stored }),
+                1..6,
+            ),
+            dt in 0.0..5.0f64,
+        ) {
+            let now = T0 + dt;
+            let (total, each) = take_all(&parts, now);
+            let alone: Vec<Decision> = parts.iter().map(|p| take(p.limit, p.n, now, p.stored)).collect();
+            prop_assert_eq!(total.allowed, alone.iter().all(|d| d.allowed));
+            if total.allowed {
+                prop_assert_eq!(&each, &alone);
+            } else {
+                prop_assert!(each.iter().all(|d| d.new_state.is_none()));
+                prop_assert!(total.retry_after == -1.0 || total.retry_after > 0.0);
+                for (d, p) in each.iter().zip(&parts) {
+                    // Waiting the aggregate retry_after is enough for every bucket.
+                    if total.retry_after > 0.0 {
+                        prop_assert!(take(p.limit, p.n, now + total.retry_after, p.stored).allowed);
+                    }
+                    prop_assert_eq!(d.remaining, tokens_at(p.limit, p.stored, now.max(p.stored.map_or(now, |s| s.last_refill_time))));
+                }
+            }
+            prop_assert_eq!(total.remaining, each.iter().map(|d| d.remaining).fold(f64::INFINITY, f64::min));
+        }
+
+        /// k reservations at one instant wait 0 (while the bucket has tokens), then
+        /// 1/rate, 2/rate, ...: the output is smooth at `rate` whatever the burst.
+        #[test]
+        fn reservations_at_one_instant_are_spaced_by_one_over_rate(
+            capacity in (1u32..5).prop_map(f64::from),
+            rate in prop_oneof![0.5..500.0f64, Just(100.0 / 60.0)],
+            k in 1usize..40,
+        ) {
+            let limit = lim(capacity, rate);
+            let mut stored = None;
+            for i in 0..k {
+                let d = reserve(limit, 1.0, 1e9, T0, stored);
+                prop_assert!(d.allowed);
+                let due = ((i as f64) + 1.0 - capacity).max(0.0) / rate;
+                prop_assert!(close(d.retry_after, due), "reservation {i}: {d:?}, expected {due}");
+                prop_assert!(d.retry_after >= due * (1.0 - 1e-12));
+                stored = d.new_state;
+            }
+        }
+
+        /// A denied reservation is accepted at now + retry_after and not noticeably
+        /// before; an accepted one leaves a debt no deeper than max_wait allows.
+        #[test]
+        fn reserve_honours_max_wait_and_its_retry(
+            limit in limit_strategy(),
+            stored in state_strategy(),
+            n in prop_oneof![Just(1.0), 0.0..10.0f64],
+            max_wait in prop_oneof![Just(0.0), 0.0..20.0f64, Just(1e308)],
+            dt in -5.0..5.0f64,
+        ) {
+            let now = T0 + dt;
+            let d = reserve(limit, n, max_wait, now, stored);
+            prop_assert!(d.remaining.is_finite() && d.retry_after.is_finite() && d.reset_after.is_finite());
+            if let Some(s) = d.new_state {
+                prop_assert!(d.allowed && s.is_sane());
+                prop_assert!(d.retry_after <= max_wait);
+                prop_assert!(s.tokens >= -(max_wait * limit.rate) - 1e-9 * limit.capacity.max(1.0), "{s:?}");
+                prop_assert!(s.tokens <= limit.capacity);
+                // When the wait is over, the tokens really were there.
+                prop_assert!(tokens_at(limit, Some(s), now + d.retry_after) >= 0.0);
+            } else if !d.allowed && d.retry_after >= 0.0 && n > 0.0 {
+                prop_assert!(d.retry_after > 0.0 || max_wait == 0.0);
+                prop_assert!(reserve(limit, n, max_wait, now + d.retry_after, stored).allowed, "{d:?}");
+                let early = d.retry_after - 1e-6 - d.retry_after * 1e-6;
+                if early > 0.0 {
+                    prop_assert!(!reserve(limit, n, max_wait, now + early, stored).allowed, "{d:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn refund_never_exceeds_capacity(
+            limit in limit_strategy(),
+            stored in state_strategy(),
+            n in prop_oneof![0.0..10.0f64, Just(MAX_AMOUNT)],
+            dt in -5.0..5.0f64,
+        ) {
+            let d = refund(limit, n, T0 + dt, stored);
+            prop_assert!(d.allowed && d.remaining <= limit.capacity);
+            if let Some(s) = d.new_state {
+                prop_assert!(s.tokens <= limit.capacity && s.is_sane());
+                prop_assert!(s.tokens > tokens_at(limit, stored, s.last_refill_time));
+            }
+        }
+
+        #[test]
+        fn peek_is_take_of_one_without_the_write(
+            limit in limit_strategy(),
+            stored in state_strategy(),
+            dt in -5.0..5.0f64,
+        ) {
+            let now = T0 + dt;
+            let d = peek(limit, now, stored);
+            let one = take(limit, 1.0, now, stored);
+            let none = take(limit, 0.0, now, stored);
+            prop_assert_eq!(d.new_state, None);
+            prop_assert_eq!((d.allowed, d.retry_after), (one.allowed, one.retry_after));
+            prop_assert_eq!((d.remaining, d.reset_after), (none.remaining, none.reset_after));
+        }
+
+        /// Over any mixed sequence of TAKE / MTAKE / RESERVE / REFUND / PEEK (times moving
+        /// forward), the tokens admitted from a bucket, counting a reservation when its
+        /// wait is due, less what was given back, never exceed capacity + rate x elapsed.
+        #[test]
+        fn no_over_admission_over_mixed_sequences(
+            limit in limit_strategy(),
+            other in limit_strategy(),
+            steps in proptest::collection::vec((op_strategy(), prop_oneof![Just(0.0), 0.0..2.0f64]), 1..80),
+        ) {
+            let mut stored = None;
+            let mut other_stored = None;
+            let mut now = T0;
+            let mut origin = None;
+            // (due time, tokens): admissions; (time, tokens): refunds actually applied.
+            let mut admitted: Vec<(f64, f64)> = Vec::new();
+            let mut refunded: Vec<(f64, f64)> = Vec::new();
+            for (op, dt) in steps {
+                now += dt;
+                let before = stored;
+                let d = match op {
+                    Op::Take(n) => {
+                        let d = take(limit, n, now, stored);
+                        if d.allowed { admitted.push((now, n)); }
+                        d
+                    }
+                    Op::MTake(a, b) => {
+                        let parts = [
+                            Part { limit, n: a, stored },
+                            Part { limit: other, n: b, stored: other_stored },
+                        ];
+                        let (total, each) = take_all(&parts, now);
+                        prop_assert_eq!(each.iter().all(|d| d.new_state.is_none()), !total.allowed || (a == 0.0 && b == 0.0));
+                        if total.allowed { admitted.push((now, a)); }
+                        if let Some(d) = each.get(1) { other_stored = d.new_state.or(other_stored); }
+                        each.first().copied().unwrap_or(total)
+                    }
+                    Op::Reserve(n, w) => {
+                        let d = reserve(limit, n, w, now, stored);
+                        if d.allowed { admitted.push((now + d.retry_after, n)); }
+                        d
+                    }
+                    Op::Refund(n) => {
+                        let d = refund(limit, n, now, stored);
+                        if let Some(s) = d.new_state {
+                            refunded.push((now, s.tokens - tokens_at(limit, before, s.last_refill_time)));
+                        }
+                        d
+                    }
+                    Op::Peek => {
+                        let d = peek(limit, now, stored);
+                        prop_assert!(d.new_state.is_none());
+                        d
+                    }
+                };
+                if stored.is_none() && d.new_state.is_some() {
+                    origin = Some(now);
+                }
+                stored = d.new_state.or(stored);
+            }
+            let Some(origin) = origin else { return Ok(()) };
+            let mut checkpoints: Vec<f64> = admitted.iter().map(|a| a.0).collect();
+            checkpoints.push(now);
+            // Before its first write a bucket is a full one nobody took from (only n = 0
+            // calls are admitted without writing).
+            for t in checkpoints.into_iter().filter(|&t| t >= origin) {
+                let taken: f64 = admitted.iter().filter(|a| a.0 <= t).map(|a| a.1).sum();
+                let back: f64 = refunded.iter().filter(|r| r.0 <= t).map(|r| r.1).sum();
+                let bound = limit.capacity + limit.rate * (t - origin);
+                prop_assert!(taken - back <= bound * (1.0 + 1e-9) + 1e-6,
+                    "at {t}: admitted {taken} - refunded {back} > {bound}");
+            }
+        }
+
+        /// Accepted but extreme reservation arguments never leave a stored value outside
+        /// what TB.TAKE and the corrupt-state check accept.
+        #[test]
+        fn extreme_reservations_store_only_sane_values(
+            capacity in prop_oneof![Just(MAX_AMOUNT), Just(1e-300), 1e-9..MAX_AMOUNT],
+            rate in prop_oneof![Just(MIN_RATE), Just(MAX_AMOUNT), MIN_RATE..MAX_AMOUNT],
+            n in prop_oneof![Just(MAX_AMOUNT), Just(1e-300), 0.0..MAX_AMOUNT],
+            max_wait in prop_oneof![Just(1e308), Just(f64::MAX), Just(0.0), 0.0..1e300],
+            now in prop_oneof![Just(0.0), Just(MAX_TIME.next_down()), 0.0..MAX_TIME],
+            tokens in prop_oneof![Just(-MAX_AMOUNT), Just(0.0), Just(MAX_AMOUNT), -MAX_AMOUNT..MAX_AMOUNT],
+            repeat in 1usize..4,
+        ) {
+            let limit = lim(capacity, rate);
+            let mut stored = Some(State { tokens, last_refill_time: now });
+            for _ in 0..repeat {
+                let d = reserve(limit, n, max_wait, now, stored);
+                prop_assert!(d.remaining.is_finite() && d.retry_after.is_finite() && d.reset_after.is_finite(), "{d:?}");
+                if let Some(s) = d.new_state {
+                    prop_assert!(s.is_sane() && s.tokens <= capacity, "{s:?}");
+                    stored = Some(s);
                 }
             }
         }

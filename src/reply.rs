@@ -70,7 +70,9 @@ impl<'a> Replier<'a> {
         };
         let bytes = text.as_bytes();
         // SAFETY: bytes is valid for its length; Redis copies it.
-        unsafe { (self.api.reply_with_string_buffer)(self.ctx, bytes.as_ptr().cast(), bytes.len()) };
+        unsafe {
+            (self.api.reply_with_string_buffer)(self.ctx, bytes.as_ptr().cast(), bytes.len())
+        };
     }
 }
 

@@ -193,8 +193,7 @@ pub fn store(
     let Some(state) = decision.new_state else {
         return;
     };
-    let changed =
-        |field: fn(&State) -> f64| stored.is_none_or(|old| field(&old) != field(&state));
+    let changed = |field: fn(&State) -> f64| stored.is_none_or(|old| field(&old) != field(&state));
     let tokens = changed(|s| s.tokens).then_some(tokens_text.as_bytes());
     // The stored time, as text that parses to exactly `state.last_refill_time`:
     // server-clock times fixed-width (the same length every call, so Redis rewrites them
