@@ -69,10 +69,11 @@ test-valgrind: build
 soak: build
 	python3 scripts/soak.py
 
-# The integration suite, unchanged, on each newer server (fetched from Debian trixie
-# source packages and built once; cached under ~/.cache/redis-tb). A server that cannot be
+# The integration suite, unchanged, on each newer server: Redis 8.0 and Valkey 8.1 from
+# Debian trixie source packages, Valkey 9.1 from Debian unstable (sid) ones; each built once
+# and cached under ~/.cache/redis-tb (see scripts/servers.sh). A server that cannot be
 # fetched or built fails the run: scripts/servers.sh exits non-zero.
-COMPAT_SERVERS ?= redis valkey
+COMPAT_SERVERS ?= redis valkey valkey9
 test-compat: build
 	@set -e; for name in $(COMPAT_SERVERS); do \
 	  bin=$$(scripts/servers.sh $$name); \

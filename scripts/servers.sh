@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Provide Redis / Valkey server binaries for compatibility tests.
 #
-# Usage: scripts/servers.sh redis|valkey|redis-libc
+# Usage: scripts/servers.sh redis|valkey|valkey9|redis-libc
 #
-#   redis       Redis 8.0.x, default allocator (jemalloc)
-#   valkey      Valkey 8.1.x, default allocator (jemalloc)
-#   redis-libc  the same Redis built with MALLOC=libc, for scripts/valgrind.sh:
+#   redis       Redis 8.x (8.0.x in trixie), default allocator (jemalloc)
+#   valkey      Valkey 8.x (8.1.x in trixie), default allocator (jemalloc)
+#   valkey9     Valkey 9.x (9.1.x in unstable/sid), default allocator (jemalloc)
+#   redis-libc  the same Redis 8 built with MALLOC=libc, for scripts/valgrind.sh:
 #               memcheck only sees allocations made through malloc(), and
 #               jemalloc carves the module's memory out of its own arenas, so
 #               through a jemalloc build a leak in the module is invisible.
@@ -14,20 +15,29 @@
 # only line on stdout; all progress goes to stderr. Exits non-zero with a
 # clear message if the server cannot be fetched or built.
 #
-# Why build from Debian trixie *source* packages: the machine runs bookworm
-# (Redis 7.0 only), the only network we have is the package registries, and
-# trixie carries Redis 8.0.x and Valkey 8.1.x. Binary trixie packages would
-# drag in a newer libc, whereas the upstream source builds against bookworm.
+# Why build from Debian *source* packages: the machine runs bookworm (Redis
+# 7.0 only), the only network we have is the package registries, trixie
+# carries Redis 8.0.x and Valkey 8.1.x, and unstable (sid) carries Valkey
+# 9.1.x. Binary trixie/sid packages would drag in a newer libc, whereas the
+# upstream source builds against bookworm.
+#
+# Each name pins one suite and one major version line: redis and valkey come
+# from trixie and must be 8.x, valkey9 comes from unstable and must be 9.x. A
+# suite that moves on to another major line makes the fetch fail loudly
+# instead of handing out a different server under the same name.
 #
 # The result is cached in ${REDIS_TB_CACHE:-$HOME/.cache/redis-tb}/servers/
 # <package>-<upstream version>[-<variant>]/ (redis-8.0.2, redis-8.0.2-libc,
-# valkey-8.1.1), outside the clone, so CI and later sessions on
-# the same machine reuse it without network or build.
+# valkey-8.1.1, valkey-9.1.2), outside the clone, so CI and later sessions on
+# the same machine reuse it without network or build. valkey and valkey9
+# share the valkey-<version> naming; the pinned major keeps them apart.
 #
 # Environment:
 #   REDIS_TB_CACHE          cache root (default $HOME/.cache/redis-tb)
-#   REDIS_TB_DEBIAN_MIRROR  Debian mirror URI (default: the one this machine's
-#                           apt sources use, else http://deb.debian.org/debian)
+#   REDIS_TB_DEBIAN_MIRROR  Debian mirror URI (default: the first .../debian
+#                           URI in this machine's apt sources, one-line or
+#                           deb822; with neither, the script stops and asks
+#                           for this variable)
 #   REDIS_TB_JOBS           make -j value (default: nproc)
 
 set -euo pipefail
@@ -43,23 +53,27 @@ die() {
 }
 
 usage() {
-    echo "usage: $0 redis|valkey|redis-libc" >&2
+    echo "usage: $0 redis|valkey|valkey9|redis-libc" >&2
     exit 2
 }
 
 [[ $# -eq 1 ]] || usage
 name=$1
 # pkg: the Debian source package (and upstream tarball) to build from.
+# suite: the Debian suite whose deb-src index it comes from.
+# major: the upstream major version this name stands for; only a cached or
+# fetched <pkg>-<major>.x is accepted (valkey and valkey9 share a package).
 # variant: suffix of the cache dir, so each build configuration has its own.
 # make_extra: what the variant changes in the build.
 # want_malloc: the allocator `--version` must report, so a cached binary
 # built otherwise (or a build that ignored MALLOC=) is never handed out.
 variant='' make_extra=() want_malloc=''
 case "$name" in
-    redis) pkg=redis bin=redis-server ;;
-    valkey) pkg=valkey bin=valkey-server ;;
+    redis) pkg=redis bin=redis-server suite=trixie major=8 ;;
+    valkey) pkg=valkey bin=valkey-server suite=trixie major=8 ;;
+    valkey9) pkg=valkey bin=valkey-server suite=unstable major=9 ;;
     redis-libc)
-        pkg=redis bin=redis-server variant=libc
+        pkg=redis bin=redis-server suite=trixie major=8 variant=libc
         make_extra=(MALLOC=libc) want_malloc=libc
         ;;
     *) usage ;;
@@ -82,9 +96,10 @@ find_cached() {
     while IFS= read -r candidate; do
         [[ -n $candidate ]] || continue
         # The glob also matches other variants' dirs (redis-8.0.2-libc for
-        # redis): only <pkg>-<version><suffix> exactly is ours.
+        # redis) and other major lines (valkey-9.1.2 for valkey): only
+        # <pkg>-<major>.<rest of version><suffix> exactly is ours.
         dir=$(basename "$(dirname "$candidate")")
-        [[ $dir =~ ^$pkg-[0-9]+(\.[0-9]+)+$suffix$ ]] || continue
+        [[ $dir =~ ^$pkg-$major(\.[0-9]+)+$suffix$ ]] || continue
         if usable "$candidate"; then
             best=$candidate
         fi
@@ -127,7 +142,7 @@ trap 'rm -rf "$work"' EXIT
 # --- build prerequisites ----------------------------------------------------
 
 # Redis/Valkey need a C and C++ compiler (fast_float is C++) and make; the
-# valkey tarball is .xz. pkg-config is only probed, so it is not required.
+# trixie valkey tarball is .xz. pkg-config is only probed, so it is not required.
 # (tar, flock, unshare and apt-get come with every Debian system.)
 missing=()
 for tool_pkg in cc:build-essential c++:build-essential make:build-essential \
@@ -160,18 +175,26 @@ detect_mirror() {
             "$f" | tr ' ' '\n' | grep -E '^https?://[^[:space:]]+/debian/?$' | head -n1) || true
         if [[ -n $uri ]]; then
             printf '%s\n' "${uri%/}"
-            return
+            return 0
         fi
     done
-    echo http://deb.debian.org/debian
+    return 1
 }
-mirror=${REDIS_TB_DEBIAN_MIRROR:-$(detect_mirror)}
+if [[ -n ${REDIS_TB_DEBIAN_MIRROR:-} ]]; then
+    mirror=${REDIS_TB_DEBIAN_MIRROR%/}
+elif ! mirror=$(detect_mirror); then
+    die "no Debian mirror found: none of this machine's apt sources" \
+        "(/etc/apt/sources.list, /etc/apt/sources.list.d/*.list, *.sources)" \
+        "has a deb/deb-src line or URIs: field ending in /debian." \
+        "Name one: set REDIS_TB_DEBIAN_MIRROR=<your Debian mirror URI>" \
+        "and run $prog $name again."
+fi
 
 mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial" "$work/dl"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 signed_by=''
 [[ -r $keyring ]] && signed_by="[signed-by=$keyring] "
-printf 'deb-src %s%s trixie main\n' "$signed_by" "$mirror" >"$work/apt/sources.list"
+printf 'deb-src %s%s %s main\n' "$signed_by" "$mirror" "$suite" >"$work/apt/sources.list"
 
 apt_opts=(
     -q
@@ -184,14 +207,14 @@ apt_opts=(
 # enter; download as root rather than warn about it.
 [[ $(id -u) -eq 0 ]] && apt_opts+=(-o APT::Sandbox::User=root)
 
-log "fetching trixie source index from $mirror"
+log "fetching $suite source index from $mirror"
 apt-get "${apt_opts[@]}" update ||
-    die "apt-get update of the private trixie deb-src list ($mirror) failed"
+    die "apt-get update of the private $suite deb-src list ($mirror) failed"
 # apt-get update exits 0 when the mirror is unreachable, so look for the index.
-compgen -G "$work/apt/lists/*_trixie_main_source_Sources*" >/dev/null ||
-    die "could not download the trixie Sources index from $mirror (no network to it?); see apt output above"
+compgen -G "$work/apt/lists/*_${suite}_main_source_Sources*" >/dev/null ||
+    die "could not download the $suite Sources index from $mirror (no network to it?); see apt output above"
 
-log "fetching $pkg source package"
+log "fetching $pkg source package from $suite"
 # apt's exit code is ignored on purpose: the latest trixie security
 # revision's .dsc/.debian.tar.xz can 404 on mirrors while the upstream
 # tarball (which is all we use, checksum-verified by apt against the signed
@@ -201,7 +224,7 @@ log "fetching $pkg source package"
 
 tarballs=("$work/dl/${pkg}_"*.orig.tar.*)
 [[ -f ${tarballs[0]} ]] ||
-    die "no upstream tarball ${pkg}_*.orig.tar.* was downloaded from $mirror (trixie main); see apt output above"
+    die "no upstream tarball ${pkg}_*.orig.tar.* was downloaded from $mirror ($suite main); see apt output above"
 tarball=${tarballs[0]}
 
 # redis_8.0.2.orig.tar.gz -> 8.0.2; valkey_8.1.1+dfsg1.orig.tar.xz -> 8.1.1
@@ -213,6 +236,11 @@ version=${version%%+*}
 [[ $version =~ ^[0-9]+(\.[0-9]+)+$ ]] ||
     die "cannot read an upstream version from $(basename "$tarball")"
 log "got $(basename "$tarball") (upstream $pkg $version)"
+# The suite moved to another major line: building it would hand out (and
+# cache) a server that find_cached then never accepts for this name.
+[[ $version == "$major".* ]] ||
+    die "$name stands for $pkg $major.x, but $suite now has $pkg $version;" \
+        "update the $name entry in $0"
 
 # --- build ------------------------------------------------------------------
 
