@@ -1,0 +1,15 @@
+"""Paths and the one error type every part of the benchmark raises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent.parent
+REPO_ROOT = BENCH_DIR.parent
+DEFAULT_MODULE = REPO_ROOT / "target" / "release" / "libredis_tb.so"
+LUA_SCRIPT = BENCH_DIR / "token_bucket.lua"
+
+
+class SetupError(Exception):
+    """Something the benchmark needs is missing or broken, or a run did not measure what it
+    claims; the message says what."""

@@ -1,0 +1,324 @@
+"""How a workload is run: its keys put in place, one timed redis-benchmark run with the
+server's CPU time around it, and the checks that the run measured what it claims."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from .common import SetupError
+from .resp import RespClient, encode_batches
+from .server import RedisServer
+from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, LUA_SHA, MTAKE_ROLES,
+                        PIPELINES, PREFILL_TAKE, RATE, TAKE_N, Workload, mtake, peek, reserve,
+                        take)
+
+BENCH_TIMEOUT_S = 300.0
+
+
+@dataclass
+class RunResult:
+    rps: float
+    avg_ms: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us: float   # server CPU microseconds per request
+    wall_s: float
+    busy: float     # server CPU seconds / wall seconds: near 1 = server-bound
+    client_busy: float  # redis-benchmark CPU seconds / wall seconds
+    other_load: float   # CPUs used by everything else on the machine during the run
+    units: int = 1      # buckets per call (the workload's `units`)
+
+    @property
+    def units_per_s(self) -> float:
+        """Buckets per second."""
+        return self.rps * self.units
+
+    @property
+    def cpu_us_per_unit(self) -> float:
+        """Server CPU microseconds per bucket."""
+        return self.cpu_us / self.units
+
+
+# ---------------------------------------------------------------------------------------
+# Placeholders.
+# ---------------------------------------------------------------------------------------
+def key_number(i: int) -> str:
+    """A key number as redis-benchmark writes __rand_int__ (12 digits, zero-padded)."""
+    return f"{i:012d}"
+
+
+def fill(args: list[str], number: int | None = None) -> list[str]:
+    """`args` with __rand_int__ replaced by one key number."""
+    if number is None:
+        return list(args)
+    n = key_number(number)
+    return [a.replace("__rand_int__", n) for a in args]
+
+
+def bind(wl: list[Workload], sha: str) -> list[Workload]:
+    """The workloads with the Lua script's SHA filled in."""
+    sub = lambda c: [sha if a == LUA_SHA else a for a in c]
+    return [dataclasses.replace(w, command=sub(w.command), prepare=[sub(c) for c in w.prepare])
+            for w in wl]
+
+
+def available(ctl: RespClient, wl: list[Workload]) -> tuple[list[Workload], list[str]]:
+    """The workloads whose module commands the loaded module has, and notes on the rest."""
+    known: dict[str, bool] = {}
+    keep, skipped = [], []
+    for w in wl:
+        missing = sorted(c for c in w.module_commands()
+                         if not known.setdefault(c, ctl.has_command(c)))
+        if missing:
+            skipped.append(f"{w.label}: the loaded module has no {', '.join(m.upper() for m in missing)}")
+        else:
+            keep.append(w)
+    return keep, skipped
+
+
+# ---------------------------------------------------------------------------------------
+# One run.
+# ---------------------------------------------------------------------------------------
+def bench_argv(pin: list[str], port: int | str, w: Workload, pipeline: int, requests: int,
+               keys: int) -> list[str]:
+    return [*pin, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+            "-c", str(CLIENTS), "-P", str(pipeline), "-n", str(requests),
+            "-r", str(w.key_numbers(keys)), "--csv", *w.command]
+
+
+def requests_for(pipeline: int, requests: int, requests_p1: int) -> int:
+    return requests if pipeline > 1 else requests_p1
+
+
+def parse_csv(text: str) -> dict[str, float]:
+    """redis-benchmark 7.x --csv: a header row and one row per test, latencies in ms."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if len(rows) != 1:
+        raise SetupError(f"expected one CSV row from redis-benchmark, got:\n{text}")
+    row = rows[0]
+    try:
+        return {k: float(row[k]) for k in
+                ("rps", "avg_latency_ms", "p50_latency_ms", "p99_latency_ms")}
+    except (KeyError, ValueError) as e:
+        raise SetupError(f"unexpected redis-benchmark CSV ({e}):\n{text}") from None
+
+
+_batches: dict[tuple[str, int], list[tuple[bytes, int]]] = {}
+
+
+def population(w: Workload, keys: int) -> list[tuple[bytes, int]]:
+    """`prepare` for every key number, encoded once and reused every round."""
+    cache_key = (w.id, keys)
+    if cache_key not in _batches:
+        _batches[cache_key] = encode_batches(
+            fill(c, i) for i in range(w.key_numbers(keys)) for c in w.prepare)
+    return _batches[cache_key]
+
+
+def expected_keys(w: Workload, keys: int) -> int:
+    return w.key_numbers(keys) * len(w.key_patterns()) if w.keyed() else 0
+
+
+def prepare(ctl: RespClient, server: RedisServer, w: Workload, keys: int) -> None:
+    """FLUSHALL, then `prepare` once per key number on a separate connection (closed, so
+    its buffers are gone before the run)."""
+    ctl.call("FLUSHALL", "SYNC")
+    if not w.keyed():
+        return
+    with RespClient(server.port) as pop:
+        errors = pop.send_batches(population(w, keys))
+    if errors:
+        raise SetupError(f"{w.label}: populating got {len(errors)} errors, first: {errors[0]}")
+    if ctl.call("DBSIZE") != expected_keys(w, keys):
+        raise SetupError(f"{w.label}: expected {expected_keys(w, keys)} keys after populating")
+
+
+def denied_counts(ctl: RespClient) -> dict[str, int]:
+    """Every tb_<command>_denied counter of INFO tb."""
+    return {k: int(v) for k, v in ctl.info("tb").items() if k.endswith("_denied")}
+
+
+def run_once(ctl: RespClient, server: RedisServer, bench_pin: list[str], w: Workload,
+             pipeline: int, requests: int, keys: int) -> RunResult:
+    """One timed redis-benchmark run, with checks that it measured what it claims: no
+    error replies, no call of any command denied, the keyspace unchanged (nothing expired,
+    nothing created), and no sampled bucket in debt (every reservation was served at once)."""
+    prepare(ctl, server, w, keys)
+    errors_before = int(ctl.info("stats").get("total_error_replies", 0))
+    denied_before = denied_counts(ctl)
+    cpu0, sys0, kids0, t0 = (server.cpu_seconds(), system_busy_seconds(),
+                             children_cpu_seconds(), time.monotonic())
+    argv = bench_argv(bench_pin, server.port, w, pipeline, requests, keys)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"redis-benchmark took over {BENCH_TIMEOUT_S:.0f} s: "
+                         f"{shlex.join(argv)}") from None
+    wall, cpu = time.monotonic() - t0, server.cpu_seconds() - cpu0
+    client = children_cpu_seconds() - kids0
+    other = max(0.0, system_busy_seconds() - sys0 - cpu - client)
+    if proc.returncode != 0:
+        raise SetupError(f"redis-benchmark failed ({proc.returncode}): {shlex.join(argv)}\n"
+                         f"{proc.stderr}{proc.stdout}")
+    parsed = parse_csv(proc.stdout)
+
+    new_errors = int(ctl.info("stats").get("total_error_replies", 0)) - errors_before
+    if new_errors:
+        raise SetupError(f"{w.label}: {new_errors} error replies during the run "
+                         f"({shlex.join(argv)}); stderr: {proc.stderr.strip()[:500]}")
+    denied = {k: v - denied_before.get(k, 0) for k, v in denied_counts(ctl).items()}
+    denied = {k: v for k, v in denied.items() if v}
+    if denied:
+        raise SetupError(f"{w.label}: calls were denied ({denied}); the parameters must "
+                         "keep every call allowed")
+    expect = expected_keys(w, keys)
+    if ctl.call("DBSIZE") != expect:
+        raise SetupError(f"{w.label}: keyspace changed during the run "
+                         f"(expected {expect} keys): keys expired or were created")
+    check_no_debt(ctl, w, keys)
+    return RunResult(rps=parsed["rps"], avg_ms=parsed["avg_latency_ms"],
+                     p50_ms=parsed["p50_latency_ms"], p99_ms=parsed["p99_latency_ms"],
+                     cpu_us=cpu / requests * 1e6, wall_s=wall, busy=cpu / wall,
+                     client_busy=client / wall, other_load=other / wall, units=w.units)
+
+
+def check_no_debt(ctl: RespClient, w: Workload, keys: int, samples: int = 10) -> None:
+    """No sampled bucket holds a negative balance: every call was served from tokens that
+    were there (for TB.RESERVE: admitted immediately, not by waiting)."""
+    if not w.keyed():
+        return
+    numbers = w.key_numbers(keys)
+    for i in range(0, numbers, max(1, numbers // samples)):
+        for pattern in w.key_patterns():
+            key = fill([pattern], i)[0]
+            value = ctl.call("HGET", key, "tokens")
+            if value is not None and float(value) < 0:
+                raise SetupError(f"{w.label}: {key} holds {value} tokens after the run: "
+                                 "calls went into debt (waited) instead of being served")
+
+
+def system_busy_seconds() -> float:
+    """Process and stolen CPU time of the whole machine (all CPUs), from /proc/stat.
+    Interrupt and softirq time is left out: on loopback much of it is the benchmark's
+    own network traffic, not other work."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, _irq, _softirq, steal = v[:8]
+    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """CPU time of waited-for children: the redis-benchmark runs (the server, still
+    running, is not counted until it is reaped)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_rounds(ctl: RespClient, server: RedisServer, bench_pin: list[str],
+               wl: list[Workload], rounds: int, requests: int, requests_p1: int,
+               keys: int) -> list[dict[tuple[str, int], RunResult]]:
+    """Interleaved rounds: every workload at every depth once per round, in table order."""
+    runs = []
+    for rnd in range(rounds):
+        results = {}
+        for w in wl:
+            for p in PIPELINES:
+                r = run_once(ctl, server, bench_pin, w, p,
+                             requests_for(p, requests, requests_p1), keys)
+                results[(w.id, p)] = r
+                print(f"round {rnd + 1}/{rounds}  {w.label:<30} -P {p:<2} "
+                      f"{r.rps:>10,.0f} req/s  {r.cpu_us:5.2f} us/req  "
+                      f"p50 {r.p50_ms:.3f}  p99 {r.p99_ms:.3f} ms", file=sys.stderr)
+        runs.append(results)
+    return runs
+
+
+# ---------------------------------------------------------------------------------------
+# Like with like: before anything is timed, the compared commands must do the same thing.
+# ---------------------------------------------------------------------------------------
+def _same_reply(a, b) -> bool:
+    if isinstance(a, list) or isinstance(b, list):
+        return (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)
+                and all(_same_reply(x, y) for x, y in zip(a, b)))
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=1e-12)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def _fields(ctl: RespClient, key: str) -> dict[str, str]:
+    a = ctl.call("HGETALL", key)
+    return dict(zip(a[::2], a[1::2]))
+
+
+def sanity_check(ctl: RespClient, sha: str, have: set[str]) -> None:
+    """The Lua script and TB.TAKE agree on a few calls (same allowed flag and remaining
+    tokens, same stored fields); and, for the new commands the module has, each does on
+    the benchmark's calls what TB.TAKE does: TB.MTAKE leaves each of its buckets as
+    TB.TAKE leaves it and replies per key as TB.TAKE does, TB.RESERVE (tokens there)
+    answers and stores as TB.TAKE, TB.PEEK answers as TB.TAKE with n = 0 and writes
+    nothing."""
+    ctl.call("FLUSHALL", "SYNC")
+    for args in ([CAPACITY, RATE, PREFILL_TAKE, FIXED_NOW], [CAPACITY, RATE, TAKE_N, FIXED_NOW],
+                 ["10", "2", "7", FIXED_NOW], ["10", "2", "5", FIXED_NOW],
+                 ["10", "2", "5", "1764456270.123456"], ["10", "2", "11", FIXED_NOW]):
+        tb = ctl.call("TB.TAKE", "check:tb", *args)
+        lua = ctl.call("EVALSHA", sha, "1", "check:lua", *args)
+        if tb[0] != lua[0] or not math.isclose(float(tb[1]), float(lua[1]), rel_tol=1e-12):
+            raise SetupError(f"TB.TAKE and the Lua script disagree on {args}: {tb} vs {lua}")
+    if _fields(ctl, "check:tb") != _fields(ctl, "check:lua"):
+        raise SetupError("TB.TAKE and the Lua script store different fields: "
+                         f"{_fields(ctl, 'check:tb')} vs {_fields(ctl, 'check:lua')}")
+
+    ref = {role: f"check:take:{role}" for role in MTAKE_ROLES}
+    last_take = {}
+    for role, key in ref.items():
+        ctl.call(*take(key, PREFILL_TAKE))
+        last_take[role] = ctl.call(*take(key, TAKE_N))
+    if "tb.mtake" in have:
+        keys = [f"check:mtake:{role}" for role in MTAKE_ROLES]
+        ctl.call(*mtake(keys, PREFILL_TAKE))
+        reply = ctl.call(*mtake(keys, TAKE_N))
+        if str(reply[0]) != "1" or len(reply) != 5 or len(reply[4]) != len(keys):
+            raise SetupError(f"TB.MTAKE was not allowed or has an unexpected reply: {reply}")
+        for role, key, per_key in zip(MTAKE_ROLES, keys, reply[4]):
+            if not _same_reply(per_key, last_take[role]):
+                raise SetupError(f"TB.MTAKE's reply for {key} {per_key} differs from "
+                                 f"TB.TAKE's {last_take[role]}")
+            if _fields(ctl, key) != _fields(ctl, ref[role]):
+                raise SetupError(f"TB.MTAKE stores {_fields(ctl, key)} where TB.TAKE stores "
+                                 f"{_fields(ctl, ref[role])}")
+    if "tb.reserve" in have:
+        ctl.call(*reserve("check:reserve", PREFILL_TAKE))
+        reply = ctl.call(*reserve("check:reserve", TAKE_N))
+        if not _same_reply(reply, last_take["a"]):
+            raise SetupError(f"TB.RESERVE answers {reply} where TB.TAKE answers {last_take['a']}")
+        if _fields(ctl, "check:reserve") != _fields(ctl, ref["a"]):
+            raise SetupError(f"TB.RESERVE stores {_fields(ctl, 'check:reserve')} where "
+                             f"TB.TAKE stores {_fields(ctl, ref['a'])}")
+    if "tb.peek" in have:
+        before = ctl.call("DUMP", ref["a"])
+        reply = ctl.call(*peek(ref["a"]))
+        query = ctl.call(*take(ref["a"], "0"))
+        if not _same_reply(reply, query):
+            raise SetupError(f"TB.PEEK answers {reply} where TB.TAKE with n = 0 answers {query}")
+        if ctl.call("DUMP", ref["a"]) != before:
+            raise SetupError("TB.PEEK changed the bucket")
+    ctl.call("FLUSHALL", "SYNC")
+
+
+def bench_commands(bench_pin: list[str], wl: list[Workload], requests: int, requests_p1: int,
+                   keys: int) -> list[str]:
+    """The timed runs as shell commands (PORT stands for the server's port)."""
+    return [shlex.join(bench_argv(bench_pin, "PORT", w, p, requests_for(p, requests, requests_p1),
+                                  keys)) for w in wl for p in PIPELINES]
