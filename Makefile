@@ -18,7 +18,7 @@ help:
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
 	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
-	@echo "make test-compat  the integration suite on Redis 8.0 and Valkey 8.1 (built from Debian sources, cached)"
+	@echo "make test-compat  the integration suite on Redis 8.0, Valkey 8.1 and Valkey 9.1 (built from Debian sources, cached)"
 
 deps:
 	@scripts/install-deps.sh
