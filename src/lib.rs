@@ -23,6 +23,7 @@ pub mod error;
 pub mod expiry;
 pub mod fields;
 pub mod num;
+pub mod window;
 mod reply;
 mod stats;
 mod store;

@@ -1,0 +1,1 @@
+//! Window algorithms (fixed window, sliding window counter, sliding log). Being written.
