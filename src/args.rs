@@ -77,6 +77,46 @@ pub fn parse_peek(args: &[&[u8]]) -> Result<PeekArgs, TbError> {
     })
 }
 
+/// Validated TB.THROTTLE (CL.THROTTLE) arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThrottleArgs {
+    /// A bucket of `max_burst + 1` refilling `count_per_period / period` per second.
+    pub limit: Limit,
+    /// Tokens to take; negative gives them back.
+    pub quantity: f64,
+}
+
+/// Parses `max_burst count_per_period period [quantity]`: the arguments after the key.
+/// `max_burst` is a whole number (the reply's `limit` is `max_burst + 1`); the rate may be
+/// fractional and above 1000 per second.
+pub fn parse_throttle(args: &[&[u8]]) -> Result<ThrottleArgs, TbError> {
+    let (max_burst, count, period, quantity) = match *args {
+        [b, c, p] => (b, c, p, None),
+        [b, c, p, q] => (b, c, p, Some(q)),
+        _ => return Err(TbError::WrongArity),
+    };
+    let max_burst = number(max_burst, Arg::MaxBurst, |v| {
+        v >= 0.0 && v < MAX_AMOUNT && v.fract() == 0.0
+    })?;
+    let count = number(count, Arg::CountPerPeriod, |v| v > 0.0)?;
+    let period = number(period, Arg::Period, |v| v > 0.0)?;
+    let rate = count / period;
+    if !(MIN_RATE..=MAX_AMOUNT).contains(&rate) {
+        return Err(TbError::ThrottleRate);
+    }
+    let quantity = match quantity {
+        Some(q) => number(q, Arg::Quantity, |v| v.abs() <= MAX_AMOUNT)?,
+        None => 1.0,
+    };
+    Ok(ThrottleArgs {
+        limit: Limit {
+            capacity: max_burst + 1.0,
+            rate,
+        },
+        quantity: quantity + 0.0,
+    })
+}
+
 /// Where TB.MTAKE's arguments are, from `numkeys` and the argument count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MTakeLayout {
@@ -223,6 +263,45 @@ mod tests {
         ];
         for (args, want) in cases {
             assert_eq!(parse(args), Err(*want), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn throttle_arguments_follow_cl_throttle_with_fractional_rates() {
+        let bytes = |a: &[&'static str]| a.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
+        let t = parse_throttle(&bytes(&["15", "30", "60"])).unwrap();
+        assert_eq!(
+            t.limit,
+            Limit {
+                capacity: 16.0,
+                rate: 0.5
+            }
+        );
+        assert_eq!(t.quantity, 1.0);
+        let t = parse_throttle(&bytes(&["99", "2500", "1", "-3"])).unwrap();
+        assert_eq!((t.limit.rate, t.quantity), (2500.0, -3.0));
+        let t = parse_throttle(&bytes(&["0", "1.5", "0.25", "0"])).unwrap();
+        assert_eq!((t.limit.capacity, t.limit.rate), (1.0, 6.0));
+        use Arg::*;
+        use TbError::*;
+        let cases: &[(&[&str], TbError)] = &[
+            (&["1.5", "1", "1"], OutOfRange(MaxBurst)),
+            (&["-1", "1", "1"], OutOfRange(MaxBurst)),
+            (&["9007199254740992", "1", "1"], OutOfRange(MaxBurst)),
+            (&["x", "1", "1"], InvalidNumber(MaxBurst)),
+            (&["1", "0", "1"], OutOfRange(CountPerPeriod)),
+            (&["1", "nan", "1"], InvalidNumber(CountPerPeriod)),
+            (&["1", "1", "0"], OutOfRange(Period)),
+            (&["1", "1", "-60"], OutOfRange(Period)),
+            (&["1", "1", "1e300"], ThrottleRate),
+            (&["1", "1e300", "1e-10"], ThrottleRate),
+            (&["1", "1", "1", "1e16"], OutOfRange(Quantity)),
+            (&["1", "1", "1", "q"], InvalidNumber(Quantity)),
+            (&["1", "1"], WrongArity),
+            (&["1", "1", "1", "1", "1"], WrongArity),
+        ];
+        for (args, want) in cases {
+            assert_eq!(parse_throttle(&bytes(args)), Err(*want), "{args:?}");
         }
     }
 

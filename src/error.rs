@@ -15,6 +15,8 @@ pub enum TbError {
     NumKeysMismatch,
     /// TB.MTAKE named one key twice.
     DuplicateKey,
+    /// TB.THROTTLE's count_per_period / period is outside the accepted rates.
+    ThrottleRate,
     Internal,
 }
 
@@ -26,6 +28,10 @@ pub enum Arg {
     N,
     Now,
     MaxWait,
+    MaxBurst,
+    CountPerPeriod,
+    Period,
+    Quantity,
 }
 
 /// The stored hash fields, named in corrupt-state texts.
@@ -58,6 +64,21 @@ impl TbError {
                 "ERR now must be seconds since the Unix epoch, >= 0 and < 253402300800\0"
             }
             OutOfRange(MaxWait) => "ERR max_wait must be >= 0 seconds\0",
+            InvalidNumber(MaxBurst) => "ERR max_burst is not a valid number\0",
+            OutOfRange(MaxBurst) => {
+                "ERR max_burst must be a whole number >= 0 and < 9007199254740992\0"
+            }
+            InvalidNumber(CountPerPeriod) => "ERR count_per_period is not a valid number\0",
+            OutOfRange(CountPerPeriod) => "ERR count_per_period must be > 0\0",
+            InvalidNumber(Period) => "ERR period is not a valid number\0",
+            OutOfRange(Period) => "ERR period must be > 0 seconds\0",
+            InvalidNumber(Quantity) => "ERR quantity is not a valid number\0",
+            OutOfRange(Quantity) => {
+                "ERR quantity must be >= -9007199254740992 and <= 9007199254740992\0"
+            }
+            ThrottleRate => {
+                "ERR count_per_period / period must be >= 1e-9 and <= 9007199254740992 per second\0"
+            }
             NumKeysNotPositive => "ERR numkeys must be a positive integer\0",
             NumKeysMismatch => {
                 "ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now\0"
@@ -76,7 +97,10 @@ impl TbError {
 
 /// Redis's own wrong-arity text for `command` (its lower-case name), NUL-terminated.
 pub fn arity_text(command: &str) -> String {
-    format!("ERR wrong number of arguments for '{command}' command\0")
+    let mut text = format!("ERR wrong number of arguments for '{command}' command");
+    text.retain(|c| c != '\0');
+    text.push('\0');
+    text
 }
 
 #[cfg(test)]
@@ -94,12 +118,23 @@ mod tests {
             TbError::NumKeysNotPositive,
             TbError::NumKeysMismatch,
             TbError::DuplicateKey,
+            TbError::ThrottleRate,
         ]
         .into_iter()
         .chain(
-            [Arg::Capacity, Arg::Rate, Arg::N, Arg::Now, Arg::MaxWait]
-                .into_iter()
-                .flat_map(|a| [TbError::InvalidNumber(a), TbError::OutOfRange(a)]),
+            [
+                Arg::Capacity,
+                Arg::Rate,
+                Arg::N,
+                Arg::Now,
+                Arg::MaxWait,
+                Arg::MaxBurst,
+                Arg::CountPerPeriod,
+                Arg::Period,
+                Arg::Quantity,
+            ]
+            .into_iter()
+            .flat_map(|a| [TbError::InvalidNumber(a), TbError::OutOfRange(a)]),
         );
         for e in all {
             let t = e.text();

@@ -23,10 +23,11 @@ pub mod error;
 pub mod expiry;
 pub mod fields;
 pub mod num;
-pub mod window;
 mod reply;
 mod stats;
 mod store;
+pub mod throttle;
+pub mod window;
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -64,8 +65,8 @@ const ERR: c_int = raw::REDISMODULE_ERR as c_int;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn RedisModule_OnLoad(
     ctx: *mut RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
 ) -> c_int {
     // SAFETY: ctx is the load context; the name is a static C string.
     let init = unsafe {
@@ -76,7 +77,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
             raw::REDISMODULE_APIVER_1 as c_int,
         )
     };
-    if init != OK || !init_module(ctx) {
+    if init != OK || !init_module(ctx, argv, argc) {
         return ERR;
     }
     OK
@@ -113,6 +114,15 @@ struct CommandDef {
     acl_categories_with_own: &'static CStr,
     /// `INFO tb`: `tb_<name without "tb.">_calls`, `_allowed`, `_denied`, `_errors`.
     stats: CommandStats,
+    /// A second name, registered only when the module is loaded with `load_arg`.
+    alias: Option<Alias>,
+}
+
+/// An opt-in second name for a command (same handler, flags, keys, docs and counters).
+struct Alias {
+    name: &'static CStr,
+    /// The `loadmodule` argument that registers it (compared without case).
+    load_arg: &'static str,
 }
 
 /// Where a command's keys are, declared as a key spec (COMMAND GETKEYS, cluster routing
@@ -165,7 +175,7 @@ const KEY_RW_UPDATE: u32 =
 const KEY_RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
 /// The command table: one row per command.
-static COMMANDS: [CommandDef; 5] = [
+static COMMANDS: [CommandDef; 6] = [
     CommandDef {
         name: c"tb.take",
         body: commands::take::run,
@@ -179,6 +189,7 @@ static COMMANDS: [CommandDef; 5] = [
         acl_categories: c"write fast",
         acl_categories_with_own: c"write fast ratelimit",
         stats: CommandStats::new(),
+        alias: None,
     },
     CommandDef {
         name: c"tb.mtake",
@@ -206,6 +217,7 @@ static COMMANDS: [CommandDef; 5] = [
         acl_categories: c"write fast",
         acl_categories_with_own: c"write fast ratelimit",
         stats: CommandStats::new(),
+        alias: None,
     },
     CommandDef {
         name: c"tb.reserve",
@@ -220,6 +232,7 @@ static COMMANDS: [CommandDef; 5] = [
         acl_categories: c"write fast",
         acl_categories_with_own: c"write fast ratelimit",
         stats: CommandStats::new(),
+        alias: None,
     },
     CommandDef {
         name: c"tb.peek",
@@ -234,6 +247,7 @@ static COMMANDS: [CommandDef; 5] = [
         acl_categories: c"read fast",
         acl_categories_with_own: c"read fast ratelimit",
         stats: CommandStats::new(),
+        alias: None,
     },
     CommandDef {
         name: c"tb.refund",
@@ -248,6 +262,34 @@ static COMMANDS: [CommandDef; 5] = [
         acl_categories: c"write fast",
         acl_categories_with_own: c"write fast ratelimit",
         stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.throttle",
+        body: commands::throttle::run,
+        flags: c"write deny-oom fast",
+        arity: -5,
+        summary: c"redis-cell's CL.THROTTLE on a token bucket: [limited, limit, remaining, retry_after, reset_after] as integers, waits rounded up to whole seconds; fractional rates allowed, quantity 0 writes nothing, a negative quantity refunds.",
+        complexity: c"O(1)",
+        since: c"0.2.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[
+            KEY_ARG,
+            arg(c"max_burst", INTEGER),
+            arg(c"count_per_period", DOUBLE),
+            arg(c"period", DOUBLE),
+            ArgDef {
+                flags: OPTIONAL,
+                ..arg(c"quantity", DOUBLE)
+            },
+        ],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: Some(Alias {
+            name: c"cl.throttle",
+            load_arg: "CL.THROTTLE",
+        }),
     },
 ];
 
@@ -270,14 +312,29 @@ unsafe extern "C" fn entry<const I: usize>(
 }
 
 /// One entry point per row, by position.
-const ENTRIES: [CommandFunc; 5] = [entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>];
+const ENTRIES: [CommandFunc; 6] = [
+    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>,
+];
 const _: () = assert!(ENTRIES.len() == COMMANDS.len());
 
-fn init_module(ctx: *mut RedisModuleCtx) -> bool {
+fn init_module(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> bool {
     let api = match api::resolve() {
         Ok(api) => api,
         Err(missing) => {
             log_warning(&format!("tb: this server lacks {missing}; not loading"));
+            return false;
+        }
+    };
+    let aliases = match load_arguments(api, argv, argc) {
+        Ok(aliases) => aliases,
+        Err(unknown) => {
+            log_warning(&format!(
+                "tb: unknown load argument '{unknown}' (known: CL.THROTTLE, which also registers TB.THROTTLE as CL.THROTTLE); not loading"
+            ));
             return false;
         }
     };
@@ -295,45 +352,100 @@ fn init_module(ctx: *mut RedisModuleCtx) -> bool {
     };
     let own_category = add_acl_category(ctx, api);
     for (def, handler) in COMMANDS.iter().zip(ENTRIES) {
-        // Counted keys cannot be said in first/last/step: the key spec below declares them.
-        let (first, last, step) = match def.keys {
-            Keys::One(_) => (1, 1, 1),
-            Keys::Counted(_) => (0, 0, 0),
-        };
-        // SAFETY: ctx is the load context; name and flags are static C strings.
-        let created = unsafe {
-            (api.create_command)(
-                ctx,
-                def.name.as_ptr(),
-                Some(handler),
-                def.flags.as_ptr(),
-                first,
-                last,
-                step,
-            )
-        };
-        if created != OK {
-            log_warning(&format!("tb: could not register {:?}", def.name));
-            return false;
+        let alias = def.alias.as_ref().filter(|a| {
+            aliases
+                .iter()
+                .any(|arg| arg.eq_ignore_ascii_case(a.load_arg))
+        });
+        for name in std::iter::once(def.name).chain(alias.map(|a| a.name)) {
+            if !register(ctx, api, def, name, handler, own_category) {
+                return false;
+            }
         }
-        // Without its key spec a command would run on keys of other cluster slots and
-        // past ACL key patterns: refuse to load instead.
-        if !set_command_info(ctx, api, def) {
-            log_warning(&format!("tb: could not declare the keys of {:?}", def.name));
-            return false;
-        }
-        set_acl_categories(ctx, api, def, own_category);
     }
     // SAFETY: registering during load; the callback is a plain extern "C" fn.
     unsafe { (api.register_info_func)(ctx, Some(info)) };
     true
 }
 
+/// Creates the command `name` for `def`, declares its keys and docs and puts it in its ACL
+/// categories. Logs and returns false when the server refuses.
+fn register(
+    ctx: *mut RedisModuleCtx,
+    api: &api::Api,
+    def: &CommandDef,
+    name: &CStr,
+    handler: CommandFunc,
+    own_category: bool,
+) -> bool {
+    // Counted keys cannot be said in first/last/step: the key spec below declares them.
+    let (first, last, step) = match def.keys {
+        Keys::One(_) => (1, 1, 1),
+        Keys::Counted(_) => (0, 0, 0),
+    };
+    // SAFETY: ctx is the load context; name and flags are static C strings.
+    let created = unsafe {
+        (api.create_command)(
+            ctx,
+            name.as_ptr(),
+            Some(handler),
+            def.flags.as_ptr(),
+            first,
+            last,
+            step,
+        )
+    };
+    if created != OK {
+        log_warning(&format!(
+            "tb: could not register {name:?} (is another module, such as redis-cell, already serving that name?)"
+        ));
+        return false;
+    }
+    // Without its key spec a command would run on keys of other cluster slots and past ACL
+    // key patterns: refuse to load instead.
+    if !set_command_info(ctx, api, def, name) {
+        log_warning(&format!("tb: could not declare the keys of {name:?}"));
+        return false;
+    }
+    set_acl_categories(ctx, api, def, name, own_category);
+    true
+}
+
+/// The module's load arguments (`loadmodule /path/libredis_tb.so CL.THROTTLE`): each must
+/// name an alias; an unknown one is returned so the load fails with a clear log line.
+fn load_arguments(
+    api: &api::Api,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> Result<Vec<String>, String> {
+    let count = usize::try_from(argc).unwrap_or(0);
+    if argv.is_null() || count == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: Redis passes argc valid strings in argv for the duration of the load.
+    let args = unsafe { std::slice::from_raw_parts(argv, count) };
+    args.iter()
+        .map(|&s| {
+            let text = String::from_utf8_lossy(store::string_bytes(api, s)).into_owned();
+            let known = COMMANDS
+                .iter()
+                .filter_map(|def| def.alias.as_ref())
+                .any(|a| a.load_arg.eq_ignore_ascii_case(&text));
+            if known { Ok(text) } else { Err(text) }
+        })
+        .collect()
+}
+
 /// Declares arity, key specs, summary and arguments (7.0+), so COMMAND INFO / COMMAND
 /// DOCS / COMMAND GETKEYS, cluster routing and ACL key patterns all see the keys.
-fn set_command_info(ctx: *mut RedisModuleCtx, api: &api::Api, def: &CommandDef) -> bool {
+fn set_command_info(
+    ctx: *mut RedisModuleCtx,
+    api: &api::Api,
+    def: &CommandDef,
+    name: &CStr,
+) -> bool {
     // SAFETY: get_command returns the command we just created (or NULL).
-    let command = unsafe { (api.get_command)(ctx, def.name.as_ptr()) };
+    let command = unsafe { (api.get_command)(ctx, name.as_ptr()) };
     if command.is_null() {
         return false;
     }
@@ -436,13 +548,14 @@ fn set_acl_categories(
     ctx: *mut RedisModuleCtx,
     api: &api::Api,
     def: &CommandDef,
+    name: &CStr,
     own_category: bool,
 ) {
     let Some(set) = api.set_command_acl_categories else {
         return;
     };
     // SAFETY: get_command returns the command we just created (or NULL).
-    let command = unsafe { (api.get_command)(ctx, def.name.as_ptr()) };
+    let command = unsafe { (api.get_command)(ctx, name.as_ptr()) };
     if command.is_null() {
         return;
     }
@@ -453,10 +566,7 @@ fn set_acl_categories(
     };
     // SAFETY: valid command; static C string.
     if unsafe { set(command, categories.as_ptr()) } != OK {
-        log_warning(&format!(
-            "tb: could not set ACL categories of {:?}",
-            def.name
-        ));
+        log_warning(&format!("tb: could not set ACL categories of {name:?}"));
     }
 }
 

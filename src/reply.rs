@@ -2,7 +2,6 @@
 //! shortest text that parses back to the same value (Redis's own RESP2 double formatting
 //! uses `%.17g`, slower and noisier: `0.10000000000000001`).
 
-use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::raw::{REDISMODULE_CTX_FLAGS_RESP3, RedisModuleCtx};
@@ -54,6 +53,15 @@ impl<'a> Replier<'a> {
         self.double(d.reset_after, None);
     }
 
+    /// An array of integers.
+    pub fn integers(&self, values: &[i64]) {
+        self.array(values.len());
+        for &v in values {
+            // SAFETY: ctx is the live command context.
+            unsafe { (self.api.reply_with_long_long)(self.ctx, v) };
+        }
+    }
+
     fn double(&self, v: f64, formatted: Option<&NumText>) {
         if self.resp3 {
             // SAFETY: as above.
@@ -77,11 +85,11 @@ impl<'a> Replier<'a> {
 }
 
 /// Replies an error; wrong arity names `command` as Redis does.
-pub fn error(api: &Api, ctx: *mut RedisModuleCtx, e: TbError, command: &CStr) -> c_int {
+pub fn error(api: &Api, ctx: *mut RedisModuleCtx, e: TbError, command: &str) -> c_int {
     let owned;
     let text = match e {
         TbError::WrongArity => {
-            owned = arity_text(&command.to_string_lossy());
+            owned = arity_text(command);
             owned.as_str()
         }
         _ => e.text(),

@@ -8,6 +8,7 @@ pub mod peek;
 pub mod refund;
 pub mod reserve;
 pub mod take;
+pub mod throttle;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -56,12 +57,17 @@ pub fn dispatch(
         }
         Ok(Err(e)) => {
             stats.record(Outcome::Error);
-            reply::error(api, ctx, e, name)
+            // Redis names the command as it was called (an alias under its own name).
+            let called = call
+                .bytes(0)
+                .map(|b| String::from_utf8_lossy(b).to_lowercase());
+            let called = called.unwrap_or_else(|| name.to_string_lossy().into_owned());
+            reply::error(api, ctx, e, &called)
         }
         Err(_) => {
             stats.record(Outcome::Error);
             crate::log_warning(&format!("{name:?}: caught a panic; replied an error"));
-            reply::error(api, ctx, TbError::Internal, name)
+            reply::error(api, ctx, TbError::Internal, "")
         }
     }
 }
@@ -168,16 +174,28 @@ pub fn on_bucket(
     clock: &Clock,
     decide: impl FnOnce(f64, Option<State>) -> Decision,
 ) -> Result<Outcome, TbError> {
+    let (decision, remaining_text) = settle(call, key, access, clock, decide)?;
+    call.reply().decision(&decision, &remaining_text);
+    Ok(Outcome::of(decision.allowed))
+}
+
+/// Open, read, decide, store what changed and close; the decision and its `remaining`
+/// text (formatted once: stored and replied alike) are left for the reply.
+pub fn settle(
+    call: &Call,
+    key: *mut RedisModuleString,
+    access: Access,
+    clock: &Clock,
+    decide: impl FnOnce(f64, Option<State>) -> Decision,
+) -> Result<(Decision, NumText), TbError> {
     let bucket = BucketKey::open(call.api, call.ctx, key, access)?;
     let stored = bucket.read()?;
     let mut decision = decide(clock.now(), stored);
     clock.round(&mut decision);
-    // Formatted once: stored and replied alike.
     let remaining_text = format_f64(decision.remaining);
     store(&bucket, stored, &decision, &remaining_text, clock);
     drop(bucket);
-    call.reply().decision(&decision, &remaining_text);
-    Ok(Outcome::of(decision.allowed))
+    Ok((decision, remaining_text))
 }
 
 /// Stores a decision's new state, if it has one: only the fields whose value changed (a
