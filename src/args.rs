@@ -96,7 +96,7 @@ pub fn parse_throttle(args: &[&[u8]]) -> Result<ThrottleArgs, TbError> {
         _ => return Err(TbError::WrongArity),
     };
     let max_burst = number(max_burst, Arg::MaxBurst, |v| {
-        v >= 0.0 && v < MAX_AMOUNT && v.fract() == 0.0
+        (0.0..MAX_AMOUNT).contains(&v) && v.fract() == 0.0
     })?;
     let count = number(count, Arg::CountPerPeriod, |v| v > 0.0)?;
     let period = number(period, Arg::Period, |v| v > 0.0)?;
