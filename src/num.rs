@@ -1,8 +1,6 @@
 //! Number text: strict parsing of client and stored numbers, and shortest round-trip
 //! formatting into stack buffers (the hot path allocates nothing).
 
-use std::fmt::Write as _;
-
 /// Longest numeric text accepted. Far above any real value (a full-precision epoch time is
 /// 17 bytes); it bounds the work a hostile argument can cause.
 const MAX_NUMBER_LEN: usize = 128;
@@ -220,16 +218,6 @@ impl NumText {
     }
 }
 
-impl std::fmt::Write for NumText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        if s.len() > self.buf.len() - self.len {
-            return Err(std::fmt::Error);
-        }
-        self.push_bytes(s.as_bytes());
-        Ok(())
-    }
-}
-
 /// Formats `value` as the shortest text that parses back to exactly `value`.
 ///
 /// Integral values print as integers (`99`, not `99.0`): Redis stores such hash values as
@@ -254,12 +242,12 @@ pub fn format_f64(value: f64) -> NumText {
             out.push_bytes(b"-");
         }
         out.push_micros(micros, true);
-    } else if (1e-5..1e16).contains(&value.abs()) {
-        // `{}` and `{:e}` print the shortest round-trip digits; 48 bytes hold any f64 in
-        // these ranges, and a failed write would only truncate the text.
-        let _ = write!(out, "{value}");
     } else {
-        let _ = write!(out, "{value:e}");
+        // Shortest round-trip digits (Ryu): the same digits as `{}` / `{:e}`, for about a
+        // tenth of core::fmt's cost on the server-clock path, where a token count is
+        // rarely integral. Plain decimals for moderate magnitudes, `1.5e-7` / `1e16`
+        // beyond: at most 24 bytes, and text Lua's tonumber and HINCRBYFLOAT read too.
+        out.push_bytes(ryu::Buffer::new().format_finite(value).as_bytes());
     }
     out
 }
@@ -364,6 +352,23 @@ mod tests {
         }
     }
 
+    /// A number's text as (significant digits, decimal exponent of the first digit).
+    fn sci(text: &str) -> (String, i32) {
+        let t = text.trim_start_matches('-');
+        let (mantissa, exp) = match t.split_once(['e', 'E']) {
+            Some((m, e)) => (m, e.parse::<i32>().unwrap()),
+            None => (t, 0),
+        };
+        let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let all = format!("{int_part}{frac_part}");
+        let lead = all.len() - all.trim_start_matches('0').len();
+        let digits = all
+            .trim_start_matches('0')
+            .trim_end_matches('0')
+            .to_string();
+        (digits, int_part.len() as i32 - 1 - lead as i32 + exp)
+    }
+
     #[test]
     fn format_prints_integers_without_fraction() {
         assert_eq!(format_f64(99.0).as_bytes(), b"99");
@@ -376,6 +381,17 @@ mod tests {
             b"9007199254740992"
         );
         assert_eq!(format_f64(1e300).as_bytes(), b"1e300");
+        assert_eq!(format_f64(99.99871).as_bytes(), b"99.99871");
+        assert_eq!(
+            format_f64(-0.017485618591308594).as_bytes(),
+            b"-0.017485618591308594"
+        );
+        assert_eq!(format_f64(1.5e-7).as_bytes(), b"1.5e-7");
+        assert_eq!(format_f64(5e-324).as_bytes(), b"5e-324");
+        assert_eq!(
+            format_f64(1.7976931348623157e308).as_bytes(),
+            b"1.7976931348623157e308"
+        );
         assert_eq!(
             format_f64(1764456268.123456).as_bytes(),
             b"1764456268.123456"
@@ -416,6 +432,36 @@ mod tests {
             let back = parse_f64(text.as_bytes());
             // -0.0 prints as "0", which is the same number.
             prop_assert_eq!(back, Some(if value == 0.0 { 0.0 } else { value }));
+        }
+
+        /// Ryu's text is std's shortest round-trip text, for every class of double:
+        /// integers, subnormals, powers of ten and their neighbours, random bits.
+        #[test]
+        fn format_has_std_shortest_digits(
+            value in prop_oneof![
+                any::<u64>().prop_map(f64::from_bits),
+                (-(1i64 << 53)..(1i64 << 53)).prop_map(|i| i as f64),
+                (0u64..(1u64 << 52)).prop_map(f64::from_bits),
+                (-323i32..309).prop_map(|e| 10f64.powi(e)),
+                (-323i32..309).prop_map(|e| 10f64.powi(e).next_up()),
+                (-323i32..309).prop_map(|e| 10f64.powi(e).next_down()),
+                (0.0..1e9f64),
+                (0.0..1.0f64),
+            ]
+        ) {
+            if !value.is_finite() || value == 0.0 {
+                return Ok(());
+            }
+            let ours = format_f64(value);
+            let ours = std::str::from_utf8(ours.as_bytes()).unwrap();
+            // As short as std's shortest text, with the same leading digit position. (The
+            // digits themselves may differ in the last place where two shortest texts
+            // are equally near: 11370826604600.0625 is both ...062 and ...063.)
+            let (digits, exponent) = sci(ours);
+            let (std_digits, std_exponent) = sci(&format!("{value:e}"));
+            prop_assert_eq!((digits.len(), exponent), (std_digits.len(), std_exponent), "{} vs {:e}", ours, value);
+            prop_assert_eq!(parse_f64(ours.as_bytes()), Some(value));
+            prop_assert_eq!(ours.starts_with('-'), value < 0.0);
         }
 
         #[test]
