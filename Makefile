@@ -55,7 +55,7 @@ fuzz:
 bench: build
 	python3 bench/bench.py
 
-bench-floor: build
+bench-floor: deps
 	bench/floor/run.sh
 
 # The integration suite once with every server under valgrind memcheck, on Redis built with

@@ -4,12 +4,26 @@
 # API calls of a steady-state take (OpenKey, HashGet of both fields, HashSet of one field
 # + notify + Replicate HSET, GetAbsExpire, CloseKey, the 4-element reply) with constant
 # texts (api-floor.patch), and runs it against the real module and HSET (one server per
-# variant and round, 5 interleaved rounds). Not part of CI; about 2 minutes.
+# variant and round, FLOOR_ROUNDS interleaved rounds, 5 by default). Not part of CI; about
+# 2 minutes plus two builds.
+#
+# Both variants are built from HEAD (uncommitted changes are not measured) in a temporary
+# worktree with its own target directory: the repository's target/ is never touched.
+#
+# The patch keeps the floor on the real code path: TB.TAKE's handler opens, reads, writes
+# and closes through BucketKey and starts its reply through Replier, so a change to the
+# API calls made there is measured by both variants; only the field decoding in
+# BucketKey::read and the handler body are replaced. Its hunks carry one line of context
+# and it is applied with --3way, so edits elsewhere in those files do not break it. If it
+# stops applying: apply it by hand in a worktree of HEAD, fix the conflict, and regenerate
+# it with `git diff --full-index -U1`.
 #
 # usage: bench/floor/run.sh            (from the repository root; `make bench-floor`)
+#        FLOOR_ROUNDS=2 bench/floor/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+ROUNDS=${FLOOR_ROUNDS:-5}
 WORK=$(mktemp -d)
 SERVER_PID=
 cleanup() {
@@ -19,12 +33,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release --quiet
-cp target/release/libredis_tb.so "$WORK/real.so"
 git worktree add --quiet --detach "$WORK/src" HEAD
-git -C "$WORK/src" apply "$ROOT/bench/floor/api-floor.patch"
-(cd "$WORK/src" && RUSTFLAGS="-A warnings" cargo build --release --quiet --target-dir "$WORK/target")
-cp "$WORK/target/release/libredis_tb.so" "$WORK/floor.so"
+echo "measuring HEAD $(git -C "$WORK/src" rev-parse --short HEAD)"
+# The same flags for both builds, so the second one rebuilds only this crate.
+build() { # output .so name
+  (cd "$WORK/src" && RUSTFLAGS="${RUSTFLAGS:-} -A warnings" \
+    cargo build --release --quiet --target-dir "$WORK/target")
+  cp "$WORK/target/release/libredis_tb.so" "$WORK/$1.so"
+}
+build real
+git -C "$WORK/src" apply --3way "$ROOT/bench/floor/api-floor.patch"
+build floor
 
 CPUS=$(nproc)
 pin_server=(); pin_client=()
@@ -51,13 +70,19 @@ rps() { # port args...
 }
 
 declare -A ratios
-for round in 1 2 3 4 5; do
+for round in $(seq "$ROUNDS"); do
   for variant in real floor; do
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     "${pin_server[@]}" redis-server --port "$port" --bind 127.0.0.1 --loadmodule "$WORK/$variant.so" \
       --save "" --appendonly no --dir "$WORK" >/dev/null 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    # Each server runs the variant it is named for: a fresh bucket of 1 taken once has 0
+    # left; the floor's reply is its constant.
+    want=0; [ "$variant" = floor ] && want=999998999
+    got=$(redis-cli -p "$port" TB.TAKE check 1 1 1 1 | sed -n 2p)
+    [ "$got" = "$want" ] || { echo "$variant: TB.TAKE replied remaining '$got', expected '$want'" >&2; exit 1; }
+    redis-cli -p "$port" flushall >/dev/null
     # As in `make bench`: each command on its own 100,000 keys, flushed in between; HSET's
     # keys carry no TTL, the buckets the TTL the module gives a bucket 1000 tokens short at
     # rate 1 (time to full 1000 s, plus half its slack), so neither variant resets it.
