@@ -85,12 +85,57 @@ fn parse_exact_decimal(bytes: &[u8]) -> Option<f64> {
         }
     }
     let count = digits.len() - usize::from(dot.is_some());
-    if count == 0 || count > 19 || mantissa > 1 << 53 {
+    if count == 0 || count > 19 {
         return None;
     }
     let fraction_digits = dot.map_or(0, |i| digits.len() - i - 1);
-    let value = mantissa as f64 / *POW10.get(fraction_digits)?;
+    let value = if mantissa <= 1 << 53 {
+        mantissa as f64 / *POW10.get(fraction_digits)?
+    } else {
+        divide_exactly(mantissa, fraction_digits)?
+    };
     Some(if negative { -value } else { value })
+}
+
+/// `m / 10^k`, correctly rounded, for the 16-19 digit texts Clinger's fast path cannot
+/// take (m above 2^53): shortest round-trip texts of token counts such as
+/// `57.123456789012345`, which the server-clock path stores on most calls. One u128
+/// division gives the quotient with 56-57 significant bits and the remainder; rounding
+/// that to 53 bits (half to even, the remainder as sticky bit) is exact, at a fraction of
+/// the general parser's cost. `None` (k > 19, or a result outside the normal range,
+/// which these texts never reach) leaves it to the general path.
+fn divide_exactly(m: u64, k: usize) -> Option<f64> {
+    let d = 10u64.checked_pow(u32::try_from(k).ok()?)?;
+    if m == 0 {
+        return Some(0.0);
+    }
+    let m_bits = 64 - m.leading_zeros();
+    let d_bits = 64 - d.leading_zeros();
+    // m * 2^s / d >= 2^(m_bits - 1 + s - d_bits) = 2^55: at least 56 bits of quotient, and
+    // m << s has at most 56 + d_bits <= 120 bits.
+    let s = 56 + d_bits - m_bits;
+    let numerator = u128::from(m) << s;
+    let (q, r) = (numerator / u128::from(d), numerator % u128::from(d));
+    let q_bits = 128 - q.leading_zeros();
+    let shift = q_bits.checked_sub(53)?;
+    let mut mant = u64::try_from(q >> shift).ok()?;
+    let rest = q & ((1u128 << shift) - 1);
+    let half = 1u128 << (shift - 1);
+    let mut exp = i64::from(shift) - i64::from(s);
+    if rest > half || (rest == half && (r != 0 || mant & 1 == 1)) {
+        mant += 1;
+        if mant == 1 << 53 {
+            mant >>= 1;
+            exp += 1;
+        }
+    }
+    // mant in [2^52, 2^53): the value is 1.f x 2^(exp + 52).
+    let biased = exp + 52 + 1023;
+    if !(1..=2046).contains(&biased) {
+        return None;
+    }
+    let biased = u64::try_from(biased).ok()?;
+    Some(f64::from_bits((biased << 52) | (mant & ((1 << 52) - 1))))
 }
 
 fn is_decimal(bytes: &[u8]) -> bool {
@@ -253,10 +298,16 @@ pub fn format_f64(value: f64) -> NumText {
 }
 
 /// `value` (>= 0) as whole microseconds m, when m / 10^6 is exactly `value` as an f64 and
-/// m is below 2^53 (so m itself is exact).
+/// `value` is below 2^32 (so m is exact, and the text is the shortest).
 fn whole_micros(value: f64) -> Option<u64> {
+    // Below 2^32 one step of an f64 is under a microsecond, so at most one m / 10^6 reads
+    // back as `value` and its text is the shortest; above, several do and the one found
+    // may not be.
+    if value >= 4_294_967_296.0 {
+        return None;
+    }
     let scaled = (value * 1e6).round();
-    (scaled < 9_007_199_254_740_992.0 && scaled / 1e6 == value).then_some(scaled as u64)
+    (scaled / 1e6 == value).then_some(scaled as u64)
 }
 
 /// `seconds` rounded up to whole microseconds, as an f64. The server clock ticks in
@@ -495,6 +546,33 @@ mod tests {
         fn fast_path_agrees_with_std(text in "-?[0-9]{0,19}(\\.[0-9]{0,24})?") {
             let std_value = text.parse::<f64>().ok().filter(|v| v.is_finite());
             prop_assert_eq!(parse_f64(text.as_bytes()).map(f64::to_bits), std_value.map(f64::to_bits));
+        }
+
+        /// The exact-division path: 16-19 digit mantissas above 2^53, every fraction length.
+        #[test]
+        fn long_mantissas_parse_as_std_does(
+            m in (1u64 << 53)..=9_999_999_999_999_999_999u64,
+            k in 0usize..=19,
+            negative in any::<bool>(),
+        ) {
+            let digits = m.to_string();
+            let text = if k == 0 {
+                digits
+            } else if k >= digits.len() {
+                format!("0.{}{digits}", "0".repeat(k - digits.len()))
+            } else {
+                format!("{}.{}", &digits[..digits.len() - k], &digits[digits.len() - k..])
+            };
+            let text = if negative { format!("-{text}") } else { text };
+            let want: f64 = text.parse().unwrap();
+            prop_assert_eq!(parse_f64(text.as_bytes()).map(f64::to_bits), Some(want.to_bits()), "{}", text);
+        }
+
+        /// What the module stores on the server-clock path reads back exactly and fast.
+        #[test]
+        fn stored_token_counts_round_trip(value in 0.0..1e9f64) {
+            let text = format_f64(value);
+            prop_assert_eq!(parse_f64(text.as_bytes()), Some(value));
         }
 
         #[test]
