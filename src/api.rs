@@ -36,6 +36,8 @@ pub struct Api {
     pub reply_with_string_buffer: unsafe extern "C" fn(Ctx, *const c_char, usize) -> c_int,
     pub reply_with_error: unsafe extern "C" fn(Ctx, *const c_char) -> c_int,
     pub get_context_flags: unsafe extern "C" fn(Ctx) -> c_int,
+    pub is_keys_position_request: unsafe extern "C" fn(Ctx) -> c_int,
+    pub key_at_pos: unsafe extern "C" fn(Ctx, c_int),
     pub create_command: unsafe extern "C" fn(
         Ctx,
         *const c_char,
@@ -109,6 +111,8 @@ pub fn resolve() -> Result<&'static Api, &'static str> {
         reply_with_string_buffer: need!(RedisModule_ReplyWithStringBuffer),
         reply_with_error: need!(RedisModule_ReplyWithError),
         get_context_flags: need!(RedisModule_GetContextFlags),
+        is_keys_position_request: need!(RedisModule_IsKeysPositionRequest),
+        key_at_pos: need!(RedisModule_KeyAtPos),
         create_command: need!(RedisModule_CreateCommand),
         get_command: need!(RedisModule_GetCommand),
         register_info_func: need!(RedisModule_RegisterInfoFunc),

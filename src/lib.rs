@@ -194,7 +194,9 @@ static COMMANDS: [CommandDef; 6] = [
     CommandDef {
         name: c"tb.mtake",
         body: commands::mtake::run,
-        flags: c"write deny-oom fast",
+        // getkeys-api: cluster routing asks the command for its keys (see
+        // commands::declare_counted_keys); the key spec serves COMMAND GETKEYS and ACL.
+        flags: c"write deny-oom fast getkeys-api",
         arity: -6,
         summary: c"Takes from several token buckets at once, all or nothing (layered limits). Replies the aggregate [allowed, remaining, retry_after, reset_after] and one such array per key.",
         complexity: c"O(N) where N is the number of keys",
@@ -305,10 +307,13 @@ unsafe extern "C" fn entry<const I: usize>(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
-    match COMMANDS.get(I) {
-        Some(def) => commands::dispatch(def.body, &def.stats, def.name, ctx, argv, argc),
-        None => ERR,
+    let Some(def) = COMMANDS.get(I) else {
+        return ERR;
+    };
+    if matches!(def.keys, Keys::Counted(_)) && commands::declare_counted_keys(ctx, argv, argc) {
+        return OK;
     }
+    commands::dispatch(def.body, &def.stats, def.name, ctx, argv, argc)
 }
 
 /// One entry point per row, by position.

@@ -72,6 +72,40 @@ pub fn dispatch(
     }
 }
 
+/// For a command registered `getkeys-api` (`numkeys key [key ...]`): when Redis asks
+/// where the keys are rather than to run the command, declare them and return true.
+///
+/// Redis Cluster's routing (MOVED, CROSSSLOT, CLUSTERDOWN) asks a module command for its
+/// keys through this callback, not through key specs: without it a node would run a
+/// TB.MTAKE on keys of slots it does not own.
+pub fn declare_counted_keys(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: c_int,
+) -> bool {
+    let Some(api) = api() else {
+        return false;
+    };
+    // SAFETY: ctx is the live command context.
+    if unsafe { (api.is_keys_position_request)(ctx) } == 0 {
+        return false;
+    }
+    let argv = arguments(argv, argc);
+    // A bad numkeys declares no keys; the call itself then replies the error.
+    let count = argv.get(1).and_then(|s| {
+        crate::args::mtake_layout(string_bytes(api, *s), argv.len().saturating_sub(2)).ok()
+    });
+    if let Some(layout) = count {
+        for pos in 2..2 + layout.keys {
+            if let Ok(pos) = c_int::try_from(pos) {
+                // SAFETY: ctx is a keys-position request context; pos is within argc.
+                unsafe { (api.key_at_pos)(ctx, pos) };
+            }
+        }
+    }
+    true
+}
+
 /// One command call: the context and the argument vector (the command name first).
 pub struct Call<'a> {
     pub api: &'a Api,
