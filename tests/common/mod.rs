@@ -523,3 +523,373 @@ pub fn info_field(c: &mut Conn, section: &str, field: &str) -> Option<String> {
             .map(|v| v.trim().to_string())
     })
 }
+
+// ---- Helpers for TB.MTAKE, TB.RESERVE, TB.PEEK and TB.REFUND (appended; the items above
+// ---- are shared with other test files and stay as they are).
+
+/// TB.MTAKE's reply, decoded: the aggregate four fields and one TB.TAKE-shaped entry per
+/// key, in key order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MTake {
+    pub allowed: bool,
+    pub remaining: f64,
+    pub retry_after: f64,
+    pub reset_after: f64,
+    pub keys: Vec<Take>,
+}
+
+impl MTake {
+    pub fn from_reply(r: &Reply) -> MTake {
+        let a = r.array();
+        assert_eq!(a.len(), 5, "{r:?}");
+        let allowed = a[0].int();
+        assert!(allowed == 0 || allowed == 1, "{r:?}");
+        MTake {
+            allowed: allowed == 1,
+            remaining: a[1].num(),
+            retry_after: a[2].num(),
+            reset_after: a[3].num(),
+            keys: a[4].array().iter().map(Take::from_reply).collect(),
+        }
+    }
+
+    /// The aggregate fields only, as a `Take`.
+    pub fn total(&self) -> Take {
+        Take {
+            allowed: self.allowed,
+            remaining: self.remaining,
+            retry_after: self.retry_after,
+            reset_after: self.reset_after,
+        }
+    }
+}
+
+/// One key's part of a TB.MTAKE call: (key, capacity, rate, n).
+pub type Bucket<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+/// The argument list of `TB.MTAKE numkeys key.. (capacity rate n).. [now]`.
+pub fn mtake_args(buckets: &[Bucket], now: Option<&str>) -> Vec<String> {
+    let mut args = vec!["TB.MTAKE".to_string(), buckets.len().to_string()];
+    args.extend(buckets.iter().map(|b| b.0.to_string()));
+    for (_, capacity, rate, n) in buckets {
+        args.extend([capacity.to_string(), rate.to_string(), n.to_string()]);
+    }
+    args.extend(now.map(str::to_string));
+    args
+}
+
+impl Conn {
+    /// TB.MTAKE with text arguments, decoded.
+    pub fn mtake(&mut self, buckets: &[Bucket], now: Option<&str>) -> MTake {
+        let r = self.cmd(&mtake_args(buckets, now));
+        MTake::from_reply(&r)
+    }
+
+    /// TB.RESERVE with text arguments, decoded.
+    pub fn reserve(
+        &mut self,
+        key: &str,
+        capacity: &str,
+        rate: &str,
+        n: &str,
+        max_wait: &str,
+        now: Option<&str>,
+    ) -> Take {
+        let mut args = vec!["TB.RESERVE", key, capacity, rate, n, max_wait];
+        args.extend(now);
+        let r = self.cmd(&args);
+        Take::from_reply(&r)
+    }
+
+    /// TB.PEEK with text arguments, decoded.
+    pub fn peek(&mut self, key: &str, capacity: &str, rate: &str, now: Option<&str>) -> Take {
+        let mut args = vec!["TB.PEEK", key, capacity, rate];
+        args.extend(now);
+        let r = self.cmd(&args);
+        Take::from_reply(&r)
+    }
+
+    /// TB.REFUND with text arguments, decoded.
+    pub fn refund(
+        &mut self,
+        key: &str,
+        capacity: &str,
+        rate: &str,
+        n: &str,
+        now: Option<&str>,
+    ) -> Take {
+        let mut args = vec!["TB.REFUND", key, capacity, rate, n];
+        args.extend(now);
+        let r = self.cmd(&args);
+        Take::from_reply(&r)
+    }
+}
+
+/// Each key's DUMP and absolute expiry (PEXPIRETIME): equal before and after a call means
+/// the call changed nothing there (a missing key stays missing).
+pub fn fingerprint(c: &mut Conn, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)> {
+    keys.iter()
+        .map(|k| {
+            let expire = c.cmd(&["PEXPIRETIME", k]).int();
+            (dump(c, k.as_bytes()), expire)
+        })
+        .collect()
+}
+
+/// Whether a transaction on another connection, watching `keys`, still runs after `args`
+/// was sent (true: the call did not count as a modification of any watched key).
+pub fn watch_survives<A: AsRef<[u8]>>(server: &Server, keys: &[&str], args: &[A]) -> bool {
+    let mut watcher = server.conn();
+    let mut c = server.conn();
+    let mut watch = vec!["WATCH"];
+    watch.extend_from_slice(keys);
+    assert_eq!(watcher.cmd(&watch), Reply::Simple("OK".into()));
+    assert_eq!(watcher.q("MULTI"), Reply::Simple("OK".into()));
+    assert_eq!(watcher.q("PING"), Reply::Simple("QUEUED".into()));
+    c.cmd(args);
+    match watcher.q("EXEC") {
+        Reply::Nil => false,
+        Reply::Array(items) if items == vec![Reply::Simple("PONG".into())] => true,
+        other => panic!("EXEC: {other:?}"),
+    }
+}
+
+/// The keyspace notifications (`"<channel> <payload>"`) emitted while `f` runs on a second
+/// connection of `server`, in order.
+pub fn notifications_during(server: &Server, f: impl FnOnce(&mut Conn)) -> Vec<String> {
+    const MARKER: &str = "__tb_test_notification_marker__";
+    let mut c = server.conn();
+    assert_eq!(
+        c.q("CONFIG SET notify-keyspace-events KEA"),
+        Reply::Simple("OK".into())
+    );
+    let mut sub = server.conn();
+    sub.q("PSUBSCRIBE __key*@0__:*");
+    f(&mut c);
+    c.q(&format!("HSET {MARKER} f v"));
+    let mut events = Vec::new();
+    loop {
+        let r = sub.read();
+        let a = r.array();
+        let channel = a[2].text();
+        let payload = a[3].text();
+        if payload == MARKER || channel.ends_with(&format!(":{MARKER}")) {
+            break;
+        }
+        events.push(format!("{channel} {payload}"));
+    }
+    c.q(&format!("DEL {MARKER}"));
+    events
+}
+
+/// `INFO tb` counters of one command (`take`, `mtake`, ...): calls, allowed, denied, errors.
+pub fn tb_counters(c: &mut Conn, command: &str) -> [u64; 4] {
+    ["calls", "allowed", "denied", "errors"].map(|what| {
+        let field = format!("tb_{command}_{what}");
+        info_field(c, "tb", &field)
+            .unwrap_or_else(|| panic!("INFO tb has no {field}"))
+            .parse()
+            .unwrap()
+    })
+}
+
+/// `COMMAND DOCS <name>` under RESP2, as (field, value) pairs of the one command.
+pub fn command_docs(c: &mut Conn, name: &str) -> Vec<(String, Reply)> {
+    let r = c.cmd(&["COMMAND", "DOCS", name]);
+    let a = r.array();
+    assert_eq!(a.len(), 2, "COMMAND DOCS {name}: {r:?}");
+    assert_eq!(a[0].text(), name, "{r:?}");
+    a[1].array()
+        .chunks(2)
+        .map(|p| (p[0].text(), p[1].clone()))
+        .collect()
+}
+
+/// `COMMAND INFO <name>`: (arity, flags, the flattened key specs).
+pub fn command_info(c: &mut Conn, name: &str) -> (i64, Vec<String>, String) {
+    let r = c.cmd(&["COMMAND", "INFO", name]);
+    let info = r.array()[0].array().to_vec();
+    assert_eq!(info[0].text(), name, "{r:?}");
+    let flags = info[2].array().iter().map(Reply::text).collect();
+    (info[1].int(), flags, info[8].flat())
+}
+
+/// A master for replication checks: diskless sync without delay, and no periodic PING to
+/// replicas (it would move the replication offset while a test watches it).
+pub fn start_master() -> Server {
+    Server::start_with(Options {
+        with_module: true,
+        extra: vec![
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
+            "--repl-ping-replica-period".into(),
+            "3600".into(),
+        ],
+    })
+}
+
+/// A replica of `master`, with or without the module, once its link is up.
+pub fn start_replica(master: &Server, with_module: bool) -> Server {
+    let replica = Server::start_with(Options {
+        with_module,
+        extra: vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            master.port.to_string(),
+        ],
+    });
+    let mut c = replica.conn();
+    let start = Instant::now();
+    while info_field(&mut c, "replication", "master_link_status").as_deref() != Some("up") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "replica never synced:\n{}",
+            replica.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    replica
+}
+
+/// The master's replication offset: it moves exactly when something is replicated.
+pub fn repl_offset(c: &mut Conn) -> i64 {
+    info_field(c, "replication", "master_repl_offset")
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Every key's hash (sorted field, value pairs) and absolute expiry (ms).
+pub type Keyspace = std::collections::BTreeMap<Vec<u8>, (Vec<(Vec<u8>, Vec<u8>)>, i64)>;
+
+/// The whole keyspace, to compare a master with its replicas.
+pub fn keyspace(c: &mut Conn) -> Keyspace {
+    let keys = c.q("KEYS *");
+    let mut out = std::collections::BTreeMap::new();
+    for k in keys.array() {
+        let Reply::Bulk(key) = k else { panic!("{k:?}") };
+        let expire = c.cmd(&[b"PEXPIRETIME".as_slice(), key]).int();
+        out.insert(key.clone(), (hgetall(c, key), expire));
+    }
+    out
+}
+
+/// The seed's Lua token bucket (HMGET tokens/last_refill_time, refill, HSET, EXPIRE), the
+/// same text as in tests/take.rs: `EVAL LUA_SEED 1 key capacity rate n now`, reply
+/// `{allowed, tostring(tokens)}`.
+pub const LUA_SEED: &str = r#"
+        local capacity = tonumber(ARGV[1])
+        local rate = tonumber(ARGV[2])
+        local requested = tonumber(ARGV[3])
+        local now = tonumber(ARGV[4])
+        local h = redis.call('HMGET', KEYS[1], 'tokens', 'last_refill_time')
+        local tokens, last = tonumber(h[1]), tonumber(h[2])
+        if not tokens then tokens = capacity; last = now
+        else tokens = math.min(capacity, tokens + math.max(0, now - last) * rate) end
+        if tokens >= requested then
+            tokens = tokens - requested
+            redis.call('HSET', KEYS[1], 'tokens', tokens, 'last_refill_time', now)
+            redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 10)
+            return {1, tostring(tokens)}
+        end
+        return {0, tostring(tokens)}
+    "#;
+
+/// The benchmark's Lua token bucket (bench/token_bucket.lua), with TB.TAKE's semantics and
+/// reply: `EVAL LUA_BENCH 1 key capacity rate n [now]`.
+pub const LUA_BENCH: &str = include_str!("../../bench/token_bucket.lua");
+
+/// A cluster-enabled server with the module, and its cluster bus port. The bus port is
+/// given explicitly: the default (port + 10000) overflows for ports above 55535, which
+/// free loopback ports may be.
+pub fn start_cluster_node() -> (Server, u16) {
+    let bus = free_port();
+    let server = Server::start_with(Options {
+        with_module: true,
+        extra: [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &bus.to_string(),
+            "--cluster-node-timeout",
+            "2000",
+            "--repl-diskless-sync-delay",
+            "0",
+        ]
+        .map(String::from)
+        .to_vec(),
+    });
+    (server, bus)
+}
+
+/// Polls `cond` every 50 ms until it holds; panics naming `what` after `limit`.
+pub fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A fake replica on a raw socket: it sends SYNC, skips the RDB, and then reads the master's
+/// replication stream command by command, exactly as replicas and the AOF receive it.
+pub struct ReplStream {
+    reader: BufReader<TcpStream>,
+    _writer: TcpStream,
+}
+
+impl ReplStream {
+    pub fn attach(server: &Server) -> ReplStream {
+        let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        writer.write_all(b"*1\r\n$4\r\nSYNC\r\n").unwrap();
+        let mut reader = BufReader::new(stream);
+        // Bare newlines are keepalives while the master produces the RDB.
+        while reader.fill_buf().unwrap().first() == Some(&b'\n') {
+            reader.consume(1);
+        }
+        let line = read_line(&mut reader).unwrap();
+        let len: usize = line
+            .strip_prefix('$')
+            .and_then(|l| l.parse().ok())
+            .unwrap_or_else(|| panic!("SYNC: unexpected {line:?}"));
+        let mut rdb = vec![0; len];
+        std::io::Read::read_exact(&mut reader, &mut rdb).unwrap();
+        ReplStream {
+            reader,
+            _writer: writer,
+        }
+    }
+
+    /// The next replicated command as text, its name upper-cased.
+    pub fn next(&mut self) -> Vec<String> {
+        match read_reply(&mut self.reader).unwrap() {
+            Reply::Array(items) => {
+                let mut args: Vec<String> = items.iter().map(Reply::text).collect();
+                if let Some(name) = args.first_mut() {
+                    *name = name.to_ascii_uppercase();
+                }
+                args
+            }
+            other => panic!("replication stream: {other:?}"),
+        }
+    }
+
+    /// Every command replicated before `SET <marker> 1` (which the caller sends after the
+    /// calls it wants to see), SELECT left out.
+    pub fn until_marker(&mut self, marker: &str) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        loop {
+            let cmd = self.next();
+            if cmd == ["SET", marker, "1"] {
+                return out;
+            }
+            if cmd.first().map(String::as_str) != Some("SELECT") {
+                out.push(cmd);
+            }
+        }
+    }
+}
