@@ -1346,3 +1346,295 @@ fn hash_tags_put_a_users_limits_in_one_slot_and_cross_slot_is_refused() {
         assert_eq!(oc.q(&format!("EXISTS {day}")).int(), 1);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 4. Several buckets in one call (TB.MTAKE) and reads from replicas (TB.PEEK)
+
+/// `TB.MTAKE numkeys key.. (capacity rate n).. now`.
+fn mtake_cmd(keys: &[&str], limits: &[(u32, f64, u32)], now: f64) -> redis::Cmd {
+    let mut cmd = redis::cmd("TB.MTAKE");
+    cmd.arg(keys.len()).arg(keys);
+    for &(capacity, rate, n) in limits {
+        cmd.arg(capacity).arg(rate.to_string()).arg(n);
+    }
+    cmd.arg(now.to_string());
+    cmd
+}
+
+/// TB.MTAKE's reply: the overall decision and one per key, in key order.
+fn decode_mtake(v: &Value) -> (Decision, Vec<Decision>) {
+    let Value::Array(items) = v else {
+        panic!("TB.MTAKE reply {v:?}")
+    };
+    assert_eq!(items.len(), 5, "{v:?}");
+    let all = decode(&Value::Array(items[..4].to_vec()));
+    let Value::Array(per_key) = &items[4] else {
+        panic!("TB.MTAKE per-key replies {v:?}")
+    };
+    (all, per_key.iter().map(decode).collect())
+}
+
+/// A node's `INFO tb` counter.
+fn tb_counter(cluster: &Cluster, node: usize, field: &str) -> u64 {
+    let mut c = cluster.nodes[node].conn();
+    info_field(&mut c, "tb", field)
+        .unwrap_or_else(|| panic!("{field}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn mtake_runs_on_the_tags_master_cross_slot_is_refused_and_replicas_serve_peek_after_readonly() {
+    let _serial = serial();
+    let (cluster, topo) = Cluster::start(5000);
+    let client = cluster.client(None);
+    let mut con = client.get_connection().expect("cluster connection");
+
+    // One user's limits share a hash tag: one slot, one master.
+    let keys = ["rl:{user42}:ip", "rl:{user42}:user", "rl:{user42}:orders"];
+    let slot = key_slot(keys[0]);
+    assert!(keys.iter().all(|k| key_slot(k) == slot));
+    let owner = topo.slot_owner[slot];
+    let owner_port = cluster.nodes[owner].port;
+    let replica = topo.replicas_of(owner)[0];
+    let stranger = *topo.masters().iter().find(|&&m| m != owner).unwrap();
+
+    // The key spec (numkeys, then the keys) is what the cluster routes by: a master that
+    // does not own the slot redirects before running anything, and so does the owner's
+    // replica (a write).
+    let mut any = cluster.nodes[stranger].conn();
+    let mtake_line = |limits: &str| {
+        format!(
+            "TB.MTAKE 3 {} {} {} {limits} 1764456268",
+            keys[0], keys[1], keys[2]
+        )
+    };
+    assert_eq!(
+        any.q(&format!(
+            "COMMAND GETKEYS {}",
+            mtake_line("3 1 1 5 1 1 2 1 1")
+        ))
+        .flat(),
+        format!("[{} {} {}]", keys[0], keys[1], keys[2])
+    );
+    let moved = Reply::Error(format!("MOVED {slot} 127.0.0.1:{owner_port}"));
+    let line = mtake_line("3 0.0625 1 5 0.03125 1 2 0.015625 1");
+    let r = any.q(&line);
+    assert_eq!(
+        r,
+        moved,
+        "{line} on a master without the slot: {}",
+        r.flat()
+    );
+    let mut rc = cluster.nodes[replica].conn();
+    let r = rc.q(&line);
+    assert_eq!(r, moved, "{line} on the slot's replica: {}", r.flat());
+
+    // Through the cluster client (the crate routes an unknown command by its first
+    // argument, here numkeys, and follows the MOVED): limits 3, 5 and 2, one token from
+    // each at T0. Twice all three have one; the third time `orders` is empty and nothing
+    // is taken from the others. (Slow, exact refills: 1 token per 16, 32 and 64 s, so no
+    // bucket expires during the test.)
+    let limits = [(3, 0.0625, 1), (5, 0.03125, 1), (2, 0.015625, 1)];
+    let mut replies = Vec::new();
+    for _ in 0..3 {
+        let v: Value = mtake_cmd(&keys, &limits, T0)
+            .query(&mut con)
+            .expect("TB.MTAKE through the cluster client");
+        replies.push(decode_mtake(&v));
+    }
+    let remaining = |per_key: &[Decision]| per_key.iter().map(|d| d.remaining).collect::<Vec<_>>();
+    assert!(replies[0].0.allowed && replies[1].0.allowed, "{replies:?}");
+    assert_eq!(remaining(&replies[0].1), [2.0, 4.0, 1.0]);
+    assert_eq!(remaining(&replies[1].1), [1.0, 3.0, 0.0]);
+    let (all, per_key) = &replies[2];
+    assert!(!all.allowed, "{all:?}");
+    assert_eq!(
+        per_key.iter().map(|d| d.allowed).collect::<Vec<_>>(),
+        [true, true, false]
+    );
+    assert_eq!(remaining(per_key), [1.0, 3.0, 0.0]);
+    assert!(
+        all.retry_after >= 64.0 && all.retry_after < 64.0 + 1e-5,
+        "one token of orders is 64 s away: {all:?}"
+    );
+    // The buckets live on the owner, which ran all three calls; no other node ran one.
+    let mut oc = cluster.nodes[owner].conn();
+    for (key, want) in keys.iter().zip(["1", "3", "0"]) {
+        assert_eq!(common::hget(&mut oc, key, "tokens").as_deref(), Some(want));
+    }
+    for node in 0..cluster.nodes.len() {
+        let want = if node == owner { 3 } else { 0 };
+        assert_eq!(
+            tb_counter(&cluster, node, "tb_mtake_calls"),
+            want,
+            "node :{}",
+            cluster.nodes[node].port
+        );
+    }
+
+    // Many users: each user's call lands on the master of its tag, on every master.
+    let users: Vec<usize> = (0..60).collect();
+    let mut per_master: BTreeMap<usize, u64> = BTreeMap::new();
+    for &u in &users {
+        let tagged = [
+            format!("rl:{{spread{u}}}:ip"),
+            format!("rl:{{spread{u}}}:user"),
+            format!("rl:{{spread{u}}}:orders"),
+        ];
+        let tagged: Vec<&str> = tagged.iter().map(String::as_str).collect();
+        let one_each = [(1, 0.0625, 1), (1, 0.0625, 1), (1, 0.0625, 1)];
+        for expect in [true, false] {
+            let v: Value = mtake_cmd(&tagged, &one_each, T0)
+                .query(&mut con)
+                .expect("TB.MTAKE");
+            let (all, _) = decode_mtake(&v);
+            assert_eq!(all.allowed, expect, "spread{u}: {all:?}");
+        }
+        *per_master
+            .entry(topo.slot_owner[key_slot(tagged[0])])
+            .or_default() += 1;
+    }
+    assert_eq!(
+        per_master.keys().copied().collect::<BTreeSet<_>>(),
+        topo.masters(),
+        "60 users cover every master"
+    );
+    for (&m, &owned) in &per_master {
+        let extra = if m == owner { 3 } else { 0 };
+        assert_eq!(
+            tb_counter(&cluster, m, "tb_mtake_calls"),
+            2 * owned + extra,
+            "master :{}",
+            cluster.nodes[m].port
+        );
+        assert_eq!(
+            cluster.nodes[m].conn().q("DBSIZE").int() as u64,
+            3 * owned + extra,
+            "master :{}",
+            cluster.nodes[m].port
+        );
+    }
+
+    // Keys without a shared tag land in different slots: CROSSSLOT from any node, from
+    // the client too, and nothing is written.
+    let (a, b) = ("rl:user42:ip", "rl:user42:user");
+    assert_ne!(key_slot(a), key_slot(b));
+    let err = mtake_cmd(&[a, b], &[(3, 0.0625, 1), (5, 0.03125, 1)], T0)
+        .query::<Value>(&mut con)
+        .expect_err("TB.MTAKE across slots");
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Server(ServerErrorKind::CrossSlot),
+        "{err}"
+    );
+    let same_master_other_slot =
+        keys_where("rl:other:", 1, |s| s != slot && topo.slot_owner[s] == owner).remove(0);
+    for node in &cluster.nodes {
+        let mut c = node.conn();
+        for pair in [[a, b], [keys[0], same_master_other_slot.as_str()]] {
+            let r = c.q(&format!(
+                "TB.MTAKE 2 {} {} 3 0.0625 1 5 0.03125 1 1764456268",
+                pair[0], pair[1]
+            ));
+            assert!(
+                r.error().starts_with("CROSSSLOT"),
+                "node :{}: {r:?}",
+                node.port
+            );
+        }
+    }
+    assert!(!exists(&mut con, a) && !exists(&mut con, b));
+    assert!(!exists(&mut con, &same_master_other_slot));
+    assert_eq!(
+        common::hget(&mut oc, keys[0], "tokens").as_deref(),
+        Some("1")
+    );
+
+    // TB.PEEK on the owner's replica: redirected like any command until the connection
+    // says READONLY, then answered from the replica's copy, which is the master's.
+    let offset = |c: &mut common::Conn| -> u64 {
+        info_field(c, "replication", "master_repl_offset")
+            .expect("master_repl_offset")
+            .parse()
+            .unwrap()
+    };
+    let target = offset(&mut oc);
+    wait_for(
+        "the replica to catch up",
+        Duration::from_secs(20),
+        || cluster.logs(),
+        || {
+            let at = offset(&mut rc);
+            if at >= target {
+                Ok(())
+            } else {
+                Err(format!("replica at {at} of {target}"))
+            }
+        },
+    );
+    let peeks: Vec<String> = keys
+        .iter()
+        .zip(["3 0.0625", "5 0.03125", "2 0.015625"])
+        .flat_map(|(key, limit)| {
+            ["1764456268", "1764456272", "1764456300"]
+                .map(|now| format!("TB.PEEK {key} {limit} {now}"))
+        })
+        .collect();
+    for line in &peeks {
+        assert_eq!(rc.q(line), moved, "{line} without READONLY");
+    }
+    let replica_keys = rc.q("DBSIZE").int();
+    assert_eq!(rc.q("READONLY"), Reply::Simple("OK".into()));
+    for line in &peeks {
+        let on_master = oc.q(line);
+        assert!(
+            matches!(on_master, Reply::Array(_)),
+            "{line}: {on_master:?}"
+        );
+        assert_eq!(rc.q(line), on_master, "{line} on the replica");
+    }
+    // 4 s after T0, `orders` (0 tokens at 1/64 per second) holds 1/16 of a token: one
+    // token is 60 s away, the bucket full 124 s later.
+    let t = common::Take::from_reply(&rc.q(&format!("TB.PEEK {} 2 0.015625 1764456272", keys[2])));
+    assert!(!t.allowed && t.remaining == 0.0625, "{t:?}");
+    assert!(
+        t.retry_after >= 60.0 && t.retry_after < 60.0 + 1e-5,
+        "{t:?}"
+    );
+    assert!(
+        t.reset_after >= 124.0 && t.reset_after < 124.0 + 1e-5,
+        "{t:?}"
+    );
+    // A missing bucket of the slot reads as full on the replica, and stays missing.
+    let missing = "rl:{user42}:never";
+    let t = common::Take::from_reply(&rc.q(&format!("TB.PEEK {missing} 7 1 1764456268")));
+    assert_eq!(
+        (t.allowed, t.remaining, t.retry_after, t.reset_after),
+        (true, 7.0, 0.0, 0.0)
+    );
+    assert_eq!(rc.q("DBSIZE").int(), replica_keys);
+    assert!(!exists(&mut con, missing));
+    // Writes stay with the master even after READONLY, and so do other masters' slots.
+    let r = rc.q(&format!("TB.TAKE {} 3 0.0625 1 1764456268", keys[0]));
+    assert_eq!(r, moved);
+    let r = rc.q(&line);
+    assert_eq!(r, moved, "{line} after READONLY: {}", r.flat());
+    let elsewhere = keys_where("rl:peek:", 1, |s| topo.slot_owner[s] != owner).remove(0);
+    let r = rc.q(&format!("TB.PEEK {elsewhere} 1 1 1764456268"));
+    assert!(r.error().starts_with("MOVED"), "{r:?}");
+    // The replica ran every read it answered itself.
+    assert_eq!(
+        tb_counter(&cluster, replica, "tb_peek_calls"),
+        peeks.len() as u64 + 2
+    );
+    // Through the cluster client (to the master), the same answer.
+    let v: Value = redis::cmd("TB.PEEK")
+        .arg(keys[2])
+        .arg(2)
+        .arg("0.015625")
+        .arg("1764456272")
+        .query(&mut con)
+        .expect("TB.PEEK through the cluster client");
+    assert_eq!(decode(&v).remaining, 0.0625);
+}
