@@ -62,9 +62,23 @@ pub fn cell_reply(d: &Decision, limit: Limit) -> CellReply {
         retry_after: if d.allowed || d.retry_after < 0.0 {
             -1
         } else {
-            whole(d.retry_after.ceil())
+            seconds_up(d.retry_after)
         },
-        reset_after: whole(d.reset_after.max(0.0).ceil()),
+        reset_after: seconds_up(d.reset_after),
+    }
+}
+
+/// Float noise below the server clock's tick: 1 / (1 / 49) is 49.00000000000001, and a
+/// server-clock wait is already rounded up to whole microseconds (49.000001).
+const NOISE: f64 = 2e-6;
+
+/// Whole seconds, rounded up past the float noise: 49.000001 reads 49 (as redis-cell's
+/// integer arithmetic says), 49.5 reads 50, and any positive wait at least 1.
+fn seconds_up(seconds: f64) -> i64 {
+    if seconds > 0.0 {
+        whole((seconds - NOISE).ceil()).max(1)
+    } else {
+        0
     }
 }
 
@@ -157,6 +171,14 @@ mod tests {
             (d(true, 3.999, 0.0, 1.001), [0, 5, 3, -1, 2]),
             // Never.
             (d(false, 5.0, -1.0, 0.0), [1, 5, 5, -1, 0]),
+            // A whole number of seconds off by float noise or a microsecond's rounding
+            // stays that number (1 / (1 / 49) is 49.00000000000001).
+            (
+                d(false, 0.0, 1.0 / (1.0 / 49.0), 49.000001),
+                [1, 5, 0, 49, 49],
+            ),
+            (d(true, 0.0, 0.0, 1e9 + 1e-6), [0, 5, 0, -1, 1_000_000_000]),
+            (d(false, 0.0, 49.00001, 0.0), [1, 5, 0, 50, 0]),
         ];
         for (decision, want) in cases {
             assert_eq!(
