@@ -4,14 +4,15 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test unit integration lint fmt fuzz bench bench-floor soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples unit integration lint fmt fuzz bench bench-floor soak test-compat test-valgrind deps help clean
 
 all: build
 
 help:
 	@echo "make          build $(MODULE)"
 	@echo "make run      build, then start redis-server on redis.conf.example (port 6380)"
-	@echo "make test     the whole test suite (unit, property, integration against a real redis-server)"
+	@echo "make test     the whole test suite (unit, property, integration against a real redis-server), then make test-examples"
+	@echo "make test-examples  the integrations: Python package + FastAPI and shell examples, Rust client + axum example, end to end"
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
@@ -33,6 +34,13 @@ run: build
 
 test: build
 	cargo test --release
+	$(MAKE) test-examples
+
+# The integrations, end to end against a real redis-server with the module and real HTTP
+# servers: the Python package (a venv at .venv/python with pinned dependencies) with the
+# FastAPI and shell examples, and the Rust client crate with the axum example.
+test-examples: build
+	clients/python/run-tests.sh
 
 unit:
 	cargo test --release --lib

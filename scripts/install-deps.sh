@@ -10,6 +10,8 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 dpkg -s libclang1-14 >/dev/null 2>&1 || missing+=(libclang1-14)
 dpkg -s libclang-common-14-dev >/dev/null 2>&1 || missing+=(libclang-common-14-dev)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# The Python integration's tests run in a venv (Debian's python3 needs python3-venv).
+python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

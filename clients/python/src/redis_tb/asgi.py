@@ -1,0 +1,168 @@
+"""A pure-ASGI rate-limit middleware for Starlette and FastAPI apps.
+
+Pure ASGI rather than ``BaseHTTPMiddleware``: responses stream through untouched
+(the headers are added to ``http.response.start``), background tasks and
+contextvars behave, and there is no extra task per request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Collection, Sequence
+
+from starlette.requests import Request
+from starlette.routing import Match, Mount
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .decision import Decision, Outcome
+from .headers import (
+    PROBLEM_TYPE,
+    decision_headers,
+    problem,
+    problem_body,
+    store_error_problem,
+)
+from .limiter import RateLimiter
+from .policy import Policy, route_set
+
+__all__ = ["RateLimitMiddleware", "route_template"]
+
+
+def _match(routes: Sequence[Any], scope: Scope, prefix: str) -> str | None:
+    for route in routes:
+        try:
+            match, child = route.matches(scope)
+        except Exception:  # a custom route type that cannot judge this scope
+            continue
+        if match is not Match.FULL:
+            continue  # PARTIAL (wrong method) is not this route: the router answers 405
+        sub = getattr(route, "routes", None)
+        if sub:
+            inner = _match(sub, {**scope, **child}, prefix + getattr(route, "path", ""))
+            if inner is not None:
+                return inner
+            continue
+        fmt = getattr(route, "path_format", None)
+        if fmt is None:
+            return None
+        if isinstance(route, Mount):
+            return prefix + route.path + "/{path}"
+        return prefix + str(fmt)
+    return None
+
+
+def route_template(scope: Scope) -> str | None:
+    """``"METHOD /template"`` of the route that will serve ``scope``, matched the
+    way Starlette's router will, or None when no route fully matches."""
+    app = scope.get("app")
+    routes = getattr(app, "routes", None)
+    if not routes:
+        return None
+    path = _match(routes, scope, "")
+    return None if path is None else f"{scope['method']} {path}"
+
+
+def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+async def send_problem(
+    send: Send, status: int, body: dict[str, object], headers: list[tuple[str, str]]
+) -> None:
+    payload = problem_body(body)
+    raw = _raw(headers) + [
+        (b"content-type", PROBLEM_TYPE.encode()),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class RateLimitMiddleware:
+    """Checks every HTTP request against ``policies`` in one TB.MTAKE.
+
+    - Policies with ``routes`` apply to those route templates only; the others to
+      every route. Requests that match no route pass unlimited unless
+      ``limit_unmatched`` (then ``route`` is None and only route-less policies apply).
+      Routes in ``exclude`` (``"GET /healthz"``) are never limited.
+    - Allowed: the response gets ``RateLimit-Policy`` / ``RateLimit`` (and legacy
+      headers if the limiter says so). Refused: 429 with ``Retry-After`` and an RFC
+      9457 body naming the violated policies; the app is not called.
+    - Redis failing: fail-open passes the request without rate-limit headers;
+      fail-closed answers 503 with ``Retry-After: 1``.
+    - The decision is ``request.state.rate_limit``; ``await
+      request.state.rate_limit.refund()`` gives the tokens back. ``refund_on``
+      (status codes, or a predicate) refunds automatically after the response,
+      e.g. ``refund_on=range(500, 600)``. Default: no automatic refund.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: RateLimiter,
+        policies: Sequence[Policy],
+        *,
+        limit_unmatched: bool = False,
+        exclude: Collection[str] = (),
+        refund_on: Collection[int] | Callable[[int], bool] = (),
+    ) -> None:
+        names = [p.name for p in policies]
+        if len(set(names)) != len(names):
+            raise ValueError(f"policy names must be distinct: {names}")
+        self.app = app
+        self.limiter = limiter
+        self.policies = tuple(policies)
+        self.limit_unmatched = limit_unmatched
+        self.exclude = frozenset(route_set(exclude) or ())
+        self._refund_on: Callable[[int], bool] = (
+            refund_on if callable(refund_on) else frozenset(refund_on).__contains__
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = route_template(scope)
+        if (route is None and not self.limit_unmatched) or route in self.exclude:
+            await self.app(scope, receive, send)
+            return
+        # No receive: key functions see headers and the peer, never the body.
+        decision = await self.limiter.check(Request(scope), self.policies, route)
+        scope.setdefault("state", {})["rate_limit"] = decision
+        headers = decision_headers(decision, legacy=self.limiter.legacy_headers)
+        if decision.outcome is Outcome.LIMITED:
+            await send_problem(send, 429, problem(decision), headers)
+            return
+        if not decision.allowed:  # store error, failing closed
+            await send_problem(send, 503, store_error_problem(), [("Retry-After", "1")])
+            return
+        await self._serve(scope, receive, send, decision, _raw(headers))
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        decision: Decision,
+        extra: list[tuple[bytes, bytes]],
+    ) -> None:
+        status = 500
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if extra:  # first, so the middleware's items lead any the app adds
+                    message["headers"] = [*extra, *message.get("headers", ())]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                # Settle an automatic refund before the response completes: a client
+                # that has the response sees the bucket as refunded.
+                if self._refund_on(status):
+                    await decision.refund()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            # The app failed before finishing its response (or never sent one).
+            if self._refund_on(status):
+                await decision.refund()

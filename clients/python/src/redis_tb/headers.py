@@ -1,0 +1,206 @@
+"""From a decision to HTTP: ``RateLimit-Policy`` / ``RateLimit`` (IETF httpapi
+ratelimit-headers, draft -10/-11 syntax), optional legacy ``X-RateLimit-*``,
+``Retry-After`` and the RFC 9457 problem body.
+
+The mapping (the same in the Rust integration):
+
+=========  =====================================================================
+``q``      ``floor(capacity)``: the quota a client may use at once (the burst).
+``w``      ``ceil(capacity / rate)``, at least 1: seconds in which an empty bucket
+           refills completely (the policy's window). ``capacity / rate`` within
+           1e-9 (relative) of a whole number counts as that number, so
+           ``per_minute(11)`` (11 / (11/60) = 60.00000000000001) says 60, not 61.
+``r``      ``max(0, floor(remaining))``: whole requests left (a reservation's debt
+           shows as 0).
+``t``      ``ceil(reset_after)``: seconds until the full quota is back; 0 when full.
+           On a refusal it stays the time to full; ``Retry-After`` says when to retry.
+=========  =====================================================================
+
+``Retry-After`` (on 429) is ``max(1, ceil(retry_after))`` of the largest wait among
+the violated policies: whole seconds, rounded up, never 0, so a client that waits it
+is admitted. When a policy can never admit the request (cost > capacity,
+``retry_after = -1``) there is no ``Retry-After`` and the problem detail says so.
+
+Structured-field integers stop at 999,999,999,999,999; larger values (capacity up
+to 2^53, windows of a rate of 1e-9/s) are clamped to it. Each policy name is an
+sf-string item, one list member per policy, in the order the policies were applied.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Sequence
+
+from http_sfv.item import Item
+from http_sfv.list import List
+
+from .decision import Decision, PolicyResult
+
+__all__ = [
+    "SF_INT_MAX",
+    "decision_headers",
+    "legacy_headers",
+    "problem",
+    "problem_body",
+    "quota",
+    "ratelimit",
+    "ratelimit_policy",
+    "remaining_units",
+    "reset_seconds",
+    "retry_after_header",
+    "retry_after_seconds",
+    "store_error_problem",
+    "window",
+]
+
+SF_INT_MAX = 999_999_999_999_999
+PROBLEM_TYPE = "application/problem+json"
+
+
+def _sf_int(x: float) -> int:
+    if x != x:  # NaN never reaches here from the module; refuse rather than guess
+        raise ValueError("NaN in a rate-limit header value")
+    return int(min(max(x, 0), SF_INT_MAX))
+
+
+def quota(capacity: float) -> int:
+    """``q``: floor(capacity)."""
+    return _sf_int(math.floor(min(capacity, SF_INT_MAX)))
+
+
+def window(capacity: float, rate: float) -> int:
+    """``w``: seconds to refill the whole quota, ceil(capacity / rate), >= 1."""
+    x = capacity / rate
+    if x >= SF_INT_MAX:
+        return SF_INT_MAX
+    nearest = round(x)
+    if abs(x - nearest) <= 1e-9 * max(1.0, x):
+        x = nearest
+    return _sf_int(max(1, math.ceil(x)))
+
+
+def remaining_units(remaining: float) -> int:
+    """``r``: max(0, floor(remaining))."""
+    return _sf_int(math.floor(min(max(remaining, 0.0), SF_INT_MAX)))
+
+
+def reset_seconds(reset_after: float) -> int:
+    """``t``: ceil(reset_after), 0 when the bucket is full."""
+    return _sf_int(math.ceil(min(max(reset_after, 0.0), SF_INT_MAX)))
+
+
+def retry_after_seconds(retry_after: float) -> int | None:
+    """Whole seconds for ``Retry-After``: max(1, ceil(retry_after)); None for -1 (never)."""
+    if retry_after < 0:
+        return None
+    return max(1, math.ceil(min(retry_after, SF_INT_MAX)))
+
+
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_field(shapes: tuple[tuple[str, float, float], ...]) -> str:
+    out = List()
+    for name, capacity, rate in shapes:
+        item = Item(name)
+        item.params["q"] = quota(capacity)
+        item.params["w"] = window(capacity, rate)
+        out.append(item)
+    return str(out)
+
+
+def ratelimit_policy(results: Sequence[PolicyResult]) -> str:
+    """``RateLimit-Policy: "perhour";q=1000;w=3600, "persec";q=10;w=1``"""
+    # The same few policy shapes come back on every request: serialize each once.
+    return _policy_field(tuple((r.name, r.capacity, r.rate) for r in results))
+
+
+def ratelimit(results: Sequence[PolicyResult]) -> str:
+    """``RateLimit: "perhour";r=42;t=18, "persec";r=9;t=1``"""
+    out = List()
+    for r in results:
+        item = Item(r.name)
+        item.params["r"] = remaining_units(r.remaining)
+        item.params["t"] = reset_seconds(r.reset_after)
+        out.append(item)
+    return str(out)
+
+
+def legacy_headers(results: Sequence[PolicyResult]) -> list[tuple[str, str]]:
+    """``X-RateLimit-Limit/Remaining/Reset`` (q, r, t in delta seconds) of the policy
+    with the smallest remaining (ties: the first)."""
+    if not results:
+        return []
+    tight = min(results, key=lambda r: r.remaining)  # min() keeps the first of equals
+    return [
+        ("X-RateLimit-Limit", str(quota(tight.capacity))),
+        ("X-RateLimit-Remaining", str(remaining_units(tight.remaining))),
+        ("X-RateLimit-Reset", str(reset_seconds(tight.reset_after))),
+    ]
+
+
+def retry_after_header(decision: Decision) -> str | None:
+    """``Retry-After`` for a refused decision, None when allowed or never admissible."""
+    if not decision.limited or decision.retry_after is None:
+        return None
+    secs = retry_after_seconds(decision.retry_after)
+    return None if secs is None else str(secs)
+
+
+def decision_headers(decision: Decision, *, legacy: bool = False) -> list[tuple[str, str]]:
+    """Every rate-limit header for a decision (empty when Redis was not consulted)."""
+    if not decision.results:
+        return []
+    headers = [
+        ("RateLimit-Policy", ratelimit_policy(decision.results)),
+        ("RateLimit", ratelimit(decision.results)),
+    ]
+    if legacy:
+        headers.extend(legacy_headers(decision.results))
+    retry = retry_after_header(decision)
+    if retry is not None:
+        headers.append(("Retry-After", retry))
+    return headers
+
+
+def problem(decision: Decision) -> dict[str, object]:
+    """The RFC 9457 body of a 429."""
+    violated = list(decision.violated)
+    wait = decision.retry_after
+    never = [r for r in decision.results if not r.allowed and r.never]
+    names = ", ".join(f"'{n}'" for n in violated)
+    if never:
+        detail = "; ".join(
+            f"this request costs {r.cost:g} but policy '{r.name}' allows at most "
+            f"{r.capacity:g} at once: it can never succeed"
+            for r in never
+        )
+        retry: float | None = None
+    else:
+        secs = retry_after_seconds(wait if wait is not None else 0.0)
+        detail = f"rate limit exceeded for {names}: retry after {secs} s"
+        retry = wait
+    return {
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": detail,
+        "violated_policies": violated,
+        "retry_after": retry,
+    }
+
+
+def store_error_problem() -> dict[str, object]:
+    """The RFC 9457 body of the 503 a fail-closed limiter answers when Redis fails."""
+    return {
+        "type": "about:blank",
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": "the rate limiter's store is unavailable; retry shortly",
+    }
+
+
+def problem_body(body: dict[str, object]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()

@@ -1,0 +1,257 @@
+"""Policies: a named limit (capacity and rate, fixed or chosen per request), whose
+bucket a request's identity picks, charged a cost per request, on some routes."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Collection, Iterable, Mapping, TypeVar, Union
+
+from starlette.requests import Request
+
+__all__ = [
+    "CostFunc",
+    "KeyFunc",
+    "Limit",
+    "LimitFunc",
+    "Policy",
+    "per_day",
+    "per_hour",
+    "per_minute",
+    "per_second",
+    "tiered",
+]
+
+T = TypeVar("T")
+
+#: request -> identity (a user id, an API key, a tenant), or None to skip the policy.
+KeyFunc = Callable[[Request], Union[Awaitable[Union[str, None]], str, None]]
+#: request -> tokens this request costs (>= 0).
+CostFunc = Callable[[Request], Union[Awaitable[float], float]]
+#: request -> the limit for this request (plan tiers), or None to skip the policy.
+LimitFunc = Callable[[Request], Union[Awaitable[Union["Limit", None]], "Limit", None]]
+
+_NAME = re.compile(r"[a-z0-9_-]+\Z")
+_MAX = float(2**53)
+
+
+async def resolve(value: Awaitable[T] | T) -> T:
+    """Await ``value`` if a key, cost or limit function returned an awaitable."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A bucket's shape: ``capacity`` tokens (the burst), refilled at ``rate`` per second."""
+
+    capacity: float
+    rate: float
+
+    def __post_init__(self) -> None:
+        # The module's ranges, checked here so a typo fails at startup, not per request.
+        if not (isinstance(self.capacity, (int, float)) and 0 < self.capacity <= _MAX):
+            raise ValueError(f"capacity must be > 0 and <= 2^53, got {self.capacity!r}")
+        if not (isinstance(self.rate, (int, float)) and 1e-9 <= self.rate <= _MAX):
+            raise ValueError(f"rate must be >= 1e-9 and <= 2^53 per second, got {self.rate!r}")
+
+    @classmethod
+    def per_period(cls, n: float, seconds: float) -> Limit:
+        """``n`` requests per ``seconds``: a burst of ``n``, refilled evenly over the period."""
+        return cls(n, n / seconds)
+
+    @classmethod
+    def per_second(cls, n: float) -> Limit:
+        return cls.per_period(n, 1)
+
+    @classmethod
+    def per_minute(cls, n: float) -> Limit:
+        return cls.per_period(n, 60)
+
+    @classmethod
+    def per_hour(cls, n: float) -> Limit:
+        return cls.per_period(n, 3600)
+
+    @classmethod
+    def per_day(cls, n: float) -> Limit:
+        return cls.per_period(n, 86400)
+
+
+def route_set(routes: Iterable[str] | None) -> frozenset[str] | None:
+    """Normalise ``"METHOD /template"`` strings (the method upper-cased)."""
+    if routes is None:
+        return None
+    if isinstance(routes, str):
+        routes = [routes]
+    out = set()
+    for r in routes:
+        method, sep, path = r.strip().partition(" ")
+        if not sep or not path.startswith("/"):
+            raise ValueError(f"a route is 'METHOD /template', got {r!r}")
+        out.add(f"{method.upper()} {path.strip()}")
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One named limit.
+
+    - ``name``: a token (``[a-z0-9_-]+``), used in the bucket key and in the headers.
+    - ``limit``: a :class:`Limit`, or a function of the request returning one
+      (plan tiers) or None (this policy does not apply to this request).
+    - ``key``: the identity function; None means the limiter's client address
+      (peer IP, trusted proxies, IPv6 grouping). Returning None skips the policy.
+    - ``cost``: tokens per request, a number or a function of the request.
+    - ``routes``: ``"METHOD /template"`` strings this policy applies to (the route
+      template, e.g. ``GET /items/{item_id}``, never the raw path); None: every route.
+    - ``per_route``: one bucket per route (the route is part of the key) rather than
+      one bucket shared by every route the policy applies to.
+    """
+
+    name: str
+    limit: Limit | LimitFunc
+    key: KeyFunc | None = None
+    cost: float | CostFunc = 1
+    routes: Collection[str] | None = None
+    per_route: bool = False
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"a policy name is a token of [a-z0-9_-]+, got {self.name!r}")
+        if not callable(self.cost) and not (0 <= self.cost <= _MAX and math.isfinite(self.cost)):
+            raise ValueError(f"cost must be >= 0 and <= 2^53, got {self.cost!r}")
+        object.__setattr__(self, "routes", route_set(self.routes))
+
+    def applies_to(self, route: str | None) -> bool:
+        if self.routes is None:
+            return True
+        return route is not None and route in self.routes
+
+    async def limit_for(self, request: Request) -> Limit | None:
+        if isinstance(self.limit, Limit):
+            return self.limit
+        out = await resolve(self.limit(request))
+        if out is not None and not isinstance(out, Limit):
+            raise TypeError(f"policy {self.name!r}: the limit function returned {out!r}")
+        return out
+
+    async def cost_for(self, request: Request) -> float:
+        if not callable(self.cost):
+            return self.cost
+        out = await resolve(self.cost(request))
+        if not (isinstance(out, (int, float)) and 0 <= out <= _MAX):
+            raise ValueError(f"policy {self.name!r}: cost must be >= 0 and <= 2^53, got {out!r}")
+        return out
+
+
+def _per(
+    seconds: float,
+    name: str,
+    n: float,
+    key: KeyFunc | None,
+    cost: float | CostFunc,
+    routes: Iterable[str] | None,
+    per_route: bool,
+) -> Policy:
+    return Policy(
+        name,
+        Limit.per_period(n, seconds),
+        key=key,
+        cost=cost,
+        routes=None if routes is None else tuple(routes),
+        per_route=per_route,
+    )
+
+
+def per_second(
+    name: str,
+    n: float,
+    *,
+    key: KeyFunc | None = None,
+    cost: float | CostFunc = 1,
+    routes: Iterable[str] | None = None,
+    per_route: bool = False,
+) -> Policy:
+    """``n`` per second: capacity ``n``, rate ``n``/s."""
+    return _per(1, name, n, key, cost, routes, per_route)
+
+
+def per_minute(
+    name: str,
+    n: float,
+    *,
+    key: KeyFunc | None = None,
+    cost: float | CostFunc = 1,
+    routes: Iterable[str] | None = None,
+    per_route: bool = False,
+) -> Policy:
+    """``n`` per minute: capacity ``n``, rate ``n``/60 per second."""
+    return _per(60, name, n, key, cost, routes, per_route)
+
+
+def per_hour(
+    name: str,
+    n: float,
+    *,
+    key: KeyFunc | None = None,
+    cost: float | CostFunc = 1,
+    routes: Iterable[str] | None = None,
+    per_route: bool = False,
+) -> Policy:
+    """``n`` per hour: capacity ``n``, rate ``n``/3600 per second."""
+    return _per(3600, name, n, key, cost, routes, per_route)
+
+
+def per_day(
+    name: str,
+    n: float,
+    *,
+    key: KeyFunc | None = None,
+    cost: float | CostFunc = 1,
+    routes: Iterable[str] | None = None,
+    per_route: bool = False,
+) -> Policy:
+    """``n`` per day: capacity ``n``, rate ``n``/86400 per second."""
+    return _per(86400, name, n, key, cost, routes, per_route)
+
+
+def tiered(
+    name: str,
+    tiers: Mapping[str, Limit | None],
+    tier: Callable[[Request], Awaitable[str | None] | str | None],
+    *,
+    default: str | None = None,
+    key: KeyFunc | None = None,
+    cost: float | CostFunc = 1,
+    routes: Iterable[str] | None = None,
+    per_route: bool = False,
+) -> Policy:
+    """A policy whose limit depends on the caller's plan.
+
+    ``tier(request)`` names the plan (e.g. from ``request.state`` set by auth, or a
+    header your gateway sets); unknown or missing plans use ``default``. A plan
+    mapped to None is not limited by this policy. The bucket key does not include
+    the plan, so a client that changes plan keeps its bucket (the module clamps
+    tokens above a lowered capacity).
+    """
+    table = dict(tiers)
+    if default is not None and default not in table:
+        raise ValueError(f"default tier {default!r} is not in the tiers")
+
+    async def limit(request: Request) -> Limit | None:
+        plan = await resolve(tier(request))
+        if plan is None or plan not in table:
+            plan = default
+        return None if plan is None else table[plan]
+
+    return Policy(
+        name,
+        limit,
+        key=key,
+        cost=cost,
+        routes=None if routes is None else tuple(routes),
+        per_route=per_route,
+    )

@@ -1,0 +1,187 @@
+"""The limiter's rules without HTTP: keys, tiers, route templates, failure mode,
+cool-down and logging (a real redis-server, requests built from scopes)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator
+
+import pytest
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.routing import Mount, Route
+
+from redis_tb import (
+    AsyncClient,
+    Limit,
+    Outcome,
+    Policy,
+    RateLimiter,
+    RateLimitMiddleware,
+    per_hour,
+    per_minute,
+    route_template,
+    tiered,
+)
+from servers import RedisServer, free_port
+
+
+def request(peer: str = "203.0.113.7", headers: dict[str, str] | None = None, **scope: Any) -> Request:
+    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    return Request({"type": "http", "method": "GET", "path": "/", "headers": raw, "client": (peer, 1), **scope})
+
+
+@pytest.fixture
+async def limiter(redis_server: RedisServer) -> AsyncIterator[RateLimiter]:
+    lim = RateLimiter(AsyncClient.from_url(redis_server.url, timeout=5), timeout=5)
+    await lim.client.redis.flushall()
+    yield lim
+    await lim.aclose()
+
+
+async def test_keys_prefix_policy_identity(limiter: RateLimiter) -> None:
+    d = await limiter.check(request(), [per_hour("ip", 10)])
+    assert [r.key for r in d.results] == ["rl:ip:203.0.113.7"]
+
+
+async def test_hash_tag_puts_every_key_of_a_request_in_one_slot(redis_server: RedisServer) -> None:
+    lim = RateLimiter(
+        AsyncClient.from_url(redis_server.url, timeout=5),
+        prefix="api",
+        hash_tag=lambda req: req.headers.get("x-user"),
+        timeout=5,
+    )
+    user = Policy("user", Limit.per_hour(100), key=lambda req: req.headers.get("x-user"))
+    d = await lim.check(request(headers={"x-user": "u42"}), [per_hour("ip", 10), user])
+    assert [r.key for r in d.results] == ["api:{u42}:ip:203.0.113.7", "api:{u42}:user:u42"]
+    await lim.aclose()
+
+
+async def test_per_route_buckets_keep_braces_out_of_the_key(limiter: RateLimiter) -> None:
+    p = per_minute("endpoint", 5, per_route=True)
+    d = await limiter.check(request(), [p], route="GET /items/{item_id}")
+    assert [r.key for r in d.results] == ["rl:endpoint:GET /items/<item_id>:203.0.113.7"]
+
+
+async def test_route_scoped_policy_applies_to_its_routes_only(limiter: RateLimiter) -> None:
+    p = per_minute("orders", 5, routes=["post /orders"])
+    assert p.routes == frozenset({"POST /orders"})
+    assert (await limiter.check(request(), [p], route="GET /orders")).outcome is Outcome.NOT_LIMITED
+    assert (await limiter.check(request(), [p], route="POST /orders")).outcome is Outcome.ALLOWED
+    assert (await limiter.check(request(), [p], route=None)).outcome is Outcome.NOT_LIMITED
+
+
+async def test_tiers_choose_the_limit_per_request(limiter: RateLimiter) -> None:
+    async def plan(req: Request) -> str | None:
+        return req.headers.get("x-plan")
+
+    p = tiered("user", {"free": Limit.per_hour(10), "pro": Limit.per_hour(1000), "internal": None}, plan, default="free")
+    caps = []
+    for hdr in ["pro", "free", "unknown", None]:
+        d = await limiter.check(request(headers={"x-plan": hdr} if hdr else {}), [p])
+        caps.append(d.results[0].capacity)
+    assert caps == [1000, 10, 10, 10]
+    internal = await limiter.check(request(headers={"x-plan": "internal"}), [p])
+    assert internal.outcome is Outcome.NOT_LIMITED
+
+
+async def test_key_function_returning_none_skips_the_policy(limiter: RateLimiter) -> None:
+    user = Policy("user", Limit.per_hour(1), key=lambda req: None)
+    d = await limiter.check(request(), [per_hour("ip", 10), user])
+    assert [r.name for r in d.results] == ["ip"]
+
+
+async def test_refused_request_reports_violations_and_cannot_be_refunded(limiter: RateLimiter) -> None:
+    p = Policy("tiny", Limit(1, 1e-6))
+    first = await limiter.check(request(), [p])
+    second = await limiter.check(request(), [p])
+    assert first.allowed and second.limited and second.violated == ("tiny",)
+    assert second.retry_after is not None and second.retry_after > 0
+    assert not await second.refund()
+    assert await first.refund() and not await first.refund()  # idempotent
+    assert limiter.stats.refunds == 1
+    assert (await limiter.check(request(), [p])).allowed
+
+
+async def test_dead_redis_fails_open_then_cools_down_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    lim = RateLimiter(AsyncClient.from_url(f"redis://127.0.0.1:{free_port()}"), cooldown=60)
+    caplog.set_level(logging.WARNING, logger="redis_tb")
+    first = await lim.check(request(), [per_hour("ip", 10)])
+    second = await lim.check(request(), [per_hour("ip", 10)])
+    assert first.outcome is second.outcome is Outcome.STORE_ERROR
+    assert first.allowed and second.allowed and not first.limited
+    assert first.error is not None and second.error is None  # the second never reached Redis
+    assert first.results == () and first.retry_after is None
+    assert lim.stats.store_errors == 1 and lim.stats.degraded == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert "failing open: requests pass unlimited" in lines[0] and "Redis skipped for 60 s" in lines[0]
+    await lim.aclose()
+
+
+async def test_fail_closed_refuses_on_a_store_error() -> None:
+    lim = RateLimiter(AsyncClient.from_url(f"redis://127.0.0.1:{free_port()}"), fail_open=False)
+    d = await lim.check(request(), [per_hour("ip", 10)])
+    assert d.outcome is Outcome.STORE_ERROR and not d.allowed and not d.limited
+    await lim.aclose()
+
+
+async def test_startup_tolerates_an_unreachable_redis(caplog: pytest.LogCaptureFixture) -> None:
+    lim = RateLimiter(AsyncClient.from_url(f"redis://127.0.0.1:{free_port()}"))
+    caplog.set_level(logging.WARNING, logger="redis_tb")
+    await lim.startup()
+    assert "cannot reach Redis" in caplog.text
+    await lim.aclose()
+
+
+def test_route_template_matches_like_the_router() -> None:
+    sub = FastAPI()
+
+    @sub.get("/things/{thing_id:int}")
+    async def thing(thing_id: int) -> None: ...
+
+    app = FastAPI()
+
+    @app.get("/items/{item_id}")
+    async def item(item_id: str) -> None: ...
+
+    app.router.routes.append(Mount("/v2", app=sub))
+
+    def scope(method: str, path: str) -> dict[str, Any]:
+        return {"type": "http", "method": method, "path": path, "root_path": "", "app": app}
+
+    assert route_template(scope("GET", "/items/42")) == "GET /items/{item_id}"
+    assert route_template(scope("POST", "/items/42")) is None  # 405: no route serves it
+    assert route_template(scope("GET", "/nowhere")) is None
+    assert route_template(scope("GET", "/v2/things/7")) == "GET /v2/things/{thing_id}"
+    assert route_template(scope("GET", "/v2/things/seven")) is None
+
+
+def test_route_template_of_a_starlette_app_and_a_mounted_asgi_app() -> None:
+    from starlette.applications import Starlette
+
+    async def endpoint(request: Request) -> None: ...
+
+    async def raw(scope: Any, receive: Any, send: Any) -> None: ...
+
+    app = Starlette(routes=[Route("/a/{x}", endpoint), Mount("/static", app=raw)])
+    base = {"type": "http", "method": "GET", "root_path": "", "app": app}
+    assert route_template({**base, "path": "/a/1"}) == "GET /a/{x}"
+    assert route_template({**base, "path": "/static/css/site.css"}) == "GET /static/{path}"
+
+
+def test_configuration_errors_are_refused_at_setup() -> None:
+    with pytest.raises(ValueError, match="token"):
+        per_hour("Per Hour", 10)
+    with pytest.raises(ValueError, match="cost"):
+        Policy("x", Limit(1, 1), cost=-1)
+    with pytest.raises(ValueError, match="capacity"):
+        Limit(0, 1)
+    with pytest.raises(ValueError, match="rate"):
+        Limit(1, 0)
+    with pytest.raises(ValueError, match="METHOD /template"):
+        per_hour("x", 1, routes=["/items"])
+    with pytest.raises(ValueError, match="distinct"):
+        RateLimitMiddleware(FastAPI(), RateLimiter(AsyncClient.from_url("redis://127.0.0.1:1")), [per_hour("a", 1), per_hour("a", 2)])
+    with pytest.raises(ValueError, match="default tier"):
+        tiered("t", {"free": Limit(1, 1)}, lambda r: None, default="gold")

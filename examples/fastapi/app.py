@@ -1,0 +1,189 @@
+"""An API rate-limited with redis-tb: layered policies in one TB.MTAKE, plan
+tiers, an endpoint policy, a cost function, a refund, a fail-closed login, and
+the decision used in handlers.
+
+Run: see README.md beside this file. Configuration by environment:
+REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES (comma-separated
+CIDRs of your load balancers; default none), RATE_LIMIT=off (serve the same app
+without the limiter, for bench_overhead.py).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from pydantic import BaseModel
+
+from redis_tb import (
+    AsyncClient,
+    ClientIP,
+    Decision,
+    Limit,
+    RateLimiter,
+    RateLimitMiddleware,
+    per_hour,
+    per_minute,
+    per_second,
+    tiered,
+)
+from redis_tb.fastapi import RateLimit, install_problem_handler
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+TRUSTED_PROXIES = [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c]
+LIMITED = os.environ.get("RATE_LIMIT", "on") != "off"
+
+# -- who is calling -------------------------------------------------------------
+# A stand-in for your auth: API key -> (user id, plan).
+API_KEYS = {
+    "key-alice": ("alice", "pro"),
+    "key-bob": ("bob", "free"),
+}
+
+
+def account(request: Request) -> tuple[str, str] | None:
+    return API_KEYS.get(request.headers.get("x-api-key", ""))
+
+
+async def user_id(request: Request) -> str | None:
+    """Key function: the user behind the API key; None (skip) for anonymous calls."""
+    acct = account(request)
+    return None if acct is None else acct[0]
+
+
+async def plan(request: Request) -> str | None:
+    acct = account(request)
+    return None if acct is None else acct[1]
+
+
+def search_cost(request: Request) -> float:
+    """A search costs one token per requested page of 50 results."""
+    try:
+        size = int(request.query_params.get("size", "50"))
+    except ValueError:
+        size = 50
+    return max(1, -(-size // 50))
+
+
+# -- policies -------------------------------------------------------------------
+# Checked together in ONE TB.MTAKE per request: all or nothing, so a request refused
+# by one layer spends nothing on the others.
+POLICIES = [
+    # every caller, by client address (IPv6 by /64): 10 per second
+    per_second("ip", 10),
+    # signed-in users, by plan: free 100 per hour, pro 5000 per hour
+    tiered(
+        "user",
+        {"free": Limit.per_hour(100), "pro": Limit.per_hour(5000)},
+        tier=plan,
+        default="free",
+        key=user_id,
+    ),
+    # an endpoint policy: 5 orders per minute per user
+    per_minute("orders", 5, key=user_id, routes=["POST /orders"]),
+    # searches cost by page size
+    per_minute("search", 60, cost=search_cost, routes=["GET /search"]),
+]
+
+client = AsyncClient.from_url(REDIS_URL)  # 50 ms timeouts, no retries
+limiter = RateLimiter(client, client_ip=ClientIP(TRUSTED_PROXIES))
+# Logins fail CLOSED: if Redis is down, refuse (503) rather than allow guessing.
+strict = RateLimiter(client, client_ip=ClientIP(TRUSTED_PROXIES), fail_open=False)
+login_limit = RateLimit(strict, [per_hour("login", 20)])
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    if LIMITED:
+        await limiter.startup()  # a missing module stops the app here, clearly
+    yield
+    await client.aclose()
+
+
+app = FastAPI(title="redis-tb example", lifespan=lifespan)
+if LIMITED:
+    app.add_middleware(
+        RateLimitMiddleware,
+        limiter=limiter,
+        policies=POLICIES,
+        exclude=["GET /healthz", "GET /stats"],
+        refund_on=range(500, 600),  # our own failures do not count against callers
+    )
+    install_problem_handler(app)
+
+
+def decision(request: Request) -> Decision | None:
+    return getattr(request.state, "rate_limit", None)
+
+
+# -- handlers -------------------------------------------------------------------
+
+
+@app.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@app.get("/items/{item_id}")
+async def get_item(item_id: int, request: Request) -> dict[str, object]:
+    d = decision(request)
+    # The decision in a handler: tell a client running low to slow down.
+    low = d is not None and d.remaining is not None and d.remaining < 2
+    return {"id": item_id, "name": f"item {item_id}", "slow_down": low}
+
+
+@app.get("/quota")
+async def quota(request: Request) -> dict[str, object]:
+    """This request's view of every bucket it was charged on."""
+    d = decision(request)
+    if d is None:
+        return {"outcome": "not_limited", "policies": []}
+    return {
+        "outcome": d.outcome.value,
+        "policies": [
+            {"name": r.name, "remaining": r.remaining, "capacity": r.capacity, "reset_after": r.reset_after}
+            for r in d.results
+        ],
+    }
+
+
+class Order(BaseModel):
+    item_id: int
+    quantity: int
+
+
+@app.post("/orders", status_code=201)
+async def create_order(order: Order, request: Request) -> dict[str, object]:
+    if order.quantity <= 0:
+        # The app decides not to count a request it rejects itself.
+        d = decision(request)
+        if d is not None:
+            await d.refund()
+        raise HTTPException(status_code=422, detail="quantity must be positive")
+    return {"item_id": order.item_id, "quantity": order.quantity}
+
+
+@app.get("/search")
+async def search(q: str, size: int = 50) -> dict[str, object]:
+    return {"q": q, "size": size, "results": []}
+
+
+@app.post("/login")
+async def login(d: Decision = Depends(login_limit)) -> dict[str, object]:
+    return {"ok": True, "attempts_left": d.remaining}
+
+
+@app.get("/stats")
+async def stats() -> dict[str, int]:
+    """The limiter's counters (export them to your metrics)."""
+    s = limiter.stats
+    return {
+        "checks": s.checks,
+        "allowed": s.allowed,
+        "limited": s.limited,
+        "store_errors": s.store_errors,
+        "degraded": s.degraded,
+        "refunds": s.refunds,
+    }

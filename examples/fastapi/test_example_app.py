@@ -1,0 +1,106 @@
+"""The example app, served by uvicorn against a real redis-server with the module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+from http_sfv.list import List
+
+from servers import RedisServer, Uvicorn, start_all
+
+HERE = Path(__file__).parent
+PROXY = "127.0.0.2"  # trusted by the app under test; requests carry X-Forwarded-For
+ALICE = {"x-api-key": "key-alice"}  # pro plan
+BOB = {"x-api-key": "key-bob"}  # free plan
+
+
+def sf(value: str) -> list[tuple[object, dict[str, object]]]:
+    out = List()
+    out.parse(value.encode())
+    return [(m.value, dict(m.params)) for m in out]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, Uvicorn]]:
+    store = RedisServer().start()
+    env = {"REDIS_URL": store.url, "TRUSTED_PROXIES": f"{PROXY}/32"}
+    apps = {
+        "limited": Uvicorn("app:app", HERE, env),
+        "plain": Uvicorn("app:app", HERE, {**env, "RATE_LIMIT": "off"}),
+    }
+    try:
+        start_all(list(apps.values()))
+        yield apps
+    finally:
+        for a in apps.values():
+            a.stop()
+        store.stop()
+
+
+def client(app: Uvicorn, ip: str) -> httpx.Client:
+    """A client behind the trusted proxy, with its own address (so its own IP bucket)."""
+    return httpx.Client(
+        base_url=app.url,
+        transport=httpx.HTTPTransport(local_address=PROXY),
+        headers={"x-forwarded-for": ip},
+        timeout=30,
+    )
+
+
+def test_layers_and_plan_tiers_in_one_header(servers: dict[str, Uvicorn]) -> None:
+    with client(servers["limited"], "198.51.100.1") as c:
+        pro = c.get("/items/1", headers=ALICE)
+        free = c.get("/items/1", headers=BOB)
+        anonymous = c.get("/items/1")
+    assert pro.status_code == free.status_code == anonymous.status_code == 200
+    assert sf(pro.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1}), ("user", {"q": 5000, "w": 3600})]
+    assert sf(free.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1}), ("user", {"q": 100, "w": 3600})]
+    assert sf(anonymous.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1})]
+
+
+def test_endpoint_policy_refund_and_refusal(servers: dict[str, Uvicorn]) -> None:
+    with client(servers["limited"], "198.51.100.2") as c:
+        rejected = c.post("/orders", json={"item_id": 1, "quantity": 0}, headers=ALICE)
+        assert rejected.status_code == 422
+        left = []
+        for _ in range(5):
+            r = c.post("/orders", json={"item_id": 1, "quantity": 1}, headers=ALICE)
+            assert r.status_code == 201
+            left.append(dict(sf(r.headers["RateLimit"]))["orders"]["r"])
+        # the rejected order was refunded: five real orders fit in the five tokens
+        assert left == [4, 3, 2, 1, 0]
+        refused = c.post("/orders", json={"item_id": 1, "quantity": 1}, headers=ALICE)
+    assert refused.status_code == 429
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["violated_policies"] == ["orders"]
+    assert int(refused.headers["Retry-After"]) >= 1
+
+
+def test_decision_used_in_handlers(servers: dict[str, Uvicorn]) -> None:
+    with client(servers["limited"], "198.51.100.3") as c:
+        q = c.get("/quota", headers=BOB).json()
+        item = c.get("/items/7", headers=BOB).json()
+    assert q["outcome"] == "allowed"
+    assert [p["name"] for p in q["policies"]] == ["ip", "user"]
+    assert q["policies"][1]["capacity"] == 100
+    assert item == {"id": 7, "name": "item 7", "slow_down": False}
+
+
+def test_search_cost_and_login_dependency(servers: dict[str, Uvicorn]) -> None:
+    with client(servers["limited"], "198.51.100.4") as c:
+        r = c.get("/search", params={"q": "x", "size": 200})
+        login = c.post("/login")
+    assert dict(sf(r.headers["RateLimit"]))["search"]["r"] == 56
+    assert login.status_code == 200 and login.json()["attempts_left"] < 20
+    assert [n for n, _ in sf(", ".join(login.headers.get_list("RateLimit")))] == ["ip", "login"]
+
+
+def test_health_and_the_unlimited_twin_carry_no_headers(servers: dict[str, Uvicorn]) -> None:
+    with client(servers["limited"], "198.51.100.5") as c:
+        assert "RateLimit" not in c.get("/healthz").headers
+    with client(servers["plain"], "198.51.100.5") as c:
+        r = c.get("/items/1", headers=ALICE)
+    assert r.status_code == 200 and "RateLimit" not in r.headers
