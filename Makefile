@@ -41,13 +41,14 @@ test: build
 # FastAPI and shell examples, and the Rust client crate with the axum example.
 test-examples: build
 	clients/python/run-tests.sh
+	cargo test -p redis-tb-client -p redis-tb-axum-example
 
 unit:
 	cargo test --release --lib
 
 lint:
-	cargo fmt --check
-	cargo clippy --all-targets --release -- -D warnings
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --release -- -D warnings
 
 fmt:
 	cargo fmt

@@ -1,0 +1,677 @@
+//! The five TB.* commands over one `redis::aio::MultiplexedConnection`: typed replies, one
+//! round trip per call, a tight timeout on every call, and a lazy reconnect after the
+//! connection breaks (never a retry of the call itself).
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Value};
+
+use crate::error::Error;
+
+/// Largest capacity, rate and n the module accepts: 2^53.
+pub const MAX_NUMBER: f64 = 9_007_199_254_740_992.0;
+/// Smallest rate the module accepts (tokens per second).
+pub const MIN_RATE: f64 = 1e-9;
+
+/// Timeouts of a [`TbClient`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientConfig {
+    /// Limit for one command's reply (default 50 ms). On the request path a slow limiter is
+    /// worse than none: past this the call counts as a store error.
+    pub call_timeout: Duration,
+    /// Limit for a reconnect on the request path (default 50 ms).
+    pub connect_timeout: Duration,
+    /// Limit for the first connect and the module check in [`TbClient::connect`] (default 5 s).
+    pub startup_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            call_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_millis(50),
+            startup_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One bucket's reply: `[allowed, remaining, retry_after, reset_after]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reply {
+    /// Whether the tokens were taken (TB.PEEK: whether one token is there).
+    pub allowed: bool,
+    /// Tokens left, full precision (negative while reservations are outstanding).
+    pub remaining: f64,
+    /// Seconds until the request would be admitted: 0 when allowed, -1 when never.
+    pub retry_after: f64,
+    /// Seconds until the bucket is full.
+    pub reset_after: f64,
+}
+
+impl Reply {
+    /// Refused, and no wait will help (`n > capacity`).
+    pub fn never(&self) -> bool {
+        !self.allowed && self.retry_after < 0.0
+    }
+}
+
+/// TB.MTAKE's reply: the aggregate, then one [`Reply`] per bucket in call order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MultiReply {
+    /// Whether every bucket had its tokens (and all were taken).
+    pub allowed: bool,
+    /// The smallest per-bucket remaining.
+    pub remaining: f64,
+    /// 0 when allowed; -1 if any bucket can never admit; else the largest wait.
+    pub retry_after: f64,
+    /// The largest per-bucket reset_after.
+    pub reset_after: f64,
+    /// Per bucket: after the deduction when allowed, as it stands when refused (its
+    /// `allowed` then says whether this bucket alone had enough).
+    pub buckets: Vec<Reply>,
+}
+
+/// TB.RESERVE's reply.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reservation {
+    /// Whether the tokens were taken (now, or reserved ahead).
+    pub allowed: bool,
+    /// Tokens left; negative while reservations are outstanding.
+    pub remaining: f64,
+    /// When allowed: seconds to wait before going ahead (0 = now). When refused: seconds
+    /// after which the same reservation would be accepted, -1 when never.
+    pub wait: f64,
+    /// Seconds until the bucket is full.
+    pub reset_after: f64,
+}
+
+/// One bucket of a multi-key call: TB.MTAKE, or the refunds of one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Charge {
+    /// The bucket's key.
+    pub key: String,
+    /// Bucket size (the burst).
+    pub capacity: f64,
+    /// Tokens added per second.
+    pub rate: f64,
+    /// Tokens to take (or give back).
+    pub n: f64,
+}
+
+/// A client of the redis-tb module. Cheap to clone: clones share one multiplexed connection.
+#[derive(Clone)]
+pub struct TbClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: redis::Client,
+    addr: String,
+    config: ClientConfig,
+    conn: RwLock<Option<MultiplexedConnection>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for TbClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TbClient")
+            .field("addr", &self.inner.addr)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl TbClient {
+    /// Connects to `url` (`redis://host:port/db`) with the default timeouts and checks that
+    /// the module is loaded.
+    pub async fn connect(url: &str) -> Result<TbClient, Error> {
+        TbClient::connect_with(url, ClientConfig::default()).await
+    }
+
+    /// Connects to `url` with `config`; see [`TbClient::connect_client`].
+    pub async fn connect_with(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        let client = open_url(url)?;
+        TbClient::connect_client(client, config).await
+    }
+
+    /// Connects with a configured `redis::Client` (TLS, auth, RESP3...) and checks that the
+    /// module is loaded ([`Error::ModuleNotLoaded`] if not): a missing module is found at
+    /// startup, not on the first request.
+    pub async fn connect_client(
+        client: redis::Client,
+        config: ClientConfig,
+    ) -> Result<TbClient, Error> {
+        let tb = TbClient::lazy(client, config);
+        let startup = tb.inner.config.startup_timeout;
+        let conn = tb.open(startup).await?;
+        tb.store(Some(conn));
+        tb.check_module_within(startup).await?;
+        Ok(tb)
+    }
+
+    /// Like [`TbClient::connect_with`], but an unreachable Redis is not an error: it is
+    /// logged, and the client connects on first use (the layer's failure mode covers the
+    /// requests until then), so the app can start before Redis does. A server that
+    /// answers without the module is still [`Error::ModuleNotLoaded`].
+    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        let client = open_url(url)?;
+        let tb = TbClient::lazy(client, config);
+        let startup = tb.inner.config.startup_timeout;
+        let checked = match tb.open(startup).await {
+            Ok(conn) => {
+                tb.store(Some(conn));
+                tb.check_module_within(startup).await
+            }
+            Err(e) => Err(e),
+        };
+        match checked {
+            Err(e @ (Error::Connection { .. } | Error::Timeout { .. })) => {
+                tb.store(None);
+                tracing::warn!(
+                    target: "redis_tb",
+                    "redis-tb: cannot reach Redis at {} to check the module ({e}); the failure mode applies until it answers",
+                    tb.inner.addr
+                );
+                Ok(tb)
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(tb),
+        }
+    }
+
+    /// A client that connects on first use; no I/O here, no module check.
+    pub fn lazy(client: redis::Client, config: ClientConfig) -> TbClient {
+        let addr = client.get_connection_info().addr().to_string();
+        TbClient {
+            inner: Arc::new(Inner {
+                client,
+                addr,
+                config,
+                conn: RwLock::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// `host:port` of the server.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// The timeouts in use.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// `Ok` when the module's commands are there (`COMMAND INFO tb.mtake` has an entry).
+    pub async fn check_module(&self) -> Result<(), Error> {
+        self.check_module_within(self.inner.config.call_timeout)
+            .await
+    }
+
+    async fn check_module_within(&self, limit: Duration) -> Result<(), Error> {
+        let mut cmd = redis::cmd("COMMAND");
+        cmd.arg("INFO").arg("tb.mtake");
+        let reply = self.query(&cmd, limit).await?;
+        let loaded = match &reply {
+            Value::Array(items) => {
+                matches!(items.first(), Some(Value::Array(entry)) if !entry.is_empty())
+            }
+            _ => false,
+        };
+        if loaded {
+            Ok(())
+        } else {
+            Err(Error::ModuleNotLoaded {
+                addr: self.inner.addr.clone(),
+            })
+        }
+    }
+
+    /// `TB.TAKE key capacity rate n` on the server's clock.
+    pub async fn take(&self, key: &str, capacity: f64, rate: f64, n: f64) -> Result<Reply, Error> {
+        check_shape(capacity, rate)?;
+        check_n(n)?;
+        let mut cmd = redis::cmd("TB.TAKE");
+        cmd.arg(key).arg(num(capacity)).arg(num(rate)).arg(num(n));
+        let v = self.call(&cmd).await?;
+        self.reply4(&v, "TB.TAKE")
+    }
+
+    /// `TB.MTAKE`: every bucket's tokens or none, in one round trip.
+    pub async fn mtake(&self, charges: &[Charge]) -> Result<MultiReply, Error> {
+        if charges.is_empty() {
+            return Err(Error::NoBuckets {
+                command: "TB.MTAKE",
+            });
+        }
+        let mut cmd = redis::cmd("TB.MTAKE");
+        cmd.arg(charges.len());
+        for c in charges {
+            check_shape(c.capacity, c.rate)?;
+            check_n(c.n)?;
+            cmd.arg(c.key.as_str());
+        }
+        for c in charges {
+            cmd.arg(num(c.capacity)).arg(num(c.rate)).arg(num(c.n));
+        }
+        let v = self.call(&cmd).await?;
+        self.multi_reply(&v, charges.len())
+    }
+
+    /// `TB.PEEK key capacity rate`: the bucket as it stands; writes nothing.
+    pub async fn peek(&self, key: &str, capacity: f64, rate: f64) -> Result<Reply, Error> {
+        check_shape(capacity, rate)?;
+        let mut cmd = redis::cmd("TB.PEEK");
+        cmd.arg(key).arg(num(capacity)).arg(num(rate));
+        let v = self.call(&cmd).await?;
+        self.reply4(&v, "TB.PEEK")
+    }
+
+    /// `TB.REFUND key capacity rate n`: gives `n` tokens back, never above capacity.
+    pub async fn refund(
+        &self,
+        key: &str,
+        capacity: f64,
+        rate: f64,
+        n: f64,
+    ) -> Result<Reply, Error> {
+        check_shape(capacity, rate)?;
+        check_n(n)?;
+        let mut cmd = redis::cmd("TB.REFUND");
+        cmd.arg(key).arg(num(capacity)).arg(num(rate)).arg(num(n));
+        let v = self.call(&cmd).await?;
+        self.reply4(&v, "TB.REFUND")
+    }
+
+    /// One TB.REFUND per charge, pipelined in one round trip.
+    pub async fn refund_many(&self, charges: &[Charge]) -> Result<Vec<Reply>, Error> {
+        if charges.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for c in charges {
+            check_shape(c.capacity, c.rate)?;
+            check_n(c.n)?;
+            pipe.cmd("TB.REFUND")
+                .arg(c.key.as_str())
+                .arg(num(c.capacity))
+                .arg(num(c.rate))
+                .arg(num(c.n));
+        }
+        let mut conn = self.connection().await?;
+        let limit = self.inner.config.call_timeout;
+        let v = match tokio::time::timeout(limit, pipe.query_async::<Value>(&mut conn)).await {
+            Err(_) => Err(self.timeout(limit)),
+            Ok(r) => r.map_err(|e| self.classify(e)),
+        };
+        let v = self.after_call(v)?;
+        match v {
+            Value::Array(items) if items.len() == charges.len() => items
+                .iter()
+                .map(|item| self.reply4(item, "TB.REFUND"))
+                .collect(),
+            other => Err(self.unexpected("TB.REFUND", format!("pipeline reply {other:?}"))),
+        }
+    }
+
+    /// `TB.RESERVE key capacity rate n max_wait`: take now, or reserve and wait up to
+    /// `max_wait` seconds.
+    pub async fn reserve(
+        &self,
+        key: &str,
+        capacity: f64,
+        rate: f64,
+        n: f64,
+        max_wait: f64,
+    ) -> Result<Reservation, Error> {
+        check_shape(capacity, rate)?;
+        check_n(n)?;
+        if !(max_wait.is_finite() && max_wait >= 0.0) {
+            return Err(Error::InvalidArgument {
+                name: "max_wait",
+                value: max_wait,
+                rule: ">= 0 seconds and finite",
+            });
+        }
+        let mut cmd = redis::cmd("TB.RESERVE");
+        cmd.arg(key)
+            .arg(num(capacity))
+            .arg(num(rate))
+            .arg(num(n))
+            .arg(num(max_wait));
+        let v = self.call(&cmd).await?;
+        let r = self.reply4(&v, "TB.RESERVE")?;
+        Ok(Reservation {
+            allowed: r.allowed,
+            remaining: r.remaining,
+            wait: r.retry_after,
+            reset_after: r.reset_after,
+        })
+    }
+
+    /// One attempt of `cmd` within the call timeout.
+    async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
+        let v = self.query(cmd, self.inner.config.call_timeout).await;
+        self.after_call(v)
+    }
+
+    async fn query(&self, cmd: &Cmd, limit: Duration) -> Result<Value, Error> {
+        let mut conn = self.connection().await?;
+        match tokio::time::timeout(limit, cmd.query_async::<Value>(&mut conn)).await {
+            Err(_) => Err(self.timeout(limit)),
+            Ok(r) => r.map_err(|e| self.classify(e)),
+        }
+    }
+
+    /// A broken connection is dropped so that the next call reconnects (after the layer's
+    /// cooldown): a MultiplexedConnection whose socket died never recovers by itself.
+    fn after_call(&self, v: Result<Value, Error>) -> Result<Value, Error> {
+        if let Err(e) = &v
+            && e.breaks_connection()
+        {
+            self.store(None);
+        }
+        v
+    }
+
+    async fn connection(&self) -> Result<MultiplexedConnection, Error> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let limit = self.inner.config.connect_timeout;
+        // One reconnect at a time; the others wait for it (bounded) instead of piling up.
+        let _guard = tokio::time::timeout(limit, self.inner.connecting.lock())
+            .await
+            .map_err(|_| self.timeout(limit))?;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let c = self.open(limit).await?;
+        self.store(Some(c.clone()));
+        Ok(c)
+    }
+
+    async fn open(&self, limit: Duration) -> Result<MultiplexedConnection, Error> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(limit))
+            // Calls are bounded by tokio::time::timeout around each one instead.
+            .set_response_timeout(None);
+        let fut = self
+            .inner
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout(limit, fut).await {
+            Err(_) => Err(self.timeout(limit)),
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(source)) => Err(Error::Connection {
+                addr: self.inner.addr.clone(),
+                source,
+            }),
+        }
+    }
+
+    fn current(&self) -> Option<MultiplexedConnection> {
+        // A poisoned lock only means another thread panicked while swapping an Option: the
+        // value inside is still a valid Option.
+        let guard = self.inner.conn.read().unwrap_or_else(|e| e.into_inner());
+        guard.clone()
+    }
+
+    fn store(&self, conn: Option<MultiplexedConnection>) {
+        let mut guard = self.inner.conn.write().unwrap_or_else(|e| e.into_inner());
+        *guard = conn;
+    }
+
+    fn timeout(&self, timeout: Duration) -> Error {
+        Error::Timeout {
+            addr: self.inner.addr.clone(),
+            timeout,
+        }
+    }
+
+    fn classify(&self, source: RedisError) -> Error {
+        let addr = self.inner.addr.clone();
+        match source.kind() {
+            ErrorKind::Server(_) | ErrorKind::Extension => Error::Server { addr, source },
+            _ => Error::Connection { addr, source },
+        }
+    }
+
+    fn unexpected(&self, command: &'static str, detail: String) -> Error {
+        Error::UnexpectedReply {
+            addr: self.inner.addr.clone(),
+            command,
+            detail,
+        }
+    }
+
+    fn reply4(&self, v: &Value, command: &'static str) -> Result<Reply, Error> {
+        parse_reply(v).map_err(|detail| self.unexpected(command, detail))
+    }
+
+    fn multi_reply(&self, v: &Value, keys: usize) -> Result<MultiReply, Error> {
+        parse_multi_reply(v, keys).map_err(|detail| self.unexpected("TB.MTAKE", detail))
+    }
+}
+
+fn open_url(url: &str) -> Result<redis::Client, Error> {
+    redis::Client::open(url).map_err(|source| Error::InvalidUrl {
+        url: url.to_owned(),
+        source,
+    })
+}
+
+/// Decodes `[allowed, remaining, retry_after, reset_after]` (RESP2 bulk texts or RESP3
+/// doubles).
+pub(crate) fn parse_reply(v: &Value) -> Result<Reply, String> {
+    match v {
+        Value::Array(items) if items.len() == 4 => Ok(Reply {
+            allowed: flag(&items[0])?,
+            remaining: number(&items[1])?,
+            retry_after: number(&items[2])?,
+            reset_after: number(&items[3])?,
+        }),
+        other => Err(format!("expected a 4-element array, got {other:?}")),
+    }
+}
+
+/// Decodes TB.MTAKE's `[allowed, remaining, retry_after, reset_after, [per key ...]]`.
+pub(crate) fn parse_multi_reply(v: &Value, keys: usize) -> Result<MultiReply, String> {
+    let Value::Array(items) = v else {
+        return Err(format!("expected an array, got {v:?}"));
+    };
+    let [allowed, remaining, retry_after, reset_after, per_key] = items.as_slice() else {
+        return Err(format!("expected 5 elements, got {}", items.len()));
+    };
+    let Value::Array(per_key) = per_key else {
+        return Err(format!("expected the per-key array, got {per_key:?}"));
+    };
+    if per_key.len() != keys {
+        return Err(format!(
+            "expected {keys} per-key replies, got {}",
+            per_key.len()
+        ));
+    }
+    Ok(MultiReply {
+        allowed: flag(allowed)?,
+        remaining: number(remaining)?,
+        retry_after: number(retry_after)?,
+        reset_after: number(reset_after)?,
+        buckets: per_key.iter().map(parse_reply).collect::<Result<_, _>>()?,
+    })
+}
+
+fn flag(v: &Value) -> Result<bool, String> {
+    match v {
+        Value::Int(0) | Value::Boolean(false) => Ok(false),
+        Value::Int(1) | Value::Boolean(true) => Ok(true),
+        other => Err(format!("expected 0 or 1, got {other:?}")),
+    }
+}
+
+fn number(v: &Value) -> Result<f64, String> {
+    let text = match v {
+        Value::Double(d) => return finite(*d),
+        Value::Int(i) => return Ok(*i as f64),
+        Value::BulkString(b) => {
+            std::str::from_utf8(b).map_err(|_| format!("non-UTF-8 number {b:?}"))?
+        }
+        Value::SimpleString(s) => s.as_str(),
+        other => return Err(format!("expected a number, got {other:?}")),
+    };
+    let d = text
+        .parse::<f64>()
+        .map_err(|_| format!("not a number: {text:?}"))?;
+    finite(d)
+}
+
+fn finite(d: f64) -> Result<f64, String> {
+    if d.is_finite() {
+        Ok(d)
+    } else {
+        Err(format!("non-finite number {d}"))
+    }
+}
+
+/// The module's number syntax: plain decimal (Rust's shortest round-trip `Display`, which
+/// never uses an exponent), and `0` rather than `-0`.
+pub(crate) fn num(x: f64) -> String {
+    if x == 0.0 {
+        "0".to_owned()
+    } else {
+        format!("{x}")
+    }
+}
+
+pub(crate) fn check_shape(capacity: f64, rate: f64) -> Result<(), Error> {
+    if !(capacity > 0.0 && capacity <= MAX_NUMBER) {
+        return Err(Error::InvalidArgument {
+            name: "capacity",
+            value: capacity,
+            rule: "> 0 and <= 2^53",
+        });
+    }
+    if !((MIN_RATE..=MAX_NUMBER).contains(&rate)) {
+        return Err(Error::InvalidArgument {
+            name: "rate",
+            value: rate,
+            rule: ">= 1e-9 and <= 2^53 tokens per second",
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_n(n: f64) -> Result<(), Error> {
+    if (0.0..=MAX_NUMBER).contains(&n) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            name: "n",
+            value: n,
+            rule: ">= 0 and <= 2^53",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn resp2_reply_with_bulk_numbers_decodes() {
+        let v = Value::Array(vec![Value::Int(0), bulk("0.5"), bulk("1.5"), bulk("4.75")]);
+        let r = parse_reply(&v).unwrap();
+        assert_eq!(
+            r,
+            Reply {
+                allowed: false,
+                remaining: 0.5,
+                retry_after: 1.5,
+                reset_after: 4.75
+            }
+        );
+        assert!(!r.never());
+    }
+
+    #[test]
+    fn resp3_reply_with_doubles_decodes() {
+        let v = Value::Array(vec![
+            Value::Int(0),
+            Value::Double(9.0),
+            Value::Double(-1.0),
+            Value::Double(0.0),
+        ]);
+        assert!(parse_reply(&v).unwrap().never());
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        for v in [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(2), bulk("1"), bulk("0"), bulk("0")]),
+            Value::Array(vec![Value::Int(1), bulk("x"), bulk("0"), bulk("0")]),
+            Value::Array(vec![Value::Int(1), bulk("inf"), bulk("0"), bulk("0")]),
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(vec![0xff]),
+                bulk("0"),
+                bulk("0"),
+            ]),
+            Value::Array(vec![Value::Int(1), Value::Nil, bulk("0"), bulk("0")]),
+        ] {
+            assert!(parse_reply(&v).is_err(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn mtake_reply_decodes_and_checks_the_key_count() {
+        let one = Value::Array(vec![Value::Int(1), bulk("2"), bulk("0"), bulk("3")]);
+        let v = Value::Array(vec![
+            Value::Int(1),
+            bulk("2"),
+            bulk("0"),
+            bulk("3"),
+            Value::Array(vec![one.clone(), one]),
+        ]);
+        let r = parse_multi_reply(&v, 2).unwrap();
+        assert!(r.allowed);
+        assert_eq!(r.buckets.len(), 2);
+        assert!(parse_multi_reply(&v, 3).is_err());
+        assert!(parse_multi_reply(&Value::Array(vec![Value::Int(1)]), 1).is_err());
+    }
+
+    #[test]
+    fn numbers_are_sent_as_plain_decimals() {
+        assert_eq!(num(1e-9), "0.000000001");
+        assert_eq!(num(1000.0 / 3600.0), "0.2777777777777778");
+        assert_eq!(num(10.0), "10");
+        assert_eq!(num(-0.0), "0");
+        assert_eq!(num(MAX_NUMBER), "9007199254740992");
+    }
+
+    #[tokio::test]
+    async fn an_unusable_url_is_its_own_error() {
+        let err = TbClient::connect("nope://x").await.unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn out_of_range_arguments_are_refused_before_sending() {
+        assert!(check_shape(0.0, 1.0).is_err());
+        assert!(check_shape(f64::NAN, 1.0).is_err());
+        assert!(check_shape(1.0, 1e-10).is_err());
+        assert!(check_shape(1.0, f64::INFINITY).is_err());
+        assert!(check_shape(MAX_NUMBER, MIN_RATE).is_ok());
+        assert!(check_n(-1.0).is_err());
+        assert!(check_n(f64::NAN).is_err());
+        assert!(check_n(0.0).is_ok());
+    }
+}

@@ -1,0 +1,121 @@
+//! Every error this crate returns, as types: what went wrong talking to Redis ([`Error`]) and
+//! what is wrong with a layer's configuration ([`BuildError`]).
+//!
+//! Being rate limited is not an error: it is a [`crate::Decision`] whose status is
+//! [`crate::Status::Limited`].
+
+use std::time::Duration;
+
+/// A failed call to Redis (or one that was never sent because its arguments are invalid).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `COMMAND INFO tb.mtake` answered with no entry: the server runs without the module.
+    #[error("redis-tb module not loaded on {addr}: load libredis_tb.so with loadmodule")]
+    ModuleNotLoaded {
+        /// `host:port` of the server.
+        addr: String,
+    },
+    /// The URL given to [`crate::TbClient::connect`] cannot be used.
+    #[error("invalid redis URL {url:?}: {source}")]
+    InvalidUrl {
+        /// The URL.
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// No reply within the configured time (the call or the connect).
+    #[error("redis call to {addr} timed out after {timeout:?}")]
+    Timeout {
+        /// `host:port` of the server.
+        addr: String,
+        /// The limit that ran out.
+        timeout: Duration,
+    },
+    /// The connection could not be made or broke (refused, reset, closed).
+    #[error("redis connection to {addr} failed: {source}")]
+    Connection {
+        /// `host:port` of the server.
+        addr: String,
+        /// The driver's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Redis answered with an error reply (`ERR ...`, `WRONGTYPE`, `NOPERM`, `CROSSSLOT`, ...).
+    #[error("redis on {addr} answered with an error: {source}")]
+    Server {
+        /// `host:port` of the server.
+        addr: String,
+        /// The error reply.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A reply that does not have the shape the module sends.
+    #[error("unexpected reply from {addr} to {command}: {detail}")]
+    UnexpectedReply {
+        /// `host:port` of the server.
+        addr: String,
+        /// The command that got it.
+        command: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// An argument outside the module's ranges; nothing was sent.
+    #[error("invalid {name} {value}: must be {rule}")]
+    InvalidArgument {
+        /// `capacity`, `rate`, `n` or `max_wait`.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+        /// The accepted range.
+        rule: &'static str,
+    },
+    /// A multi-key call with no key.
+    #[error("{command} needs at least one bucket")]
+    NoBuckets {
+        /// The command.
+        command: &'static str,
+    },
+}
+
+impl Error {
+    /// Whether the connection should be replaced before the next call.
+    pub(crate) fn breaks_connection(&self) -> bool {
+        // A timeout too: a silently dead peer would otherwise hold every later call until
+        // TCP gives up. Calls in flight keep their clone of the old connection.
+        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+    }
+}
+
+/// A layer configuration that cannot work, found by [`crate::RateLimitBuilder::build`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Policy names are tokens: `[a-z0-9_-]+` (they appear in keys and headers).
+    #[error("policy name {0:?} is not a token of [a-z0-9_-]+")]
+    InvalidPolicyName(String),
+    /// Two policies with the same name would share buckets and header items.
+    #[error("two policies are named {0:?}")]
+    DuplicatePolicy(String),
+    /// A fixed capacity, rate or cost outside the module's ranges.
+    #[error("policy {policy:?}: {detail}")]
+    InvalidLimit {
+        /// The policy.
+        policy: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A trusted-proxy entry that is not a CIDR (`10.0.0.0/8`) or an address.
+    #[error("trusted proxy {0:?} is not an address or CIDR")]
+    InvalidProxy(String),
+    /// A prefix longer than the address (IPv4 > 32, IPv6 > 128).
+    #[error("prefix length /{0} is too long for the address family")]
+    InvalidPrefix(u8),
+    /// The key prefix must be non-empty and contain no `{`, `}` or whitespace.
+    #[error("key prefix {0:?} must be non-empty, without braces or whitespace")]
+    InvalidPrefixText(String),
+    /// No policy: the layer would do nothing.
+    #[error("a rate-limit layer needs at least one policy")]
+    NoPolicies,
+}

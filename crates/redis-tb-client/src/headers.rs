@@ -1,0 +1,452 @@
+//! The header mapping: a [`Decision`] becomes IETF httpapi ratelimit-headers (draft -10/-11:
+//! `RateLimit-Policy` and `RateLimit`, one list item per policy, written with the `sfv`
+//! structured-field serializer), optional legacy `X-RateLimit-*`, and `Retry-After`.
+//!
+//! | field | value | why |
+//! |---|---|---|
+//! | `q` | `floor(capacity)` | the burst: what a client may use at once |
+//! | `w` | `ceil(capacity / rate)`, at least 1 | seconds to refill the whole quota: the policy's window |
+//! | `r` | `max(0, floor(remaining))` | whole requests left now (a reservation's debt shows as 0) |
+//! | `t` | `ceil(reset_after)`, 0 when full | seconds until the full quota is back |
+//! | `Retry-After` | `max(1, ceil(retry_after))` | whole seconds, never earlier than the bucket allows |
+//!
+//! `w` snaps to the nearest whole second when `capacity / rate` is within 1e-9 of it:
+//! `per_minute(11)` has rate 11/60 and 11 / (11/60) is 60.00000000000001 in floating point,
+//! which is a 60 s window, not 61. `t` and `Retry-After` are never snapped (rounding down
+//! would send clients back too early). Integers are capped at the structured-field maximum,
+//! 999,999,999,999,999.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+
+use crate::decision::{Decision, Status};
+
+/// Largest integer a structured field may carry.
+pub const SF_INTEGER_MAX: i64 = 999_999_999_999_999;
+
+const Q: &KeyRef = KeyRef::constant("q");
+const W: &KeyRef = KeyRef::constant("w");
+const R: &KeyRef = KeyRef::constant("r");
+const T: &KeyRef = KeyRef::constant("t");
+
+/// `RateLimit-Policy`.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit` (legacy).
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining` (legacy).
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset` (legacy, delta seconds).
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// `q`: the quota a client may use at once.
+pub fn quota(capacity: f64) -> i64 {
+    to_sf_int(capacity.floor()).max(0)
+}
+
+/// `w`: seconds in which the full quota is replenished, at least 1.
+pub fn window(capacity: f64, rate: f64) -> i64 {
+    let w = capacity / rate;
+    let nearest = w.round();
+    let w = if (w - nearest).abs() <= 1e-9 * w.max(1.0) {
+        nearest
+    } else {
+        w.ceil()
+    };
+    to_sf_int(w).max(1)
+}
+
+/// `r`: whole tokens left, never negative.
+pub fn remaining(remaining: f64) -> i64 {
+    to_sf_int(remaining.floor()).max(0)
+}
+
+/// `t`: whole seconds until the full quota is back; 0 when full.
+pub fn reset(reset_after: f64) -> i64 {
+    to_sf_int(reset_after.ceil()).max(0)
+}
+
+/// `Retry-After` seconds for a refusal's `retry_after`: at least 1, rounded up; `None` when
+/// no wait helps (`-1`) or the value is not a number.
+pub fn retry_after(retry_after: f64) -> Option<u64> {
+    if retry_after >= 0.0 {
+        // ceil keeps the client from coming back early; capped like the other integers.
+        Some((to_sf_int(retry_after.ceil()).max(1)) as u64)
+    } else {
+        None
+    }
+}
+
+fn to_sf_int(x: f64) -> i64 {
+    if x.is_nan() {
+        0
+    } else if x >= SF_INTEGER_MAX as f64 {
+        SF_INTEGER_MAX
+    } else if x <= -(SF_INTEGER_MAX as f64) {
+        -SF_INTEGER_MAX
+    } else {
+        x as i64
+    }
+}
+
+/// Legacy `X-RateLimit-*` values, for the policy with the smallest remaining.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LegacyHeaders {
+    /// `X-RateLimit-Limit` = q.
+    pub limit: i64,
+    /// `X-RateLimit-Remaining` = r.
+    pub remaining: i64,
+    /// `X-RateLimit-Reset` = t (delta seconds).
+    pub reset: i64,
+}
+
+/// The header values for one decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimitHeaders {
+    /// `RateLimit-Policy`, e.g. `"perhour";q=1000;w=3600, "persec";q=10;w=1`.
+    pub policy: String,
+    /// `RateLimit`, e.g. `"perhour";r=42;t=18, "persec";r=9;t=1`.
+    pub rate_limit: String,
+    /// Legacy headers, when switched on.
+    pub legacy: Option<LegacyHeaders>,
+    /// `Retry-After` on a refusal that a wait can cure.
+    pub retry_after: Option<u64>,
+}
+
+/// The headers for `decision`; `None` when it has no policy result (a store error, or no
+/// policy applied to the request): then no rate-limit header is sent.
+pub fn rate_limit_headers(decision: &Decision, legacy: bool) -> Option<RateLimitHeaders> {
+    if decision.policies.is_empty() {
+        return None;
+    }
+    let mut policy = ListSerializer::new();
+    let mut rate_limit = ListSerializer::new();
+    for p in &decision.policies {
+        // Names are validated tokens when the layer is built; a name that is not a valid
+        // sf-string still never reaches the wire.
+        let Ok(name) = StringRef::from_str(&p.name) else {
+            continue;
+        };
+        let (Ok(q), Ok(w), Ok(r), Ok(t)) = (
+            Integer::try_from(quota(p.capacity)),
+            Integer::try_from(window(p.capacity, p.rate)),
+            Integer::try_from(remaining(p.remaining)),
+            Integer::try_from(reset(p.reset_after)),
+        ) else {
+            continue;
+        };
+        policy.bare_item(name).parameter(Q, q).parameter(W, w);
+        rate_limit.bare_item(name).parameter(R, r).parameter(T, t);
+    }
+    let legacy = if legacy {
+        let mut lowest: Option<&crate::decision::PolicyResult> = None;
+        for p in &decision.policies {
+            if lowest.is_none_or(|l| p.remaining < l.remaining) {
+                lowest = Some(p);
+            }
+        }
+        lowest.map(|p| LegacyHeaders {
+            limit: quota(p.capacity),
+            remaining: remaining(p.remaining),
+            reset: reset(p.reset_after),
+        })
+    } else {
+        None
+    };
+    let retry = if decision.status == Status::Limited {
+        retry_after(decision.retry_after)
+    } else {
+        None
+    };
+    Some(RateLimitHeaders {
+        policy: policy.finish()?,
+        rate_limit: rate_limit.finish()?,
+        legacy,
+        retry_after: retry,
+    })
+}
+
+impl RateLimitHeaders {
+    /// Writes the headers into `map` (replacing any the handler set).
+    pub fn apply(&self, map: &mut HeaderMap) {
+        // Serializer output is visible ASCII, so these conversions do not fail; if one
+        // did, the header would be left out rather than the response broken.
+        if let Ok(v) = HeaderValue::from_str(&self.policy) {
+            map.insert(RATELIMIT_POLICY.clone(), v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&self.rate_limit) {
+            map.insert(RATELIMIT.clone(), v);
+        }
+        if let Some(l) = self.legacy {
+            map.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(l.limit));
+            map.insert(
+                X_RATELIMIT_REMAINING.clone(),
+                HeaderValue::from(l.remaining),
+            );
+            map.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(l.reset));
+        }
+        if let Some(s) = self.retry_after {
+            map.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(s));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::PolicyResult;
+    use sfv::{BareItem, List, ListEntry, Parser};
+    use std::sync::Arc;
+
+    fn result(
+        name: &str,
+        capacity: f64,
+        rate: f64,
+        remaining: f64,
+        retry: f64,
+        reset: f64,
+    ) -> PolicyResult {
+        PolicyResult {
+            name: Arc::from(name),
+            key: format!("rl:{name}:1.2.3.4"),
+            capacity,
+            rate,
+            cost: 1.0,
+            allowed: retry == 0.0,
+            remaining,
+            retry_after: retry,
+            reset_after: reset,
+        }
+    }
+
+    fn decision(status: Status, retry_after: f64, policies: Vec<PolicyResult>) -> Decision {
+        Decision {
+            status,
+            allowed: status == Status::Allowed,
+            remaining: policies
+                .iter()
+                .map(|p| p.remaining)
+                .fold(f64::INFINITY, f64::min),
+            retry_after,
+            reset_after: policies.iter().map(|p| p.reset_after).fold(0.0, f64::max),
+            policies,
+        }
+    }
+
+    /// Parses a header back with sfv's parser: (name, [(param, integer)]) per item.
+    fn parse(field: &str) -> Vec<(String, Vec<(String, i64)>)> {
+        let list: List = Parser::new(field).parse().unwrap();
+        list.iter()
+            .map(|entry| match entry {
+                ListEntry::Item(item) => {
+                    let name = match &item.bare_item {
+                        BareItem::String(s) => s.as_str().to_owned(),
+                        other => panic!("expected a string item, got {other:?}"),
+                    };
+                    let params = item
+                        .params
+                        .iter()
+                        .map(|(k, v)| match v {
+                            BareItem::Integer(i) => (k.as_str().to_owned(), i64::from(*i)),
+                            other => panic!("expected an integer, got {other:?}"),
+                        })
+                        .collect();
+                    (name, params)
+                }
+                ListEntry::InnerList(_) => panic!("unexpected inner list in {field}"),
+            })
+            .collect()
+    }
+
+    fn p(k: &str, v: i64) -> (String, i64) {
+        (k.to_owned(), v)
+    }
+
+    #[test]
+    fn fractional_remaining_is_floored() {
+        let d = decision(
+            Status::Allowed,
+            0.0,
+            vec![result("persec", 10.0, 10.0, 8.7, 0.0, 0.13)],
+        );
+        let h = rate_limit_headers(&d, false).unwrap();
+        assert_eq!(h.rate_limit, r#""persec";r=8;t=1"#);
+        assert_eq!(
+            parse(&h.rate_limit),
+            vec![("persec".into(), vec![p("r", 8), p("t", 1)])]
+        );
+        assert_eq!(h.retry_after, None);
+    }
+
+    #[test]
+    fn cost_above_capacity_is_never_no_retry_after() {
+        let mut r = result("perhour", 5.0, 5.0 / 3600.0, 5.0, -1.0, 0.0);
+        r.cost = 6.0;
+        let d = decision(Status::Limited, -1.0, vec![r]);
+        assert!(d.never());
+        let h = rate_limit_headers(&d, false).unwrap();
+        assert_eq!(h.retry_after, None);
+        assert_eq!(h.policy, r#""perhour";q=5;w=3600"#);
+        assert_eq!(h.rate_limit, r#""perhour";r=5;t=0"#);
+    }
+
+    #[test]
+    fn full_bucket_has_reset_zero() {
+        let d = decision(
+            Status::Allowed,
+            0.0,
+            vec![result("perip", 100.0, 1.0, 100.0, 0.0, 0.0)],
+        );
+        let h = rate_limit_headers(&d, true).unwrap();
+        assert_eq!(h.rate_limit, r#""perip";r=100;t=0"#);
+        assert_eq!(h.policy, r#""perip";q=100;w=100"#);
+        assert_eq!(
+            h.legacy,
+            Some(LegacyHeaders {
+                limit: 100,
+                remaining: 100,
+                reset: 0
+            })
+        );
+    }
+
+    #[test]
+    fn reset_after_zero_and_tiny_reset_round_up() {
+        assert_eq!(reset(0.0), 0);
+        assert_eq!(reset(1e-6), 1);
+        assert_eq!(reset(-0.0), 0);
+        assert_eq!(reset(1200.000001), 1201);
+    }
+
+    #[test]
+    fn sub_second_retry_after_is_one() {
+        assert_eq!(retry_after(0.2), Some(1));
+        assert_eq!(retry_after(0.000001), Some(1));
+        assert_eq!(retry_after(0.0), Some(1));
+        assert_eq!(retry_after(1.0), Some(1));
+        assert_eq!(retry_after(1.000001), Some(2));
+        assert_eq!(retry_after(-1.0), None);
+        assert_eq!(retry_after(f64::NAN), None);
+        assert_eq!(retry_after(1e300), Some(SF_INTEGER_MAX as u64));
+        let d = decision(
+            Status::Limited,
+            0.25,
+            vec![result("persec", 2.0, 4.0, 0.0, 0.25, 0.5)],
+        );
+        assert_eq!(rate_limit_headers(&d, false).unwrap().retry_after, Some(1));
+    }
+
+    #[test]
+    fn several_policies_one_item_each_in_order() {
+        let d = decision(
+            Status::Limited,
+            18.2,
+            vec![
+                result("perhour", 1000.0, 1000.0 / 3600.0, 42.4, 0.0, 17.5),
+                result("persec", 10.0, 10.0, 0.0, 0.05, 0.95),
+                result("orders", 3.0, 3.0 / 60.0, 0.0, 18.2, 60.0),
+            ],
+        );
+        let h = rate_limit_headers(&d, true).unwrap();
+        assert_eq!(
+            h.policy,
+            r#""perhour";q=1000;w=3600, "persec";q=10;w=1, "orders";q=3;w=60"#
+        );
+        assert_eq!(
+            h.rate_limit,
+            r#""perhour";r=42;t=18, "persec";r=0;t=1, "orders";r=0;t=60"#
+        );
+        assert_eq!(
+            parse(&h.policy),
+            vec![
+                ("perhour".into(), vec![p("q", 1000), p("w", 3600)]),
+                ("persec".into(), vec![p("q", 10), p("w", 1)]),
+                ("orders".into(), vec![p("q", 3), p("w", 60)]),
+            ]
+        );
+        assert_eq!(parse(&h.rate_limit).len(), 3);
+        assert_eq!(h.retry_after, Some(19));
+        // Legacy: the smallest remaining, the first of equals.
+        assert_eq!(
+            h.legacy,
+            Some(LegacyHeaders {
+                limit: 10,
+                remaining: 0,
+                reset: 1
+            })
+        );
+        assert_eq!(d.violated_names(), vec!["persec", "orders"]);
+    }
+
+    #[test]
+    fn negative_remaining_after_a_reservation_shows_zero() {
+        assert_eq!(remaining(-2.5), 0);
+        assert_eq!(remaining(0.999), 0);
+    }
+
+    #[test]
+    fn window_snaps_float_noise_but_rounds_real_fractions_up() {
+        for n in 1..=20_000u32 {
+            let n = f64::from(n);
+            assert_eq!(window(n, n / 60.0), 60, "per_minute({n})");
+            assert_eq!(window(n, n / 3600.0), 3600, "per_hour({n})");
+            assert_eq!(window(n, n / 86400.0), 86400, "per_day({n})");
+            assert_eq!(window(n, n), 1, "per_second({n})");
+        }
+        assert_eq!(window(10.0, 3.0), 4);
+        assert_eq!(window(1.0, 1000.0), 1);
+        assert_eq!(window(2.5, 1.0), 3);
+    }
+
+    #[test]
+    fn huge_values_are_capped_at_the_structured_field_maximum() {
+        let max = crate::client::MAX_NUMBER;
+        let d = decision(
+            Status::Allowed,
+            0.0,
+            vec![result(
+                "big",
+                max,
+                crate::client::MIN_RATE,
+                max - 1.0,
+                0.0,
+                1e20,
+            )],
+        );
+        let h = rate_limit_headers(&d, false).unwrap();
+        let parsed = parse(&h.policy);
+        assert_eq!(
+            parsed[0].1,
+            vec![p("q", SF_INTEGER_MAX), p("w", SF_INTEGER_MAX)]
+        );
+        assert_eq!(
+            parse(&h.rate_limit)[0].1,
+            vec![p("r", SF_INTEGER_MAX), p("t", SF_INTEGER_MAX)]
+        );
+        assert_eq!(quota(f64::NAN), 0);
+        assert_eq!(quota(0.5), 0);
+    }
+
+    #[test]
+    fn store_error_sends_no_headers() {
+        assert_eq!(rate_limit_headers(&Decision::store_error(true), true), None);
+    }
+
+    #[test]
+    fn headers_are_written_into_a_map() {
+        let d = decision(
+            Status::Limited,
+            2.5,
+            vec![result("persec", 1.0, 0.5, 0.0, 2.5, 2.5)],
+        );
+        let mut map = HeaderMap::new();
+        rate_limit_headers(&d, true).unwrap().apply(&mut map);
+        assert_eq!(map["ratelimit-policy"], r#""persec";q=1;w=2"#);
+        assert_eq!(map["ratelimit"], r#""persec";r=0;t=3"#);
+        assert_eq!(map["retry-after"], "3");
+        assert_eq!(map["x-ratelimit-limit"], "1");
+        assert_eq!(map["x-ratelimit-remaining"], "0");
+        assert_eq!(map["x-ratelimit-reset"], "3");
+    }
+}

@@ -1,0 +1,440 @@
+//! Named policies: a limit (fixed, or chosen per request for plan tiers), a key function
+//! (whose bucket), a cost, and the routes it applies to (route template + method).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::extract::MatchedPath;
+use axum::http::request::Parts;
+use axum::http::{HeaderName, Method};
+
+use crate::ip::ClientIp;
+
+/// A boxed, sendable future (what async key functions return).
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+type SyncKeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+type AsyncKeyFn = dyn Fn(&Parts) -> BoxFuture<Option<String>> + Send + Sync;
+type LimitFn = dyn Fn(&Parts) -> Option<Limit> + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> f64 + Send + Sync;
+
+/// A bucket shape: `capacity` tokens (the burst), refilled at `rate` tokens per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limit {
+    /// Bucket size: the burst (`q` in `RateLimit-Policy`).
+    pub capacity: f64,
+    /// Tokens added per second.
+    pub rate: f64,
+}
+
+impl Limit {
+    /// `capacity` tokens refilled at `rate` per second.
+    pub const fn new(capacity: f64, rate: f64) -> Limit {
+        Limit { capacity, rate }
+    }
+    /// `n` per second (burst `n`).
+    pub fn per_second(n: f64) -> Limit {
+        Limit::new(n, n)
+    }
+    /// `n` per minute (burst `n`).
+    pub fn per_minute(n: f64) -> Limit {
+        Limit::new(n, n / 60.0)
+    }
+    /// `n` per hour (burst `n`).
+    pub fn per_hour(n: f64) -> Limit {
+        Limit::new(n, n / 3600.0)
+    }
+    /// `n` per day (burst `n`).
+    pub fn per_day(n: f64) -> Limit {
+        Limit::new(n, n / 86400.0)
+    }
+}
+
+/// Whose bucket a request draws from. A key function returning `None` skips the policy
+/// for that request (for example a per-user policy on an anonymous request).
+#[derive(Clone)]
+pub struct Key(KeyKind);
+
+#[derive(Clone)]
+enum KeyKind {
+    ClientIp,
+    Header(HeaderName),
+    Fixed(Arc<str>),
+    Sync(Arc<SyncKeyFn>),
+    Async(Arc<AsyncKeyFn>),
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            KeyKind::ClientIp => f.write_str("Key::client_ip()"),
+            KeyKind::Header(h) => write!(f, "Key::header({h})"),
+            KeyKind::Fixed(s) => write!(f, "Key::fixed({s:?})"),
+            KeyKind::Sync(_) => f.write_str("Key::from_fn(..)"),
+            KeyKind::Async(_) => f.write_str("Key::from_async_fn(..)"),
+        }
+    }
+}
+
+impl Key {
+    /// The client address (peer, or behind trusted proxies), IPv6 grouped by prefix. The
+    /// default. `None` when the server does not provide `ConnectInfo<SocketAddr>` (serve with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`).
+    pub fn client_ip() -> Key {
+        Key(KeyKind::ClientIp)
+    }
+
+    /// The value of a request header (an API key); `None` when absent or not visible ASCII.
+    pub fn header(name: HeaderName) -> Key {
+        Key(KeyKind::Header(name))
+    }
+
+    /// One bucket for everybody (a global limit).
+    pub fn fixed(identity: &str) -> Key {
+        Key(KeyKind::Fixed(Arc::from(identity)))
+    }
+
+    /// A synchronous function of the request head (read extensions set by auth, headers...).
+    pub fn from_fn<F>(f: F) -> Key
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Key(KeyKind::Sync(Arc::new(f)))
+    }
+
+    /// An async function of the request head: copy what it needs out of `&Parts`, then
+    /// return a future (a user id from a session store, a tenant from a token).
+    pub fn from_async_fn<F, Fut>(f: F) -> Key
+    where
+        F: Fn(&Parts) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<String>> + Send + 'static,
+    {
+        Key(KeyKind::Async(Arc::new(move |parts| Box::pin(f(parts)))))
+    }
+
+    pub(crate) async fn identity(&self, parts: &Parts) -> Option<String> {
+        match &self.0 {
+            KeyKind::ClientIp => parts
+                .extensions
+                .get::<ClientIp>()
+                .map(|c| c.identity.clone()),
+            KeyKind::Header(name) => parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            KeyKind::Fixed(s) => Some(s.to_string()),
+            KeyKind::Sync(f) => f(parts),
+            KeyKind::Async(f) => f(parts).await,
+        }
+    }
+
+    pub(crate) fn uses_client_ip(&self) -> bool {
+        matches!(self.0, KeyKind::ClientIp)
+    }
+}
+
+#[derive(Clone)]
+enum Limits {
+    Fixed(Limit),
+    PerRequest(Arc<LimitFn>),
+}
+
+#[derive(Clone)]
+enum Cost {
+    Fixed(f64),
+    PerRequest(Arc<CostFn>),
+}
+
+/// A route a policy is scoped to: a method (or any) and an axum route template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// `None` for any method.
+    pub method: Option<Method>,
+    /// The template as registered with axum (`/items/{id}`), never the raw path.
+    pub template: String,
+}
+
+/// A named rate limit. Several policies on one route are checked together, all or nothing,
+/// in one TB.MTAKE.
+#[derive(Clone)]
+pub struct Policy {
+    pub(crate) name: Arc<str>,
+    limits: Limits,
+    pub(crate) key: Key,
+    cost: Cost,
+    pub(crate) routes: Vec<Route>,
+    pub(crate) per_route: bool,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Policy");
+        d.field("name", &self.name);
+        match &self.limits {
+            Limits::Fixed(l) => d.field("limit", l),
+            Limits::PerRequest(_) => d.field("limit", &"per request"),
+        };
+        d.field("key", &self.key);
+        match &self.cost {
+            Cost::Fixed(c) => d.field("cost", c),
+            Cost::PerRequest(_) => d.field("cost", &"per request"),
+        };
+        d.field("routes", &self.routes)
+            .field("per_route", &self.per_route)
+            .finish()
+    }
+}
+
+impl Policy {
+    /// A policy named `name` (a token: `[a-z0-9_-]+`) with a fixed limit, keyed by client
+    /// IP, costing 1, on every route.
+    pub fn new(name: &str, limit: Limit) -> Policy {
+        Policy {
+            name: Arc::from(name),
+            limits: Limits::Fixed(limit),
+            key: Key::client_ip(),
+            cost: Cost::Fixed(1.0),
+            routes: Vec::new(),
+            per_route: false,
+        }
+    }
+
+    /// `n` requests per second.
+    pub fn per_second(name: &str, n: f64) -> Policy {
+        Policy::new(name, Limit::per_second(n))
+    }
+
+    /// `n` requests per minute.
+    pub fn per_minute(name: &str, n: f64) -> Policy {
+        Policy::new(name, Limit::per_minute(n))
+    }
+
+    /// `n` requests per hour.
+    pub fn per_hour(name: &str, n: f64) -> Policy {
+        Policy::new(name, Limit::per_hour(n))
+    }
+
+    /// `n` requests per day.
+    pub fn per_day(name: &str, n: f64) -> Policy {
+        Policy::new(name, Limit::per_day(n))
+    }
+
+    /// Whose bucket (default [`Key::client_ip`]).
+    pub fn key(mut self, key: Key) -> Policy {
+        self.key = key;
+        self
+    }
+
+    /// A fixed cost per request (default 1; 0 only reports).
+    pub fn cost(mut self, cost: f64) -> Policy {
+        self.cost = Cost::Fixed(cost);
+        self
+    }
+
+    /// A cost computed from the request (a bulk endpoint charging per item).
+    pub fn cost_fn<F>(mut self, f: F) -> Policy
+    where
+        F: Fn(&Parts) -> f64 + Send + Sync + 'static,
+    {
+        self.cost = Cost::PerRequest(Arc::new(f));
+        self
+    }
+
+    /// The limit chosen per request (plan tiers from an extension set by auth); `None`
+    /// skips the policy for that request. The policy's fixed limit is then unused.
+    pub fn limit_fn<F>(mut self, f: F) -> Policy
+    where
+        F: Fn(&Parts) -> Option<Limit> + Send + Sync + 'static,
+    {
+        self.limits = Limits::PerRequest(Arc::new(f));
+        self
+    }
+
+    /// Applies the policy only to `method` on the route `template` (as registered with
+    /// axum: `/items/{id}`). Call again to add routes. Without any, it applies everywhere.
+    pub fn route(mut self, method: Method, template: &str) -> Policy {
+        self.routes.push(Route {
+            method: Some(method),
+            template: template.to_owned(),
+        });
+        self
+    }
+
+    /// Applies the policy to every method of the route `template`.
+    pub fn route_any_method(mut self, template: &str) -> Policy {
+        self.routes.push(Route {
+            method: None,
+            template: template.to_owned(),
+        });
+        self
+    }
+
+    /// One bucket per route rather than one for all: the identity becomes
+    /// `<METHOD> <template>:<identity>` (`GET /items/<id>:203.0.113.9`; braces become `<>`
+    /// so that a template never makes a Redis Cluster hash tag).
+    pub fn per_route(mut self) -> Policy {
+        self.per_route = true;
+        self
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn fixed_limit(&self) -> Option<Limit> {
+        match &self.limits {
+            Limits::Fixed(l) => Some(*l),
+            Limits::PerRequest(_) => None,
+        }
+    }
+
+    pub(crate) fn fixed_cost(&self) -> Option<f64> {
+        match &self.cost {
+            Cost::Fixed(c) => Some(*c),
+            Cost::PerRequest(_) => None,
+        }
+    }
+
+    pub(crate) fn limit_for(&self, parts: &Parts) -> Option<Limit> {
+        match &self.limits {
+            Limits::Fixed(l) => Some(*l),
+            Limits::PerRequest(f) => f(parts),
+        }
+    }
+
+    pub(crate) fn cost_for(&self, parts: &Parts) -> f64 {
+        match &self.cost {
+            Cost::Fixed(c) => *c,
+            Cost::PerRequest(f) => f(parts),
+        }
+    }
+
+    /// Whether the policy applies to a request with this method and matched route.
+    /// Unmatched requests (`route == None`) get only unscoped policies, and only when the
+    /// layer limits unmatched requests.
+    pub(crate) fn applies(&self, method: &Method, route: Option<&str>) -> bool {
+        if self.routes.is_empty() {
+            return true;
+        }
+        let Some(route) = route else {
+            return false;
+        };
+        self.routes
+            .iter()
+            .any(|r| r.template == route && r.method.as_ref().is_none_or(|m| m == method))
+    }
+}
+
+/// The route template axum matched, if any.
+pub(crate) fn matched_route(parts: &Parts) -> Option<String> {
+    parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+}
+
+/// Whether `name` is a policy-name token: `[a-z0-9_-]+`.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+
+    fn parts(method: Method, uri: &str) -> Parts {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    #[test]
+    fn convenience_limits_divide_by_the_period() {
+        assert_eq!(Limit::per_hour(1000.0), Limit::new(1000.0, 1000.0 / 3600.0));
+        assert_eq!(Limit::per_minute(60.0).rate, 1.0);
+        assert_eq!(Limit::per_second(10.0), Limit::new(10.0, 10.0));
+    }
+
+    #[test]
+    fn route_scope_is_template_and_method() {
+        let p = Policy::per_minute("orders", 5.0).route(Method::POST, "/orders/{id}");
+        assert!(p.applies(&Method::POST, Some("/orders/{id}")));
+        assert!(!p.applies(&Method::GET, Some("/orders/{id}")));
+        assert!(!p.applies(&Method::POST, Some("/orders")));
+        assert!(!p.applies(&Method::POST, None));
+        let any = Policy::per_minute("items", 5.0).route_any_method("/items");
+        assert!(any.applies(&Method::DELETE, Some("/items")));
+        let everywhere = Policy::per_second("ip", 5.0);
+        assert!(everywhere.applies(&Method::GET, None));
+    }
+
+    #[test]
+    fn policy_names_are_tokens() {
+        assert!(valid_name("per-hour_1"));
+        for bad in ["", "PerHour", "per hour", "per:hour", "per{hour}", "é"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn key_functions_read_the_request_head() {
+        let mut p = parts(Method::GET, "/x");
+        p.headers.insert("x-api-key", "k1".parse().unwrap());
+        assert_eq!(
+            Key::header(HeaderName::from_static("x-api-key"))
+                .identity(&p)
+                .await,
+            Some("k1".to_owned())
+        );
+        assert_eq!(
+            Key::header(HeaderName::from_static("x-other"))
+                .identity(&p)
+                .await,
+            None
+        );
+        assert_eq!(Key::fixed("all").identity(&p).await, Some("all".to_owned()));
+        let k = Key::from_async_fn(|parts: &Parts| {
+            let user = parts.headers.get("x-api-key").cloned();
+            async move { user.map(|u| format!("user-{}", u.to_str().unwrap_or("?"))) }
+        });
+        assert_eq!(k.identity(&p).await, Some("user-k1".to_owned()));
+        // No ConnectInfo-derived ClientIp in the extensions: no identity.
+        assert_eq!(Key::client_ip().identity(&p).await, None);
+    }
+
+    #[test]
+    fn per_request_limits_and_costs() {
+        let p = Policy::per_hour("user", 100.0)
+            .limit_fn(
+                |parts| match parts.headers.get("x-plan").map(|v| v.as_bytes()) {
+                    Some(b"pro") => Some(Limit::per_hour(1000.0)),
+                    Some(_) => Some(Limit::per_hour(100.0)),
+                    None => None,
+                },
+            )
+            .cost_fn(|parts| {
+                if parts.uri.path() == "/bulk" {
+                    10.0
+                } else {
+                    1.0
+                }
+            });
+        let mut req = parts(Method::GET, "/bulk");
+        assert_eq!(p.limit_for(&req), None);
+        req.headers.insert("x-plan", "pro".parse().unwrap());
+        assert_eq!(p.limit_for(&req), Some(Limit::per_hour(1000.0)));
+        assert_eq!(p.cost_for(&req), 10.0);
+    }
+}

@@ -1,0 +1,56 @@
+//! Serves the example app: `REDIS_URL` (default `redis://127.0.0.1:6379/`), `LISTEN`
+//! (default `127.0.0.1:3000`), `TRUSTED_PROXIES` (comma-separated CIDRs), `FAIL_CLOSED=1`.
+
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use redis_tb_axum_example::{Config, app, limiter};
+use redis_tb_client::{ClientConfig, FailureMode, TbClient};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let mut config = Config::default();
+    if let Ok(proxies) = std::env::var("TRUSTED_PROXIES") {
+        config.trusted_proxies = proxies
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
+    if std::env::var("FAIL_CLOSED").is_ok_and(|v| v == "1") {
+        config.failure_mode = FailureMode::FailClosed;
+    }
+    // Fails here, at startup, when the server runs without the module. An unreachable
+    // Redis is only logged: the app starts, and the failure mode applies until it answers.
+    let client = TbClient::start(&url, ClientConfig::default()).await?;
+    let layer = limiter(client, &config)?;
+    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app(Some(layer)).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}

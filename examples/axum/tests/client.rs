@@ -1,0 +1,188 @@
+//! The client API against a real redis-server with the module: typed replies of the five
+//! commands, errors as types.
+
+use std::time::Duration;
+
+use redis_tb_axum_example::support::RedisServer;
+use redis_tb_client::{Charge, ClientConfig, Error, TbClient};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+async fn client(redis: &RedisServer) -> Result<TbClient, Error> {
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+        startup_timeout: Duration::from_secs(10),
+    };
+    TbClient::connect_with(&redis.url(), config).await
+}
+
+const HOURLY: f64 = 1.0 / 3600.0;
+
+#[tokio::test]
+async fn take_returns_typed_replies_and_never_for_cost_above_capacity() -> TestResult {
+    let redis = RedisServer::start()?;
+    let tb = client(&redis).await?;
+    let r = tb.take("k", 2.0, HOURLY, 1.0).await?;
+    assert!(r.allowed);
+    assert_eq!(r.remaining, 1.0);
+    assert_eq!(r.retry_after, 0.0);
+    assert!(r.reset_after > 3590.0 && r.reset_after <= 3600.0, "{r:?}");
+    let r = tb.take("k", 2.0, HOURLY, 2.0).await?;
+    assert!(!r.allowed && !r.never());
+    assert!(r.retry_after > 3500.0, "{r:?}");
+    let r = tb.take("k", 2.0, HOURLY, 3.0).await?;
+    assert!(r.never(), "{r:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn mtake_is_all_or_nothing() -> TestResult {
+    let redis = RedisServer::start()?;
+    let tb = client(&redis).await?;
+    let charge = |key: &str, capacity: f64| Charge {
+        key: key.to_owned(),
+        capacity,
+        rate: capacity * HOURLY,
+        n: 1.0,
+    };
+    let both = [charge("a", 5.0), charge("b", 1.0)];
+    let r = tb.mtake(&both).await?;
+    assert!(r.allowed);
+    assert_eq!(r.buckets.len(), 2);
+    assert_eq!(r.buckets[0].remaining, 4.0);
+    assert_eq!(r.buckets[1].remaining, 0.0);
+    let r = tb.mtake(&both).await?;
+    assert!(!r.allowed);
+    assert!(r.buckets[0].allowed && !r.buckets[1].allowed);
+    let a = tb.peek("a", 5.0, 5.0 * HOURLY).await?;
+    assert!(
+        a.remaining >= 4.0 && a.remaining < 4.01,
+        "nothing taken from a: {a:?}"
+    );
+    assert!(matches!(tb.mtake(&[]).await, Err(Error::NoBuckets { .. })));
+    Ok(())
+}
+
+#[tokio::test]
+async fn peek_refund_and_reserve() -> TestResult {
+    let redis = RedisServer::start()?;
+    let tb = client(&redis).await?;
+    let p = tb.peek("missing", 10.0, 1.0).await?;
+    assert_eq!(
+        (p.allowed, p.remaining, p.retry_after, p.reset_after),
+        (true, 10.0, 0.0, 0.0)
+    );
+    assert_eq!(redis.command(&["EXISTS", "missing"])?, ":0\r\n");
+
+    tb.take("r", 10.0, HOURLY, 4.0).await?;
+    let r = tb.refund("r", 10.0, HOURLY, 3.0).await?;
+    assert!(r.allowed);
+    assert!(r.remaining >= 9.0 && r.remaining < 9.01, "{r:?}");
+    let rs = tb
+        .refund_many(&[Charge {
+            key: "r".into(),
+            capacity: 10.0,
+            rate: HOURLY,
+            n: 5.0,
+        }])
+        .await?;
+    assert_eq!(rs[0].remaining, 10.0, "never above capacity");
+
+    // One token per second, burst 1: the second reservation waits about a second.
+    let first = tb.reserve("q", 1.0, 1.0, 1.0, 5.0).await?;
+    assert!(first.allowed && first.wait == 0.0, "{first:?}");
+    let second = tb.reserve("q", 1.0, 1.0, 1.0, 5.0).await?;
+    assert!(
+        second.allowed && second.wait > 0.0 && second.wait <= 1.0,
+        "{second:?}"
+    );
+    assert!(second.remaining < 0.0);
+    let refused = tb.reserve("q", 1.0, 1.0, 1.0, 0.0).await?;
+    assert!(!refused.allowed && refused.wait > 0.0, "{refused:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn errors_are_types() -> TestResult {
+    let redis = RedisServer::start()?;
+    let tb = client(&redis).await?;
+    assert!(matches!(
+        tb.take("k", 0.0, 1.0, 1.0).await,
+        Err(Error::InvalidArgument {
+            name: "capacity",
+            ..
+        })
+    ));
+    assert!(matches!(
+        tb.take("k", 1.0, 1.0, f64::NAN).await,
+        Err(Error::InvalidArgument { name: "n", .. })
+    ));
+    assert!(matches!(
+        tb.reserve("k", 1.0, 1.0, 1.0, -1.0).await,
+        Err(Error::InvalidArgument {
+            name: "max_wait",
+            ..
+        })
+    ));
+    redis.command(&["SET", "s", "x"])?;
+    let err = tb
+        .take("s", 1.0, 1.0, 1.0)
+        .await
+        .err()
+        .ok_or("no WRONGTYPE")?;
+    assert!(matches!(err, Error::Server { .. }), "{err:?}");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert!(tb.check_module().await.is_ok());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_server_is_a_connection_error_and_a_restart_reconnects() -> TestResult {
+    let mut redis = RedisServer::start()?;
+    let tb = client(&redis).await?;
+    tb.take("k", 5.0, 1.0, 1.0).await?;
+    redis.stop();
+    let err = tb
+        .take("k", 5.0, 1.0, 1.0)
+        .await
+        .err()
+        .ok_or("answered while down")?;
+    assert!(
+        matches!(err, Error::Connection { .. } | Error::Timeout { .. }),
+        "{err:?}"
+    );
+    redis.restart()?;
+    // The broken connection was dropped; the next call connects again.
+    let r = tb.take("k", 5.0, 1.0, 1.0).await?;
+    assert_eq!(r.remaining, 4.0, "a fresh server: a full bucket");
+    Ok(())
+}
+
+#[tokio::test]
+async fn start_tolerates_an_unreachable_redis_but_not_a_missing_module() -> TestResult {
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+        startup_timeout: Duration::from_secs(10),
+    };
+    // Nothing listens on the port of a server that was stopped.
+    let mut redis = RedisServer::start()?;
+    redis.stop();
+    let tb = TbClient::start(&redis.url(), config.clone()).await?;
+    assert!(matches!(
+        tb.take("k", 1.0, 1.0, 1.0).await,
+        Err(Error::Connection { .. } | Error::Timeout { .. })
+    ));
+    // Redis comes up later: the client connects on the next call.
+    redis.restart()?;
+    assert!(tb.take("k", 1.0, 1.0, 1.0).await?.allowed);
+
+    let bare = RedisServer::start_without_module()?;
+    let err = TbClient::start(&bare.url(), config)
+        .await
+        .err()
+        .ok_or("started")?;
+    assert!(matches!(err, Error::ModuleNotLoaded { .. }), "{err:?}");
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! The store-error log line: written through `tracing`, naming the server, the error and the
+//! failure mode, at most one per second however many requests fail. (A test binary of its
+//! own: it installs the global subscriber.)
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis_tb_axum_example::support::{RedisServer, request, serve};
+use redis_tb_axum_example::{Config, app, limiter};
+use redis_tb_client::{ClientConfig, Limit, TbClient};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_errors_log_one_clear_line_per_second() -> Result<(), Box<dyn std::error::Error>> {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .try_init()
+        .map_err(|e| e.to_string())?;
+
+    let mut redis = RedisServer::start()?;
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+        startup_timeout: Duration::from_secs(10),
+    };
+    let client = TbClient::connect_with(&redis.url(), config).await?;
+    let app_config = Config {
+        ip: Limit::per_hour(100.0),
+        // No cooldown: every request tries Redis and fails, so only the log limiter
+        // keeps the log quiet.
+        cooldown: Duration::ZERO,
+        ..Config::default()
+    };
+    let layer = limiter(client, &app_config)?;
+    let metrics = layer.metrics();
+    let served = serve(app(Some(layer))).await?;
+    let port = redis.port();
+    redis.stop();
+
+    let start = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(
+            request(served.addr, "GET", "/items/1", &[]).await?.status,
+            200
+        );
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(metrics.degraded(), 20);
+    assert_eq!(
+        metrics.store_errors(),
+        20,
+        "no cooldown: every request asked Redis"
+    );
+
+    let text = captured.text();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("redis-tb: TB.MTAKE on"))
+        .collect();
+    assert!(!lines.is_empty(), "no log line in {text:?}");
+    assert!(
+        lines.len() as f64 <= 1.0 + elapsed.ceil(),
+        "{} lines in {elapsed:.2} s: {text}",
+        lines.len()
+    );
+    let first = lines[0];
+    eprintln!("log line: {first}");
+    assert!(first.contains(" WARN "), "{first}");
+    assert!(
+        first.contains(&format!("TB.MTAKE on 127.0.0.1:{port} failed (")),
+        "names the server: {first}"
+    );
+    assert!(
+        first.contains("; failing open: requests pass unlimited;"),
+        "names the mode: {first}"
+    );
+    assert!(first.contains("store errors so far: 1"), "{first}");
+    Ok(())
+}
