@@ -4,7 +4,74 @@
 
 use crate::bucket::{Limit, MAX_AMOUNT, MIN_RATE, valid_time};
 use crate::error::{Arg, TbError};
+use crate::fields::Mode;
 use crate::num::parse_f64;
+use crate::window::{MAX_WINDOW, MIN_WINDOW, Window};
+
+/// The most entries one LOG call may add: each admitted request is a sorted-set member,
+/// and one call must not block the server adding millions of them.
+pub const LOG_MAX_N: f64 = 100_000.0;
+
+/// Validated TB.WINDOW arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowArgs {
+    pub window: Window,
+    pub n: f64,
+    pub now: Option<f64>,
+    /// Where `now`'s text is among the arguments after the key.
+    pub now_at: Option<usize>,
+    pub mode: Mode,
+}
+
+/// Parses `limit window n [now] [FIXED | SLIDING | LOG]`: the arguments after the key.
+/// The mode defaults to SLIDING; a fourth argument that is a mode word is the mode.
+pub fn parse_window(args: &[&[u8]]) -> Result<WindowArgs, TbError> {
+    let (limit, window, n, rest) = match *args {
+        [l, w, n, ref rest @ ..] if rest.len() <= 2 => (l, w, n, rest),
+        _ => return Err(TbError::WrongArity),
+    };
+    let (now_at, mode) = match *rest {
+        [] => (None, Mode::Sliding),
+        [x] => match parse_mode(x) {
+            Some(mode) => (None, mode),
+            None => (Some(3), Mode::Sliding),
+        },
+        [_, m] => (Some(3), parse_mode(m).ok_or(TbError::InvalidMode)?),
+        _ => return Err(TbError::WrongArity),
+    };
+    let limit = number(limit, Arg::Limit, |v| v > 0.0 && v <= MAX_AMOUNT)?;
+    let window = number(window, Arg::Window, |v| {
+        (MIN_WINDOW..=MAX_WINDOW).contains(&v)
+    })?;
+    let n = number(n, Arg::N, |v| (0.0..=MAX_AMOUNT).contains(&v))?;
+    let now = parse_now(now_at.and_then(|i| args.get(i).copied()))?;
+    if mode == Mode::Log {
+        if limit.fract() != 0.0 || n.fract() != 0.0 {
+            return Err(TbError::LogNotWhole);
+        }
+        if n > LOG_MAX_N {
+            return Err(TbError::LogTooMany);
+        }
+    }
+    Ok(WindowArgs {
+        window: Window { limit, window },
+        n: n + 0.0,
+        now,
+        now_at,
+        mode,
+    })
+}
+
+fn parse_mode(word: &[u8]) -> Option<Mode> {
+    [
+        (&b"FIXED"[..], Mode::Fixed),
+        (b"SLIDING", Mode::Sliding),
+        (b"LOG", Mode::Log),
+    ]
+    .into_iter()
+    .find(|(name, _)| word.eq_ignore_ascii_case(name))
+    .map(|(_, mode)| mode)
+}
 
 /// Validated `capacity rate n [now]` (TB.TAKE, TB.REFUND; the key is handled by the caller).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -267,12 +334,50 @@ mod tests {
     }
 
     #[test]
+    fn window_arguments_take_an_optional_now_and_mode() {
+        let bytes = |a: &[&'static str]| a.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
+        let w = parse_window(&bytes(&["100", "60", "1"])).unwrap();
+        assert_eq!(
+            (w.window.limit, w.window.window, w.n, w.now, w.mode),
+            (100.0, 60.0, 1.0, None, Mode::Sliding)
+        );
+        let w = parse_window(&bytes(&["100", "0.5", "1", "log"])).unwrap();
+        assert_eq!((w.now, w.mode), (None, Mode::Log));
+        let w = parse_window(&bytes(&["100", "60", "1", "1764456268.5"])).unwrap();
+        assert_eq!(
+            (w.now, w.now_at, w.mode),
+            (Some(1764456268.5), Some(3), Mode::Sliding)
+        );
+        let w = parse_window(&bytes(&["100", "60", "1", "1764456268.5", "Fixed"])).unwrap();
+        assert_eq!((w.now, w.mode), (Some(1764456268.5), Mode::Fixed));
+        use Arg::*;
+        use TbError::*;
+        let cases: &[(&[&str], TbError)] = &[
+            (&["0", "60", "1"], OutOfRange(Limit)),
+            (&["x", "60", "1"], InvalidNumber(Limit)),
+            (&["10", "0", "1"], OutOfRange(Window)),
+            (&["10", "1e13", "1"], OutOfRange(Window)),
+            (&["10", "60", "-1"], OutOfRange(N)),
+            (&["10", "60", "1", "SLIDE"], InvalidNumber(Now)),
+            (&["10", "60", "1", "5", "SLIDE"], InvalidMode),
+            (&["10.5", "60", "1", "LOG"], LogNotWhole),
+            (&["10", "60", "1.5", "LOG"], LogNotWhole),
+            (&["1000000", "60", "100001", "LOG"], LogTooMany),
+            (&["10", "60"], WrongArity),
+            (&["10", "60", "1", "5", "LOG", "x"], WrongArity),
+        ];
+        for (args, want) in cases {
+            assert_eq!(parse_window(&bytes(args)), Err(*want), "{args:?}");
+        }
+    }
+
+    #[test]
     fn throttle_arguments_follow_cl_throttle_with_fractional_rates() {
         let bytes = |a: &[&'static str]| a.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
         let t = parse_throttle(&bytes(&["15", "30", "60"])).unwrap();
         assert_eq!(
             t.limit,
-            Limit {
+            crate::bucket::Limit {
                 capacity: 16.0,
                 rate: 0.5
             }
@@ -392,7 +497,7 @@ mod tests {
         let p = parse_peek(&bytes(&["10", "2"])).unwrap();
         assert_eq!(
             p.limit,
-            Limit {
+            crate::bucket::Limit {
                 capacity: 10.0,
                 rate: 2.0
             }

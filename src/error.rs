@@ -1,6 +1,8 @@
 //! Every error text the module replies with, in one place. Each starts with a Redis error
 //! code, and reuses Redis's own wording where Redis has one.
 
+use crate::fields::Mode;
+
 /// An error a command replies with. The texts are NUL-terminated for the C API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TbError {
@@ -17,6 +19,23 @@ pub enum TbError {
     DuplicateKey,
     /// TB.THROTTLE's count_per_period / period is outside the accepted rates.
     ThrottleRate,
+    /// TB.WINDOW's mode word is not FIXED, SLIDING or LOG.
+    InvalidMode,
+    /// TB.WINDOW LOG with a fractional limit or n.
+    LogNotWhole,
+    /// TB.WINDOW LOG with more entries per call than it adds at once.
+    LogTooMany,
+    /// A window key holding another mode's state.
+    WrongMode {
+        found: Mode,
+        wanted: Mode,
+    },
+    /// A token-bucket command on a hash holding a window.
+    WindowNotBucket,
+    /// TB.WINDOW on a hash holding a token bucket.
+    BucketNotWindow,
+    /// A LOG entry whose score is not an accepted time.
+    CorruptLog,
     Internal,
 }
 
@@ -32,6 +51,8 @@ pub enum Arg {
     CountPerPeriod,
     Period,
     Quantity,
+    Limit,
+    Window,
 }
 
 /// The stored hash fields, named in corrupt-state texts.
@@ -39,6 +60,9 @@ pub enum Arg {
 pub enum Field {
     Tokens,
     LastRefillTime,
+    Start,
+    Count,
+    Previous,
 }
 
 impl TbError {
@@ -75,6 +99,36 @@ impl TbError {
             InvalidNumber(Quantity) => "ERR quantity is not a valid number\0",
             OutOfRange(Quantity) => {
                 "ERR quantity must be >= -9007199254740992 and <= 9007199254740992\0"
+            }
+            InvalidNumber(Limit) => "ERR limit is not a valid number\0",
+            OutOfRange(Limit) => "ERR limit must be > 0 and <= 9007199254740992\0",
+            InvalidNumber(Window) => "ERR window is not a valid number\0",
+            OutOfRange(Window) => "ERR window must be >= 0.000001 and <= 1000000000000 seconds\0",
+            InvalidMode => "ERR mode must be FIXED, SLIDING or LOG\0",
+            LogNotWhole => "ERR LOG counts whole requests: limit and n must be whole numbers\0",
+            LogTooMany => "ERR n must be <= 100000 with LOG (each request is one entry)\0",
+            WrongMode {
+                found: Mode::Fixed,
+                wanted: Mode::Sliding,
+            } => "ERR key holds a FIXED window, not a SLIDING one\0",
+            WrongMode {
+                found: Mode::Sliding,
+                wanted: Mode::Fixed,
+            } => "ERR key holds a SLIDING window, not a FIXED one\0",
+            WrongMode { .. } => "ERR key holds another window mode's state\0",
+            WindowNotBucket => "ERR key holds a TB.WINDOW window, not a token bucket\0",
+            BucketNotWindow => "ERR key holds a token bucket, not a TB.WINDOW window\0",
+            CorruptLog => {
+                "ERR window log is corrupt: an entry's score is not a valid time in seconds\0"
+            }
+            CorruptState(Start) => {
+                "ERR window state is corrupt: field 'start' is not a valid time in seconds\0"
+            }
+            CorruptState(Count) => {
+                "ERR window state is corrupt: field 'count' is not a valid count\0"
+            }
+            CorruptState(Previous) => {
+                "ERR window state is corrupt: field 'previous' is not a valid count\0"
             }
             ThrottleRate => {
                 "ERR count_per_period / period must be >= 1e-9 and <= 9007199254740992 per second\0"
@@ -119,6 +173,23 @@ mod tests {
             TbError::NumKeysMismatch,
             TbError::DuplicateKey,
             TbError::ThrottleRate,
+            TbError::InvalidMode,
+            TbError::LogNotWhole,
+            TbError::LogTooMany,
+            TbError::WindowNotBucket,
+            TbError::BucketNotWindow,
+            TbError::CorruptLog,
+            TbError::CorruptState(Field::Start),
+            TbError::CorruptState(Field::Count),
+            TbError::CorruptState(Field::Previous),
+            TbError::WrongMode {
+                found: Mode::Fixed,
+                wanted: Mode::Sliding,
+            },
+            TbError::WrongMode {
+                found: Mode::Sliding,
+                wanted: Mode::Fixed,
+            },
         ]
         .into_iter()
         .chain(
@@ -132,6 +203,8 @@ mod tests {
                 Arg::CountPerPeriod,
                 Arg::Period,
                 Arg::Quantity,
+                Arg::Limit,
+                Arg::Window,
             ]
             .into_iter()
             .flat_map(|a| [TbError::InvalidNumber(a), TbError::OutOfRange(a)]),

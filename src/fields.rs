@@ -1,9 +1,96 @@
-//! The stored hash fields as text, and back: which texts are a valid bucket state. Pure,
-//! so every byte sequence someone else may have written is tested without a server.
+//! The stored hash fields as text, and back: which texts are a valid bucket or window
+//! state, and which hash holds which kind. Pure, so every byte sequence someone else may
+//! have written is tested without a server.
 
 use crate::bucket::{State, valid_stored_tokens, valid_time};
 use crate::error::{Field, TbError};
 use crate::num::parse_f64;
+use crate::window::{Fixed, Sliding, valid_count};
+
+/// A FIXED or SLIDING window's hash fields as stored (`None`: absent), and whether the
+/// hash holds a token bucket's fields instead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowFields {
+    pub start: Option<Vec<u8>>,
+    pub count: Option<Vec<u8>>,
+    pub previous: Option<Vec<u8>>,
+    pub holds_bucket: bool,
+}
+
+/// Decodes a FIXED window. A SLIDING window's hash (it has `previous`) or a token
+/// bucket's is a clear error, never read as something else; neither field is a new
+/// window.
+pub fn decode_fixed(f: &WindowFields) -> Result<Option<Fixed>, TbError> {
+    if f.holds_bucket {
+        return Err(TbError::BucketNotWindow);
+    }
+    if f.previous.is_some() {
+        return Err(TbError::WrongMode {
+            found: Mode::Sliding,
+            wanted: Mode::Fixed,
+        });
+    }
+    let Some((start, count)) = start_and_count(f)? else {
+        return Ok(None);
+    };
+    Ok(Some(Fixed { start, count }))
+}
+
+/// Decodes a SLIDING window. A FIXED window's hash (no `previous`) or a token bucket's is
+/// a clear error.
+pub fn decode_sliding(f: &WindowFields) -> Result<Option<Sliding>, TbError> {
+    if f.holds_bucket {
+        return Err(TbError::BucketNotWindow);
+    }
+    let Some((start, count)) = start_and_count(f)? else {
+        if f.previous.is_some() {
+            return Err(TbError::CorruptState(Field::Start));
+        }
+        return Ok(None);
+    };
+    let Some(previous) = &f.previous else {
+        return Err(TbError::WrongMode {
+            found: Mode::Fixed,
+            wanted: Mode::Sliding,
+        });
+    };
+    let previous = parse_f64(previous)
+        .filter(|v| valid_count(*v))
+        .ok_or(TbError::CorruptState(Field::Previous))?;
+    Ok(Some(Sliding {
+        start,
+        count,
+        previous,
+    }))
+}
+
+/// `start` and `count`, both or neither (one alone, or a bad number, is corrupt).
+fn start_and_count(f: &WindowFields) -> Result<Option<(f64, f64)>, TbError> {
+    if f.start.is_none() && f.count.is_none() {
+        return Ok(None);
+    }
+    let start = f
+        .start
+        .as_deref()
+        .and_then(parse_f64)
+        .filter(|v| valid_time(*v))
+        .ok_or(TbError::CorruptState(Field::Start))?;
+    let count = f
+        .count
+        .as_deref()
+        .and_then(parse_f64)
+        .filter(|v| valid_count(*v))
+        .ok_or(TbError::CorruptState(Field::Count))?;
+    Ok(Some((start, count)))
+}
+
+/// The window algorithms a key may hold (TB.WINDOW's mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Fixed,
+    Sliding,
+    Log,
+}
 
 /// Decodes the `tokens` and `last_refill_time` field values (`None`: field absent).
 ///
@@ -56,6 +143,80 @@ mod tests {
             .unwrap();
         assert_eq!(s.tokens, 8.6);
         assert_eq!(decode(None, None), Ok(None));
+    }
+
+    fn window(start: Option<&str>, count: Option<&str>, previous: Option<&str>) -> WindowFields {
+        WindowFields {
+            start: start.map(|s| s.as_bytes().to_vec()),
+            count: count.map(|s| s.as_bytes().to_vec()),
+            previous: previous.map(|s| s.as_bytes().to_vec()),
+            holds_bucket: false,
+        }
+    }
+
+    #[test]
+    fn window_state_is_read_only_as_the_mode_that_wrote_it() {
+        let fixed = window(Some("1764456240"), Some("3"), None);
+        let sliding = window(Some("1764456240"), Some("3"), Some("7"));
+        assert_eq!(
+            decode_fixed(&fixed),
+            Ok(Some(Fixed {
+                start: 1764456240.0,
+                count: 3.0
+            }))
+        );
+        assert_eq!(
+            decode_sliding(&sliding),
+            Ok(Some(Sliding {
+                start: 1764456240.0,
+                count: 3.0,
+                previous: 7.0
+            }))
+        );
+        assert_eq!(
+            decode_sliding(&fixed),
+            Err(TbError::WrongMode {
+                found: Mode::Fixed,
+                wanted: Mode::Sliding
+            })
+        );
+        assert_eq!(
+            decode_fixed(&sliding),
+            Err(TbError::WrongMode {
+                found: Mode::Sliding,
+                wanted: Mode::Fixed
+            })
+        );
+        let bucket = WindowFields {
+            holds_bucket: true,
+            ..WindowFields::default()
+        };
+        assert_eq!(decode_fixed(&bucket), Err(TbError::BucketNotWindow));
+        assert_eq!(decode_sliding(&bucket), Err(TbError::BucketNotWindow));
+        assert_eq!(decode_fixed(&WindowFields::default()), Ok(None));
+        assert_eq!(decode_sliding(&WindowFields::default()), Ok(None));
+    }
+
+    #[test]
+    fn window_fields_alone_or_garbage_are_corrupt() {
+        let start = Err(TbError::CorruptState(Field::Start));
+        let count = Err(TbError::CorruptState(Field::Count));
+        assert_eq!(decode_fixed(&window(None, Some("3"), None)), start);
+        assert_eq!(decode_fixed(&window(Some("5"), None, None)), count);
+        assert_eq!(decode_fixed(&window(Some("x"), Some("3"), None)), start);
+        assert_eq!(decode_fixed(&window(Some("5"), Some("-1"), None)), count);
+        assert_eq!(
+            decode_fixed(&window(Some("1764456240123"), Some("3"), None)),
+            start
+        );
+        assert_eq!(
+            decode_sliding(&window(None, None, Some("3"))),
+            Err(TbError::CorruptState(Field::Start))
+        );
+        assert_eq!(
+            decode_sliding(&window(Some("5"), Some("3"), Some("nan"))),
+            Err(TbError::CorruptState(Field::Previous))
+        );
     }
 
     #[test]

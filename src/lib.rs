@@ -26,6 +26,7 @@ pub mod num;
 mod reply;
 mod stats;
 mod store;
+mod store_log;
 pub mod throttle;
 pub mod window;
 
@@ -158,6 +159,8 @@ const INTEGER: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
 const BLOCK: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
+const PURE_TOKEN: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
 const OPTIONAL: u32 = raw::REDISMODULE_CMD_ARG_OPTIONAL;
 const MULTIPLE: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE;
 
@@ -175,7 +178,7 @@ const KEY_RW_UPDATE: u32 =
 const KEY_RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
 /// The command table: one row per command.
-static COMMANDS: [CommandDef; 6] = [
+static COMMANDS: [CommandDef; 7] = [
     CommandDef {
         name: c"tb.take",
         body: commands::take::run,
@@ -293,6 +296,52 @@ static COMMANDS: [CommandDef; 6] = [
             load_arg: "CL.THROTTLE",
         }),
     },
+    CommandDef {
+        name: c"tb.window",
+        body: commands::window::run,
+        flags: c"write deny-oom",
+        arity: -5,
+        summary: c"At most limit requests per window seconds: FIXED window counter, SLIDING window counter (the default) or sliding LOG. Replies [allowed, remaining, retry_after, reset_after].",
+        complexity: c"O(1) for FIXED and SLIDING; O(log(N) + M) for LOG, N the entries held and M those added or removed",
+        since: c"0.2.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[
+            KEY_ARG,
+            arg(c"limit", DOUBLE),
+            arg(c"window", DOUBLE),
+            N,
+            NOW,
+            ArgDef {
+                name: c"mode",
+                kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                flags: OPTIONAL,
+                subargs: &[
+                    ArgDef {
+                        name: c"FIXED",
+                        kind: PURE_TOKEN,
+                        flags: 0,
+                        subargs: &[],
+                    },
+                    ArgDef {
+                        name: c"SLIDING",
+                        kind: PURE_TOKEN,
+                        flags: 0,
+                        subargs: &[],
+                    },
+                    ArgDef {
+                        name: c"LOG",
+                        kind: PURE_TOKEN,
+                        flags: 0,
+                        subargs: &[],
+                    },
+                ],
+            },
+        ],
+        acl_categories: c"write",
+        acl_categories_with_own: c"write ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
 ];
 
 type CommandFunc =
@@ -317,8 +366,8 @@ unsafe extern "C" fn entry<const I: usize>(
 }
 
 /// One entry point per row, by position.
-const ENTRIES: [CommandFunc; 6] = [
-    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>,
+const ENTRIES: [CommandFunc; 7] = [
+    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>, entry::<6>,
 ];
 const _: () = assert!(ENTRIES.len() == COMMANDS.len());
 
@@ -517,6 +566,10 @@ fn command_args(
             slot.name = def.name.as_ptr();
             slot.type_ = def.kind;
             slot.key_spec_index = if def.kind == KEY { 0 } else { -1 };
+            if def.kind == PURE_TOKEN {
+                // A pure token is its own word on the command line.
+                slot.token = def.name.as_ptr();
+            }
             slot.flags = def.flags as c_int;
             if !def.subargs.is_empty() {
                 slot.subargs = command_args(def.subargs, storage);

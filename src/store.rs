@@ -1,39 +1,65 @@
-//! Bucket storage: a plain Redis hash with the fields `tokens` and `last_refill_time`
-//! (the layout of the Lua script teams migrate from). Opens the key, checks its type,
-//! reads and writes the two fields, keeps the TTL, and replicates the effects (HSET,
-//! PEXPIREAT) so replicas and AOF replay store exactly the same bytes, need no module, and
-//! never recompute anything with another clock.
+//! Key storage: all unsafe key access. An open key of the kind a command expects (a hash
+//! for the token bucket and the FIXED and SLIDING windows, a sorted set for the LOG
+//! window, in `store_log.rs`), its expiry, and the one modified-key signal; the hash
+//! fields read and written with their effects replicated (HSET, PEXPIREAT) so replicas
+//! and AOF replay store exactly the same bytes, need no module, and never recompute
+//! anything with another clock.
 
 use std::cell::Cell;
+use std::ffi::CStr;
+use std::ops::Deref;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 
 use redis_module::raw::{
-    REDISMODULE_KEYTYPE_EMPTY, REDISMODULE_KEYTYPE_HASH, REDISMODULE_NOTIFY_GENERIC,
-    REDISMODULE_NOTIFY_HASH, REDISMODULE_READ, REDISMODULE_WRITE, RedisModuleCtx, RedisModuleKey,
-    RedisModuleString,
+    REDISMODULE_KEYTYPE_EMPTY, REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_ZSET,
+    REDISMODULE_NOTIFY_GENERIC, REDISMODULE_NOTIFY_HASH, REDISMODULE_READ, REDISMODULE_WRITE,
+    RedisModuleCtx, RedisModuleKey, RedisModuleString,
 };
 
 use crate::api::Api;
 use crate::bucket::State;
 use crate::error::TbError;
 use crate::expiry::ExpiryPlan;
-use crate::fields;
+use crate::fields::{self, WindowFields};
 
 const HASH_NONE: c_int = 0;
 const NO_EXPIRE: i64 = -1;
 
-/// The two field names, created once: building them per call is measurable.
-struct FieldNames {
-    tokens: *mut RedisModuleString,
-    last_refill_time: *mut RedisModuleString,
+/// The hash fields the module reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// Token bucket: the tokens left at `last_refill_time`.
+    Tokens,
+    LastRefillTime,
+    /// FIXED and SLIDING windows: the aligned start of the current window and its count.
+    Start,
+    Count,
+    /// SLIDING only: the count of the window before.
+    Previous,
 }
+
+/// The field-name strings, created once: building them per call is measurable.
+struct FieldNames([*mut RedisModuleString; 5]);
 
 // SAFETY: the strings are created at load and only ever read (never mutated or freed)
 // by commands, which Redis runs on its main thread.
 unsafe impl Send for FieldNames {}
 unsafe impl Sync for FieldNames {}
+
+impl FieldNames {
+    fn get(&self, field: Field) -> *mut RedisModuleString {
+        let i = match field {
+            Field::Tokens => 0,
+            Field::LastRefillTime => 1,
+            Field::Start => 2,
+            Field::Count => 3,
+            Field::Previous => 4,
+        };
+        self.0.get(i).copied().unwrap_or(null_mut())
+    }
+}
 
 static FIELDS: OnceLock<FieldNames> = OnceLock::new();
 
@@ -44,9 +70,8 @@ pub fn init(api: &Api) {
         // never free it (it lives as long as the module).
         unsafe { (api.create_string)(null_mut(), name.as_ptr().cast(), name.len()) }
     };
-    FIELDS.get_or_init(|| FieldNames {
-        tokens: make("tokens"),
-        last_refill_time: make("last_refill_time"),
+    FIELDS.get_or_init(|| {
+        FieldNames(["tokens", "last_refill_time", "start", "count", "previous"].map(make))
     });
 }
 
@@ -54,31 +79,15 @@ pub fn init(api: &Api) {
 /// command of ours can run.
 pub fn deinit(api: &Api) {
     if let Some(fields) = FIELDS.get() {
-        // SAFETY: created by `init` with a NULL context and never freed before; nothing
-        // uses them after unload.
-        unsafe {
-            (api.free_string)(null_mut(), fields.tokens);
-            (api.free_string)(null_mut(), fields.last_refill_time);
+        for &s in &fields.0 {
+            // SAFETY: created by `init` with a NULL context and never freed before; nothing
+            // uses them after unload.
+            unsafe { (api.free_string)(null_mut(), s) };
         }
     }
 }
 
-/// An open bucket key. Closed on drop, also on an early error return. Opened read-only,
-/// `key` is NULL for a missing key and nothing is ever written through it.
-pub struct BucketKey<'a> {
-    api: &'a Api,
-    ctx: *mut RedisModuleCtx,
-    name: *mut RedisModuleString,
-    key: *mut RedisModuleKey,
-    fields: &'static FieldNames,
-    exists: bool,
-    /// Set by a write or an expiry change: the key is signalled as modified (WATCH,
-    /// client-side caching) once, when it is closed. The module sets
-    /// NO_IMPLICIT_SIGNAL_MODIFIED, so a take that writes nothing signals nothing.
-    modified: Cell<bool>,
-}
-
-/// How a command opens its bucket.
+/// How a command opens its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// Read and write (every command that may take or give back tokens).
@@ -88,15 +97,37 @@ pub enum Access {
     Read,
 }
 
-impl<'a> BucketKey<'a> {
-    /// Opens `name`. Anything but a hash or nothing is WRONGTYPE.
+/// The type of value a command keeps at its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Hash,
+    SortedSet,
+}
+
+/// An open key of the expected kind, or a missing one. Closed on drop, also on an early
+/// error return; opened read-only, `key` is NULL for a missing key and nothing is ever
+/// written through it.
+pub struct Key<'a> {
+    pub(crate) api: &'a Api,
+    pub(crate) ctx: *mut RedisModuleCtx,
+    pub(crate) name: *mut RedisModuleString,
+    pub(crate) key: *mut RedisModuleKey,
+    exists: bool,
+    /// Set by a write or an expiry change: the key is signalled as modified (WATCH,
+    /// client-side caching) once, when it is closed. The module sets
+    /// NO_IMPLICIT_SIGNAL_MODIFIED, so a call that writes nothing signals nothing.
+    modified: Cell<bool>,
+}
+
+impl<'a> Key<'a> {
+    /// Opens `name`. Anything but `kind` or nothing is WRONGTYPE.
     pub fn open(
         api: &'a Api,
         ctx: *mut RedisModuleCtx,
         name: *mut RedisModuleString,
         access: Access,
+        kind: Kind,
     ) -> Result<Self, TbError> {
-        let fields = FIELDS.get().ok_or(TbError::Internal)?;
         let mode = match access {
             Access::Write => REDISMODULE_READ | REDISMODULE_WRITE,
             Access::Read => REDISMODULE_READ,
@@ -109,115 +140,46 @@ impl<'a> BucketKey<'a> {
             return Err(TbError::Internal);
         }
         // Owned from here on, so every return below closes it.
-        let mut bucket = BucketKey {
+        let mut open = Key {
             api,
             ctx,
             name,
             key,
-            fields,
             exists: false,
             modified: Cell::new(false),
         };
         if key.is_null() {
-            return Ok(bucket);
+            return Ok(open);
         }
         // SAFETY: key is a valid open key.
-        let kind = unsafe { (api.key_type)(key) } as isize;
-        match kind {
-            REDISMODULE_KEYTYPE_EMPTY => Ok(bucket),
-            REDISMODULE_KEYTYPE_HASH => {
-                bucket.exists = true;
-                Ok(bucket)
-            }
-            _ => Err(TbError::WrongType),
+        let found = unsafe { (api.key_type)(key) } as isize;
+        let expected = match kind {
+            Kind::Hash => REDISMODULE_KEYTYPE_HASH,
+            Kind::SortedSet => REDISMODULE_KEYTYPE_ZSET,
+        };
+        if found == REDISMODULE_KEYTYPE_EMPTY {
+            Ok(open)
+        } else if found == expected {
+            open.exists = true;
+            Ok(open)
+        } else {
+            Err(TbError::WrongType)
         }
     }
 
-    /// Reads the stored state: `None` when the bucket has never been written (or expired);
-    /// see `fields::decode` for what counts as corrupt.
-    pub fn read(&self) -> Result<Option<State>, TbError> {
-        if !self.exists {
-            return Ok(None);
-        }
-        let mut tokens: *mut RedisModuleString = null_mut();
-        let mut last: *mut RedisModuleString = null_mut();
-        // SAFETY: varargs are (field, *mut out) pairs ended by NULL, as HashGet requires.
-        unsafe {
-            (self.api.hash_get)(
-                self.key,
-                HASH_NONE,
-                self.fields.tokens,
-                &mut tokens as *mut *mut RedisModuleString,
-                self.fields.last_refill_time,
-                &mut last as *mut *mut RedisModuleString,
-                null_mut::<c_void>(),
-            );
-        }
-        let tokens = OwnedString::new(self.api, self.ctx, tokens);
-        let last = OwnedString::new(self.api, self.ctx, last);
-        fields::decode(tokens.bytes(), last.bytes())
+    /// Whether the key held a value when opened.
+    pub fn exists(&self) -> bool {
+        self.exists
     }
 
-    /// Stores the fields given (their exact texts; `None`: unchanged, left as stored),
-    /// notifies keyspace listeners as HSET would, and replicates the same HSET. Rewriting
-    /// an unchanged field would cost a hash write, a string and replication bytes per call
-    /// (a client that sends the same `now` twice never moves `last_refill_time`).
-    pub fn write(&self, tokens: Option<&[u8]>, last_refill_time: Option<&[u8]>) {
-        let api = self.api;
-        let value = |bytes: &[u8]| {
-            // SAFETY: bytes is valid for its length; the string is freed on drop below.
-            let ptr = unsafe { (api.create_string)(self.ctx, bytes.as_ptr().cast(), bytes.len()) };
-            OwnedString::new(api, self.ctx, ptr)
-        };
-        let fields = self.fields;
-        let ((f1, v1), second) = match (tokens, last_refill_time) {
-            (Some(t), Some(l)) => (
-                (fields.tokens, value(t)),
-                Some((fields.last_refill_time, value(l))),
-            ),
-            (Some(t), None) => ((fields.tokens, value(t)), None),
-            (None, Some(l)) => ((fields.last_refill_time, value(l)), None),
-            (None, None) => return,
-        };
-        if self.key.is_null() {
-            return;
-        }
-        // A NULL field ends HashSet's list, and Replicate reads only as many arguments as
-        // its format names: one call shape serves one field or two.
-        let (f2, v2) = second
-            .as_ref()
-            .map_or((null_mut(), null_mut()), |(f, v)| (*f, v.ptr));
-        let format = if second.is_some() { c"sssss" } else { c"sss" };
+    /// Whether the key can be written (opened for writing).
+    pub(crate) fn writable(&self) -> bool {
+        !self.key.is_null()
+    }
+
+    /// Records that this call wrote the key: it is signalled once, when closed.
+    pub(crate) fn mark_modified(&self) {
         self.modified.set(true);
-        // SAFETY: varargs are (field, value) string pairs ended by NULL; Replicate's "s"
-        // takes RedisModuleString pointers and retains them for as long as it needs.
-        unsafe {
-            (api.hash_set)(
-                self.key,
-                HASH_NONE,
-                f1,
-                v1.ptr,
-                f2,
-                v2,
-                null_mut::<c_void>(),
-            );
-            (api.notify_keyspace_event)(
-                self.ctx,
-                REDISMODULE_NOTIFY_HASH,
-                c"hset".as_ptr(),
-                self.name,
-            );
-            (api.replicate)(
-                self.ctx,
-                c"HSET".as_ptr(),
-                format.as_ptr(),
-                self.name,
-                f1,
-                v1.ptr,
-                f2,
-                v2,
-            );
-        }
     }
 
     /// The key's absolute expiry in Unix ms, if it has one. A key that did not exist when
@@ -235,16 +197,15 @@ impl<'a> BucketKey<'a> {
     /// commands produce (an absolute time, so a replica or an AOF replay gets the same one).
     pub fn apply_expiry(&self, plan: ExpiryPlan) {
         let api = self.api;
-        let (at, event, command, format): (i64, &std::ffi::CStr, &std::ffi::CStr, &std::ffi::CStr) =
-            match plan {
-                ExpiryPlan::Keep => return,
-                ExpiryPlan::SetAt(at) => (at, c"expire", c"PEXPIREAT", c"sl"),
-                ExpiryPlan::Persist => (NO_EXPIRE, c"persist", c"PERSIST", c"s"),
-            };
-        if self.key.is_null() {
+        let (at, event, command, format): (i64, &CStr, &CStr, &CStr) = match plan {
+            ExpiryPlan::Keep => return,
+            ExpiryPlan::SetAt(at) => (at, c"expire", c"PEXPIREAT", c"sl"),
+            ExpiryPlan::Persist => (NO_EXPIRE, c"persist", c"PERSIST", c"s"),
+        };
+        if !self.writable() {
             return;
         }
-        self.modified.set(true);
+        self.mark_modified();
         // SAFETY: valid open key and context; the format matches the arguments given
         // ("s": string, "l": long long; extra varargs are ignored for "s").
         unsafe {
@@ -266,7 +227,7 @@ impl<'a> BucketKey<'a> {
     }
 }
 
-impl Drop for BucketKey<'_> {
+impl Drop for Key<'_> {
     fn drop(&mut self) {
         // SAFETY: ctx and name are this call's; key was opened by us and is closed exactly
         // once.
@@ -281,19 +242,201 @@ impl Drop for BucketKey<'_> {
     }
 }
 
+/// A hash key: a token bucket, or a FIXED or SLIDING window.
+pub struct BucketKey<'a> {
+    key: Key<'a>,
+    fields: &'static FieldNames,
+}
+
+impl<'a> Deref for BucketKey<'a> {
+    type Target = Key<'a>;
+    fn deref(&self) -> &Key<'a> {
+        &self.key
+    }
+}
+
+impl<'a> BucketKey<'a> {
+    /// Opens `name`. Anything but a hash or nothing is WRONGTYPE.
+    pub fn open(
+        api: &'a Api,
+        ctx: *mut RedisModuleCtx,
+        name: *mut RedisModuleString,
+        access: Access,
+    ) -> Result<Self, TbError> {
+        let fields = FIELDS.get().ok_or(TbError::Internal)?;
+        Ok(BucketKey {
+            key: Key::open(api, ctx, name, access, Kind::Hash)?,
+            fields,
+        })
+    }
+
+    /// Reads up to three fields with one HashGet: `None` for a missing field.
+    fn get<const N: usize>(&self, names: [Field; N]) -> [OwnedString<'a>; N] {
+        let api = self.key.api;
+        let mut out = [null_mut::<RedisModuleString>(); 3];
+        let name = |i: usize| names.get(i).map_or(null_mut(), |&f| self.fields.get(f));
+        if self.key.exists() {
+            let [o0, o1, o2] = &mut out;
+            // SAFETY: varargs are (field, *mut out) pairs; a NULL field ends the list,
+            // as HashGet requires (at most three pairs are given).
+            unsafe {
+                (api.hash_get)(
+                    self.key.key,
+                    HASH_NONE,
+                    name(0),
+                    o0 as *mut *mut RedisModuleString,
+                    name(1),
+                    o1 as *mut *mut RedisModuleString,
+                    name(2),
+                    o2 as *mut *mut RedisModuleString,
+                    null_mut::<c_void>(),
+                );
+            }
+        }
+        std::array::from_fn(|i| {
+            OwnedString::new(api, self.key.ctx, out.get(i).copied().unwrap_or(null_mut()))
+        })
+    }
+
+    /// Reads the token bucket: `None` when it has never been written (or expired); see
+    /// `fields::decode` for what counts as corrupt. A hash holding a window is an error,
+    /// never read as a new bucket.
+    pub fn read(&self) -> Result<Option<State>, TbError> {
+        if !self.key.exists() {
+            return Ok(None);
+        }
+        let [tokens, last] = self.get([Field::Tokens, Field::LastRefillTime]);
+        if tokens.is_null() && last.is_null() {
+            // A rare path (a hash without the bucket's fields): is it a window?
+            let [start] = self.get([Field::Start]);
+            if !start.is_null() {
+                return Err(TbError::WindowNotBucket);
+            }
+        }
+        fields::decode(tokens.bytes(), last.bytes())
+    }
+
+    /// Reads a FIXED or SLIDING window's fields (all `None` on a missing key), and whether
+    /// the hash holds a token bucket instead.
+    pub fn read_window(&self) -> Result<WindowFields, TbError> {
+        if !self.key.exists() {
+            return Ok(WindowFields::default());
+        }
+        let [start, count, previous] = self.get([Field::Start, Field::Count, Field::Previous]);
+        let holds_bucket = start.is_null() && count.is_null() && {
+            let [tokens] = self.get([Field::Tokens]);
+            !tokens.is_null()
+        };
+        Ok(WindowFields {
+            start: start.bytes().map(<[u8]>::to_vec),
+            count: count.bytes().map(<[u8]>::to_vec),
+            previous: previous.bytes().map(<[u8]>::to_vec),
+            holds_bucket,
+        })
+    }
+
+    /// Stores the token bucket's fields given (their exact texts; `None`: unchanged, left
+    /// as stored). Rewriting an unchanged field would cost a hash write, a string and
+    /// replication bytes per call (a client that sends the same `now` twice never moves
+    /// `last_refill_time`).
+    pub fn write(&self, tokens: Option<&[u8]>, last_refill_time: Option<&[u8]>) {
+        let mut pairs: [(Field, &[u8]); 2] = [(Field::Tokens, &[]); 2];
+        let mut n = 0;
+        for (field, value) in [
+            (Field::Tokens, tokens),
+            (Field::LastRefillTime, last_refill_time),
+        ] {
+            if let (Some(v), Some(slot)) = (value, pairs.get_mut(n)) {
+                *slot = (field, v);
+                n += 1;
+            }
+        }
+        self.write_fields(pairs.get(..n).unwrap_or(&[]));
+    }
+
+    /// Stores up to three fields (their exact texts), notifies keyspace listeners as HSET
+    /// would, and replicates the same HSET.
+    pub fn write_fields(&self, pairs: &[(Field, &[u8])]) {
+        if pairs.is_empty() || pairs.len() > 3 || !self.key.writable() {
+            return;
+        }
+        let api = self.key.api;
+        let ctx = self.key.ctx;
+        let values: Vec<OwnedString> = pairs
+            .iter()
+            .map(|(_, bytes)| {
+                // SAFETY: bytes is valid for its length; the string is freed on drop.
+                let ptr = unsafe { (api.create_string)(ctx, bytes.as_ptr().cast(), bytes.len()) };
+                OwnedString::new(api, ctx, ptr)
+            })
+            .collect();
+        let field = |i: usize| {
+            pairs
+                .get(i)
+                .map_or(null_mut(), |(f, _)| self.fields.get(*f))
+        };
+        let value = |i: usize| values.get(i).map_or(null_mut(), |v| v.ptr);
+        // Replicate reads only as many arguments as its format names; HashSet stops at
+        // the first NULL field: one call shape serves one, two or three fields.
+        let format: &CStr = match pairs.len() {
+            1 => c"sss",
+            2 => c"sssss",
+            _ => c"sssssss",
+        };
+        self.key.mark_modified();
+        // SAFETY: varargs are (field, value) string pairs ended by NULL; Replicate's "s"
+        // takes RedisModuleString pointers and retains them for as long as it needs.
+        unsafe {
+            (api.hash_set)(
+                self.key.key,
+                HASH_NONE,
+                field(0),
+                value(0),
+                field(1),
+                value(1),
+                field(2),
+                value(2),
+                null_mut::<c_void>(),
+            );
+            (api.notify_keyspace_event)(
+                ctx,
+                REDISMODULE_NOTIFY_HASH,
+                c"hset".as_ptr(),
+                self.key.name,
+            );
+            (api.replicate)(
+                ctx,
+                c"HSET".as_ptr(),
+                format.as_ptr(),
+                self.key.name,
+                field(0),
+                value(0),
+                field(1),
+                value(1),
+                field(2),
+                value(2),
+            );
+        }
+    }
+}
+
 /// A RedisModuleString we own (possibly NULL), freed on drop.
-struct OwnedString<'a> {
+pub(crate) struct OwnedString<'a> {
     api: &'a Api,
     ctx: *mut RedisModuleCtx,
-    ptr: *mut RedisModuleString,
+    pub(crate) ptr: *mut RedisModuleString,
 }
 
 impl<'a> OwnedString<'a> {
-    fn new(api: &'a Api, ctx: *mut RedisModuleCtx, ptr: *mut RedisModuleString) -> Self {
+    pub(crate) fn new(api: &'a Api, ctx: *mut RedisModuleCtx, ptr: *mut RedisModuleString) -> Self {
         OwnedString { api, ctx, ptr }
     }
 
-    fn bytes(&self) -> Option<&[u8]> {
+    fn is_null(&self) -> bool {
+        self.ptr.is_null()
+    }
+
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
         (!self.ptr.is_null()).then(|| string_bytes(self.api, self.ptr))
     }
 }

@@ -245,7 +245,7 @@ pub fn sliding(w: Window, n: f64, now: f64, state: Option<Sliding>) -> Decision<
 /// newest entry if that is later (entries newer than `now` count). An admitting call
 /// removes the entries out of that interval and adds `n` at `t`, so the log never holds
 /// more than `floor(limit)` entries. `n = 0` reports and writes nothing.
-pub fn log(w: Window, n: u64, now: f64, entries: &[f64]) -> LogDecision {
+pub fn log<E: Entries + ?Sized>(w: Window, n: u64, now: f64, entries: &E) -> LogDecision {
     let cap = log_capacity(w.limit);
     let v = log_view(w, now, entries);
     let allowed = n <= cap && v.live.saturating_add(n) <= cap;
@@ -264,8 +264,8 @@ pub fn log(w: Window, n: u64, now: f64, entries: &[f64]) -> LogDecision {
             .ok()
             .and_then(|k| v.first_live.checked_add(k))
             .and_then(|i| i.checked_sub(1))
-            .and_then(|i| entries.get(i))
-            .map_or(v.newest, |&e| clamp_entry(e));
+            .and_then(|i| entries.nth(i))
+            .map_or(v.newest, clamp_entry);
         wait_for(now, leaving + w.window - now, |t| {
             log_view(w, t, entries).live.saturating_add(n) <= cap
         })
@@ -277,7 +277,7 @@ pub fn log(w: Window, n: u64, now: f64, entries: &[f64]) -> LogDecision {
     } else {
         0.0
     };
-    let left = entries.len().saturating_sub(removed) > 0 || add > 0;
+    let left = entries.count().saturating_sub(removed) > 0 || add > 0;
     LogDecision {
         allowed,
         remaining: cap.saturating_sub(used) as f64,
@@ -292,6 +292,51 @@ pub fn log(w: Window, n: u64, now: f64, entries: &[f64]) -> LogDecision {
         } else {
             now
         },
+    }
+}
+
+/// A LOG's entries as `log` reads them: the sorted set's scores, ascending. A slice is
+/// one; the command reads a sorted set lazily, from the oldest entry up, only as far as a
+/// call asks (the entries leaving the window, and on a refusal the one whose leaving
+/// frees room), so a call costs what it removes, not what the log holds.
+pub trait Entries {
+    /// How many entries there are.
+    fn count(&self) -> usize;
+    /// The newest entry's time.
+    fn newest(&self) -> Option<f64>;
+    /// How many entries have a time (read into the accepted range) `<= t`.
+    fn count_up_to(&self, t: f64) -> usize;
+    /// The `i`-th oldest entry's time.
+    fn nth(&self, i: usize) -> Option<f64>;
+}
+
+impl Entries for [f64] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn newest(&self) -> Option<f64> {
+        self.last().copied()
+    }
+    fn count_up_to(&self, t: f64) -> usize {
+        self.partition_point(|&e| clamp_entry(e) <= t)
+    }
+    fn nth(&self, i: usize) -> Option<f64> {
+        self.get(i).copied()
+    }
+}
+
+impl Entries for Vec<f64> {
+    fn count(&self) -> usize {
+        self.as_slice().count()
+    }
+    fn newest(&self) -> Option<f64> {
+        self.as_slice().newest()
+    }
+    fn count_up_to(&self, t: f64) -> usize {
+        self.as_slice().count_up_to(t)
+    }
+    fn nth(&self, i: usize) -> Option<f64> {
+        self.as_slice().nth(i)
     }
 }
 
@@ -415,12 +460,12 @@ struct LogView {
     live: u64,
 }
 
-fn log_view(w: Window, now: f64, entries: &[f64]) -> LogView {
-    let newest = entries.last().map_or(now, |&e| clamp_entry(e));
+fn log_view<E: Entries + ?Sized>(w: Window, now: f64, entries: &E) -> LogView {
+    let newest = entries.newest().map_or(now, clamp_entry);
     let at = now.max(newest);
     let cutoff = at - w.window;
-    let first_live = entries.partition_point(|&e| clamp_entry(e) <= cutoff);
-    let live = entries.len().saturating_sub(first_live);
+    let first_live = entries.count_up_to(cutoff);
+    let live = entries.count().saturating_sub(first_live);
     LogView {
         at,
         cutoff,
@@ -432,7 +477,7 @@ fn log_view(w: Window, now: f64, entries: &[f64]) -> LogView {
 
 /// A stored entry read into the accepted time range, so that corrupt scores (`-inf`,
 /// `+inf`; Redis stores no NaN) cannot make any answer non-finite.
-fn clamp_entry(e: f64) -> f64 {
+pub fn clamp_entry(e: f64) -> f64 {
     e.clamp(0.0, MAX_TIME)
 }
 
@@ -1380,7 +1425,7 @@ mod tests {
             }
             let t = d.expires_at + later * w.window;
             for m in [0, 1] {
-                let (a, b) = (log(w, m, t, &entries), log(w, m, t, &[]));
+                let (a, b) = (log(w, m, t, &entries), log(w, m, t, &[][..]));
                 prop_assert_eq!(
                     (a.allowed, a.remaining, a.retry_after, a.reset_after, a.add, a.add_at),
                     (b.allowed, b.remaining, b.retry_after, b.reset_after, b.add, b.add_at)

@@ -9,6 +9,7 @@ pub mod refund;
 pub mod reserve;
 pub mod take;
 pub mod throttle;
+pub mod window;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -190,7 +191,7 @@ impl<'a> Clock<'a> {
     }
 
     /// The server's clock in ms, which TTLs are measured on whatever `now` says.
-    fn server_ms(&self) -> i64 {
+    pub fn server_ms(&self) -> i64 {
         let micros = match *self {
             Clock::Server { micros } => micros,
             Clock::Client { .. } => now_micros(),

@@ -1,0 +1,290 @@
+//! LOG window storage: a sorted set whose members are the admitted requests and whose
+//! scores are their times. Read lazily from the oldest entry up, only as far as a call
+//! asks (see `window::Entries`); written with ZsetRem/ZsetAdd, replicated as the commands
+//! a user would send (`ZREMRANGEBYRANK`, `ZADD`, `PEXPIREAT`), so replicas and AOF replay
+//! need no module.
+
+use std::cell::RefCell;
+use std::ops::Deref;
+use std::os::raw::{c_int, c_long};
+
+use redis_module::raw::{REDISMODULE_NOTIFY_ZSET, RedisModuleCtx, RedisModuleString};
+
+use crate::api::Api;
+use crate::error::TbError;
+use crate::store::{Access, Key, Kind, OwnedString};
+use crate::window::{Entries, valid_entry};
+
+/// An open LOG key.
+pub struct LogKey<'a> {
+    key: Key<'a>,
+    count: usize,
+    newest: Option<f64>,
+    /// The oldest entries read so far (scores and members, ascending), and whether the
+    /// iterator has reached the end.
+    front: RefCell<Front<'a>>,
+}
+
+struct Front<'a> {
+    started: bool,
+    done: bool,
+    scores: Vec<f64>,
+    members: Vec<OwnedString<'a>>,
+    /// A score that is not an accepted time (set by hand): the call fails as corrupt.
+    corrupt: bool,
+}
+
+impl<'a> Deref for LogKey<'a> {
+    type Target = Key<'a>;
+    fn deref(&self) -> &Key<'a> {
+        &self.key
+    }
+}
+
+impl<'a> LogKey<'a> {
+    /// Opens `name` for writing. Anything but a sorted set or nothing is WRONGTYPE.
+    pub fn open(
+        api: &'a Api,
+        ctx: *mut RedisModuleCtx,
+        name: *mut RedisModuleString,
+    ) -> Result<Self, TbError> {
+        let key = Key::open(api, ctx, name, Access::Write, Kind::SortedSet)?;
+        let (count, newest) = if key.exists() {
+            // SAFETY: valid open sorted-set key; the range iterator is stopped before any
+            // other use of the key, and the element returned is ours to free.
+            let newest = unsafe {
+                let mut score = 0.0;
+                let found =
+                    (api.zset_last_in_score_range)(key.key, f64::NEG_INFINITY, f64::INFINITY, 0, 0)
+                        == 0
+                        && (api.zset_range_end_reached)(key.key) == 0;
+                if found {
+                    let element = (api.zset_range_current_element)(key.key, &mut score);
+                    drop(OwnedString::new(api, ctx, element));
+                }
+                (api.zset_range_stop)(key.key);
+                found.then_some(score)
+            };
+            // SAFETY: as above.
+            (unsafe { (api.value_length)(key.key) }, newest)
+        } else {
+            (0, None)
+        };
+        if newest.is_some_and(|t| !valid_entry(t)) {
+            return Err(TbError::CorruptLog);
+        }
+        Ok(LogKey {
+            key,
+            count,
+            newest,
+            front: RefCell::new(Front {
+                started: false,
+                done: false,
+                scores: Vec::new(),
+                members: Vec::new(),
+                corrupt: false,
+            }),
+        })
+    }
+
+    /// Reads entries from the oldest up until `more` says stop (given the scores so far)
+    /// or the set ends.
+    fn read_while(&self, more: impl Fn(&[f64]) -> bool) {
+        let Ok(mut front) = self.front.try_borrow_mut() else {
+            return;
+        };
+        let api = self.key.api;
+        let key = self.key.key;
+        if !self.key.exists() || front.done {
+            return;
+        }
+        if !front.started {
+            front.started = true;
+            // SAFETY: valid open sorted-set key; no other iterator is active on it.
+            let ok = unsafe {
+                (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0)
+            };
+            if ok != 0 {
+                front.done = true;
+                return;
+            }
+        }
+        while more(&front.scores) {
+            // SAFETY: the iterator started above is active until `stop_reading`.
+            if unsafe { (api.zset_range_end_reached)(key) } != 0 {
+                front.done = true;
+                break;
+            }
+            let mut score = 0.0;
+            // SAFETY: as above; the element is ours to free (OwnedString frees it).
+            let element = unsafe { (api.zset_range_current_element)(key, &mut score) };
+            if !valid_entry(score) {
+                front.corrupt = true;
+            }
+            front.scores.push(score);
+            front
+                .members
+                .push(OwnedString::new(api, self.key.ctx, element));
+            // SAFETY: as above.
+            if unsafe { (api.zset_range_next)(key) } == 0 {
+                front.done = true;
+                break;
+            }
+        }
+    }
+
+    /// Ends reading (the iterator must stop before the set is written); fails if any
+    /// entry read had a score that is not an accepted time.
+    pub fn finish_reading(&self) -> Result<(), TbError> {
+        let Ok(front) = self.front.try_borrow() else {
+            return Err(TbError::Internal);
+        };
+        if front.started && self.key.exists() {
+            // SAFETY: stopping an iterator (or none) on a valid open key is allowed.
+            unsafe { (self.key.api.zset_range_stop)(self.key.key) };
+        }
+        if front.corrupt {
+            Err(TbError::CorruptLog)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Removes the `removed` oldest entries and adds `members` at `score`, notifying and
+    /// replicating `ZREMRANGEBYRANK key 0 removed-1` and `ZADD key score member ...`.
+    /// `finish_reading` must have run.
+    pub fn write(&self, removed: usize, score: f64, score_text: &[u8], members: &[Vec<u8>]) {
+        let api = self.key.api;
+        let ctx = self.key.ctx;
+        let key = self.key.key;
+        if !self.key.writable() || (removed == 0 && members.is_empty()) {
+            return;
+        }
+        let Ok(front) = self.front.try_borrow() else {
+            return;
+        };
+        // Counting what leaves the window read those entries already.
+        let removed = removed.min(front.members.len());
+        // SAFETY: reading has stopped (finish_reading); valid open key.
+        unsafe { (api.zset_range_stop)(key) };
+        self.key.mark_modified();
+        if removed > 0 {
+            for member in front.members.iter().take(removed) {
+                let mut deleted: c_int = 0;
+                // SAFETY: valid key; the member string lives until the end of the call.
+                unsafe { (api.zset_rem)(key, member.ptr, &mut deleted) };
+            }
+            let last = c_long::try_from(removed - 1).unwrap_or(c_long::MAX);
+            // SAFETY: format "sll": the key name and two long longs.
+            unsafe {
+                (api.notify_keyspace_event)(
+                    ctx,
+                    REDISMODULE_NOTIFY_ZSET,
+                    c"zremrangebyrank".as_ptr(),
+                    self.key.name,
+                );
+                (api.replicate)(
+                    ctx,
+                    c"ZREMRANGEBYRANK".as_ptr(),
+                    c"sll".as_ptr(),
+                    self.key.name,
+                    0 as std::os::raw::c_longlong,
+                    last as std::os::raw::c_longlong,
+                );
+            }
+        }
+        if members.is_empty() {
+            return;
+        }
+        let new_string = |bytes: &[u8]| {
+            // SAFETY: bytes is valid for its length; the string is freed on drop.
+            let ptr = unsafe { (api.create_string)(ctx, bytes.as_ptr().cast(), bytes.len()) };
+            OwnedString::new(api, ctx, ptr)
+        };
+        let score_string = new_string(score_text);
+        let mut args: Vec<OwnedString> = Vec::with_capacity(members.len());
+        for member in members {
+            let m = new_string(member);
+            let mut flags: c_int = 0;
+            // SAFETY: valid key; ZsetAdd copies what it keeps.
+            unsafe { (api.zset_add)(key, score, m.ptr, &mut flags) };
+            args.push(m);
+        }
+        // ZADD key score member [score member ...], as one argument vector.
+        let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + 2 * args.len());
+        argv.push(self.key.name);
+        for m in &args {
+            argv.push(score_string.ptr);
+            argv.push(m.ptr);
+        }
+        // SAFETY: format "v": an array of RedisModuleString pointers and its length, all
+        // alive for the call (Replicate retains what it keeps).
+        unsafe {
+            (api.notify_keyspace_event)(
+                ctx,
+                REDISMODULE_NOTIFY_ZSET,
+                c"zadd".as_ptr(),
+                self.key.name,
+            );
+            (api.replicate)(
+                ctx,
+                c"ZADD".as_ptr(),
+                c"v".as_ptr(),
+                argv.as_mut_ptr(),
+                argv.len(),
+            );
+        }
+    }
+
+    /// How many entries already have exactly `score` (they are the newest): new members
+    /// at that score are numbered after them, so each is its own member.
+    pub fn count_at(&self, score: f64) -> usize {
+        if !self.key.exists() || self.newest != Some(score) {
+            return 0;
+        }
+        let api = self.key.api;
+        let key = self.key.key;
+        let mut n = 0usize;
+        // SAFETY: valid open key; the iterator is stopped before returning; elements
+        // returned are freed.
+        unsafe {
+            if (api.zset_first_in_score_range)(key, score, score, 0, 0) == 0 {
+                while (api.zset_range_end_reached)(key) == 0 {
+                    let mut s = 0.0;
+                    let e = (api.zset_range_current_element)(key, &mut s);
+                    drop(OwnedString::new(api, self.key.ctx, e));
+                    n += 1;
+                    if (api.zset_range_next)(key) == 0 {
+                        break;
+                    }
+                }
+            }
+            (api.zset_range_stop)(key);
+        }
+        n
+    }
+}
+
+impl Entries for LogKey<'_> {
+    fn count(&self) -> usize {
+        self.count
+    }
+
+    fn newest(&self) -> Option<f64> {
+        self.newest
+    }
+
+    fn count_up_to(&self, t: f64) -> usize {
+        let clamp = crate::window::clamp_entry;
+        self.read_while(|scores| scores.last().is_none_or(|&s| clamp(s) <= t));
+        self.front
+            .try_borrow()
+            .map(|f| f.scores.partition_point(|&s| clamp(s) <= t))
+            .unwrap_or(0)
+    }
+
+    fn nth(&self, i: usize) -> Option<f64> {
+        self.read_while(|scores| scores.len() <= i);
+        self.front.try_borrow().ok()?.scores.get(i).copied()
+    }
+}
