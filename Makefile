@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test test-examples unit integration lint fmt fuzz bench bench-floor soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -16,6 +16,7 @@ help:
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
 	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
@@ -63,6 +64,12 @@ fuzz:
 
 bench: build
 	python3 bench/bench.py
+
+# SLIDING against LOG on the same synthetic traffic: share of requests decided differently
+# and the error of the estimated rate (deterministic; writes bench/results/window-accuracy.md).
+bench-accuracy:
+	cargo test --release --lib window_accuracy_report -- --ignored --nocapture --quiet \
+	  | sed -n '/^# Window accuracy/,$$p' > bench/results/window-accuracy.md
 
 bench-floor: deps
 	bench/floor/run.sh
