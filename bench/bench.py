@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark TB.TAKE and the other TB.* commands against the floor (a plain two-field HSET),
-the ceiling (PING) and the usual alternative (the same token bucket as a Lua script), on a
-server this script starts.
+the ceiling (PING), the usual alternative (the same token bucket as a Lua script) and the
+peer users would pick (redis-cell's CL.THROTTLE, issue 12), on a server this script starts.
 
 Run from anywhere (paths are resolved from this file), normally as `python3 bench/bench.py`
 from the repository root (`make bench`). Python 3 standard library only.
@@ -20,6 +20,12 @@ What it does, and why:
 * Every keyed workload runs on 100,000 keys that already exist, each in the state its own
   command leaves it in (FLUSHALL, then one call per key), so no run pays for creating keys
   or growing the keyspace dict while another does not.
+* Issue 12 (suite "issue12"): redis-cell 0.2.2, built once from its published crate
+  source into ${REDIS_TB_CACHE:-~/.cache/redis-tb}/redis-cell-0.2.2/ (tb_bench/peer.py),
+  is loaded into the same server; CL.THROTTLE, TB.THROTTLE, TB.TAKE on both clocks, the
+  design notes' own script (seed_token_bucket.lua), the heavier token_bucket.lua and HSET
+  run in the same rounds on two bucket shapes (small fast, large slow). If redis-cell
+  cannot be built or loaded, the report says why and everything else still runs.
 * Reports throughput, server CPU per request (from /proc/<pid>/stat, steadier than req/s
   here), per bucket for commands that serve several, latency percentiles from
   redis-benchmark's CSV, and memory per bucket; checks the issues' targets and prints
@@ -27,7 +33,9 @@ What it does, and why:
   skipped, said so, and its targets read NOT RUN.
 
 Where things are (bench/tb_bench/):
-  workloads.py  WHAT is measured: parameters, the workload table, memory methods, targets
+  workloads.py  WHAT is measured: parameters, the workload table, bucket shapes, memory
+                methods, targets
+  peer.py       redis-cell: fetched, built and cached, or why not
   runner.py     one timed run: keys prepared, redis-benchmark, CPU accounting, checks
   memory.py     memory per bucket
   stats.py      medians, within-round ratios, per-bucket peers, target verdicts
@@ -42,6 +50,8 @@ workloads.TARGETS; the report, the chart and the checks pick it up.
 Environment / flags (flags win):
   REDIS_SERVER       server binary (default: redis-server)
   REDIS_TB_MODULE    module path (default: target/release/libredis_tb.so, built if missing)
+  REDIS_CELL_MODULE  a redis-cell .so to load instead of the cached build, or `off`
+  REDIS_TB_CACHE     cache root for the redis-cell build (default ~/.cache/redis-tb)
   BENCH_ROUNDS       rounds (default 5)                          --rounds
   BENCH_REQUESTS     requests per pipelined run (default 500000) --requests
   BENCH_REQUESTS_P1  requests per unpipelined run (default 80000) --requests-p1
@@ -49,6 +59,8 @@ Environment / flags (flags win):
   BENCH_OUT          output directory (default bench/results)    --out
   --quick            1 round, 100000 / 20000 requests: a smoke test, not a measurement
   --only ID,...      only these workloads (plus HSET and their peers): for development
+  --suite NAME       core (TB.* vs HSET, PING, Lua) or issue12 (redis-cell side by side);
+                     default all: `make bench` runs both (about twice as long as core alone)
 """
 
 import sys

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -12,11 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import memory, report, runner, stats
-from .common import BENCH_DIR, LUA_SCRIPT, SetupError
+from . import memory, peer, report, runner, stats
+from .common import BENCH_DIR, LUA_SCRIPT, SEED_LUA_SCRIPT, SetupError
 from .resp import RespClient
 from .server import RedisServer, cpu_pinning, ensure_module, machine_info
-from .workloads import WORKLOADS, Workload
+from .workloads import (LUA_SHA, MEMORY_BASELINE, MEMORY_METHODS, SEED_SHA, SUITES, WORKLOADS,
+                        MemoryMethod, Workload)
 
 
 @dataclass
@@ -27,6 +30,7 @@ class Config:
     keys: int
     out: Path
     only: list[str]
+    suites: tuple[str, ...]
 
 
 def env_int(name: str, default: int) -> int:
@@ -43,8 +47,9 @@ def parse_config(argv: list[str]) -> Config:
     env = os.environ
     ap = argparse.ArgumentParser(
         prog="bench.py",
-        description="Benchmark TB.TAKE and the other TB.* commands against HSET, PING and "
-                    "the same token bucket as a Lua script, on a server this script starts.")
+        description="Benchmark TB.TAKE and the other TB.* commands against HSET, PING, "
+                    "the same token bucket as a Lua script and redis-cell, on a server this "
+                    "script starts.")
     ap.add_argument("--rounds", type=int, default=env_int("BENCH_ROUNDS", 5))
     ap.add_argument("--requests", type=int, default=env_int("BENCH_REQUESTS", 500_000),
                     help="requests per pipelined run")
@@ -58,6 +63,9 @@ def parse_config(argv: list[str]) -> Config:
     ap.add_argument("--only", default="",
                     help="comma-separated workload ids to run (plus HSET and their peers); "
                          "ids: " + ", ".join(w.id for w in WORKLOADS))
+    ap.add_argument("--suite", choices=("all", *SUITES), default="all",
+                    help="core: TB.* against HSET, PING and the Lua script; issue12: "
+                         "redis-cell side by side on two bucket shapes; all (default): both")
     a = ap.parse_args(argv)
     if a.quick:
         a.rounds, a.requests, a.requests_p1 = 1, 100_000, 20_000
@@ -67,18 +75,46 @@ def parse_config(argv: list[str]) -> Config:
     unknown = set(only) - {w.id for w in WORKLOADS}
     if unknown:
         ap.error(f"unknown workload ids: {', '.join(sorted(unknown))}")
-    return Config(a.rounds, a.requests, a.requests_p1, a.keys, a.out, only)
+    suites = SUITES if a.suite == "all" else (a.suite,)
+    return Config(a.rounds, a.requests, a.requests_p1, a.keys, a.out, only, suites)
 
 
-def selected(only: list[str]) -> list[Workload]:
-    """All workloads, or the chosen ones with HSET (every table's baseline) and their
-    peers, in table order."""
-    if not only:
-        return list(WORKLOADS)
+def selected(only: list[str], suites: tuple[str, ...] = SUITES) -> list[Workload]:
+    """The suites' workloads, or the chosen ones, with HSET (every table's baseline) and
+    their peers, in table order."""
     by_id = {w.id: w for w in WORKLOADS}
-    keep = {"hset", *only}
-    keep |= {p for i in only for p in by_id[i].peers}
+    keep = set(only) or {w.id for w in WORKLOADS if w.suite in suites}
+    keep |= {"hset"} | {p for i in set(keep) for p in by_id[i].peers}
     return [w for w in WORKLOADS if w.id in keep]
+
+
+def memory_methods(cfg: Config, chosen: list[Workload]) -> list[MemoryMethod]:
+    """The baseline, the core methods when the core suite runs, and the prepared key of
+    every chosen issue-12 workload."""
+    ids = {w.id for w in chosen}
+    return [m for m in MEMORY_METHODS
+            if m.label == MEMORY_BASELINE or (m.suite == "core" and "core" in cfg.suites)
+            or m.workload in ids]
+
+
+def start_server(stack: contextlib.ExitStack, binary: str, module: Path, workdir: Path,
+                 pin: list[str], cell: Path | None) -> tuple[RedisServer, str]:
+    """The server with our module and, if it loads, redis-cell; else without it and the
+    reason (the log's last lines)."""
+    if cell is not None:
+        try:
+            return stack.enter_context(RedisServer(binary, module, workdir, pin, [cell])), ""
+        except SetupError as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            # The log's warnings (" # ") about modules, without pid and time.
+            said = [re.sub(r"^\d+:\w .*?\d\d:\d\d:\d\d\.\d+ # ", "", ln)
+                    for ln in lines[1:] if " # " in ln and "module" in ln.lower()]
+            said = said or lines[-3:]
+            reason = ("the server did not start with redis-cell loaded: "
+                      + " | ".join([lines[0].rstrip(":")] + said if lines else [str(e)]))
+            print(f"bench: warning: {reason}; going on without it", file=sys.stderr)
+        return stack.enter_context(RedisServer(binary, module, workdir, pin)), reason
+    return stack.enter_context(RedisServer(binary, module, workdir, pin)), ""
 
 
 def _raise_exit(signum, _frame):
@@ -94,6 +130,11 @@ def main(argv: list[str]) -> int:
         if not shutil.which(tool):
             raise SetupError(f"{tool} not found on PATH")
     module = ensure_module()
+    chosen = selected(cfg.only, cfg.suites)
+    wants_peer = any(c.startswith("cl.") for w in chosen for c in w.module_commands())
+    cell = peer.redis_cell() if wants_peer else None
+    if cell is not None and cell.error:
+        print(f"bench: warning: no redis-cell: {cell.error}", file=sys.stderr)
     server_pin, bench_pin, pin_note = cpu_pinning()
     load1 = os.getloadavg()[0]
     if load1 > 0.5:
@@ -101,37 +142,66 @@ def main(argv: list[str]) -> int:
               "will add noise", file=sys.stderr)
     started = time.monotonic()
 
-    with tempfile.TemporaryDirectory(prefix="redis-tb-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="redis-tb-bench-") as tmp, \
+            contextlib.ExitStack() as stack:
         workdir = Path(tmp)
-        # A private copy: a concurrent `cargo build` must not swap the code under the server.
+        # Private copies: a concurrent `cargo build` must not swap the code under the server.
         private = workdir / module.name
         shutil.copy2(module, private)
-        with RedisServer(server_binary, private, workdir, server_pin) as server, \
-                RespClient(server.port) as ctl:
-            info = machine_info(server_binary, private, ctl)
-            info["module"] = str(module)
-            sha = ctl.call("SCRIPT", "LOAD", LUA_SCRIPT.read_text())
-            wl, skipped = runner.available(ctl, runner.bind(selected(cfg.only), sha))
-            have = set().union(*(w.module_commands() for w in wl))
-            runner.sanity_check(ctl, sha, have)
-            print(f"redis-server {info['redis']} on port {server.port}; {pin_note}",
-                  file=sys.stderr)
-            for note in skipped:
-                print(f"bench: warning: not measured: {note}", file=sys.stderr)
+        private_cell = None
+        if cell is not None and cell.path is not None:
+            private_cell = workdir / cell.path.name
+            shutil.copy2(cell.path, private_cell)
+        server, load_error = start_server(stack, server_binary, private, workdir, server_pin,
+                                          private_cell)
+        ctl = stack.enter_context(RespClient(server.port))
+        info = machine_info(server_binary, private, ctl)
+        info["module"] = str(module)
+        shas = {LUA_SHA: ctl.call("SCRIPT", "LOAD", LUA_SCRIPT.read_text()),
+                SEED_SHA: ctl.call("SCRIPT", "LOAD", SEED_LUA_SCRIPT.read_text())}
+        reasons: dict[str, str] = {}
+        if cell is not None:
+            problem = cell.error or load_error
+            if not problem and "redis-cell" not in server.modules:
+                problem = f"redis-cell is not in MODULE LIST ({sorted(server.modules)})"
+            problem = problem or runner.check_peer(ctl)
+            if problem:
+                reasons["cl.throttle"] = f"no redis-cell: {problem}"
+            info["redis_cell"] = report.peer_text(cell, server.modules.get("redis-cell"),
+                                                  problem)
+        wl, skipped = runner.available(ctl, runner.bind(chosen, shas), reasons)
+        have = set().union(*(w.module_commands() for w in wl))
+        runner.sanity_check(ctl, shas, have, {w.id for w in wl})
+        print(f"redis-server {info['redis']} on port {server.port}; {pin_note}",
+              file=sys.stderr)
+        for note in skipped:
+            print(f"bench: warning: not measured: {note}", file=sys.stderr)
 
-            print("memory per bucket ...", file=sys.stderr)
-            mem = memory.measure_memory(ctl, server, sha, cfg.keys)
-            runs = runner.run_rounds(ctl, server, bench_pin, wl, cfg.rounds, cfg.requests,
-                                     cfg.requests_p1, cfg.keys)
-            server_argv = [a if a != str(server.port) else "PORT" for a in server.argv]
-            server_argv = [("TMPDIR" + a[len(tmp):]) if a.startswith(tmp) else a
-                           for a in server_argv]
-            bench_cmds = runner.bench_commands(bench_pin, wl, cfg.requests, cfg.requests_p1,
-                                               cfg.keys)
+        # The core methods (with the baseline) as they always were, then issue 12's in a
+        # group of their own, so they cannot disturb the core ones' graded figures; the
+        # server is warm by then unless only issue 12 runs.
+        methods, _ = runner.available(ctl, memory_methods(cfg, chosen), reasons)
+        print(f"memory per bucket ({len(methods)} methods) ...", file=sys.stderr)
+        t_mem = time.monotonic()
+        mem = []
+        for group, warm_up in (([m for m in methods if m.suite == "core"], True),
+                               ([m for m in methods if m.suite != "core"],
+                                "core" not in cfg.suites)):
+            if group:
+                mem += memory.measure_memory(ctl, server, shas, cfg.keys, group, warm_up)
+        print(f"memory per bucket: {time.monotonic() - t_mem:.0f} s", file=sys.stderr)
+        runs = runner.run_rounds(ctl, server, bench_pin, wl, cfg.rounds, cfg.requests,
+                                 cfg.requests_p1, cfg.keys)
+        server_argv = [a if a != str(server.port) else "PORT" for a in server.argv]
+        server_argv = [("TMPDIR" + a[len(tmp):]) if a.startswith(tmp) else a
+                       for a in server_argv]
+        bench_cmds = runner.bench_commands(bench_pin, wl, cfg.requests, cfg.requests_p1,
+                                           cfg.keys)
 
     elapsed = time.monotonic() - started
     summary = stats.summarise(runs, wl)
-    targets = stats.evaluate_targets(runs, wl, mem)
+    targets = stats.evaluate_targets(runs, wl, mem, {w.id for w in chosen},
+                                     {m.label for m in memory_methods(cfg, chosen)})
     report.write_report(cfg.out, cfg, info, pin_note, server_argv, wl, summary, runs, mem,
                         targets, bench_cmds, elapsed, skipped)
     report.print_summary(cfg, wl, summary, runs, mem, targets, skipped, elapsed)

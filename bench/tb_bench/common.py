@@ -8,6 +8,7 @@ BENCH_DIR = Path(__file__).resolve().parent.parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_MODULE = REPO_ROOT / "target" / "release" / "libredis_tb.so"
 LUA_SCRIPT = BENCH_DIR / "token_bucket.lua"
+SEED_LUA_SCRIPT = BENCH_DIR / "seed_token_bucket.lua"  # the design notes' own script
 
 
 class SetupError(Exception):

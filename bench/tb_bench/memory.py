@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from .common import SetupError
 from .resp import RedisError, RespClient, encode_batches
-from .runner import fill
+from .runner import fill, substitute
 from .server import RedisServer
-from .workloads import KEY, LUA_SHA, MEMORY_METHODS
+from .workloads import KEY, MemoryMethod
 
 SETTLE_TIMEOUT_S = 20.0
 MEMORY_PASSES = 2  # measured passes, after one discarded warm-up pass
@@ -58,7 +58,8 @@ def populate_keys(server: RedisServer, what: str, commands: list[list[str]], key
         raise SetupError(f"{what}: {len(errors)} errors, first: {errors[0]}")
 
 
-def measure_memory(ctl: RespClient, server: RedisServer, sha: str, keys: int) -> list[MemoryResult]:
+def measure_memory(ctl: RespClient, server: RedisServer, shas: dict[str, str], keys: int,
+                   methods: list[MemoryMethod], warm_up: bool = True) -> list[MemoryResult]:
     """Bytes per bucket for the same typical bucket stored by each method.
 
     A whole discarded pass runs first: on a fresh server the first few 100k-key
@@ -66,11 +67,10 @@ def measure_memory(ctl: RespClient, server: RedisServer, sha: str, keys: int) ->
     seen in MEMORY STATS as dataset.bytes only), which would be charged to whichever
     method came first. Then every method is measured MEMORY_PASSES times; such noise only
     ever adds bytes, so the smallest delta is the estimate and the spread is reported."""
-    variants = [(label, [[sha if a == LUA_SHA else a for a in c] for c in cmds])
-                for label, cmds in MEMORY_METHODS]
+    variants = [(m.label, [substitute(c, shas) for c in m.commands]) for m in methods]
     per_pass: dict[str, list[float]] = {label: [] for label, _ in variants}
     results: dict[str, MemoryResult] = {}
-    for n in range(1 + MEMORY_PASSES):
+    for n in range(0 if warm_up else 1, 1 + MEMORY_PASSES):
         for label, commands in variants:
             ctl.call("FLUSHALL", "SYNC")
             base = wait_settled(ctl)
@@ -78,13 +78,19 @@ def measure_memory(ctl: RespClient, server: RedisServer, sha: str, keys: int) ->
             if ctl.call("DBSIZE") != keys:
                 raise SetupError(f"memory {label}: expected {keys} keys")
             used = wait_settled(ctl)
+            if ctl.call("DBSIZE") != keys:  # the small bucket shape's keys live seconds
+                raise SetupError(f"memory {label}: keys expired while memory settled")
             if n == 0:
                 continue  # warm-up pass
             per_pass[label].append((used - base) / keys)
             step = max(1, keys // 10)
             usages = [ctl.call("MEMORY", "USAGE", fill([KEY], i)[0], "SAMPLES", "0")
                       for i in range(0, keys, step)]
-            sample = ctl.call("HGETALL", fill([KEY], 0)[0])
+            sample_key = fill([KEY], 0)[0]
+            if ctl.call("TYPE", sample_key) == "hash":
+                sample = ctl.call("HGETALL", sample_key)
+            else:  # redis-cell keeps a string: its theoretical arrival time, ns
+                sample = ["(string)", ctl.call("GET", sample_key)]
             values = per_pass[label]
             results[label] = MemoryResult(label, min(values), int(statistics.median(usages)),
                                           " ".join(sample), max(values) - min(values))

@@ -9,10 +9,11 @@ import textwrap
 from pathlib import Path
 
 from .memory import MEMORY_PASSES, MemoryResult
-from .stats import Runs, Summary, Target, load_note, peer_ratios
+from .peer import Peer
+from .stats import Runs, Summary, Target, load_note, peer_ratios, round_ratio
 from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, KEY, MTAKE_ROLES, PIPELINES,
-                        PREFILL_TAKE, RATE, RESERVE_MAX_WAIT, TAKE_N, TYPICAL_TOKENS,
-                        TYPICAL_TTL_MS, Workload)
+                        PREFILL_TAKE, RATE, RESERVE_MAX_WAIT, SHAPES, TAKE_N, TYPICAL_TOKENS,
+                        TYPICAL_TTL_MS, WORKLOADS, MEMORY_BASELINE, Shape, Workload)
 
 THROUGHPUT_HEADER = ["workload", "req/s", "spread", "req/s vs HSET", "server CPU us/req",
                      "CPU vs HSET", "server busy", "client busy", "p50 ms", "p99 ms",
@@ -20,7 +21,11 @@ THROUGHPUT_HEADER = ["workload", "req/s", "spread", "req/s vs HSET", "server CPU
 PEER_HEADER = ["workload", "compared with", "buckets/call", "buckets/s", "its buckets/s",
                "buckets/s ratio", "server CPU us/bucket", "its CPU us/bucket",
                "CPU/bucket ratio"]
-TARGET_HEADER = ["target", "measured", "per-round range", "required", "result"]
+TARGET_HEADER = ["target", "measured", "per-round range", "required", "result",
+                 "server CPU us/call (this vs that)"]
+SIDE_HEADER = ["workload", "req/s -P 16", "vs redis-cell", "vs HSET", "server CPU us/call",
+               "CPU vs redis-cell", "CPU vs HSET", "p99 ms -P 16", "p99 ms -P 1",
+               "p99 -P 1 vs HSET", "B/key (used_memory)", "MEMORY USAGE B"]
 
 
 def md_table(header: list[str], rows: list[list[str]], align: str = "") -> str:
@@ -67,7 +72,7 @@ def peer_rows(runs: Runs, wl: list[Workload], summary: dict[tuple[str, int], Sum
 def target_rows(targets: list[Target], bold: bool) -> list[list[str]]:
     mark = (lambda v: f"**{v}**") if bold else (lambda v: v)
     return [[t.text, t.fmt.format(t.measured) if t.ran else "-", t.rounds, t.threshold,
-             mark(t.verdict)] for t in targets]
+             mark(t.verdict), t.cpu] for t in targets]
 
 
 def chart_label(w: Workload) -> str:
@@ -175,6 +180,103 @@ def new_command_notes(wl: list[Workload], keys: int) -> list[str]:
     return notes
 
 
+def peer_text(cell: Peer, module_ver: str | None, problem: str) -> str:
+    """One line on redis-cell for the report: which one ran, or why none did."""
+    if problem:
+        return f"redis-cell {cell.version}: NOT MEASURED: {problem}"
+    return (f"redis-cell {cell.version} (the crate's version; MODULE LIST ver {module_ver}), "
+            f"{cell.how}; loaded in the same server, after the module")
+
+
+def side_rows(runs: Runs, wl: list[Workload], summary: dict[tuple[str, int], Summary],
+              memory: list[MemoryResult], shape: Shape) -> list[list[str]]:
+    """Issue 12: one shape's workloads with HSET, against redis-cell."""
+    ids = {w.id for w in wl}
+    cell = f"cell_{shape.id}"
+    mem = {m.label: m for m in memory}
+    rows = []
+    for w in [x for x in wl if x.id == "hset" or x.shape == shape.id]:
+        s16, s1 = summary[(w.id, 16)], summary[(w.id, 1)]
+        vs = lambda attr: (f"{round_ratio(runs, w.id, cell, 16, attr):.2f}x"
+                           if cell in ids else "-")
+        label, m = w.label, mem.get(w.label)
+        if w.id == "hset":
+            label, m = f"HSET (memory: {MEMORY_BASELINE})", mem.get(MEMORY_BASELINE)
+        elif w.id.startswith("lua_"):  # stores what TB.TAKE (now) stores (checked)
+            m = mem.get(w.label.replace("Lua EVALSHA (now)", "TB.TAKE (now)"))
+        rows.append([label, f"{s16.rps:,.0f}", vs("rps"), f"{s16.rps_vs_hset:.2f}x",
+                     f"{s16.cpu_us:.2f}", vs("cpu_us"), f"{s16.cpu_vs_hset:.2f}x",
+                     f"{s16.p99_ms:.3f}", f"{s1.p99_ms:.3f}", f"{s1.p99_vs_hset:.2f}x",
+                     f"{m.per_bucket:.2f}" if m else "-", str(m.memory_usage) if m else "-"])
+    return rows
+
+
+def side_by_side(cfg, info, runs, wl, summary, memory, skipped) -> list[str]:
+    """The issue-12 section: redis-cell, TB.THROTTLE, TB.TAKE on both clocks and the two
+    Lua scripts, per bucket shape."""
+    shapes = [sh for sh in SHAPES if any(w.shape == sh.id for w in wl)]
+    issue12 = {w.label for w in WORKLOADS if w.suite == "issue12"}
+    missing = [n for n in skipped if n.split(":", 1)[0] in issue12]
+    if not shapes and not missing:
+        return []
+    L = ["## redis-cell side by side (issue 12)", "",
+         f"- Peer: {info.get('redis_cell', 'redis-cell not requested')}. The crate's "
+         "newest published version, 0.2.2, predates redis-cell's later replication change: "
+         "0.2.2 writes its key through RedisModule_Call without propagation and never calls "
+         "a Replicate function, so a CL.THROTTLE reaches neither replicas nor the AOF "
+         "(checked on Redis 7.0: the AOF stays empty). Its cost per call therefore has no "
+         "replication part, while every TB.* write pays for RedisModule_Replicate.",
+         "- One server holds both modules; every workload below runs in the same "
+         "interleaved rounds as the rest, at -c 50 and -P 16 and -P 1. *vs redis-cell* "
+         "and *CPU vs redis-cell* are medians of per-round ratios against CL.THROTTLE on "
+         "the same shape (req/s: above 1 is faster; CPU: below 1 is cheaper).",
+         "- The same bucket for every command: capacity C refilling r/s is `TB.TAKE key C "
+         "r 1 [now]`, the scripts' `(C, r, 1, now)`, and `CL.THROTTLE` / `TB.THROTTLE key "
+         "C-1 count period 1` with count / period = r. redis-cell, TB.THROTTLE and TB.TAKE "
+         "(server clock) use the server clock; TB.TAKE (now) and both scripts are given "
+         f"the same fixed `now` ({FIXED_NOW}).",
+         "- The seed's own script is bench/seed_token_bucket.lua, verbatim from the design "
+         "notes (HMGET, HMSET of Lua numbers, EXPIRE on every allowed call, an integer "
+         "reply); *Lua EVALSHA (now)* is bench/token_bucket.lua, the heavier script with "
+         "TB.TAKE's exact semantics. Before timing, the seed's script and TB.TAKE (now) "
+         "were checked to admit alike and store the same numbers on each shape's calls"
+         + (", and TB.THROTTLE to answer them as CL.THROTTLE does." if any(
+             w.id.startswith("throttle_") for w in wl) and any(
+             w.id.startswith("cell_") for w in wl) else "."),
+         "- Keys: each is prepared by one call of its own command taking the prefill "
+         "below, so every method holds the same bucket in its own format; every timed "
+         "call takes 1 and must be admitted. Checked after every run: DBSIZE unchanged (no "
+         "key expired or was created), INFO tb's denial counters unchanged, and for "
+         "commands without such a counter (redis-cell, the scripts) a sample of 50 buckets "
+         "each still holding at least one token (`CL.THROTTLE key ... 0`, `HGET key "
+         "tokens`); otherwise the run aborts.",
+         "- The target *TB.TAKE within 5% of the floor* is measured by `make bench-floor` "
+         "(bench/floor/run.sh: TB.TAKE against a build that keeps only its module API "
+         "calls), not here; if the floor itself sits below 1.2x redis-cell on a shape, "
+         "that run is the evidence.", ""]
+    if missing:
+        L += ["**Not measured:** " + "; ".join(missing) + ".", ""]
+    for sh in shapes:
+        pre = int(sh.prefill)
+        left = int(sh.capacity) - pre
+        first = next(w for w in wl if w.shape == sh.id)
+        cap = (f" Runs send at most {sh.max_calls_per_key:g} requests per key "
+               f"({first.requests(cfg.requests, cfg.keys):,} per pipelined run here, "
+               f"{first.requests(cfg.requests_p1, cfg.keys):,} unpipelined), so that "
+               "populating and the run end well within the keys' lifetime, and the "
+               "prefill leaves tokens for every call with a fixed `now`."
+               if sh.max_calls_per_key else "")
+        L += [f"### {sh.title[0].upper() + sh.title[1:]}", "",
+              f"`CL.THROTTLE key {sh.max_burst} {sh.count} {sh.period} 1`, `TB.TAKE key "
+              f"{sh.capacity} {sh.rate} 1 [now]`. Prefill: one call taking {pre:,} tokens "
+              f"per key, leaving {left:,} tokens, {pre / float(sh.rate):,.10g} s from "
+              f"full.{cap} *Lua EVALSHA (now)* stores exactly what TB.TAKE (now) stores "
+              "(checked before timing), so its memory is TB.TAKE (now)'s; HSET's is that of "
+              f"the same bucket written by HSET + PEXPIRE.", "",
+              md_table(SIDE_HEADER, side_rows(runs, wl, summary, memory, sh)), ""]
+    return L
+
+
 def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, runs,
                  memory: list[MemoryResult], targets: list[Target], bench_cmds, elapsed,
                  skipped: list[str]) -> str:
@@ -194,8 +296,11 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
         f"- Module: {info['module']} (sha256 {info['module_sha256']}…, tb_version "
         f"{info['tb_version']}); git: {info['git']}",
         f"- {cfg.rounds} rounds, interleaved (every workload once per round, in the order "
-        f"below); {cfg.requests:,} requests per pipelined run, {cfg.requests_p1:,} per "
-        f"unpipelined run; {cfg.keys:,} distinct keys; {CLIENTS} clients.",
+        f"below); {cfg.requests:,} requests per pipelined run (fewer for the small bucket "
+        f"shape of issue 12, see there), {cfg.requests_p1:,} per unpipelined run; "
+        f"{cfg.keys:,} distinct keys; {CLIENTS} clients. Suites: {', '.join(cfg.suites)}"
+        + (f"; only {', '.join(cfg.only)}" if cfg.only else "") + ".",
+        *([f"- Peer: {info['redis_cell']}"] if "redis_cell" in info else []),
         "",
         "Medians over rounds. *vs HSET* columns are the median of the ratios taken within each "
         "round (the machine is shared and noisy; per-round ratios cancel drift). *spread* is "
@@ -234,14 +339,18 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
         rows = peer_rows(runs, wl, summary, p)
         if rows:
             L += [f"### -P {p}", "", md_table(PEER_HEADER, rows, "llrrrrrrr"), ""]
+    L += side_by_side(cfg, info, runs, wl, summary, memory, skipped)
     L += ["## Targets (from the issue)", "",
-          md_table(TARGET_HEADER, target_rows(targets, bold=True), "lrrrl"),
+          md_table(TARGET_HEADER, target_rows(targets, bold=True), "lrrrlr"),
           "",
           "Ratios of req/s and p99 are medians of per-round ratios; *per-round range* shows "
           "how far single rounds strayed (a target whose range straddles the threshold is "
           "a close call on this machine). Both TB.TAKE variants are held to each TB.TAKE "
           "target; the new commands (issue 10) are measured with an explicit `now` and "
           "held against TB.TAKE (now) and the Lua script, which are given the same `now`. "
+          "*server CPU us/call* shows, for each throughput target, the medians of server "
+          "CPU per call of the two workloads compared and the median of their per-round "
+          "ratio (below 1: the first costs the server less). "
           f"Memory: the largest difference between the {MEMORY_PASSES} passes of any method "
           f"was {max(m.repeat_diff for m in memory):.2f} B/bucket.", ""]
     L += ["## Memory per bucket", "",
@@ -257,7 +366,10 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
           f"{MEMORY_PASSES} times; that noise only ever adds bytes, so the table shows the "
           "smallest delta and the spread between passes. `mem_clients_normal` is "
           "subtracted from used_memory (client buffers are resized by serverCron on its own "
-          "schedule).", "",
+          "schedule). Issue 12's rows (each workload's own prepared key, per shape: "
+          "tokens and time differ from the typical state above) are measured after the "
+          "others, as a group of their own with the same measured passes (and no second "
+          "warm-up pass when the others ran first), so they cannot move the graded rows.", "",
           md_table(["method", "used_memory delta B/bucket", "pass-to-pass diff",
                     "MEMORY USAGE B", "vs HSET+PEXPIRE", "sample stored fields"],
                    [[m.label, f"{m.per_bucket:.2f}", f"{m.repeat_diff:.2f}", str(m.memory_usage),
@@ -270,33 +382,37 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
                    [[w.label, f"`{shlex.join(w.command)}`", keys_text(w, cfg.keys),
                      ", ".join(labels.get(p, p) for p in w.peers) or "-", w.note]
                     for w in wl], "lllll"), ""]
+    core_ran = any(w.suite == "core" and w.id not in ("ping", "hset") for w in wl)
     L += ["## Parameters and why", "",
-          f"- capacity {CAPACITY}, rate {RATE}/s, n {TAKE_N}; every key is first populated "
-          f"with one take of {PREFILL_TAKE}, so the bucket is {PREFILL_TAKE} tokens short "
-          f"and {int(PREFILL_TAKE) // int(RATE)} s from full. Consequences: no key expires "
-          "during a run (TTL about 1000 s, while the gaps between hits on one key are "
-          "seconds); no call is denied (a key sees a handful of takes per run, capacity is "
-          "1e9); the server-clock variant refills only a few tokens per key during a run; "
-          "and one take moves time-to-full by only 1 s, so TB.TAKE keeps the key's TTL (as "
-          "for a busy limited key in production). Each run checks all of this: DBSIZE "
-          "unchanged, every `tb_*_denied` counter and `total_error_replies` unchanged, "
-          "else it aborts.",
-          f"- With `now` fixed ({FIXED_NOW}) no time passes for the buckets: they only "
-          "drain, one token per call, hence the large capacity.",
-          f"- The issue's example (capacity 1e9, rate 1, n 1) without the prefill would not work: after one take a "
-          "bucket is 1 s from full, its key expires within about 2 s and the next call "
-          "re-creates it (a fixed-now run would find its keys gone). A tiny rate (0.001) "
-          "keeps keys alive but makes every take push time-to-full 1000 s further, past the "
-          "module's TTL margin, so nearly every call re-sets and replicates the expiry: that "
-          "regime is the *fresh buckets* workload, shown for information and not graded.",
-          "- The Lua script (bench/token_bucket.lua) runs with the same explicit `now` as "
-          "TB.TAKE (now) and was checked to give the same answers and store the same fields "
-          "before timing. Unlike the module it sets the TTL on every allowed call, which is "
-          "how such scripts are usually written.",
-          f"- HSET (key has TTL): the keys got `PEXPIRE key {TYPICAL_TTL_MS}` when populated; "
-          "HSET keeps an existing TTL, so the timed command is the same HSET on keys that "
-          "have an expires entry.",
+          *([
+              f"- capacity {CAPACITY}, rate {RATE}/s, n {TAKE_N}; every key is first populated "
+              f"with one take of {PREFILL_TAKE}, so the bucket is {PREFILL_TAKE} tokens short "
+              f"and {int(PREFILL_TAKE) // int(RATE)} s from full. Consequences: no key expires "
+              "during a run (TTL about 1000 s, while the gaps between hits on one key are "
+              "seconds); no call is denied (a key sees a handful of takes per run, capacity is "
+              "1e9); the server-clock variant refills only a few tokens per key during a run; "
+              "and one take moves time-to-full by only 1 s, so TB.TAKE keeps the key's TTL (as "
+              "for a busy limited key in production). Each run checks all of this: DBSIZE "
+              "unchanged, every `tb_*_denied` counter and `total_error_replies` unchanged, "
+              "else it aborts.",
+              f"- With `now` fixed ({FIXED_NOW}) no time passes for the buckets: they only "
+              "drain, one token per call, hence the large capacity.",
+              f"- The issue's example (capacity 1e9, rate 1, n 1) without the prefill would not work: after one take a "
+              "bucket is 1 s from full, its key expires within about 2 s and the next call "
+              "re-creates it (a fixed-now run would find its keys gone). A tiny rate (0.001) "
+              "keeps keys alive but makes every take push time-to-full 1000 s further, past the "
+              "module's TTL margin, so nearly every call re-sets and replicates the expiry: that "
+              "regime is the *fresh buckets* workload, shown for information and not graded.",
+              "- The Lua script (bench/token_bucket.lua) runs with the same explicit `now` as "
+              "TB.TAKE (now) and was checked to give the same answers and store the same fields "
+              "before timing. Unlike the module it sets the TTL on every allowed call, which is "
+              "how such scripts are usually written.",
+              f"- HSET (key has TTL): the keys got `PEXPIRE key {TYPICAL_TTL_MS}` when populated; "
+              "HSET keeps an existing TTL, so the timed command is the same HSET on keys that "
+              "have an expires entry."] if core_ran else []),
           *new_command_notes(wl, cfg.keys),
+          *(["- Issue 12 (redis-cell side by side): the bucket shapes, the prefill and the "
+             "checks are in its section above."] if any(w.shape for w in wl) else []),
           "- Every workload starts with FLUSHALL then populates its keys on a separate "
           "connection, closed before the timed run.", ""]
     L += ["## Exact commands", "", "```",
@@ -327,12 +443,16 @@ def print_summary(cfg, wl, summary, runs, memory, targets, skipped, elapsed) -> 
         if rows:
             print(f"\nper bucket, against peers, -P {p}")
             print(text_table(PEER_HEADER, rows))
+    for sh in SHAPES:
+        if any(w.shape == sh.id for w in wl):
+            print(f"\nredis-cell side by side, {sh.title}")
+            print(text_table(SIDE_HEADER, side_rows(runs, wl, summary, memory, sh)))
     print("\nmemory per bucket")
     print(text_table(["method", "used_memory B/bucket", "MEMORY USAGE B"],
                      [[m.label, f"{m.per_bucket:.2f}", str(m.memory_usage)] for m in memory]))
     print("\ntargets")
-    print(text_table(["target", "measured", "per-round", "required", "result"],
-                     target_rows(targets, bold=False)))
+    print(text_table(["target", "measured", "per-round", "required", "result",
+                      "server CPU/call"], target_rows(targets, bold=False)))
     for note in skipped:
         print(f"not measured: {note}")
     print(f"\n{load_note(runs)}")

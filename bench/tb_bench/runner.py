@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from .common import SetupError
 from .resp import RespClient, encode_batches
 from .server import RedisServer
-from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, LUA_SHA, MTAKE_ROLES,
-                        PIPELINES, PREFILL_TAKE, RATE, TAKE_N, Workload, mtake, peek, reserve,
-                        take)
+from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, LUA_SHA, MTAKE_ROLES, PIPELINES,
+                        PREFILL_TAKE, RATE, SHAPES, TAKE_N, Workload, cell, lua, mtake, peek,
+                        reserve, seed_lua, take)
 
 BENCH_TIMEOUT_S = 300.0
 
@@ -65,22 +65,37 @@ def fill(args: list[str], number: int | None = None) -> list[str]:
     return [a.replace("__rand_int__", n) for a in args]
 
 
-def bind(wl: list[Workload], sha: str) -> list[Workload]:
-    """The workloads with the Lua script's SHA filled in."""
-    sub = lambda c: [sha if a == LUA_SHA else a for a in c]
-    return [dataclasses.replace(w, command=sub(w.command), prepare=[sub(c) for c in w.prepare])
+def substitute(args: list[str], shas: dict[str, str]) -> list[str]:
+    """`args` with the script placeholders (__lua_sha__, __seed_sha__) replaced."""
+    return [shas.get(a, a) for a in args]
+
+
+def bind(wl: list[Workload], shas: dict[str, str]) -> list[Workload]:
+    """The workloads with the Lua scripts' SHAs filled in."""
+    sub = lambda c: substitute(c, shas) if c else c
+    return [dataclasses.replace(w, command=sub(w.command), prepare=[sub(c) for c in w.prepare],
+                                probe=sub(w.probe))
             for w in wl]
 
 
-def available(ctl: RespClient, wl: list[Workload]) -> tuple[list[Workload], list[str]]:
-    """The workloads whose module commands the loaded module has, and notes on the rest."""
+def missing_note(command: str, reasons: dict[str, str]) -> str:
+    """Why a module command is not there: a known reason (redis-cell not built or not
+    loaded), else the module lacks it."""
+    return reasons.get(command) or f"the loaded module has no {command.upper()}"
+
+
+def available(ctl: RespClient, wl: list, reasons: dict[str, str] | None = None
+              ) -> tuple[list, list[str]]:
+    """The workloads (or memory methods) whose module commands the server has, and notes on
+    the rest. `reasons` explains known absences by command (lower case)."""
     known: dict[str, bool] = {}
     keep, skipped = [], []
     for w in wl:
         missing = sorted(c for c in w.module_commands()
                          if not known.setdefault(c, ctl.has_command(c)))
         if missing:
-            skipped.append(f"{w.label}: the loaded module has no {', '.join(m.upper() for m in missing)}")
+            skipped.append(f"{w.label}: " + "; ".join(dict.fromkeys(
+                missing_note(m, reasons or {}) for m in missing)))
         else:
             keep.append(w)
     return keep, skipped
@@ -96,8 +111,11 @@ def bench_argv(pin: list[str], port: int | str, w: Workload, pipeline: int, requ
             "-r", str(w.key_numbers(keys)), "--csv", *w.command]
 
 
-def requests_for(pipeline: int, requests: int, requests_p1: int) -> int:
-    return requests if pipeline > 1 else requests_p1
+def requests_for(w: Workload, pipeline: int, requests: int, requests_p1: int,
+                 keys: int) -> int:
+    """Requests of one run: the configured count for the depth, within the workload's cap
+    per key (the small bucket shape's keys live only seconds)."""
+    return w.requests(requests if pipeline > 1 else requests_p1, keys)
 
 
 def parse_csv(text: str) -> dict[str, float]:
@@ -186,6 +204,7 @@ def run_once(ctl: RespClient, server: RedisServer, bench_pin: list[str], w: Work
         raise SetupError(f"{w.label}: keyspace changed during the run "
                          f"(expected {expect} keys): keys expired or were created")
     check_no_debt(ctl, w, keys)
+    check_probe(ctl, w, keys)
     return RunResult(rps=parsed["rps"], avg_ms=parsed["avg_latency_ms"],
                      p50_ms=parsed["p50_latency_ms"], p99_ms=parsed["p99_latency_ms"],
                      cpu_us=cpu / requests * 1e6, wall_s=wall, busy=cpu / wall,
@@ -201,10 +220,28 @@ def check_no_debt(ctl: RespClient, w: Workload, keys: int, samples: int = 10) ->
     for i in range(0, numbers, max(1, numbers // samples)):
         for pattern in w.key_patterns():
             key = fill([pattern], i)[0]
+            if ctl.call("TYPE", key) != "hash":  # redis-cell's string: checked by its probe
+                continue
             value = ctl.call("HGET", key, "tokens")
             if value is not None and float(value) < 0:
                 raise SetupError(f"{w.label}: {key} holds {value} tokens after the run: "
                                  "calls went into debt (waited) instead of being served")
+
+
+def check_probe(ctl: RespClient, w: Workload, keys: int, samples: int = 50) -> None:
+    """For commands that keep no denial count (redis-cell, the Lua scripts): no sampled
+    bucket has run dry (fewer than one token left), which would mean some calls were
+    denied and wrote nothing."""
+    if not w.probe:
+        return
+    numbers = w.key_numbers(keys)
+    for i in range(0, numbers, max(1, numbers // samples)):
+        reply = ctl.call(*fill(w.probe, i))
+        left = reply if w.probe_index is None else reply[w.probe_index]
+        if left is None or float(left) < 1:
+            raise SetupError(f"{w.label}: the bucket of key number {i} has {left} tokens "
+                             f"left after the run ({shlex.join(fill(w.probe, i))}): calls "
+                             "were denied; the parameters must keep every call allowed")
 
 
 def system_busy_seconds() -> float:
@@ -234,7 +271,7 @@ def run_rounds(ctl: RespClient, server: RedisServer, bench_pin: list[str],
         for w in wl:
             for p in PIPELINES:
                 r = run_once(ctl, server, bench_pin, w, p,
-                             requests_for(p, requests, requests_p1), keys)
+                             requests_for(w, p, requests, requests_p1, keys), keys)
                 results[(w.id, p)] = r
                 print(f"round {rnd + 1}/{rounds}  {w.label:<30} -P {p:<2} "
                       f"{r.rps:>10,.0f} req/s  {r.cpu_us:5.2f} us/req  "
@@ -261,13 +298,16 @@ def _fields(ctl: RespClient, key: str) -> dict[str, str]:
     return dict(zip(a[::2], a[1::2]))
 
 
-def sanity_check(ctl: RespClient, sha: str, have: set[str]) -> None:
+def sanity_check(ctl: RespClient, shas: dict[str, str], have: set[str],
+                 ids: set[str]) -> None:
     """The Lua script and TB.TAKE agree on a few calls (same allowed flag and remaining
     tokens, same stored fields); and, for the new commands the module has, each does on
     the benchmark's calls what TB.TAKE does: TB.MTAKE leaves each of its buckets as
     TB.TAKE leaves it and replies per key as TB.TAKE does, TB.RESERVE (tokens there)
     answers and stores as TB.TAKE, TB.PEEK answers as TB.TAKE with n = 0 and writes
-    nothing."""
+    nothing. Issue 12 (the workloads in `ids`): the seed's script and TB.TAKE agree on the
+    shapes' calls, and TB.THROTTLE answers them as CL.THROTTLE does."""
+    sha = shas[LUA_SHA]
     ctl.call("FLUSHALL", "SYNC")
     for args in ([CAPACITY, RATE, PREFILL_TAKE, FIXED_NOW], [CAPACITY, RATE, TAKE_N, FIXED_NOW],
                  ["10", "2", "7", FIXED_NOW], ["10", "2", "5", FIXED_NOW],
@@ -314,11 +354,87 @@ def sanity_check(ctl: RespClient, sha: str, have: set[str]) -> None:
             raise SetupError(f"TB.PEEK answers {reply} where TB.TAKE with n = 0 answers {query}")
         if ctl.call("DUMP", ref["a"]) != before:
             raise SetupError("TB.PEEK changed the bucket")
+    if any(i.startswith(("seed_", "lua_")) for i in ids):
+        check_shape_scripts(ctl, shas)
+    if "tb.throttle" in have and "cl.throttle" in have:
+        check_throttle(ctl)
     ctl.call("FLUSHALL", "SYNC")
+
+
+def check_shape_scripts(ctl: RespClient, shas: dict[str, str]) -> None:
+    """On each shape's calls (the prefill, then takes of 1, same `now`) the design notes'
+    script and TB.TAKE admit alike, leave the same whole number of tokens (the script's
+    reply truncates to an integer) and store the same numbers; bench/token_bucket.lua
+    admits alike, leaves the same tokens and stores exactly the same fields (so its memory
+    is TB.TAKE's). The waits are not compared: the module may compute them from absolute
+    times (an epoch's last bit, ~2.4e-7 s, apart from the script's)."""
+    for shape in SHAPES:
+        keys = {k: f"check:{k}:{shape.id}" for k in ("take", "seed", "lua")}
+        for n in (shape.prefill, TAKE_N, TAKE_N):
+            tb = ctl.call(*take(keys["take"], n, shape.rate, FIXED_NOW, shape.capacity))
+            seed = ctl.call(*substitute(seed_lua(keys["seed"], n, shape.capacity, shape.rate),
+                                        shas))
+            lua_ = ctl.call(*substitute(lua(keys["lua"], n, shape.capacity, shape.rate), shas))
+            if str(tb[0]) != str(seed[0]) or int(float(tb[1])) != int(seed[1]):
+                raise SetupError(f"TB.TAKE and the seed's script disagree on {shape.id} "
+                                 f"take {n}: {tb} vs {seed}")
+            if str(tb[0]) != str(lua_[0]) or not math.isclose(float(tb[1]), float(lua_[1]),
+                                                              rel_tol=1e-12):
+                raise SetupError(f"TB.TAKE and bench/token_bucket.lua disagree on {shape.id} "
+                                 f"take {n}: {tb} vs {lua_}")
+        a, b = _fields(ctl, keys["take"]), _fields(ctl, keys["seed"])
+        if (a.keys() != b.keys()
+                or any(not math.isclose(float(a[k]), float(b[k]), rel_tol=1e-15) for k in a)):
+            raise SetupError(f"TB.TAKE and the seed's script store different buckets "
+                             f"({shape.id}): {a} vs {b}")
+        if _fields(ctl, keys["lua"]) != a:
+            raise SetupError(f"TB.TAKE and bench/token_bucket.lua store different fields "
+                             f"({shape.id}): {a} vs {_fields(ctl, keys['lua'])}")
+
+
+def check_peer(ctl: RespClient) -> str:
+    """redis-cell answers the benchmark's calls as documented: the prefill and a take of 1
+    admitted, limit = max_burst + 1, remaining counted down. An empty string if so, else
+    what went wrong (then it is left out, like a module that failed to load)."""
+    try:
+        for shape in SHAPES:
+            key = f"check:cell:{shape.id}"
+            first = ctl.call(*cell(key, shape, shape.prefill))
+            second = ctl.call(*cell(key, shape, TAKE_N))
+            cap, left = int(shape.capacity), int(shape.capacity) - int(shape.prefill)
+            if (first[:4] != [0, cap, left, -1] or second[:2] != [0, cap]
+                    or second[2] not in (left - 1, left) or second[3] != -1):
+                return (f"CL.THROTTLE answered {first} then {second} on the {shape.id} "
+                        f"bucket (expected [0, {cap}, {left}, -1, ...] then "
+                        f"[0, {cap}, {left - 1}, -1, ...])")
+        return ""
+    except Exception as e:  # an error reply or a dead connection: no usable peer
+        return f"CL.THROTTLE failed on the benchmark's calls: {e}"
+    finally:
+        try:
+            ctl.call("FLUSHALL", "SYNC")
+        except Exception:
+            pass
+
+
+def check_throttle(ctl: RespClient) -> None:
+    """TB.THROTTLE answers each shape's calls (the prefill, then takes of 1) as redis-cell's
+    CL.THROTTLE does: limited, limit and retry_after equal; remaining and reset_after
+    (whole seconds, on the server clock, the two calls a moment apart) within 1."""
+    for shape in SHAPES:
+        for n in (shape.prefill, TAKE_N, TAKE_N):
+            ours = ctl.call(*cell(f"check:throttle:{shape.id}", shape, n, "TB.THROTTLE"))
+            peer = ctl.call(*cell(f"check:cell:{shape.id}", shape, n))
+            if (not isinstance(ours, list) or len(ours) != 5 or ours[0] != peer[0]
+                    or ours[1] != peer[1] or ours[3] != peer[3]
+                    or abs(ours[2] - peer[2]) > 1 or abs(ours[4] - peer[4]) > 1):
+                raise SetupError(f"TB.THROTTLE answers {ours} where CL.THROTTLE answers "
+                                 f"{peer} ({shape.id} bucket, quantity {n})")
 
 
 def bench_commands(bench_pin: list[str], wl: list[Workload], requests: int, requests_p1: int,
                    keys: int) -> list[str]:
     """The timed runs as shell commands (PORT stands for the server's port)."""
-    return [shlex.join(bench_argv(bench_pin, "PORT", w, p, requests_for(p, requests, requests_p1),
-                                  keys)) for w in wl for p in PIPELINES]
+    return [shlex.join(bench_argv(bench_pin, "PORT", w, p,
+                                  requests_for(w, p, requests, requests_p1, keys), keys))
+            for w in wl for p in PIPELINES]

@@ -49,13 +49,17 @@ def cpu_pinning() -> tuple[list[str], list[str], str]:
 
 
 class RedisServer:
-    """A redis-server child with the module loaded; a context manager that always stops it."""
+    """A redis-server child with the module loaded (and any `extra` modules after it: the
+    peer, redis-cell); a context manager that always stops it."""
 
-    def __init__(self, binary: str, module: Path, workdir: Path, pin: list[str]):
+    def __init__(self, binary: str, module: Path, workdir: Path, pin: list[str],
+                 extra: list[Path] | None = None):
         self.binary, self.module, self.workdir, self.pin = binary, module, workdir, pin
+        self.extra = list(extra or [])
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.argv: list[str] = []
+        self.modules: dict[str, str] = {}  # MODULE LIST: name -> ver
         self.log = workdir / "redis.log"
 
     def __enter__(self) -> "RedisServer":
@@ -85,6 +89,7 @@ class RedisServer:
             # DEBUG HTSTATS tells when the keyspace dict has finished rehashing (memory).
             "--enable-debug-command", "local",
             "--loadmodule", str(self.module),
+            *[a for m in self.extra for a in ("--loadmodule", str(m))],
         ]
         self.proc = subprocess.Popen(
             self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -97,10 +102,11 @@ class RedisServer:
             try:
                 with RespClient(self.port, timeout=2) as c:
                     if c.call("PING") == "PONG":
-                        modules = c.call("MODULE", "LIST")
-                        names = [dict(zip(m[::2], m[1::2])).get("name") for m in modules]
-                        if "tb" not in names:
-                            raise SetupError(f"module 'tb' not loaded (loaded: {names})")
+                        listed = [dict(zip(m[::2], m[1::2])) for m in c.call("MODULE", "LIST")]
+                        self.modules = {m.get("name"): str(m.get("ver")) for m in listed}
+                        if "tb" not in self.modules:
+                            raise SetupError(f"module 'tb' not loaded (loaded: "
+                                             f"{sorted(self.modules)})")
                         return
             except (OSError, ConnectionError):
                 time.sleep(0.05)

@@ -15,6 +15,11 @@ Placeholders, filled in by the runner:
                 number with every occurrence replaced by that number, so it creates exactly
                 the keys the timed command can hit.
   __lua_sha__   the SHA1 of bench/token_bucket.lua after SCRIPT LOAD.
+  __seed_sha__  the SHA1 of bench/seed_token_bucket.lua (the design notes' own script).
+
+Every workload belongs to a suite: "core" (TB.TAKE and the other TB.* commands against
+HSET, PING and the Lua script) or "issue12" (redis-cell side by side, two bucket shapes).
+`make bench` runs both; `bench.py --suite issue12` runs one (HSET always comes along).
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ MTAKE_ROLES = ("a", "b", "c")
 KEY_PREFIX = "tb:"
 KEY = KEY_PREFIX + "__rand_int__"
 LUA_SHA = "__lua_sha__"
+SEED_SHA = "__seed_sha__"
 CLIENTS = 50
 PIPELINES = (16, 1)  # pipelined first: it is the headline comparison
 
@@ -79,12 +85,18 @@ def hset(key: str) -> list[str]:
     return ["HSET", key, "tokens", TYPICAL_TOKENS, "last_refill_time", FIXED_NOW]
 
 
-def lua(key: str, n: str) -> list[str]:
-    return ["EVALSHA", LUA_SHA, "1", key, CAPACITY, RATE, n, FIXED_NOW]
+def lua(key: str, n: str, capacity: str = CAPACITY, rate: str = RATE) -> list[str]:
+    return ["EVALSHA", LUA_SHA, "1", key, capacity, rate, n, FIXED_NOW]
 
 
-def take(key: str, n: str, rate: str = RATE, now: str | None = FIXED_NOW) -> list[str]:
-    return ["TB.TAKE", key, CAPACITY, rate, n, *([now] if now else [])]
+def seed_lua(key: str, n: str, capacity: str, rate: str) -> list[str]:
+    """The design notes' own script (bench/seed_token_bucket.lua), with the same explicit now."""
+    return ["EVALSHA", SEED_SHA, "1", key, capacity, rate, n, FIXED_NOW]
+
+
+def take(key: str, n: str, rate: str = RATE, now: str | None = FIXED_NOW,
+         capacity: str = CAPACITY) -> list[str]:
+    return ["TB.TAKE", key, capacity, rate, n, *([now] if now else [])]
 
 
 def mtake(keys: list[str], n: str, now: str | None = FIXED_NOW) -> list[str]:
@@ -114,6 +126,16 @@ class Workload:
     peers: list[str] = field(default_factory=list)  # ids it is compared against, per unit
     units: int = 1       # buckets one call serves: per-bucket figures are per call / units
     note: str = ""       # why it is here
+    suite: str = "core"  # "core" or "issue12" (see the module docstring)
+    shape: str = ""      # issue 12: the bucket shape (SHAPES) it runs on
+    # A run sends at most this many requests per key (None: no cap): the small shape's
+    # keys live only seconds, so its runs must be short (see SHAPES).
+    max_calls_per_key: float | None = None
+    # A command (KEY = one key number) whose reply, or element `probe_index` of it, is the
+    # tokens a bucket has left; sampled after every run: none may have run dry. For
+    # commands with no denial counter in INFO tb (redis-cell, the Lua scripts).
+    probe: list[str] = field(default_factory=list)
+    probe_index: int | None = None
 
     def keyed(self) -> bool:
         return bool(self.prepare)
@@ -129,8 +151,20 @@ class Workload:
         return -(-keys // max(1, len(self.key_patterns())))
 
     def module_commands(self) -> set[str]:
-        """The module's commands this workload needs (lower case)."""
-        return {c[0].lower() for c in (self.command, *self.prepare) if c[0].upper().startswith("TB.")}
+        """The module commands (ours: TB.*, redis-cell's: CL.*) this workload needs (lower
+        case)."""
+        commands = (self.command, *self.prepare, *([self.probe] if self.probe else []))
+        return {c[0].lower() for c in commands if c[0].upper().startswith(MODULE_PREFIXES)}
+
+    def requests(self, requests: int, keys: int) -> int:
+        """Requests of a run (`requests` as configured for its depth), within
+        max_calls_per_key."""
+        if self.max_calls_per_key is None:
+            return requests
+        return max(1, min(requests, int(self.max_calls_per_key * self.key_numbers(keys))))
+
+
+MODULE_PREFIXES = ("TB.", "CL.")
 
 
 # ---------------------------------------------------------------------------------------
@@ -171,17 +205,122 @@ WORKLOADS: list[Workload] = [
 ]
 
 # ---------------------------------------------------------------------------------------
-# Memory per bucket: the same typical bucket stored by each method (the first row is the
-# baseline the module's memory targets compare with).
+# Issue 12: redis-cell side by side, on two bucket shapes.
+#
+# The same bucket is asked of every command: capacity C refilling at r tokens/s is
+# TB.TAKE key C r n [now], the Lua scripts' (C, r, n, now), and CL.THROTTLE / TB.THROTTLE
+# key (C - 1) count period n with count / period = r (GCRA with burst b admits what a
+# bucket of capacity b + 1 admits). Each key is prefilled by one call of its own command
+# taking `prefill` tokens (so every method holds the same bucket, in its own format), then
+# every timed call takes 1:
+#
+# * small (capacity 100, 10/s), prefill 85: 15 tokens left, 8.5 s from full. A bucket
+#   this small is full again within 10 s, and a key lives only until then (redis-cell's
+#   TTL is exactly time-to-full; the module's and the scripts' a little longer), so the
+#   key must be populated and the run finished within ~8 s or keys expire mid-run (the
+#   run then aborts: the keyspace changed). Runs are therefore capped at 2 requests per
+#   key (200,000 pipelined at 100,000 keys, instead of 500,000; a few seconds even for the
+#   Lua scripts on a busy machine), and 15 tokens cover every call with a fixed `now` (no
+#   refill): a key would need 16 of ~2 expected calls in one run. On the server clock the buckets
+#   refill 10/s, so they only fill up during a run, never run dry.
+# * large (capacity 1,000,000, 0.001/s), prefill 1000: 999,000 tokens left, 1e6 s from
+#   full: nothing expires, nothing runs dry (a key sees ~5 calls per run); every take
+#   moves time-to-full 1000 s, which the module's TTL slack absorbs (a busy quota-like
+#   bucket).
+#
+# Admission is checked after every run: INFO tb's denial counters for the module's
+# commands, and a sample of buckets (`probe`) for redis-cell and the scripts, which keep
+# no such count.
 # ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    id: str
+    title: str
+    capacity: str
+    rate: str
+    max_burst: str  # CL.THROTTLE's form of the same bucket: capacity - 1,
+    count: str      # count per period,
+    period: str     # period (s): count / period = rate
+    prefill: str    # tokens taken by the one call that prepares each key
+    max_calls_per_key: float | None  # cap on a run's requests per key
+
+
+SHAPES = [
+    Shape("small", "small fast bucket: capacity 100, 10 per second", "100", "10",
+          "99", "10", "1", "85", 2.0),
+    Shape("large", "large slow bucket: capacity 1,000,000, 0.001 per second", "1000000",
+          "0.001", "999999", "1", "1000", "1000", None),
+]
+
+
+def cell(key: str, shape: Shape, q: str, command: str = "CL.THROTTLE") -> list[str]:
+    return [command, key, shape.max_burst, shape.count, shape.period, q]
+
+
+def issue12(shape: Shape) -> list[Workload]:
+    """The side-by-side set on one shape, in run order."""
+    s, c, r = shape.id, shape.capacity, shape.rate
+    common = dict(suite="issue12", shape=s, max_calls_per_key=shape.max_calls_per_key)
+    tokens = ["HGET", KEY, "tokens"]
+    return [
+        Workload(f"cell_{s}", f"CL.THROTTLE (redis-cell), {s}", cell(KEY, shape, TAKE_N),
+                 [cell(KEY, shape, shape.prefill)], probe=cell(KEY, shape, "0"),
+                 probe_index=2, note="the peer, on the server clock (it has no `now`)",
+                 **common),
+        Workload(f"throttle_{s}", f"TB.THROTTLE, {s}",
+                 cell(KEY, shape, TAKE_N, "TB.THROTTLE"),
+                 [cell(KEY, shape, shape.prefill, "TB.THROTTLE")], peers=[f"cell_{s}"],
+                 probe=cell(KEY, shape, "0", "TB.THROTTLE"), probe_index=2,
+                 note="the drop-in: same arguments and reply, server clock", **common),
+        Workload(f"clock_{s}", f"TB.TAKE (server clock), {s}", take(KEY, TAKE_N, r, None, c),
+                 [take(KEY, shape.prefill, r, None, c)], peers=[f"cell_{s}", f"seed_{s}"],
+                 note="now omitted: the main path", **common),
+        Workload(f"now_{s}", f"TB.TAKE (now), {s}", take(KEY, TAKE_N, r, FIXED_NOW, c),
+                 [take(KEY, shape.prefill, r, FIXED_NOW, c)],
+                 peers=[f"cell_{s}", f"seed_{s}"], note="explicit, fixed now", **common),
+        Workload(f"seed_{s}", f"Seed's Lua script (now), {s}", seed_lua(KEY, TAKE_N, c, r),
+                 [seed_lua(KEY, shape.prefill, c, r)], probe=tokens,
+                 note="bench/seed_token_bucket.lua, the design notes' own script, with the "
+                      "same explicit now", **common),
+        Workload(f"lua_{s}", f"Lua EVALSHA (now), {s}", lua(KEY, TAKE_N, c, r),
+                 [lua(KEY, shape.prefill, c, r)], peers=[f"seed_{s}"], probe=tokens,
+                 note="bench/token_bucket.lua (TB.TAKE's exact semantics), same now",
+                 **common),
+    ]
+
+
+WORKLOADS += [w for shape in SHAPES for w in issue12(shape)]
+SUITES = ("core", "issue12")
+
+
+# ---------------------------------------------------------------------------------------
+# Memory per bucket: the same typical bucket stored by each method (the first row is the
+# baseline the module's memory targets compare with). Issue 12's rows are each workload's
+# own prepared key (one prefill call), per shape.
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryMethod:
+    label: str
+    commands: list[list[str]]  # run once per key
+    suite: str = "core"
+    workload: str = ""         # issue 12: the workload whose prepared key this is
+
+    def module_commands(self) -> set[str]:
+        return {c[0].lower() for c in self.commands if c[0].upper().startswith(MODULE_PREFIXES)}
+
+
 _TYPICAL = ["tokens", TYPICAL_TOKENS, "last_refill_time", FIXED_NOW]
 MEMORY_BASELINE = "HSET + PEXPIRE"
-MEMORY_METHODS: list[tuple[str, list[list[str]]]] = [
-    (MEMORY_BASELINE, [["HSET", KEY, *_TYPICAL], ["PEXPIRE", KEY, TYPICAL_TTL_MS]]),
-    ("Lua EVALSHA (now)", [lua(KEY, PREFILL_TAKE)]),
-    ("TB.TAKE (now)", [take(KEY, PREFILL_TAKE)]),
-    ("TB.TAKE (server clock)", [take(KEY, PREFILL_TAKE, now=None)]),
-    ("HSET, no TTL (reference)", [["HSET", KEY, *_TYPICAL]]),
+MEMORY_METHODS: list[MemoryMethod] = [
+    MemoryMethod(MEMORY_BASELINE,
+                 [["HSET", KEY, *_TYPICAL], ["PEXPIRE", KEY, TYPICAL_TTL_MS]]),
+    MemoryMethod("Lua EVALSHA (now)", [lua(KEY, PREFILL_TAKE)]),
+    MemoryMethod("TB.TAKE (now)", [take(KEY, PREFILL_TAKE)]),
+    MemoryMethod("TB.TAKE (server clock)", [take(KEY, PREFILL_TAKE, now=None)]),
+    MemoryMethod("HSET, no TTL (reference)", [["HSET", KEY, *_TYPICAL]]),
+    # (not the heavier script: it stores exactly what TB.TAKE (now) stores, checked)
+    *[MemoryMethod(w.label, w.prepare, "issue12", w.id) for w in WORKLOADS
+      if w.suite == "issue12" and not w.id.startswith("lua_")],
 ]
 MEMORY_GRADED = ("TB.TAKE (now)", "TB.TAKE (server clock)")  # each <= the baseline
 
@@ -233,4 +372,16 @@ TARGETS: list[TargetSpec] = [
                "rps", low=1.1),
     TargetSpec("TB.RESERVE req/s within 10% of TB.TAKE (now) (ratio >= 0.9), pipelined (-P 16)",
                "reserve", "tb_now", 16, "rps", low=0.9),
+    # Issue 12: against redis-cell and the design notes' own script, on both shapes.
+    *[t for shape in SHAPES for t in (
+        TargetSpec(f"TB.TAKE (server clock) req/s >= 1.2x redis-cell's CL.THROTTLE, "
+                   f"{shape.id} bucket, -P 16", f"clock_{shape.id}", f"cell_{shape.id}", 16,
+                   "rps", low=1.2),
+        TargetSpec(f"TB.THROTTLE req/s >= 1.15x redis-cell's CL.THROTTLE, {shape.id} "
+                   "bucket, -P 16", f"throttle_{shape.id}", f"cell_{shape.id}", 16, "rps",
+                   low=1.15),
+        *[TargetSpec(f"{name} req/s >= 2.5x the seed's own Lua script, {shape.id} bucket, "
+                     "-P 16", f"{v}_{shape.id}", f"seed_{shape.id}", 16, "rps", low=2.5)
+          for v, name in (("clock", "TB.TAKE (server clock)"), ("now", "TB.TAKE (now)"))],
+    )],
 ]
