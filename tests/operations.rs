@@ -67,7 +67,15 @@ fn acl_categories_show_up_where_the_server_supports_them() {
         members.sort();
         assert_eq!(
             members,
-            ["tb.mtake", "tb.peek", "tb.refund", "tb.reserve", "tb.take"]
+            [
+                "tb.mtake",
+                "tb.peek",
+                "tb.refund",
+                "tb.reserve",
+                "tb.take",
+                "tb.throttle",
+                "tb.window"
+            ]
         );
         c.q("ACL SETUSER rl on >pw ~* -@all +@ratelimit");
         let mut u = s.conn();

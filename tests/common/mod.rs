@@ -887,7 +887,9 @@ impl ReplStream {
             if cmd == ["SET", marker, "1"] {
                 return out;
             }
-            if cmd.first().map(String::as_str) != Some("SELECT") {
+            // SELECT, and the master's keepalive PING (Valkey 9 sends one as soon as a
+            // replica attaches), are the stream's own, not a command's effects.
+            if !matches!(cmd.first().map(String::as_str), Some("SELECT" | "PING")) {
                 out.push(cmd);
             }
         }
