@@ -184,17 +184,11 @@ pub fn reserve(limit: Limit, n: f64, max_wait: f64, now: f64, stored: Option<Sta
     // The earliest retry: when the wait has shrunk to max_wait and the debt fits, checked
     // (and nudged up) the way the caller will use it, like `wait_until`.
     let deepest = n - MAX_AMOUNT;
-    let mut retry = (wait_until(limit, stored, n, now) - max_wait)
-        .max(wait_until(limit, stored, deepest, now))
-        .max(0.0);
-    let mut step = ulp(now + retry).max(ulp(retry));
-    for _ in 0..1100 {
-        if reservation_wait(limit, n, max_wait, now + retry, stored).is_some() {
-            break;
-        }
-        retry += step;
-        step *= 2.0;
-    }
+    let guess =
+        (wait_until(limit, stored, n, now) - max_wait).max(wait_until(limit, stored, deepest, now));
+    let retry = settle_wait(now, guess, |t| {
+        reservation_wait(limit, n, max_wait, t, stored).is_some()
+    });
     Decision {
         allowed: false,
         remaining: current,
@@ -269,35 +263,44 @@ pub fn take_all(parts: &[Part], now: f64) -> (Decision, Vec<Decision>) {
 }
 
 /// Seconds `w` from `now` such that the bucket holds at least `target` tokens at the
-/// floating-point time `now + w`, and not noticeably earlier. `target` must be at most the
-/// capacity.
-///
-/// The closed form is tried first (so a wait of 0.6 s reads `0.6`), then checked the way
-/// the caller will use it: a client that waits `w` and retries at `now + w` must be
-/// admitted, and at epoch-second magnitudes that sum rounds to a step of about 2.4e-7 s.
-/// Where it falls short the wait is nudged up, by steps that double so the loop ends
-/// after a few rounds even where one step of time moves the token count by far less than
-/// one ulp.
+/// floating-point time `now + w`, and not noticeably earlier (`settle_wait` checks the
+/// closed form the way the caller will use it). `target` must be at most the capacity.
 pub fn wait_until(limit: Limit, stored: Option<State>, target: f64, now: f64) -> f64 {
     if tokens_at(limit, stored, now) >= target {
         return 0.0;
     }
     let effective = stored.map_or(now, |s| s.last_refill_time.max(now));
     let short = (target - tokens_at(limit, stored, effective)).max(0.0);
-    let mut wait = (effective - now) + short / limit.rate;
+    let guess = (effective - now) + short / limit.rate;
+    settle_wait(now, guess, |t| tokens_at(limit, stored, t) >= target)
+}
+
+/// The wait, from `guess` (the closed form) up, after which `ok` holds at the
+/// floating-point time `now + wait`: the time the caller will actually come back at,
+/// which at epoch magnitudes is `now + wait` rounded to a step of about 2.4e-7 s. The
+/// closed form is kept when that rounding leaves it right (so a wait of 0.6 s reads
+/// `0.6`); otherwise it is nudged up by steps that double, so the loop ends after a few
+/// rounds even where one step of time moves the state by far less than one ulp. `ok` must
+/// be monotone in time (false, then true for good). Shared by the bucket and window math.
+pub fn settle_wait(now: f64, guess: f64, ok: impl Fn(f64) -> bool) -> f64 {
+    let mut wait = guess.max(0.0);
     let mut step = ulp(now + wait).max(ulp(wait));
     for _ in 0..1100 {
-        if tokens_at(limit, stored, now + wait) >= target {
+        if ok(now + wait) {
             break;
         }
-        wait += step;
+        let next = wait + step;
+        if !next.is_finite() {
+            break;
+        }
+        wait = next;
         step *= 2.0;
     }
     wait
 }
 
 /// The distance from `x` to the next larger f64.
-fn ulp(x: f64) -> f64 {
+pub(crate) fn ulp(x: f64) -> f64 {
     let up = x.next_up();
     if up.is_finite() { up - x } else { f64::EPSILON }
 }

@@ -481,39 +481,17 @@ pub fn clamp_entry(e: f64) -> f64 {
     e.clamp(0.0, MAX_TIME)
 }
 
-/// The wait, from `guess` (the closed form) up, after which `ok` holds at the
-/// floating-point time `now + wait`: the time the caller will actually retry at, which at
-/// epoch magnitudes is `now + wait` rounded to a step of about 2.4e-7 s. The closed form is
-/// kept when that rounding leaves it right; otherwise it is nudged up by steps that double
-/// (as `bucket::wait_until` does), so a few rounds settle it. `ok` must be monotone (false,
-/// then true for good), which every caller's is: windows only move forward and entries
-/// only leave.
+/// See `bucket::settle_wait`: the closed-form wait, checked at the floating-point time
+/// the caller will come back at and nudged up if rounding falls short. Every caller's `ok`
+/// is monotone: windows only move forward and entries only leave.
 fn wait_for(now: f64, guess: f64, ok: impl Fn(f64) -> bool) -> f64 {
-    let mut wait = guess.max(0.0);
-    let mut step = ulp(now + wait).max(ulp(wait));
-    for _ in 0..1100 {
-        if ok(now + wait) {
-            break;
-        }
-        let next = wait + step;
-        if !next.is_finite() {
-            break;
-        }
-        wait = next;
-        step *= 2.0;
-    }
-    wait
-}
-
-/// The distance from `x` to the next larger f64.
-fn ulp(x: f64) -> f64 {
-    let up = x.next_up();
-    if up.is_finite() { up - x } else { f64::EPSILON }
+    crate::bucket::settle_wait(now, guess, ok)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::ulp;
     use proptest::prelude::*;
 
     /// An epoch time with a fraction, as a client's clock gives.
