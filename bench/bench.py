@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark TB.TAKE and the other TB.* commands against the floor (a plain two-field HSET),
 the ceiling (PING), the usual alternative (the same token bucket as a Lua script) and the
-peer users would pick (redis-cell's CL.THROTTLE, issue 12), on a server this script starts.
+peer users would pick (redis-cell's CL.THROTTLE, issue 12), and TB.WINDOW's three modes
+against the design notes' window scripts (issue 11), on a server this script starts.
 
 Run from anywhere (paths are resolved from this file), normally as `python3 bench/bench.py`
 from the repository root (`make bench`). Python 3 standard library only.
@@ -26,6 +27,11 @@ What it does, and why:
   design notes' own script (seed_token_bucket.lua), the heavier token_bucket.lua and HSET
   run in the same rounds on two bucket shapes (small fast, large slow). If redis-cell
   cannot be built or loaded, the report says why and everything else still runs.
+* Issue 11 (suite "issue11"): TB.WINDOW FIXED, SLIDING (with `now` and on the server
+  clock) and LOG (both), the notes' fixed window counter (window_fixed.lua: INCR + EXPIRE)
+  and sliding log (window_log.lua: a sorted set of request times) via EVALSHA, and
+  TB.TAKE on both clocks, in the same rounds; memory per key of each mode at limit 100
+  and 10,000 (full logs over fewer keys).
 * Reports throughput, server CPU per request (from /proc/<pid>/stat, steadier than req/s
   here), per bucket for commands that serve several, latency percentiles from
   redis-benchmark's CSV, and memory per bucket; checks the issues' targets and prints
@@ -59,8 +65,12 @@ Environment / flags (flags win):
   BENCH_OUT          output directory (default bench/results)    --out
   --quick            1 round, 100000 / 20000 requests: a smoke test, not a measurement
   --only ID,...      only these workloads (plus HSET and their peers): for development
-  --suite NAME       core (TB.* vs HSET, PING, Lua) or issue12 (redis-cell side by side);
-                     default all: `make bench` runs both (about twice as long as core alone)
+  --suite NAME       core (TB.* vs HSET, PING, Lua), issue12 (redis-cell side by side) or
+                     issue11 (TB.WINDOW vs the notes' window scripts and TB.TAKE); default
+                     all: `make bench` runs every suite. On the 2-core development machine
+                     with other work running, issue11 alone took 8 min (5 rounds, 1.5 of
+                     them memory), `--quick` 2 min, all suites `--quick` 3.3 min; all suites
+                     at 5 rounds: roughly 20 min (estimated from those)
 """
 
 import sys

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import memory, peer, report, runner, stats
-from .common import BENCH_DIR, LUA_SCRIPT, SEED_LUA_SCRIPT, SetupError
+from .common import (BENCH_DIR, LUA_SCRIPT, SEED_LUA_SCRIPT, WINDOW_FIXED_SCRIPT,
+                     WINDOW_LOG_SCRIPT, SetupError)
 from .resp import RespClient
 from .server import RedisServer, cpu_pinning, ensure_module, machine_info
-from .workloads import (LUA_SHA, MEMORY_BASELINE, MEMORY_METHODS, SEED_SHA, SUITES, WORKLOADS,
-                        MemoryMethod, Workload)
+from .workloads import (LUA_SHA, MEMORY_BASELINE, MEMORY_METHODS, SEED_SHA, SUITES, WFIXED_SHA,
+                        WLOG_SHA, WORKLOADS, MemoryMethod, Workload)
 
 
 @dataclass
@@ -48,8 +49,9 @@ def parse_config(argv: list[str]) -> Config:
     ap = argparse.ArgumentParser(
         prog="bench.py",
         description="Benchmark TB.TAKE and the other TB.* commands against HSET, PING, "
-                    "the same token bucket as a Lua script and redis-cell, on a server this "
-                    "script starts.")
+                    "the same token bucket as a Lua script and redis-cell, and TB.WINDOW "
+                    "against the design notes' window scripts, on a server this script "
+                    "starts.")
     ap.add_argument("--rounds", type=int, default=env_int("BENCH_ROUNDS", 5))
     ap.add_argument("--requests", type=int, default=env_int("BENCH_REQUESTS", 500_000),
                     help="requests per pipelined run")
@@ -65,7 +67,9 @@ def parse_config(argv: list[str]) -> Config:
                          "ids: " + ", ".join(w.id for w in WORKLOADS))
     ap.add_argument("--suite", choices=("all", *SUITES), default="all",
                     help="core: TB.* against HSET, PING and the Lua script; issue12: "
-                         "redis-cell side by side on two bucket shapes; all (default): both")
+                         "redis-cell side by side on two bucket shapes; issue11: TB.WINDOW's "
+                         "modes against the notes' window scripts and TB.TAKE; all "
+                         "(default): every suite")
     a = ap.parse_args(argv)
     if a.quick:
         a.rounds, a.requests, a.requests_p1 = 1, 100_000, 20_000
@@ -89,12 +93,13 @@ def selected(only: list[str], suites: tuple[str, ...] = SUITES) -> list[Workload
 
 
 def memory_methods(cfg: Config, chosen: list[Workload]) -> list[MemoryMethod]:
-    """The baseline, the core methods when the core suite runs, and the prepared key of
-    every chosen issue-12 workload."""
+    """The baseline, the core methods when the core suite runs, the prepared key of
+    every chosen issue-12 workload, and issue 11's keys when any of its workloads runs."""
     ids = {w.id for w in chosen}
+    issue11 = any(w.suite == "issue11" for w in chosen)
     return [m for m in MEMORY_METHODS
             if m.label == MEMORY_BASELINE or (m.suite == "core" and "core" in cfg.suites)
-            or m.workload in ids]
+            or m.workload in ids or (m.suite == "issue11" and issue11)]
 
 
 def start_server(stack: contextlib.ExitStack, binary: str, module: Path, workdir: Path,
@@ -157,8 +162,10 @@ def main(argv: list[str]) -> int:
         ctl = stack.enter_context(RespClient(server.port))
         info = machine_info(server_binary, private, ctl)
         info["module"] = str(module)
-        shas = {LUA_SHA: ctl.call("SCRIPT", "LOAD", LUA_SCRIPT.read_text()),
-                SEED_SHA: ctl.call("SCRIPT", "LOAD", SEED_LUA_SCRIPT.read_text())}
+        shas = {sha: ctl.call("SCRIPT", "LOAD", path.read_text())
+                for sha, path in ((LUA_SHA, LUA_SCRIPT), (SEED_SHA, SEED_LUA_SCRIPT),
+                                  (WFIXED_SHA, WINDOW_FIXED_SCRIPT),
+                                  (WLOG_SHA, WINDOW_LOG_SCRIPT))}
         reasons: dict[str, str] = {}
         if cell is not None:
             problem = cell.error or load_error
@@ -171,24 +178,27 @@ def main(argv: list[str]) -> int:
                                                   problem)
         wl, skipped = runner.available(ctl, runner.bind(chosen, shas), reasons)
         have = set().union(*(w.module_commands() for w in wl))
-        runner.sanity_check(ctl, shas, have, {w.id for w in wl})
+        info["window_checks"] = runner.sanity_check(ctl, shas, have, {w.id for w in wl})
         print(f"redis-server {info['redis']} on port {server.port}; {pin_note}",
               file=sys.stderr)
         for note in skipped:
             print(f"bench: warning: not measured: {note}", file=sys.stderr)
 
-        # The core methods (with the baseline) as they always were, then issue 12's in a
-        # group of their own, so they cannot disturb the core ones' graded figures; the
-        # server is warm by then unless only issue 12 runs.
+        # The core methods (with the baseline) as they always were, then issue 12's and
+        # issue 11's, each in a group of its own, so they cannot disturb the core ones'
+        # graded figures; the server is warm by then unless the core suite does not run
+        # (then the first of these groups gets a warm-up pass of its own).
         methods, _ = runner.available(ctl, memory_methods(cfg, chosen), reasons)
         print(f"memory per bucket ({len(methods)} methods) ...", file=sys.stderr)
         t_mem = time.monotonic()
         mem = []
-        for group, warm_up in (([m for m in methods if m.suite == "core"], True),
-                               ([m for m in methods if m.suite != "core"],
-                                "core" not in cfg.suites)):
+        warm = "core" in cfg.suites  # the core group (not just the baseline) warms up
+        for suite in SUITES:
+            group = [m for m in methods if m.suite == suite]
             if group:
-                mem += memory.measure_memory(ctl, server, shas, cfg.keys, group, warm_up)
+                mem += memory.measure_memory(ctl, server, shas, cfg.keys, group,
+                                             suite == "core" or not warm)
+                warm = warm or suite != "core"
         print(f"memory per bucket: {time.monotonic() - t_mem:.0f} s", file=sys.stderr)
         runs = runner.run_rounds(ctl, server, bench_pin, wl, cfg.rounds, cfg.requests,
                                  cfg.requests_p1, cfg.keys)

@@ -9,6 +9,9 @@ REPO_ROOT = BENCH_DIR.parent
 DEFAULT_MODULE = REPO_ROOT / "target" / "release" / "libredis_tb.so"
 LUA_SCRIPT = BENCH_DIR / "token_bucket.lua"
 SEED_LUA_SCRIPT = BENCH_DIR / "seed_token_bucket.lua"  # the design notes' own script
+# The design notes' two window limiters as scripts (issue 11).
+WINDOW_FIXED_SCRIPT = BENCH_DIR / "window_fixed.lua"  # INCR + EXPIRE on the first hit
+WINDOW_LOG_SCRIPT = BENCH_DIR / "window_log.lua"      # sorted set of request times
 
 
 class SetupError(Exception):

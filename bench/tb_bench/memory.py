@@ -22,8 +22,9 @@ class MemoryResult:
     label: str
     per_bucket: float      # used_memory delta / buckets (smallest over measured passes)
     memory_usage: int      # MEMORY USAGE of a sample key (median of a few)
-    sample: str            # HGETALL of a sample key
+    sample: str            # HGETALL of a sample key (a string's value, a sorted set's size)
     repeat_diff: float     # largest difference between measured passes, B/bucket
+    keys: int = 0          # keys measured
 
 
 def wait_settled(ctl: RespClient) -> int:
@@ -67,32 +68,43 @@ def measure_memory(ctl: RespClient, server: RedisServer, shas: dict[str, str], k
     seen in MEMORY STATS as dataset.bytes only), which would be charged to whichever
     method came first. Then every method is measured MEMORY_PASSES times; such noise only
     ever adds bytes, so the smallest delta is the estimate and the spread is reported."""
-    variants = [(m.label, [substitute(c, shas) for c in m.commands]) for m in methods]
-    per_pass: dict[str, list[float]] = {label: [] for label, _ in variants}
+    variants = [(m.label, [substitute(c, shas) for c in m.commands],
+                 min(keys, m.keys) if m.keys else keys) for m in methods]
+    per_pass: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     results: dict[str, MemoryResult] = {}
     for n in range(0 if warm_up else 1, 1 + MEMORY_PASSES):
-        for label, commands in variants:
+        for label, commands, count in variants:
             ctl.call("FLUSHALL", "SYNC")
             base = wait_settled(ctl)
-            populate_keys(server, f"memory {label}", commands, keys)
-            if ctl.call("DBSIZE") != keys:
-                raise SetupError(f"memory {label}: expected {keys} keys")
+            populate_keys(server, f"memory {label}", commands, count)
+            if ctl.call("DBSIZE") != count:
+                raise SetupError(f"memory {label}: expected {count} keys")
             used = wait_settled(ctl)
-            if ctl.call("DBSIZE") != keys:  # the small bucket shape's keys live seconds
+            if ctl.call("DBSIZE") != count:  # the small bucket shape's keys live seconds
                 raise SetupError(f"memory {label}: keys expired while memory settled")
             if n == 0:
                 continue  # warm-up pass
-            per_pass[label].append((used - base) / keys)
-            step = max(1, keys // 10)
+            per_pass[label].append((used - base) / count)
+            step = max(1, count // 10)
             usages = [ctl.call("MEMORY", "USAGE", fill([KEY], i)[0], "SAMPLES", "0")
-                      for i in range(0, keys, step)]
-            sample_key = fill([KEY], 0)[0]
-            if ctl.call("TYPE", sample_key) == "hash":
-                sample = ctl.call("HGETALL", sample_key)
-            else:  # redis-cell keeps a string: its theoretical arrival time, ns
-                sample = ["(string)", ctl.call("GET", sample_key)]
+                      for i in range(0, count, step)]
             values = per_pass[label]
             results[label] = MemoryResult(label, min(values), int(statistics.median(usages)),
-                                          " ".join(sample), max(values) - min(values))
+                                          " ".join(sample_of(ctl, fill([KEY], 0)[0])),
+                                          max(values) - min(values), count)
     ctl.call("FLUSHALL", "SYNC")
-    return [results[label] for label, _ in variants]
+    return [results[label] for label, _, _ in variants]
+
+
+def sample_of(ctl: RespClient, key: str) -> list[str]:
+    """What a sample key holds, for the report: a hash's fields, a string's value
+    (redis-cell's theoretical arrival time in ns, the notes' counter), a sorted set's size
+    and newest entry."""
+    kind = ctl.call("TYPE", key)
+    if kind == "hash":
+        return ctl.call("HGETALL", key)
+    if kind == "zset":
+        newest = ctl.call("ZRANGE", key, "-1", "-1", "WITHSCORES")
+        size = ctl.call("ZCARD", key)
+        return ["(zset)", f"{size} {'entry' if size == 1 else 'entries'}, newest", *newest]
+    return [f"({kind})", str(ctl.call("GET", key))]

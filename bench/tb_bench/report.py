@@ -11,9 +11,12 @@ from pathlib import Path
 from .memory import MEMORY_PASSES, MemoryResult
 from .peer import Peer
 from .stats import Runs, Summary, Target, load_note, peer_ratios, round_ratio
-from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, KEY, MTAKE_ROLES, PIPELINES,
+from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, FIXED_NOW_MS, KEY, LOG_FRESH,
+                        LOG_FRESH_AT, LOG_LIMIT, LOG_MAX_CALLS_PER_KEY, LOG_STALE,
+                        LOG_STALE_AT, LOG_WINDOW, MEMORY_METHODS, MTAKE_ROLES, PIPELINES,
                         PREFILL_TAKE, RATE, RESERVE_MAX_WAIT, SHAPES, TAKE_N, TYPICAL_TOKENS,
-                        TYPICAL_TTL_MS, WORKLOADS, MEMORY_BASELINE, Shape, Workload)
+                        TYPICAL_TTL_MS, WIN_LONG, WIN_PREFILL, WINDOW_LOG_KEYS, WORKLOADS,
+                        MEMORY_BASELINE, Shape, Workload)
 
 THROUGHPUT_HEADER = ["workload", "req/s", "spread", "req/s vs HSET", "server CPU us/req",
                      "CPU vs HSET", "server busy", "client busy", "p50 ms", "p99 ms",
@@ -26,6 +29,19 @@ TARGET_HEADER = ["target", "measured", "per-round range", "required", "result",
 SIDE_HEADER = ["workload", "req/s -P 16", "vs redis-cell", "vs HSET", "server CPU us/call",
                "CPU vs redis-cell", "CPU vs HSET", "p99 ms -P 16", "p99 ms -P 1",
                "p99 -P 1 vs HSET", "B/key (used_memory)", "MEMORY USAGE B"]
+WINDOW_HEADER = ["workload", "req/s -P 16", "vs TB.TAKE", "vs INCR+EXPIRE script",
+                 "vs ZSET log script", "server CPU us/call", "CPU vs TB.TAKE",
+                 "CPU vs ZSET log script", "p99 ms -P 16", "req/s -P 1", "p99 ms -P 1"]
+WINDOW_MEMORY_HEADER = ["method", "limit", "state", "keys", "used_memory delta B/key",
+                        "pass-to-pass diff", "MEMORY USAGE B", "vs TB.TAKE, same limit",
+                        "sample"]
+WINDOW_MEMORY_LABELS = {m.label for m in MEMORY_METHODS if m.suite == "issue11"}
+# Issue 11's table, in this order; each TB.WINDOW row against TB.TAKE on the same clock.
+WINDOW_ORDER = ["tb_now", "tb_clock", "win_fixed", "notes_fixed", "win_sliding",
+                "win_sliding_clock", "win_log", "win_log_clock", "notes_log"]
+WINDOW_TAKE = {"win_fixed": "tb_now", "win_sliding": "tb_now", "win_log": "tb_now",
+               "notes_fixed": "tb_now", "notes_log": "tb_now",
+               "win_sliding_clock": "tb_clock", "win_log_clock": "tb_clock"}
 
 
 def md_table(header: list[str], rows: list[list[str]], align: str = "") -> str:
@@ -277,6 +293,122 @@ def side_by_side(cfg, info, runs, wl, summary, memory, skipped) -> list[str]:
     return L
 
 
+def window_rows(runs: Runs, wl: list[Workload],
+                summary: dict[tuple[str, int], Summary]) -> list[list[str]]:
+    """Issue 11: TB.TAKE, the three modes and the notes' two scripts, at -P 16 (and the
+    unpipelined req/s and p99)."""
+    ids = {w.id for w in wl}
+    by_id = {w.id: w for w in wl}
+    rows = []
+    for wid in [i for i in WINDOW_ORDER if i in ids]:
+        s16, s1 = summary[(wid, 16)], summary[(wid, 1)]
+        vs = lambda other, attr="rps": (f"{round_ratio(runs, wid, other, 16, attr):.2f}x"
+                                        if other in ids and other != wid else "-")
+        take = WINDOW_TAKE.get(wid, "")
+        rows.append([by_id[wid].label, f"{s16.rps:,.0f}", vs(take), vs("notes_fixed"),
+                     vs("notes_log"), f"{s16.cpu_us:.2f}", vs(take, "cpu_us"),
+                     vs("notes_log", "cpu_us"), f"{s16.p99_ms:.3f}", f"{s1.rps:,.0f}",
+                     f"{s1.p99_ms:.3f}"])
+    return rows
+
+
+def window_memory_rows(memory: list[MemoryResult]) -> list[list[str]]:
+    """Issue 11's memory per key, with TB.TAKE's bucket at the same limit beside."""
+    methods = {m.label: m for m in MEMORY_METHODS if m.suite == "issue11"}
+    by_label = {m.label: m for m in memory}
+    rows = []
+    for r in memory:
+        m = methods.get(r.label)
+        if m is None:
+            continue
+        take = (by_label.get(f"TB.TAKE (now), capacity {int(m.limit):,}")
+                if m.limit.isdigit() else None)
+        x = r.per_bucket / take.per_bucket if take else None
+        ratio = "-" if x is None else f"{x:,.0f}x" if x >= 100 else f"{x:.2f}x"
+        limit = f"{int(m.limit):,}" if m.limit.isdigit() else m.limit
+        rows.append([r.label, limit, m.state, f"{r.keys:,}", f"{r.per_bucket:,.2f}",
+                     f"{r.repeat_diff:.2f}", f"{r.memory_usage:,}", ratio,
+                     f"`{textwrap.shorten(r.sample, 90)}`"])
+    return rows
+
+
+def window_section(cfg, info, runs, wl, summary, skipped) -> list[str]:
+    """The issue-11 section: TB.WINDOW's modes against the notes' scripts and TB.TAKE."""
+    issue11 = {w.label for w in WORKLOADS if w.suite == "issue11"}
+    missing = [n for n in skipped if n.split(":", 1)[0] in issue11]
+    if not any(w.suite == "issue11" for w in wl) and not missing:
+        return []
+    by_id = {w.id: w for w in WORKLOADS}
+    per_run = lambda r: by_id["win_log"].requests(r, cfg.keys)
+    log_p16, log_p1 = per_run(cfg.requests), per_run(cfg.requests_p1)
+    numbers = by_id["win_log"].key_numbers(cfg.keys)
+    L = ["## TB.WINDOW side by side (issue 11)", "",
+         "- Every workload below runs in the same interleaved rounds as the rest, at -c 50 "
+         "and -P 16 and -P 1. *vs TB.TAKE* is the median of per-round req/s ratios against "
+         "TB.TAKE on the same clock (the core suite's TB.TAKE (now) and TB.TAKE (server "
+         "clock) workloads: capacity 1e9, 1000 taken, n 1); *vs INCR+EXPIRE script* and "
+         "*vs ZSET log script* against the notes' two scripts; CPU ratios likewise (below 1: "
+         "cheaper for the server). Memory per key is in the memory section below.",
+         f"- **FIXED and SLIDING**: `TB.WINDOW key {CAPACITY} {WIN_LONG} 1 [now] "
+         f"FIXED|SLIDING`, every key prepared by one call counting {int(WIN_PREFILL):,} "
+         "requests (a busy key of an hourly quota that no run can exhaust: every call is "
+         "admitted). A timed call counts 1 and rewrites one field (`count`), as TB.TAKE "
+         f"(now) rewrites `tokens`. With `now` fixed ({FIXED_NOW}) the window is "
+         "[1764453600, 1764457200): FIXED keys live 932 s, SLIDING keys 4532 s. SLIDING also "
+         "runs on the server clock (its key lives at least a window, so nothing can expire "
+         "mid-run; the previous window's count is then 0). FIXED runs with `now` only: its "
+         "key expires with its window, and a run on the server clock that straddled the top "
+         "of an hour would lose keys mid-run.",
+         f"- **The notes' INCR+EXPIRE** (bench/window_fixed.lua, `EVALSHA sha 1 key "
+         f"{CAPACITY} {WIN_LONG}`): the window is part of the key name in the notes "
+         "(rate:{user}:{window}), so with one window per run the key is just tb:N. Prepared "
+         f"by the script's first call (count 1, EXPIRE {WIN_LONG}) and `INCRBY key "
+         f"{int(WIN_PREFILL) - 1}`: the same count as FIXED's keys; each timed call is one "
+         "INCR (EXPIRE only on a first hit).",
+         f"- **LOG** (`TB.WINDOW key {LOG_LIMIT} {LOG_WINDOW} 1 {FIXED_NOW} LOG`) and **the "
+         f"notes' ZSET log** (bench/window_log.lua, `EVALSHA sha 1 key {FIXED_NOW_MS} "
+         f"{int(LOG_WINDOW) * 1000} {LOG_LIMIT}`, the same instant in ms): the notes' own "
+         f"example, limit {LOG_LIMIT} per {LOG_WINDOW} s. Every key starts with {LOG_STALE} "
+         f"entries older than the window and {LOG_FRESH} inside it (LOG: one call of "
+         f"{LOG_STALE} at {LOG_STALE_AT} and one of {LOG_FRESH} at {LOG_FRESH_AT}; the "
+         "script: the same instants at distinct milliseconds, written by ZADD + EXPIRE "
+         f"{LOG_WINDOW}, checked to be exactly what the script's own calls leave). All timed "
+         "calls are at the same fixed instant, so what is measured is: a key's first call "
+         f"in a run removes its {LOG_STALE} stale entries and adds one; every later call "
+         "adds one more. LOG adds a new member at the same score each time (`<now>-k`); the "
+         "script's member is the timestamp, already there, so its ZADD changes nothing and "
+         f"its set stays at {LOG_FRESH + 1} entries (the notes' flaw: it makes the script's "
+         "calls cheaper than with distinct timestamps, so the ratio is conservative for "
+         f"LOG). Runs send at most {LOG_MAX_CALLS_PER_KEY:g} requests per key: here "
+         f"{log_p16:,} pipelined and {log_p1:,} unpipelined over {numbers:,} keys, "
+         f"{log_p16 / numbers:.1f} and {log_p1 / numbers:.1f} calls per key on average "
+         "(redis-benchmark draws each call's key uniformly, so the calls per key are "
+         "Poisson: the busiest of 100,000 keys sees about 17 at 5 per key, 27 at 10), so a "
+         f"log never nears {LOG_LIMIT} entries and no call is denied. At the default 500,000 "
+         "requests (5 calls per key) a pipelined run removes on average one entry per entry "
+         "added, as a log in steady state does, but all of it in the key's first call; the "
+         "fewer calls per key, the larger the share of first calls (unpipelined, most calls "
+         f"are). The keys live {LOG_WINDOW} s after the prepare, far longer than a run."
+         f"- **LOG (server clock)**, informational: {LOG_FRESH} entries per key at one "
+         "instant, each timed call adds one at its own microsecond; nothing is removed (a "
+         f"{LOG_WINDOW} s window outlives the run, and the module cannot be given stale "
+         "entries after fresh ones: a `now` behind the log records at its newest).",
+         "- Checked before timing: the INCR script and FIXED admit alike at limit 3; the "
+         "ZSET script and LOG admit alike on requests in distinct milliseconds, entries "
+         "leaving the window included; the prepared keys hold what is said above after one "
+         "and two timed calls. Checked after every run: DBSIZE unchanged, INFO tb's "
+         "`tb_window_denied` unchanged, and for the scripts a sample of 50 keys each with "
+         "at least one request left (limit - INCR counter, limit - ZCARD).",
+         *[f"- The notes' flaw, measured before timing: {n}." for n in
+           info.get("window_checks", [])],
+         ""]
+    if missing:
+        L += ["**Not measured:** " + "; ".join(missing) + ".", ""]
+    if any(w.suite == "issue11" for w in wl):
+        L += [md_table(WINDOW_HEADER, window_rows(runs, wl, summary)), ""]
+    return L
+
+
 def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, runs,
                  memory: list[MemoryResult], targets: list[Target], bench_cmds, elapsed,
                  skipped: list[str]) -> str:
@@ -297,7 +429,8 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
         f"{info['tb_version']}); git: {info['git']}",
         f"- {cfg.rounds} rounds, interleaved (every workload once per round, in the order "
         f"below); {cfg.requests:,} requests per pipelined run (fewer for the small bucket "
-        f"shape of issue 12, see there), {cfg.requests_p1:,} per unpipelined run; "
+        f"shape of issue 12, and for issue 11's logs beyond {LOG_MAX_CALLS_PER_KEY:g} per "
+        f"key; see there), {cfg.requests_p1:,} per unpipelined run; "
         f"{cfg.keys:,} distinct keys; {CLIENTS} clients. Suites: {', '.join(cfg.suites)}"
         + (f"; only {', '.join(cfg.only)}" if cfg.only else "") + ".",
         *([f"- Peer: {info['redis_cell']}"] if "redis_cell" in info else []),
@@ -340,6 +473,9 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
         if rows:
             L += [f"### -P {p}", "", md_table(PEER_HEADER, rows, "llrrrrrrr"), ""]
     L += side_by_side(cfg, info, runs, wl, summary, memory, skipped)
+    L += window_section(cfg, info, runs, wl, summary, skipped)
+    windows = WINDOW_MEMORY_LABELS
+    window_diffs = [m.repeat_diff / m.per_bucket for m in memory if m.label in windows]
     L += ["## Targets (from the issue)", "",
           md_table(TARGET_HEADER, target_rows(targets, bold=True), "lrrrlr"),
           "",
@@ -352,7 +488,9 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
           "CPU per call of the two workloads compared and the median of their per-round "
           "ratio (below 1: the first costs the server less). "
           f"Memory: the largest difference between the {MEMORY_PASSES} passes of any method "
-          f"was {max(m.repeat_diff for m in memory):.2f} B/bucket.", ""]
+          f"was {max(m.repeat_diff for m in memory if m.label not in windows):.2f} B/bucket"
+          + (f"; of issue 11's keys, {max(window_diffs) * 100:.2f}% of a key"
+             if window_diffs else "") + ".", ""]
     L += ["## Memory per bucket", "",
           f"{cfg.keys:,} live buckets, each made by one call of the method (the same typical "
           f"state: tokens {TYPICAL_TOKENS}, last_refill_time {FIXED_NOW} or the server "
@@ -374,7 +512,24 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
                     "MEMORY USAGE B", "vs HSET+PEXPIRE", "sample stored fields"],
                    [[m.label, f"{m.per_bucket:.2f}", f"{m.repeat_diff:.2f}", str(m.memory_usage),
                      f"{m.per_bucket / memory[0].per_bucket:.3f}x", f"`{m.sample}`"]
-                    for m in memory], "lrrrrl"), ""]
+                    for m in memory if m.label not in WINDOW_MEMORY_LABELS], "lrrrrl"), ""]
+    window_memory = window_memory_rows(memory)
+    if window_memory:
+        L += ["### TB.WINDOW per key (issue 11)", "",
+              "Each mode at limit 100 and 10,000 beside TB.TAKE holding the same quota as a "
+              f"bucket (capacity = limit, refilling limit per {WIN_LONG} s, half of it taken) "
+              "and the notes' two scripts, all at the fixed `now` with a "
+              f"{WIN_LONG} s window (nothing expires while measured), measured as above, as "
+              "a group of their own after the others. FIXED holds the count of a window used "
+              "up; SLIDING half the limit in the previous window and half in the current one "
+              "(all three fields set); a full log holds `limit` entries made by `limit` calls "
+              "one millisecond apart (as requests arriving over time leave it: LOG's members "
+              "are then `<time>-0`, the script's the time in ms), over fewer keys "
+              f"({', '.join(f'{int(k):,} at limit {int(l):,}' for l, k in WINDOW_LOG_KEYS.items())}"
+              ") so populating stays quick. A sorted set of up to 128 entries is a listpack, "
+              "beyond that a skiplist with a dict (Redis' defaults). *vs TB.TAKE* divides by "
+              "TB.TAKE's used_memory delta at the same limit.", "",
+              md_table(WINDOW_MEMORY_HEADER, window_memory, "llllrrrrl"), ""]
     labels = {w.id: w.label for w in wl}
     L += ["## Workloads", "",
           md_table(["workload", "command (redis-benchmark)", "keys before each run",
@@ -413,6 +568,9 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
           *new_command_notes(wl, cfg.keys),
           *(["- Issue 12 (redis-cell side by side): the bucket shapes, the prefill and the "
              "checks are in its section above."] if any(w.shape for w in wl) else []),
+          *(["- Issue 11 (TB.WINDOW): the limits, windows, the keys' prepared state and what "
+             "each timed call does are in its section above."]
+            if any(w.suite == "issue11" for w in wl) else []),
           "- Every workload starts with FLUSHALL then populates its keys on a separate "
           "connection, closed before the timed run.", ""]
     L += ["## Exact commands", "", "```",
@@ -447,9 +605,17 @@ def print_summary(cfg, wl, summary, runs, memory, targets, skipped, elapsed) -> 
         if any(w.shape == sh.id for w in wl):
             print(f"\nredis-cell side by side, {sh.title}")
             print(text_table(SIDE_HEADER, side_rows(runs, wl, summary, memory, sh)))
+    if any(w.suite == "issue11" for w in wl):
+        print("\nTB.WINDOW side by side (issue 11), -P 16")
+        print(text_table(WINDOW_HEADER, window_rows(runs, wl, summary)))
     print("\nmemory per bucket")
     print(text_table(["method", "used_memory B/bucket", "MEMORY USAGE B"],
-                     [[m.label, f"{m.per_bucket:.2f}", str(m.memory_usage)] for m in memory]))
+                     [[m.label, f"{m.per_bucket:.2f}", str(m.memory_usage)] for m in memory
+                      if m.label not in WINDOW_MEMORY_LABELS]))
+    window_memory = window_memory_rows(memory)
+    if window_memory:
+        print("\nTB.WINDOW memory per key (issue 11)")
+        print(text_table(WINDOW_MEMORY_HEADER[:-1], [r[:-1] for r in window_memory]))
     print("\ntargets")
     print(text_table(["target", "measured", "per-round", "required", "result",
                       "server CPU/call"], target_rows(targets, bold=False)))

@@ -14,13 +14,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .common import SetupError
 from .resp import RespClient, encode_batches
 from .server import RedisServer
-from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, LUA_SHA, MTAKE_ROLES, PIPELINES,
-                        PREFILL_TAKE, RATE, SHAPES, TAKE_N, Workload, cell, lua, mtake, peek,
-                        reserve, seed_lua, take)
+from .workloads import (CAPACITY, CLIENTS, FIXED_NOW, FIXED_NOW_MS, KEY, LOG_FRESH, LOG_LIMIT,
+                        LOG_SCRIPT_ENTRIES, LOG_WINDOW, LUA_SHA, MTAKE_ROLES, PIPELINES,
+                        PREFILL_TAKE, RATE, SHAPES, TAKE_N, WORKLOADS, Workload, cell,
+                        log_script_prepare, lua, ms, mtake, notes_fixed, notes_log, now_minus,
+                        peek, reserve, seed_lua, take, window)
 
 BENCH_TIMEOUT_S = 300.0
 
@@ -230,8 +233,8 @@ def check_no_debt(ctl: RespClient, w: Workload, keys: int, samples: int = 10) ->
 
 def check_probe(ctl: RespClient, w: Workload, keys: int, samples: int = 50) -> None:
     """For commands that keep no denial count (redis-cell, the Lua scripts): no sampled
-    bucket has run dry (fewer than one token left), which would mean some calls were
-    denied and wrote nothing."""
+    bucket has run dry (fewer than one token, or for the notes' window scripts one
+    request, left), which would mean some calls were denied and wrote nothing."""
     if not w.probe:
         return
     numbers = w.key_numbers(keys)
@@ -239,9 +242,9 @@ def check_probe(ctl: RespClient, w: Workload, keys: int, samples: int = 50) -> N
         reply = ctl.call(*fill(w.probe, i))
         left = reply if w.probe_index is None else reply[w.probe_index]
         if left is None or float(left) < 1:
-            raise SetupError(f"{w.label}: the bucket of key number {i} has {left} tokens "
-                             f"left after the run ({shlex.join(fill(w.probe, i))}): calls "
-                             "were denied; the parameters must keep every call allowed")
+            raise SetupError(f"{w.label}: key number {i} has {left} left after the run "
+                             f"({shlex.join(fill(w.probe, i))}): calls were denied; the "
+                             "parameters must keep every call allowed")
 
 
 def system_busy_seconds() -> float:
@@ -299,14 +302,15 @@ def _fields(ctl: RespClient, key: str) -> dict[str, str]:
 
 
 def sanity_check(ctl: RespClient, shas: dict[str, str], have: set[str],
-                 ids: set[str]) -> None:
+                 ids: set[str]) -> list[str]:
     """The Lua script and TB.TAKE agree on a few calls (same allowed flag and remaining
     tokens, same stored fields); and, for the new commands the module has, each does on
     the benchmark's calls what TB.TAKE does: TB.MTAKE leaves each of its buckets as
     TB.TAKE leaves it and replies per key as TB.TAKE does, TB.RESERVE (tokens there)
     answers and stores as TB.TAKE, TB.PEEK answers as TB.TAKE with n = 0 and writes
     nothing. Issue 12 (the workloads in `ids`): the seed's script and TB.TAKE agree on the
-    shapes' calls, and TB.THROTTLE answers them as CL.THROTTLE does."""
+    shapes' calls, and TB.THROTTLE answers them as CL.THROTTLE does. Issue 11: see
+    check_windows. Returns what the checks found worth reporting."""
     sha = shas[LUA_SHA]
     ctl.call("FLUSHALL", "SYNC")
     for args in ([CAPACITY, RATE, PREFILL_TAKE, FIXED_NOW], [CAPACITY, RATE, TAKE_N, FIXED_NOW],
@@ -358,7 +362,88 @@ def sanity_check(ctl: RespClient, shas: dict[str, str], have: set[str],
         check_shape_scripts(ctl, shas)
     if "tb.throttle" in have and "cl.throttle" in have:
         check_throttle(ctl)
+    notes = []
+    if "tb.window" in have and any(i.startswith(("win_", "notes_")) for i in ids):
+        notes = check_windows(ctl, shas)
     ctl.call("FLUSHALL", "SYNC")
+    return notes
+
+
+def _admitted(reply) -> bool:
+    """TB.WINDOW's allowed flag, or a notes' script's 1/0."""
+    return str(reply[0] if isinstance(reply, list) else reply) == "1"
+
+
+def check_windows(ctl: RespClient, shas: dict[str, str]) -> list[str]:
+    """Issue 11, before timing: the notes' scripts and the modes they are timed against
+    decide alike where the scripts are right (INCR+EXPIRE and FIXED on one window; the
+    ZSET log and LOG on requests in distinct milliseconds, including entries leaving the
+    window), and the benchmark's keys hold what the report says: after the prepare and
+    one timed call, FIXED's count and the INCR counter agree, LOG and the script hold
+    LOG_FRESH + 1 entries (the stale ones removed), a second call adds an entry to LOG and
+    none to the script (same millisecond), and the script's prepared key (ZADD) is exactly
+    what the script's own calls leave. Also measures the notes' flaw (requests in one
+    millisecond) for the report."""
+    sub = lambda c: substitute(c, shas)
+    fixed = [_admitted(ctl.call(*window("check:wf", "3", "3600", "1", FIXED_NOW, "FIXED")))
+             for _ in range(4)]
+    incr = [_admitted(ctl.call(*sub(notes_fixed("check:nf", "3")))) for _ in range(4)]
+    if fixed != incr or fixed != [True, True, True, False]:
+        raise SetupError(f"TB.WINDOW FIXED and the notes' INCR script disagree at limit 3: "
+                         f"{fixed} vs {incr}")
+    win_ms = str(int(LOG_WINDOW) * 1000)
+    steps = [Decimal(k) / 1000 for k in (0, 1, 2, 3)] + [Decimal(61)]
+    log, zset = [], []
+    for step in steps:
+        t = now_minus(-step)
+        log.append(_admitted(ctl.call(*window("check:wl", "3", LOG_WINDOW, "1", t, "LOG"))))
+        zset.append(_admitted(ctl.call(*sub(notes_log("check:nl", str(ms(t)), win_ms, "3")))))
+    if log != zset or log != [True, True, True, False, True]:
+        raise SetupError("TB.WINDOW LOG and the notes' ZSET script disagree on requests in "
+                         f"distinct milliseconds at limit 3: {log} vs {zset}")
+    same_log = sum(_admitted(ctl.call(*window("check:fl", "3", LOG_WINDOW, "1", FIXED_NOW,
+                                              "LOG"))) for _ in range(5))
+    same_zset = sum(_admitted(ctl.call(*sub(notes_log("check:fz", FIXED_NOW_MS, win_ms,
+                                                      "3")))) for _ in range(5))
+    flaw = (f"5 requests in the same millisecond at limit 3: the notes' ZSET script admitted "
+            f"{same_zset} and its set holds {ctl.call('ZCARD', 'check:fz')} entry; TB.WINDOW "
+            f"LOG admitted {same_log} and holds {ctl.call('ZCARD', 'check:fl')} entries")
+
+    by_id = {w.id: w for w in WORKLOADS}
+    for a, b in (("win_fixed", "notes_fixed"), ("win_log", "notes_log")):
+        keys = {}
+        for wid in (a, b):
+            w, key = by_id[wid], f"check:bench:{wid}"
+            keys[wid] = key
+            for c in w.prepare:
+                ctl.call(*sub([x.replace(KEY, key) for x in c]))
+            if not _admitted(ctl.call(*sub([x.replace(KEY, key) for x in w.command]))):
+                raise SetupError(f"{w.label}: the benchmark's first call was denied")
+        if a == "win_fixed":
+            counted = (ctl.call("HGET", keys[a], "count"), ctl.call("GET", keys[b]))
+            if counted != (str(int(PREFILL_TAKE) + 1),) * 2:
+                raise SetupError(f"TB.WINDOW FIXED and the notes' INCR script count {counted} "
+                                 "after the prepare and one call")
+            continue
+        sizes = [ctl.call("ZCARD", keys[a]), ctl.call("ZCARD", keys[b])]
+        for wid in (a, b):
+            ctl.call(*sub([x.replace(KEY, keys[wid]) for x in by_id[wid].command]))
+        after = [ctl.call("ZCARD", keys[a]), ctl.call("ZCARD", keys[b])]
+        if sizes != [LOG_FRESH + 1] * 2 or after != [LOG_FRESH + 2, LOG_FRESH + 1]:
+            raise SetupError(f"LOG and the notes' script hold {sizes} entries after the prepare "
+                             f"and one call, {after} after two (expected {LOG_FRESH + 1} each, "
+                             f"then {LOG_FRESH + 2} and {LOG_FRESH + 1})")
+    for t in LOG_SCRIPT_ENTRIES:
+        ctl.call(*sub(notes_log("check:own", str(t), win_ms, LOG_LIMIT)))
+    for c in log_script_prepare("check:zadd"):
+        ctl.call(*c)
+    own, made = (ctl.call("ZRANGE", k, "0", "-1", "WITHSCORES")
+                 for k in ("check:own", "check:zadd"))
+    if own != made or not all(0 < ctl.call("TTL", k) <= int(LOG_WINDOW)
+                              for k in ("check:own", "check:zadd")):
+        raise SetupError("the notes' ZSET script's prepared keys differ from what its own "
+                         "calls leave")
+    return [flaw]
 
 
 def check_shape_scripts(ctl: RespClient, shas: dict[str, str]) -> None:

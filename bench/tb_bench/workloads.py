@@ -16,15 +16,20 @@ Placeholders, filled in by the runner:
                 the keys the timed command can hit.
   __lua_sha__   the SHA1 of bench/token_bucket.lua after SCRIPT LOAD.
   __seed_sha__  the SHA1 of bench/seed_token_bucket.lua (the design notes' own script).
+  __wfixed_sha__, __wlog_sha__  the SHA1s of bench/window_fixed.lua and bench/window_log.lua
+                (the notes' fixed window counter and sliding window log, issue 11).
 
 Every workload belongs to a suite: "core" (TB.TAKE and the other TB.* commands against
-HSET, PING and the Lua script) or "issue12" (redis-cell side by side, two bucket shapes).
-`make bench` runs both; `bench.py --suite issue12` runs one (HSET always comes along).
+HSET, PING and the Lua script), "issue12" (redis-cell side by side, two bucket shapes) or
+"issue11" (TB.WINDOW's three modes against the notes' two window scripts and TB.TAKE).
+`make bench` runs all three; `bench.py --suite issue12` runs one (HSET and the workloads
+its rows are compared with always come along).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 # ---------------------------------------------------------------------------------------
 # Bucket parameters (see the report's "Parameters" section for the reasoning).
@@ -126,7 +131,7 @@ class Workload:
     peers: list[str] = field(default_factory=list)  # ids it is compared against, per unit
     units: int = 1       # buckets one call serves: per-bucket figures are per call / units
     note: str = ""       # why it is here
-    suite: str = "core"  # "core" or "issue12" (see the module docstring)
+    suite: str = "core"  # "core", "issue12" or "issue11" (see the module docstring)
     shape: str = ""      # issue 12: the bucket shape (SHAPES) it runs on
     # A run sends at most this many requests per key (None: no cap): the small shape's
     # keys live only seconds, so its runs must be short (see SHAPES).
@@ -290,7 +295,146 @@ def issue12(shape: Shape) -> list[Workload]:
 
 
 WORKLOADS += [w for shape in SHAPES for w in issue12(shape)]
-SUITES = ("core", "issue12")
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 11: TB.WINDOW's three modes, the design notes' two window scripts (EVALSHA of
+# bench/window_fixed.lua and bench/window_log.lua) and TB.TAKE (the core suite's tb_now
+# and tb_clock, declared as peers so they run in the same rounds), side by side.
+#
+# * FIXED and SLIDING: limit 1e9 per 3600 s window (a busy key of an hourly quota that no
+#   run can exhaust), each key prepared by one call counting WIN_PREFILL = 1000 requests,
+#   then every timed call counts 1 and rewrites one field (`count`), as TB.TAKE (now)
+#   rewrites `tokens`. With the fixed `now` the window is [1764453600, 1764457200): a
+#   FIXED key lives 932 s (it expires with its window), a SLIDING key 4532 s (both windows
+#   over). SLIDING also runs on the server clock: its key lives at least a window, so
+#   nothing expires mid-run (crossing the top of an hour only rolls the window). FIXED
+#   does not: its key expires with its window, and a run straddling the top of the hour
+#   would lose keys mid-run (the runner aborts when the keyspace changes).
+# * The notes' INCR + EXPIRE script: the window lives in the key name (the caller's
+#   rate:{user}:{window}), so with one window per run the key is tb:N. Prepared by the
+#   script's first call (count 1, EXPIRE 3600) plus INCRBY 999: the same count as FIXED's
+#   keys; every timed call is then one INCR (no EXPIRE after the first hit).
+# * LOG and the notes' ZSET script: the notes' own example, limit 100 per 60 s. Each key
+#   starts with LOG_STALE entries older than the window and LOG_FRESH inside it; every
+#   timed call is at the same fixed instant (LOG: FIXED_NOW in seconds; the script: the
+#   same instant in ms), so a key's first call in a run removes the stale entries and adds
+#   one, and every later call adds one (LOG: a new member `<now>-k` at the same score; the
+#   script: the member is the timestamp, already there, so ZADD changes nothing and its set
+#   stays put: the notes' flaw, which makes its timed calls cheaper, not dearer). A run
+#   sends at most LOG_MAX_CALLS_PER_KEY requests per key (500,000 at 100,000 keys: about 5
+#   per key, Poisson, the busiest ~17; 10 per key at most: the busiest ~27), so a log
+#   never holds more than ~LOG_FRESH + 28 < 100 entries and no call is denied (checked).
+#   With ~5 calls per key, a pipelined run removes on average one entry per entry added,
+#   as a log in steady state does, but all in the key's first call. Key lifetime: 60 s
+#   from the prepare (both methods), far longer than a run. LOG on the server clock is
+#   shown too (informational): distinct microsecond scores, LOG_FRESH entries prepared at
+#   one instant, no removal (a 60 s window outlives the run, and the module cannot be
+#   handed stale entries after fresh ones: a `now` behind the log records at its newest).
+# ---------------------------------------------------------------------------------------
+WFIXED_SHA = "__wfixed_sha__"
+WLOG_SHA = "__wlog_sha__"
+WIN_BIG_LIMIT = CAPACITY   # 1e9
+WIN_LONG = "3600"          # seconds: FIXED and SLIDING
+WIN_PREFILL = PREFILL_TAKE
+LOG_LIMIT = "100"
+LOG_WINDOW = "60"
+LOG_STALE, LOG_FRESH = 5, 15
+LOG_STALE_AGE, LOG_FRESH_AGE = 75, 30   # seconds before FIXED_NOW
+LOG_MAX_CALLS_PER_KEY = 10.0
+_NOW = Decimal(FIXED_NOW)
+
+
+def now_minus(seconds: Decimal | int) -> str:
+    """FIXED_NOW - seconds, as text with FIXED_NOW's six decimals."""
+    return str(_NOW - Decimal(seconds))
+
+
+def ms(seconds_text: str) -> int:
+    """An epoch time in seconds (text) as the notes' scripts take it: whole milliseconds."""
+    return int(Decimal(seconds_text) * 1000)
+
+
+FIXED_NOW_MS = str(ms(FIXED_NOW))
+LOG_STALE_AT, LOG_FRESH_AT = now_minus(LOG_STALE_AGE), now_minus(LOG_FRESH_AGE)
+# The notes' script keeps one entry per distinct millisecond: its keys get the same
+# entries at distinct milliseconds from those instants (ZADD, checked to be what the
+# script's own calls leave).
+LOG_SCRIPT_ENTRIES = ([ms(LOG_STALE_AT) + i for i in range(LOG_STALE)]
+                      + [ms(LOG_FRESH_AT) + i for i in range(LOG_FRESH)])
+
+
+def window(key: str, limit: str, win: str, n: str, now: str | None, mode: str) -> list[str]:
+    return ["TB.WINDOW", key, limit, win, n, *([now] if now else []), mode]
+
+
+def notes_fixed(key: str, limit: str, win: str = WIN_LONG) -> list[str]:
+    return ["EVALSHA", WFIXED_SHA, "1", key, limit, win]
+
+
+def notes_log(key: str, now_ms: str, win_ms: str, limit: str) -> list[str]:
+    return ["EVALSHA", WLOG_SHA, "1", key, now_ms, win_ms, limit]
+
+
+def log_script_prepare(key: str) -> list[list[str]]:
+    """The state the notes' script leaves after admitting LOG_SCRIPT_ENTRIES, one call per
+    millisecond: those timestamps as score and member, and EXPIRE window (s)."""
+    return [["ZADD", key, *[str(x) for t in LOG_SCRIPT_ENTRIES for x in (t, t)]],
+            ["EXPIRE", key, LOG_WINDOW]]
+
+
+def left_probe(script: str, key: str, limit: str) -> list[str]:
+    """An EVAL answering limit - (what the key has counted): >= 1 means no call of the run
+    found the limit reached."""
+    return ["EVAL", f"return tonumber(ARGV[1]) - {script}", "1", key, limit]
+
+
+_LOG_WIN_MS = str(int(LOG_WINDOW) * 1000)
+_I11 = dict(suite="issue11")
+WORKLOADS += [
+    Workload("win_fixed", "TB.WINDOW FIXED (now)",
+             window(KEY, WIN_BIG_LIMIT, WIN_LONG, TAKE_N, FIXED_NOW, "FIXED"),
+             [window(KEY, WIN_BIG_LIMIT, WIN_LONG, WIN_PREFILL, FIXED_NOW, "FIXED")],
+             peers=["tb_now", "notes_fixed"],
+             note="limit 1e9 per 3600 s, 1000 already counted; each call counts 1", **_I11),
+    Workload("win_sliding", "TB.WINDOW SLIDING (now)",
+             window(KEY, WIN_BIG_LIMIT, WIN_LONG, TAKE_N, FIXED_NOW, "SLIDING"),
+             [window(KEY, WIN_BIG_LIMIT, WIN_LONG, WIN_PREFILL, FIXED_NOW, "SLIDING")],
+             peers=["tb_now", "notes_log"],
+             note="as FIXED (now), weighted over the previous window", **_I11),
+    Workload("win_sliding_clock", "TB.WINDOW SLIDING (server clock)",
+             window(KEY, WIN_BIG_LIMIT, WIN_LONG, TAKE_N, None, "SLIDING"),
+             [window(KEY, WIN_BIG_LIMIT, WIN_LONG, WIN_PREFILL, None, "SLIDING")],
+             peers=["tb_clock", "notes_log"], note="now omitted: the main path", **_I11),
+    Workload("win_log", "TB.WINDOW LOG (now)",
+             window(KEY, LOG_LIMIT, LOG_WINDOW, TAKE_N, FIXED_NOW, "LOG"),
+             [window(KEY, LOG_LIMIT, LOG_WINDOW, str(LOG_STALE), LOG_STALE_AT, "LOG"),
+              window(KEY, LOG_LIMIT, LOG_WINDOW, str(LOG_FRESH), LOG_FRESH_AT, "LOG")],
+             peers=["notes_log", "tb_now"], max_calls_per_key=LOG_MAX_CALLS_PER_KEY,
+             note=f"the notes' limit 100 per 60 s; {LOG_STALE} stale and {LOG_FRESH} live "
+                  "entries per key; a key's first call removes the stale ones, every call "
+                  "adds one", **_I11),
+    Workload("win_log_clock", "TB.WINDOW LOG (server clock)",
+             window(KEY, LOG_LIMIT, LOG_WINDOW, TAKE_N, None, "LOG"),
+             [window(KEY, LOG_LIMIT, LOG_WINDOW, str(LOG_FRESH), None, "LOG")],
+             peers=["notes_log"], max_calls_per_key=LOG_MAX_CALLS_PER_KEY,
+             note=f"{LOG_FRESH} live entries per key, one new score per call, no removal; "
+                  "informational, not graded", **_I11),
+    Workload("notes_fixed", "Notes' INCR+EXPIRE script",
+             notes_fixed(KEY, WIN_BIG_LIMIT),
+             [notes_fixed(KEY, WIN_BIG_LIMIT), ["INCRBY", KEY, str(int(WIN_PREFILL) - 1)]],
+             probe=left_probe("redis.call('GET', KEYS[1])", KEY, WIN_BIG_LIMIT),
+             note="bench/window_fixed.lua: INCR, EXPIRE on the first hit; 1000 already "
+                  "counted, so each call is one INCR", **_I11),
+    Workload("notes_log", "Notes' ZSET log script (now)",
+             notes_log(KEY, FIXED_NOW_MS, _LOG_WIN_MS, LOG_LIMIT), log_script_prepare(KEY),
+             probe=left_probe("redis.call('ZCARD', KEYS[1])", KEY, LOG_LIMIT),
+             max_calls_per_key=LOG_MAX_CALLS_PER_KEY,
+             note="bench/window_log.lua at the same instant (ms): ZREMRANGEBYSCORE, ZCARD, "
+                  "ZADD now now, EXPIRE; the same entries at distinct ms, so the first call "
+                  "removes the stale ones; later calls re-add the same member", **_I11),
+]
+SUITES = ("core", "issue12", "issue11")
 
 
 # ---------------------------------------------------------------------------------------
@@ -304,6 +448,9 @@ class MemoryMethod:
     commands: list[list[str]]  # run once per key
     suite: str = "core"
     workload: str = ""         # issue 12: the workload whose prepared key this is
+    keys: int | None = None    # measure over at most this many keys (big keys: fewer)
+    limit: str = ""            # issue 11: the limit (capacity) the key is shaped for
+    state: str = ""            # issue 11: what the key holds, for the report
 
     def module_commands(self) -> set[str]:
         return {c[0].lower() for c in self.commands if c[0].upper().startswith(MODULE_PREFIXES)}
@@ -323,6 +470,86 @@ MEMORY_METHODS: list[MemoryMethod] = [
       if w.suite == "issue12" and not w.id.startswith("lua_")],
 ]
 MEMORY_GRADED = ("TB.TAKE (now)", "TB.TAKE (server clock)")  # each <= the baseline
+
+
+# Issue 11: memory per key of each mode at limit 100 and 10,000, beside TB.TAKE holding
+# the same quota as a bucket (capacity = limit, refilling limit per window, half used) and
+# the notes' two scripts. All at FIXED_NOW with a 3600 s window, so no key expires while
+# it is measured. Full logs hold `limit` entries at distinct milliseconds (as requests
+# arriving over time leave them; LOG members are then `<time>-0`), built by `limit` calls
+# per key, over fewer keys: WINDOW_LOG_KEYS[limit].
+WINDOW_LIMITS = ("100", "10000")
+WINDOW_LOG_KEYS = {"100": 2_000, "10000": 20}
+
+
+def _spread(limit: int) -> list[str]:
+    """`limit` instants one millisecond apart, the last at FIXED_NOW, oldest first."""
+    return [now_minus(Decimal(limit - 1 - i) / 1000) for i in range(limit)]
+
+
+def window_memory(limit: str) -> list[MemoryMethod]:
+    lim, half, w = int(limit), str(int(limit) // 2), WIN_LONG
+    rate = f"{lim / int(w):.15g}"
+    full = _spread(lim)
+    common = dict(suite="issue11", limit=limit)
+    return [
+        MemoryMethod(f"TB.TAKE (now), capacity {lim:,}",
+                     [take(KEY, half, rate, FIXED_NOW, limit)],
+                     state=f"bucket of {lim:,} refilling {lim:,} per {w} s, {int(half):,} "
+                           "taken",
+                     **common),
+        MemoryMethod(f"TB.WINDOW FIXED, limit {lim:,}",
+                     [window(KEY, limit, w, limit, FIXED_NOW, "FIXED")],
+                     state=f"count {lim:,}: the window used up", **common),
+        MemoryMethod(f"TB.WINDOW SLIDING, limit {lim:,}",
+                     [window(KEY, limit, w, half, now_minus(int(w)), "SLIDING"),
+                      window(KEY, limit, w, half, FIXED_NOW, "SLIDING")],
+                     state=f"previous {int(half):,}, count {int(half):,}", **common),
+        MemoryMethod(f"TB.WINDOW LOG, limit {lim:,}, full",
+                     [window(KEY, limit, w, "1", t, "LOG") for t in full],
+                     keys=WINDOW_LOG_KEYS[limit],
+                     state=f"{lim:,} entries, 1 ms apart", **common),
+        MemoryMethod(f"Notes' INCR+EXPIRE, limit {lim:,}",
+                     [notes_fixed(KEY, limit, w), ["INCRBY", KEY, str(lim - 1)]],
+                     state=f"counter {lim:,}", **common),
+        MemoryMethod(f"Notes' ZSET log, limit {lim:,}, full",
+                     [notes_log(KEY, str(ms(t)), str(int(w) * 1000), limit) for t in full],
+                     keys=WINDOW_LOG_KEYS[limit],
+                     state=f"{lim:,} entries, 1 ms apart", **common),
+    ]
+
+
+MEMORY_METHODS += [
+    *[m for limit in WINDOW_LIMITS for m in window_memory(limit)],
+    MemoryMethod("TB.WINDOW LOG, 1 entry", [window(KEY, LOG_LIMIT, WIN_LONG, "1", FIXED_NOW,
+                                                   "LOG")],
+                 suite="issue11", limit="any", state="1 entry"),
+    MemoryMethod("Notes' ZSET log, 1 entry",
+                 [notes_log(KEY, FIXED_NOW_MS, str(int(WIN_LONG) * 1000), LOG_LIMIT)],
+                 suite="issue11", limit="any", state="1 entry"),
+]
+
+
+@dataclass(frozen=True)
+class MemoryTarget:
+    """a's bytes per key <= b's, measured one way (`metric`: per_bucket = used_memory
+    delta, memory_usage = MEMORY USAGE)."""
+    text: str
+    a: str
+    b: str
+    metric: str
+
+
+MEMORY_TARGETS = [
+    t for limit in WINDOW_LIMITS for t in (
+        MemoryTarget(f"TB.WINDOW SLIDING bytes/key (used_memory) <= TB.TAKE's, limit "
+                     f"{int(limit):,}", f"TB.WINDOW SLIDING, limit {int(limit):,}",
+                     f"TB.TAKE (now), capacity {int(limit):,}", "per_bucket"),
+        MemoryTarget(f"TB.WINDOW SLIDING MEMORY USAGE <= TB.TAKE's, limit {int(limit):,}",
+                     f"TB.WINDOW SLIDING, limit {int(limit):,}",
+                     f"TB.TAKE (now), capacity {int(limit):,}", "memory_usage"),
+    )
+]
 
 
 # ---------------------------------------------------------------------------------------
@@ -384,4 +611,15 @@ TARGETS: list[TargetSpec] = [
                      "-P 16", f"{v}_{shape.id}", f"seed_{shape.id}", 16, "rps", low=2.5)
           for v, name in (("clock", "TB.TAKE (server clock)"), ("now", "TB.TAKE (now)"))],
     )],
+    # Issue 11: TB.WINDOW against TB.TAKE on the same clock, and LOG against the notes'
+    # sorted-set script.
+    *[TargetSpec(f"{name} req/s within 10% of {ref_name} (ratio >= 0.9), -P 16", a, ref,
+                 16, "rps", low=0.9)
+      for a, name, ref, ref_name in (
+          ("win_fixed", "TB.WINDOW FIXED (now)", "tb_now", "TB.TAKE (now)"),
+          ("win_sliding", "TB.WINDOW SLIDING (now)", "tb_now", "TB.TAKE (now)"),
+          ("win_sliding_clock", "TB.WINDOW SLIDING (server clock)", "tb_clock",
+           "TB.TAKE (server clock)"))],
+    TargetSpec("TB.WINDOW LOG (now) req/s >= 2x the notes' ZSET log script (now), -P 16",
+               "win_log", "notes_log", 16, "rps", low=2.0),
 ]
