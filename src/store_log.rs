@@ -235,34 +235,6 @@ impl<'a> LogKey<'a> {
             );
         }
     }
-
-    /// How many entries already have exactly `score` (they are the newest): new members
-    /// at that score are numbered after them, so each is its own member.
-    pub fn count_at(&self, score: f64) -> usize {
-        if !self.key.exists() || self.newest != Some(score) {
-            return 0;
-        }
-        let api = self.key.api;
-        let key = self.key.key;
-        let mut n = 0usize;
-        // SAFETY: valid open key; the iterator is stopped before returning; elements
-        // returned are freed.
-        unsafe {
-            if (api.zset_first_in_score_range)(key, score, score, 0, 0) == 0 {
-                while (api.zset_range_end_reached)(key) == 0 {
-                    let mut s = 0.0;
-                    let e = (api.zset_range_current_element)(key, &mut s);
-                    drop(OwnedString::new(api, self.key.ctx, e));
-                    n += 1;
-                    if (api.zset_range_next)(key) == 0 {
-                        break;
-                    }
-                }
-            }
-            (api.zset_range_stop)(key);
-        }
-        n
-    }
 }
 
 impl Entries for LogKey<'_> {

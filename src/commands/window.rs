@@ -135,10 +135,13 @@ fn log(
             formatted = format_f64(d.add_at);
             formatted.as_bytes()
         };
-        // Requests in the same microsecond are separate members: numbered after those
-        // already at that score (the notes' script used the time alone, so they collapsed
-        // into one entry and the limit leaked).
-        let first = set.count_at(d.add_at);
+        // Requests in the same microsecond are separate members (the notes' script used
+        // the time alone, so they collapsed into one entry and the limit leaked). They are
+        // numbered by the log's size when added: between two calls that add at one score
+        // the cutoff is the same (it follows the newest entry), so nothing is removed and
+        // the size only grows, which keeps every number at that score distinct without
+        // reading those entries back.
+        let first = crate::window::Entries::count(&set).saturating_sub(d.removed);
         let members: Vec<Vec<u8>> = (0..d.add)
             .map(|i| {
                 let mut m = score_text.to_vec();
