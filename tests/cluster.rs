@@ -416,6 +416,31 @@ fn wait_for<T>(
     }
 }
 
+/// Waits (at most 20 s) until `replica`'s replication offset reaches `master`'s as it is
+/// now: everything the master wrote so far has reached the replica.
+fn wait_caught_up(cluster: &Cluster, master: &mut common::Conn, replica: &mut common::Conn) {
+    let offset = |c: &mut common::Conn| -> u64 {
+        info_field(c, "replication", "master_repl_offset")
+            .expect("master_repl_offset")
+            .parse()
+            .unwrap()
+    };
+    let target = offset(master);
+    wait_for(
+        "the replica to catch up",
+        Duration::from_secs(20),
+        || cluster.logs(),
+        || {
+            let at = offset(replica);
+            if at >= target {
+                Ok(())
+            } else {
+                Err(format!("replica at {at} of {target}"))
+            }
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // TB.TAKE through the cluster client
 
@@ -645,26 +670,7 @@ fn every_slot_admits_exactly_capacity_then_rate_times_elapsed() {
         );
         let r = topo.replicas_of(m)[0];
         let mut rc = cluster.nodes[r].conn();
-        let offset = |c: &mut common::Conn| -> u64 {
-            info_field(c, "replication", "master_repl_offset")
-                .expect("master_repl_offset")
-                .parse()
-                .unwrap()
-        };
-        let target = offset(&mut mc);
-        wait_for(
-            "the replica to catch up",
-            Duration::from_secs(20),
-            || cluster.logs(),
-            || {
-                let at = offset(&mut rc);
-                if at >= target {
-                    Ok(())
-                } else {
-                    Err(format!("replica at {at} of {target}"))
-                }
-            },
-        );
+        wait_caught_up(&cluster, &mut mc, &mut rc);
         assert_eq!(
             rc.q("DBSIZE").int(),
             owned,
@@ -1553,26 +1559,7 @@ fn mtake_runs_on_the_tags_master_cross_slot_is_refused_and_replicas_serve_peek_a
 
     // TB.PEEK on the owner's replica: redirected like any command until the connection
     // says READONLY, then answered from the replica's copy, which is the master's.
-    let offset = |c: &mut common::Conn| -> u64 {
-        info_field(c, "replication", "master_repl_offset")
-            .expect("master_repl_offset")
-            .parse()
-            .unwrap()
-    };
-    let target = offset(&mut oc);
-    wait_for(
-        "the replica to catch up",
-        Duration::from_secs(20),
-        || cluster.logs(),
-        || {
-            let at = offset(&mut rc);
-            if at >= target {
-                Ok(())
-            } else {
-                Err(format!("replica at {at} of {target}"))
-            }
-        },
-    );
+    wait_caught_up(&cluster, &mut oc, &mut rc);
     let peeks: Vec<String> = keys
         .iter()
         .zip(["3 0.0625", "5 0.03125", "2 0.015625"])

@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
-use common::{Conn, Reply, Server, Take};
+use common::{Conn, MTake, Reply, Server, Take};
 
 fn hammer(
     server: &Server,
@@ -102,46 +102,26 @@ fn fractional_takes_admit_exactly_what_fits() {
 
 const T0: &str = "1764456268.5";
 
-/// TB.MTAKE's reply: the overall decision and one decision per key, in key order.
-#[derive(Debug)]
-struct MTake {
-    all: Take,
-    keys: Vec<Take>,
-}
-
-impl MTake {
-    fn from_reply(r: &Reply) -> MTake {
-        let a = r.array();
-        assert_eq!(a.len(), 5, "{r:?}");
-        let all = Take::from_reply(&Reply::Array(a[..4].to_vec()));
-        let keys = a[4].array().iter().map(Take::from_reply).collect();
-        MTake { all, keys }
-    }
-
-    /// Checks the reply is consistent with itself: allowed only if every key was, the
-    /// smallest remaining, the largest waits.
-    fn check(&self, what: &str) {
-        let keys = &self.keys;
-        assert_eq!(
-            self.all.allowed,
-            keys.iter().all(|k| k.allowed),
-            "{what}: {self:?}"
-        );
-        let min_remaining = keys
-            .iter()
-            .map(|k| k.remaining)
-            .fold(f64::INFINITY, f64::min);
-        assert_eq!(self.all.remaining, min_remaining, "{what}: {self:?}");
-        let max_reset = keys.iter().map(|k| k.reset_after).fold(0.0, f64::max);
-        assert_eq!(self.all.reset_after, max_reset, "{what}: {self:?}");
-        if self.all.allowed {
-            assert_eq!(self.all.retry_after, 0.0, "{what}: {self:?}");
-        } else {
-            let max_retry = keys.iter().map(|k| k.retry_after).fold(0.0, f64::max);
-            assert_eq!(self.all.retry_after, max_retry, "{what}: {self:?}");
-            // Denied: nothing was deducted, so nothing went below zero.
-            assert!(keys.iter().all(|k| k.remaining >= 0.0), "{what}: {self:?}");
-        }
+/// Checks a TB.MTAKE reply is consistent with itself: allowed only if every key was, the
+/// smallest remaining, the largest waits.
+fn check_mtake(m: &MTake, what: &str) {
+    let all = m.total();
+    let keys = &m.keys;
+    assert_eq!(all.allowed, keys.iter().all(|k| k.allowed), "{what}: {m:?}");
+    let min_remaining = keys
+        .iter()
+        .map(|k| k.remaining)
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(all.remaining, min_remaining, "{what}: {m:?}");
+    let max_reset = keys.iter().map(|k| k.reset_after).fold(0.0, f64::max);
+    assert_eq!(all.reset_after, max_reset, "{what}: {m:?}");
+    if all.allowed {
+        assert_eq!(all.retry_after, 0.0, "{what}: {m:?}");
+    } else {
+        let max_retry = keys.iter().map(|k| k.retry_after).fold(0.0, f64::max);
+        assert_eq!(all.retry_after, max_retry, "{what}: {m:?}");
+        // Denied: nothing was deducted, so nothing went below zero.
+        assert!(keys.iter().all(|k| k.remaining >= 0.0), "{what}: {m:?}");
     }
 }
 
@@ -210,8 +190,8 @@ fn mixed_commands_at_one_instant_admit_exactly_capacity_and_no_mtake_is_half_app
                 let count_mtakes = |replies: Vec<Reply>, with_c: bool, mine: &mut Admitted| {
                     for r in &replies {
                         let m = MTake::from_reply(r);
-                        m.check("TB.MTAKE");
-                        if m.all.allowed {
+                        check_mtake(&m, "TB.MTAKE");
+                        if m.allowed {
                             mine.mtakes += 1;
                             mine.a += 1;
                             mine.b += 1;

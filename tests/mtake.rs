@@ -6,42 +6,21 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Bucket, Conn, LUA_SEED, MTake, ReplStream, Reply, Rng, Server, Take, command_docs,
-    command_info, fingerprint, hget, hgetall, keyspace, mtake_args, notifications_during,
-    repl_offset, start_cluster_node, start_master, start_replica, tb_counters, wait_for,
-    watch_survives,
+    Bucket, CORRUPT_TIME, CORRUPT_TOKENS, Conn, LUA_SEED, MTake, ReplStream, Reply, Rng, Server,
+    T0, T0F, Take, WRONGTYPE, assert_documented, assert_errors_change_nothing,
+    assert_replica_matches, at, bulk_reply, command_info, double_reply, fingerprint, hget, hgetall,
+    mtake_args, notifications_during, repl_offset, start_cluster_node, start_master, start_replica,
+    start_two_node_cluster, take, tb_counters, wait_for, watch_survives,
 };
-
-const T0: &str = "1764456268.123456";
-const T0F: f64 = 1764456268.123456;
 
 const ARITY: &str = "ERR wrong number of arguments for 'tb.mtake' command";
 const NUMKEYS: &str = "ERR numkeys must be a positive integer";
 const COUNT: &str = "ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now";
 const DUPLICATE: &str = "ERR tb.mtake got the same key more than once";
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-const CORRUPT_TOKENS: &str =
-    "ERR bucket state is corrupt: field 'tokens' is not a valid token count";
-const CORRUPT_TIME: &str =
-    "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds";
 
 const IP: &str = "rl:{user42}:ip";
 const USER: &str = "rl:{user42}:user";
 const ORDERS: &str = "rl:{user42}:orders";
-
-fn at(offset: f64) -> String {
-    // Shortest round-trip text of T0 + offset, as a client computing `time.time()` sends.
-    format!("{}", T0F + offset)
-}
-
-fn take(allowed: bool, remaining: f64, retry_after: f64, reset_after: f64) -> Take {
-    Take {
-        allowed,
-        remaining,
-        retry_after,
-        reset_after,
-    }
-}
 
 fn mtake(allowed: bool, remaining: f64, retry: f64, reset: f64, keys: Vec<Take>) -> MTake {
     MTake {
@@ -73,13 +52,6 @@ fn aggregate_of(keys: &[Take]) -> Take {
         retry_after,
         keys.iter().map(|k| k.reset_after).fold(0.0, f64::max),
     )
-}
-
-fn err(c: &mut Conn, args: &[&str]) -> String {
-    match c.cmd(args) {
-        Reply::Error(e) => e,
-        other => panic!("{args:?}: expected an error, got {other:?}"),
-    }
 }
 
 #[test]
@@ -127,11 +99,6 @@ fn mtake_reply_is_five_elements_with_a_nested_array_under_resp2_and_resp3() {
     let s = Server::start();
     let mut c = s.conn();
     let r = c.q("TB.MTAKE 2 a b 10 3 1 4 1 4 1000");
-    let entry = |allowed: i64, items: [&str; 3]| {
-        let mut v = vec![Reply::Int(allowed)];
-        v.extend(items.iter().map(|t| Reply::Bulk(t.as_bytes().to_vec())));
-        Reply::Array(v)
-    };
     assert_eq!(
         r,
         Reply::Array(vec![
@@ -140,8 +107,8 @@ fn mtake_reply_is_five_elements_with_a_nested_array_under_resp2_and_resp3() {
             Reply::Bulk(b"0".to_vec()),
             Reply::Bulk(b"4".to_vec()),
             Reply::Array(vec![
-                entry(1, ["9", "0", "0.3333333333333333"]),
-                entry(1, ["0", "0", "4"]),
+                bulk_reply(1, ["9", "0", "0.3333333333333333"]),
+                bulk_reply(1, ["0", "0", "4"]),
             ]),
         ])
     );
@@ -157,18 +124,8 @@ fn mtake_reply_is_five_elements_with_a_nested_array_under_resp2_and_resp3() {
             Reply::Double(1.0),
             Reply::Double(4.0),
             Reply::Array(vec![
-                Reply::Array(vec![
-                    Reply::Int(1),
-                    Reply::Double(9.0),
-                    Reply::Double(0.0),
-                    Reply::Double(1.0 / 3.0),
-                ]),
-                Reply::Array(vec![
-                    Reply::Int(0),
-                    Reply::Double(0.0),
-                    Reply::Double(1.0),
-                    Reply::Double(4.0),
-                ]),
+                double_reply(1, [9.0, 0.0, 1.0 / 3.0]),
+                double_reply(0, [0.0, 1.0, 4.0]),
             ]),
         ])
     );
@@ -585,7 +542,6 @@ fn bad_arguments_get_the_spec_errors_in_check_order_and_change_nothing() {
     c.take("b", "10", "1", "4", Some(T0));
     c.q("SET str v");
     let keys = ["a", "b", "str", "k", "c", "x"];
-    let before = fingerprint(&mut c, &keys);
     let cases: &[(&[&str], &str)] = &[
         // Arity: fewer than 6 arguments.
         (&["TB.MTAKE"], ARITY),
@@ -766,14 +722,7 @@ fn bad_arguments_get_the_spec_errors_in_check_order_and_change_nothing() {
             WRONGTYPE,
         ),
     ];
-    for (args, want) in cases {
-        assert_eq!(err(&mut c, args), *want, "{args:?}");
-        assert_eq!(
-            fingerprint(&mut c, &keys),
-            before,
-            "{args:?} changed something"
-        );
-    }
+    assert_errors_change_nothing(&mut c, &[], &keys, cases);
     assert_eq!(c.q("DBSIZE").int(), 3);
     assert_eq!(c.q("PING"), Reply::Simple("PONG".into()));
 }
@@ -1139,22 +1088,13 @@ fn command_metadata_declares_movable_keys_flags_and_docs() {
         assert!(flags.contains(&f.to_string()), "{flags:?}");
     }
     assert!(specs.contains("keynum") && specs.contains("RW"), "{specs}");
-    let docs = command_docs(&mut c, "tb.mtake");
-    let field = |name: &str| {
-        docs.iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("no {name} in {docs:?}"))
-    };
-    assert!(!field("summary").text().is_empty());
-    assert!(!field("complexity").text().is_empty());
-    assert!(!field("since").text().is_empty());
-    let args = field("arguments").flat();
-    for name in [
-        "numkeys", "key", "capacity", "rate", "n", "now", "optional", "multiple",
-    ] {
-        assert!(args.contains(name), "{name} missing from {args}");
-    }
+    assert_documented(
+        &mut c,
+        "tb.mtake",
+        &[
+            "numkeys", "key", "capacity", "rate", "n", "now", "optional", "multiple",
+        ],
+    );
 }
 
 #[test]
@@ -1236,25 +1176,9 @@ fn in_a_cluster_keys_of_different_slots_get_crossslot() {
 
 #[test]
 fn in_a_cluster_mtake_is_redirected_to_the_node_that_owns_its_slot() {
-    let (a, _) = start_cluster_node();
-    let (b, b_bus) = start_cluster_node();
+    let (a, b) = start_two_node_cluster();
     let mut ca = a.conn();
     let mut cb = b.conn();
-    assert_eq!(
-        ca.q("CLUSTER ADDSLOTSRANGE 0 8191"),
-        Reply::Simple("OK".into())
-    );
-    assert_eq!(
-        cb.q("CLUSTER ADDSLOTSRANGE 8192 16383"),
-        Reply::Simple("OK".into())
-    );
-    let meet = format!("CLUSTER MEET 127.0.0.1 {} {b_bus}", b.port);
-    assert_eq!(ca.q(&meet), Reply::Simple("OK".into()));
-    for c in [&mut ca, &mut cb] {
-        wait_for(Duration::from_secs(30), "cluster_state:ok", || {
-            c.q("CLUSTER INFO").text().contains("cluster_state:ok")
-        });
-    }
     // "a" (slot 15495) lives on b; "b" (slot 3300) on a.
     assert_eq!(ca.q("CLUSTER KEYSLOT a").int(), 15495);
     assert_eq!(ca.q("CLUSTER KEYSLOT b").int(), 3300);
@@ -1325,15 +1249,8 @@ fn mtake_replicates_effects_only_and_nothing_when_nothing_changes() {
     let m = c.mtake(&[("a", "10", "1", "1"), ("c", "4", "1", "1")], None);
     assert!(m.allowed, "{m:?}");
     c.q("DEL str");
-    assert_eq!(c.q("WAIT 1 10000").int(), 1);
-    let want = keyspace(&mut c);
+    let want = assert_replica_matches(&mut c, &replica);
     assert_eq!(want.len(), 3);
-    assert_eq!(keyspace(&mut replica.conn()), want);
-    assert!(
-        !replica.log().contains("unknown command"),
-        "{}",
-        replica.log()
-    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Conn, Options, Reply, Server, Take, info_field};
+use common::{Conn, Options, Reply, Server, Take, info_field, notifications_during};
 
 const T0: &str = "1764456268.5";
 
@@ -170,26 +170,11 @@ fn an_evicted_bucket_simply_starts_full() {
 #[test]
 fn a_take_emits_the_notifications_hset_and_pexpireat_would() {
     let s = Server::start();
-    let mut c = s.conn();
-    c.q("CONFIG SET notify-keyspace-events KEA");
-    let mut sub = s.conn();
-    sub.q("PSUBSCRIBE __key*@0__:*");
-    c.q(&format!("TB.TAKE k 10 100 1 {T0}"));
-    c.q(&format!("TB.TAKE k 10 100 1 {T0}")); // the expiry still covers: hset only
-    c.q(&format!("TB.TAKE k 10 100 100 {T0}")); // never: nothing
-    c.q("PING");
-    c.q("HSET marker f v");
-    let mut events = Vec::new();
-    loop {
-        let r = sub.read();
-        let a = r.array();
-        let channel = a[2].text();
-        let payload = a[3].text();
-        if payload == "marker" || channel.ends_with(":marker") {
-            break;
-        }
-        events.push(format!("{channel} {payload}"));
-    }
+    let events = notifications_during(&s, |c| {
+        c.q(&format!("TB.TAKE k 10 100 1 {T0}"));
+        c.q(&format!("TB.TAKE k 10 100 1 {T0}")); // the expiry still covers: hset only
+        c.q(&format!("TB.TAKE k 10 100 100 {T0}")); // never: nothing
+    });
     assert_eq!(
         events,
         vec![
@@ -228,15 +213,12 @@ fn call(command: &str, keys: &[&str]) -> Vec<String> {
     args
 }
 
-/// Every key's DUMP, to prove that a refused call changed nothing.
+/// Every key's DUMP (`common::dumps` without the expiry), to prove that a refused call
+/// changed nothing.
 fn dumps(c: &mut Conn) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
-    let keys = c.q("KEYS *");
-    keys.array()
-        .iter()
-        .map(|k| {
-            let Reply::Bulk(key) = k else { panic!("{k:?}") };
-            (key.clone(), common::dump(c, key))
-        })
+    common::dumps(c)
+        .into_iter()
+        .map(|(key, (dump, _))| (key, dump))
         .collect()
 }
 

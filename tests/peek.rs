@@ -6,30 +6,13 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Conn, Reply, Rng, Server, Take, command_docs, command_info, fingerprint, hget,
-    notifications_during, repl_offset, start_cluster_node, start_master, start_replica,
-    tb_counters, wait_for, watch_survives,
+    CORRUPT_TIME, CORRUPT_TOKENS, Conn, Reply, Rng, Server, T0, T0F, Take, WRONGTYPE,
+    assert_documented, assert_errors_change_nothing, at, bulk_reply, command_info, double_reply,
+    fingerprint, hget, notifications_during, repl_offset, start_cluster_node, start_master,
+    start_replica, take, tb_counters, wait_for, watch_survives,
 };
 
-const T0: &str = "1764456268.123456";
-const T0F: f64 = 1764456268.123456;
-
 const ARITY: &str = "ERR wrong number of arguments for 'tb.peek' command";
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-fn at(offset: f64) -> String {
-    // Shortest round-trip text of T0 + offset, as a client computing `time.time()` sends.
-    format!("{}", T0F + offset)
-}
-
-fn take(allowed: bool, remaining: f64, retry_after: f64, reset_after: f64) -> Take {
-    Take {
-        allowed,
-        remaining,
-        retry_after,
-        reset_after,
-    }
-}
 
 /// What TB.PEEK must answer, from TB.TAKE on a copy: allowed and retry_after of taking one
 /// token, remaining and reset_after as the bucket stands (a take of 0).
@@ -180,12 +163,7 @@ fn peek_shows_a_negative_remaining_while_reservations_are_outstanding() {
     assert!(matches!(r, Reply::Array(_)), "{r:?}");
     assert_eq!(
         c.q(&format!("TB.PEEK k 2 1 {T0}")),
-        Reply::Array(vec![
-            Reply::Int(0),
-            Reply::Double(-3.0),
-            Reply::Double(4.0),
-            Reply::Double(5.0),
-        ])
+        double_reply(0, [-3.0, 4.0, 5.0])
     );
 }
 
@@ -195,47 +173,15 @@ fn reply_is_bulk_text_under_resp2_and_doubles_under_resp3() {
     let mut c = s.conn();
     c.q("TB.TAKE k 10 3 1 1000");
     let r = c.q("TB.PEEK k 10 3 1000");
-    assert_eq!(
-        r,
-        Reply::Array(vec![
-            Reply::Int(1),
-            Reply::Bulk(b"9".to_vec()),
-            Reply::Bulk(b"0".to_vec()),
-            Reply::Bulk(b"0.3333333333333333".to_vec()),
-        ])
-    );
+    assert_eq!(r, bulk_reply(1, ["9", "0", "0.3333333333333333"]));
     let r = c.q("TB.PEEK missing 10 3");
-    assert_eq!(
-        r,
-        Reply::Array(vec![
-            Reply::Int(1),
-            Reply::Bulk(b"10".to_vec()),
-            Reply::Bulk(b"0".to_vec()),
-            Reply::Bulk(b"0".to_vec()),
-        ])
-    );
+    assert_eq!(r, bulk_reply(1, ["10", "0", "0"]));
     c.q("HELLO 3");
     let r = c.q("TB.PEEK k 10 3 1000");
-    assert_eq!(
-        r,
-        Reply::Array(vec![
-            Reply::Int(1),
-            Reply::Double(9.0),
-            Reply::Double(0.0),
-            Reply::Double(1.0 / 3.0),
-        ])
-    );
+    assert_eq!(r, double_reply(1, [9.0, 0.0, 1.0 / 3.0]));
     c.q("TB.TAKE k 10 3 9 1000");
     let r = c.q("TB.PEEK k 10 3 1000");
-    assert_eq!(
-        r,
-        Reply::Array(vec![
-            Reply::Int(0),
-            Reply::Double(0.0),
-            Reply::Double(1.0 / 3.0),
-            Reply::Double(10.0 / 3.0),
-        ])
-    );
+    assert_eq!(r, double_reply(0, [0.0, 1.0 / 3.0, 10.0 / 3.0]));
     let r = c.q("TB.PEEK k 0.5 3 1000");
     assert_eq!(r.array()[2], Reply::Double(-1.0));
     let r = c.q("TB.PEEK k 0.5 3");
@@ -317,10 +263,6 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
     c.q("HSET deep tokens -9007199254740994 last_refill_time 1");
     c.q("HSET late tokens 1 last_refill_time 253402300800");
     let keys = ["k", "str", "bad", "deep", "late", "new"];
-    let before = fingerprint(&mut c, &keys);
-    let tokens_err = "ERR bucket state is corrupt: field 'tokens' is not a valid token count";
-    let time_err =
-        "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds";
     let cases: &[(&[&str], &str)] = &[
         (&["k", "10"], ARITY),
         (&["k"], ARITY),
@@ -352,20 +294,11 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (&["str", "10", "1"], WRONGTYPE),
         (&["str", "10", "1", T0], WRONGTYPE),
-        (&["bad", "10", "1", T0], tokens_err),
-        (&["deep", "10", "1", T0], tokens_err),
-        (&["late", "10", "1", T0], time_err),
+        (&["bad", "10", "1", T0], CORRUPT_TOKENS),
+        (&["deep", "10", "1", T0], CORRUPT_TOKENS),
+        (&["late", "10", "1", T0], CORRUPT_TIME),
     ];
-    for (args, want) in cases {
-        let mut full = vec!["TB.PEEK"];
-        full.extend_from_slice(args);
-        assert_eq!(c.cmd(&full), Reply::Error(want.to_string()), "{args:?}");
-        assert_eq!(
-            fingerprint(&mut c, &keys),
-            before,
-            "{args:?} changed something"
-        );
-    }
+    assert_errors_change_nothing(&mut c, &["TB.PEEK"], &keys, cases);
 }
 
 #[test]
@@ -481,23 +414,11 @@ fn command_metadata_declares_a_readonly_fast_command() {
         c.q("COMMAND GETKEYS tb.peek user:42 10 1"),
         Reply::Array(vec![Reply::Bulk(b"user:42".to_vec())])
     );
-    let docs = command_docs(&mut c, "tb.peek");
-    for name in ["summary", "complexity", "since"] {
-        let v = docs.iter().find(|(k, _)| k == name);
-        assert!(
-            v.is_some_and(|(_, v)| !v.text().is_empty()),
-            "{name}: {docs:?}"
-        );
-    }
-    let args = docs
-        .iter()
-        .find(|(k, _)| k == "arguments")
-        .unwrap()
-        .1
-        .flat();
-    for name in ["key", "capacity", "rate", "now", "optional"] {
-        assert!(args.contains(name), "{name} missing from {args}");
-    }
+    assert_documented(
+        &mut c,
+        "tb.peek",
+        &["key", "capacity", "rate", "now", "optional"],
+    );
 }
 
 #[test]

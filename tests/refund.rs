@@ -5,29 +5,13 @@
 mod common;
 
 use common::{
-    Reply, Rng, Server, Take, command_docs, command_info, fingerprint, hget, keyspace,
-    notifications_during, repl_offset, start_master, start_replica, tb_counters, watch_survives,
+    CORRUPT_TIME, CORRUPT_TOKENS, Reply, Rng, Server, T0, T0F, WRONGTYPE, assert_documented,
+    assert_errors_change_nothing, assert_replica_matches, at, command_info, fingerprint, hget,
+    notifications_during, repl_offset, start_master, start_replica, take, tb_counters,
+    watch_survives,
 };
 
-const T0: &str = "1764456268.123456";
-const T0F: f64 = 1764456268.123456;
-
 const ARITY: &str = "ERR wrong number of arguments for 'tb.refund' command";
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-fn at(offset: f64) -> String {
-    // Shortest round-trip text of T0 + offset, as a client computing `time.time()` sends.
-    format!("{}", T0F + offset)
-}
-
-fn take(allowed: bool, remaining: f64, retry_after: f64, reset_after: f64) -> Take {
-    Take {
-        allowed,
-        remaining,
-        retry_after,
-        reset_after,
-    }
-}
 
 /// Asserts that `f` changes nothing observable on `keys`: bytes, expiry, keyspace events,
 /// transactions watching them.
@@ -303,10 +287,6 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
     c.q("HSET deep tokens -1e16 last_refill_time 1");
     c.q("HSET notime tokens 1");
     let keys = ["k", "str", "bad", "deep", "notime", "new"];
-    let before = fingerprint(&mut c, &keys);
-    let tokens_err = "ERR bucket state is corrupt: field 'tokens' is not a valid token count";
-    let time_err =
-        "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds";
     let cases: &[(&[&str], &str)] = &[
         (&["k", "10", "1"], ARITY),
         (&["k"], ARITY),
@@ -343,21 +323,12 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (&["str", "10", "1", "1"], WRONGTYPE),
         (&["str", "10", "1", "0", T0], WRONGTYPE),
-        (&["bad", "10", "1", "1", T0], tokens_err),
-        (&["bad", "10", "1", "0", T0], tokens_err),
-        (&["deep", "10", "1", "1", T0], tokens_err),
-        (&["notime", "10", "1", "1", T0], time_err),
+        (&["bad", "10", "1", "1", T0], CORRUPT_TOKENS),
+        (&["bad", "10", "1", "0", T0], CORRUPT_TOKENS),
+        (&["deep", "10", "1", "1", T0], CORRUPT_TOKENS),
+        (&["notime", "10", "1", "1", T0], CORRUPT_TIME),
     ];
-    for (args, want) in cases {
-        let mut full = vec!["TB.REFUND"];
-        full.extend_from_slice(args);
-        assert_eq!(c.cmd(&full), Reply::Error(want.to_string()), "{args:?}");
-        assert_eq!(
-            fingerprint(&mut c, &keys),
-            before,
-            "{args:?} changed something"
-        );
-    }
+    assert_errors_change_nothing(&mut c, &["TB.REFUND"], &keys, cases);
 }
 
 #[test]
@@ -384,15 +355,8 @@ fn refund_replicates_its_effects_and_nothing_when_nothing_changes() {
     assert!(repl_offset(&mut c) > before);
     c.take("srv", "10", "0.01", "5", None);
     c.refund("srv", "10", "0.01", "2", None);
-    assert_eq!(c.q("WAIT 1 10000").int(), 1);
-    let want = keyspace(&mut c);
+    let want = assert_replica_matches(&mut c, &replica);
     assert_eq!(want.len(), 3);
-    assert_eq!(keyspace(&mut replica.conn()), want);
-    assert!(
-        !replica.log().contains("unknown command"),
-        "{}",
-        replica.log()
-    );
 }
 
 #[test]
@@ -442,21 +406,9 @@ fn command_metadata_declares_the_key_flags_and_docs() {
         c.q("COMMAND GETKEYS tb.refund user:42 10 1 1"),
         Reply::Array(vec![Reply::Bulk(b"user:42".to_vec())])
     );
-    let docs = command_docs(&mut c, "tb.refund");
-    for name in ["summary", "complexity", "since"] {
-        let v = docs.iter().find(|(k, _)| k == name);
-        assert!(
-            v.is_some_and(|(_, v)| !v.text().is_empty()),
-            "{name}: {docs:?}"
-        );
-    }
-    let args = docs
-        .iter()
-        .find(|(k, _)| k == "arguments")
-        .unwrap()
-        .1
-        .flat();
-    for name in ["key", "capacity", "rate", "n", "now", "optional"] {
-        assert!(args.contains(name), "{name} missing from {args}");
-    }
+    assert_documented(
+        &mut c,
+        "tb.refund",
+        &["key", "capacity", "rate", "n", "now", "optional"],
+    );
 }

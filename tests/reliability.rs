@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Conn, Options, Reply, Rng, Server, dump, info_field};
+use common::{Conn, Options, Reply, Rng, Server, dump, info_field, start_aof_server};
 
 const NUMBERS: &[&str] = &[
     "1",
@@ -216,21 +216,9 @@ fn lost_admissions(c: &mut Conn, log: &HashMap<String, u64>) -> u64 {
     lost
 }
 
-fn aof_server(fsync: &str) -> Server {
-    Server::start_with(Options {
-        with_module: true,
-        extra: vec![
-            "--appendonly".into(),
-            "yes".into(),
-            "--appendfsync".into(),
-            fsync.into(),
-        ],
-    })
-}
-
 #[test]
 fn kill_9_with_appendfsync_always_loses_no_admitted_decision() {
-    let mut server = aof_server("always");
+    let mut server = start_aof_server("always");
     let log = drive_until_killed(&mut server, 6, Duration::from_millis(1500));
     let admitted: u64 = log.values().sum();
     assert!(admitted > 1000, "only {admitted} admitted before the kill");
@@ -241,7 +229,7 @@ fn kill_9_with_appendfsync_always_loses_no_admitted_decision() {
 
 #[test]
 fn kill_9_with_appendfsync_everysec_loses_at_most_about_a_second() {
-    let mut server = aof_server("everysec");
+    let mut server = start_aof_server("everysec");
     let start = Instant::now();
     let log = drive_until_killed(&mut server, 6, Duration::from_millis(2500));
     let elapsed = start.elapsed().as_secs_f64();

@@ -6,55 +6,13 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use common::{Conn, Options, Reply, Rng, Server, Take, dump, hgetall, info_field};
-
-type Snapshot = BTreeMap<Vec<u8>, (Vec<(Vec<u8>, Vec<u8>)>, i64)>;
-
-/// Every key's hash and absolute expiry (ms).
-fn snapshot(c: &mut Conn) -> Snapshot {
-    let keys = c.q("KEYS *");
-    let mut out = BTreeMap::new();
-    for k in keys.array() {
-        let Reply::Bulk(key) = k else { panic!("{k:?}") };
-        let expire = c.cmd(&[b"PEXPIRETIME".as_slice(), key]).int();
-        out.insert(key.clone(), (hgetall(c, key), expire));
-    }
-    out
-}
-
-fn replica_of(master: &Server, with_module: bool) -> Server {
-    let replica = Server::start_with(Options {
-        with_module,
-        extra: vec![
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            master.port.to_string(),
-        ],
-    });
-    let mut c = replica.conn();
-    let start = Instant::now();
-    while info_field(&mut c, "replication", "master_link_status").as_deref() != Some("up") {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "replica never synced:\n{}",
-            replica.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    replica
-}
-
-fn master() -> Server {
-    Server::start_with(Options {
-        with_module: true,
-        extra: vec!["--repl-diskless-sync-delay".into(), "0".into()],
-    })
-}
+use common::{
+    Conn, ReplStream, Reply, Rng, Take, assert_each_seen, assert_same_dumps, dumps, keyspace,
+    lasting, repl_offset, start_aof_server, start_master, start_replica, without,
+};
 
 /// Thousands of mixed calls: with and without `now`, allowed and denied, n = 0, n above
 /// capacity, fractional rates, and client clocks that go backwards.
@@ -87,9 +45,9 @@ fn mixed_traffic(c: &mut Conn, calls: usize, seed: u64) -> (usize, usize) {
 
 #[test]
 fn replicas_with_and_without_the_module_end_with_identical_buckets() {
-    let master = master();
-    let with_module = replica_of(&master, true);
-    let without_module = replica_of(&master, false);
+    let master = start_master();
+    let with_module = start_replica(&master, true);
+    let without_module = start_replica(&master, false);
     let mut c = master.conn();
     let (allowed, denied) = mixed_traffic(&mut c, 5000, 7);
     assert!(
@@ -97,14 +55,14 @@ fn replicas_with_and_without_the_module_end_with_identical_buckets() {
         "allowed {allowed} denied {denied}"
     );
     assert_eq!(c.q("WAIT 2 10000").int(), 2);
-    let want = snapshot(&mut c);
+    let want = keyspace(&mut c);
     assert!(want.len() >= 50, "{}", want.len());
     assert!(
         want.values().all(|(_, expire)| *expire > 0),
         "every bucket has a TTL"
     );
     for replica in [&with_module, &without_module] {
-        let got = snapshot(&mut replica.conn());
+        let got = keyspace(&mut replica.conn());
         assert_eq!(got, want, "replica on port {} differs", replica.port);
     }
     // The replica without the module saw no command it does not know.
@@ -117,31 +75,25 @@ fn replicas_with_and_without_the_module_end_with_identical_buckets() {
 
 #[test]
 fn denied_calls_and_queries_replicate_nothing() {
-    let master = master();
-    let _replica = replica_of(&master, true);
+    let master = start_master();
+    let _replica = start_replica(&master, true);
     let mut c = master.conn();
-    let offset = |c: &mut Conn| -> i64 {
-        info_field(c, "replication", "master_repl_offset")
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
     c.q("TB.TAKE k 2 1 2 1764456268");
-    let before = offset(&mut c);
+    let before = repl_offset(&mut c);
     c.q("TB.TAKE k 2 1 1 1764456268.5"); // denied: half a token
     c.q("TB.TAKE k 2 1 0 1764456268.5"); // query
     c.q("TB.TAKE k 2 1 3 1764456268.5"); // never
     c.q("TB.TAKE k x 1 1"); // error
-    assert_eq!(offset(&mut c), before);
+    assert_eq!(repl_offset(&mut c), before);
     // The same check does move when something is written.
     c.q("TB.TAKE k 2 1 1 1764456270");
-    assert!(offset(&mut c) > before);
+    assert!(repl_offset(&mut c) > before);
 }
 
 #[test]
 fn only_changed_fields_are_rewritten_on_the_master_and_its_replicas() {
-    let master = master();
-    let replica = replica_of(&master, false);
+    let master = start_master();
+    let replica = start_replica(&master, false);
     let mut c = master.conn();
     // Numbers spelled the way another writer (the Lua script, HINCRBYFLOAT) may leave
     // them: a value the module did not change must keep its text, here and on replicas.
@@ -162,13 +114,13 @@ fn only_changed_fields_are_rewritten_on_the_master_and_its_replicas() {
     assert_eq!(field(&mut c, "tokens"), "3");
     assert_eq!(field(&mut c, "last_refill_time"), "1764456270.5");
     assert_eq!(c.q("WAIT 1 10000").int(), 1);
-    assert_eq!(snapshot(&mut replica.conn()), snapshot(&mut c));
+    assert_eq!(keyspace(&mut replica.conn()), keyspace(&mut c));
 }
 
 #[test]
 fn server_clock_calls_replicate_the_masters_time_not_the_replicas() {
-    let master = master();
-    let replica = replica_of(&master, true);
+    let master = start_master();
+    let replica = start_replica(&master, true);
     let mut c = master.conn();
     for i in 0..200 {
         c.q(&format!("TB.TAKE srv:{} 10 0.5 1", i % 7));
@@ -177,38 +129,30 @@ fn server_clock_calls_replicate_the_masters_time_not_the_replicas() {
         }
     }
     assert_eq!(c.q("WAIT 1 10000").int(), 1);
-    assert_eq!(snapshot(&mut replica.conn()), snapshot(&mut c));
+    assert_eq!(keyspace(&mut replica.conn()), keyspace(&mut c));
 }
 
 #[test]
 fn aof_replay_after_kill_restores_every_bucket_exactly() {
-    let mut server = Server::start_with(Options {
-        with_module: true,
-        extra: vec![
-            "--appendonly".into(),
-            "yes".into(),
-            "--appendfsync".into(),
-            "always".into(),
-        ],
-    });
+    let mut server = start_aof_server("always");
     let mut c = server.conn();
     mixed_traffic(&mut c, 4000, 11);
     for i in 0..100 {
         c.q(&format!("TB.TAKE srv:{i} 1000 1 3"));
     }
-    let want = snapshot(&mut c);
+    let want = keyspace(&mut c);
     assert!(want.len() >= 150);
     drop(c);
     // kill -9: no shutdown, no rewrite; only what appendfsync always wrote survives.
     server.restart(true);
     assert_eq!(
-        snapshot(&mut server.conn()),
+        keyspace(&mut server.conn()),
         want,
         "after restart with the module"
     );
     server.restart(false);
     assert_eq!(
-        snapshot(&mut server.conn()),
+        keyspace(&mut server.conn()),
         want,
         "after restart without the module"
     );
@@ -330,185 +274,33 @@ fn mixed_traffic_of_every_command(
     seen
 }
 
-/// Every key's DUMP (type, value and encoding as RDB bytes) and absolute expiry (ms).
-type Dumps = BTreeMap<Vec<u8>, (Option<Vec<u8>>, i64)>;
-
-fn dumps(c: &mut Conn) -> Dumps {
-    let keys = c.q("KEYS *");
-    let mut out = BTreeMap::new();
-    for k in keys.array() {
-        let Reply::Bulk(key) = k else { panic!("{k:?}") };
-        let expire = c.cmd(&[b"PEXPIRETIME".as_slice(), key]).int();
-        out.insert(key.clone(), (dump(c, key), expire));
-    }
-    out
-}
-
-/// Panics, showing the first differing key as a hash on both sides, unless `got` (read
-/// from `got_conn`) equals `want` (from `want_conn`).
-fn assert_same_dumps(got_conn: &mut Conn, got: &Dumps, want_conn: &mut Conn, want: &Dumps) {
-    if got == want {
-        return;
-    }
-    let keys: BTreeSet<&Vec<u8>> = got.keys().chain(want.keys()).collect();
-    let key = keys
-        .into_iter()
-        .find(|k| got.get(*k) != want.get(*k))
-        .unwrap();
-    let show = |c: &mut Conn, d: &Dumps| match d.get(key) {
-        None => "missing".to_string(),
-        Some((_, expire)) => {
-            let t = c.cmd(&[b"TYPE".as_slice(), key]).text();
-            let value = if t == "hash" {
-                format!("{:?}", hgetall(c, key))
-            } else {
-                t
-            };
-            format!("{value}, expires at {expire} ms")
-        }
-    };
-    panic!(
-        "{} keys here, {} on the master; first difference {}: here {}, on the master {}",
-        got.len(),
-        want.len(),
-        String::from_utf8_lossy(key),
-        show(got_conn, got),
-        show(want_conn, want)
-    );
-}
-
-/// `snapshot` without the keys that expire within 5 s of the server's clock. A refund
-/// that fills a bucket leaves it a TTL of about half a second, and a key expiring between
-/// two snapshots would make them differ (an expired key is gone on the master and hidden
-/// on replicas alike, but not at the same instant).
-fn lasting(c: &mut Conn, snapshot: &Dumps) -> (Dumps, BTreeSet<Vec<u8>>) {
-    let time = c.q("TIME");
-    let now_ms = time.array()[0].text().parse::<i64>().unwrap() * 1000
-        + time.array()[1].text().parse::<i64>().unwrap() / 1000;
-    let soon: BTreeSet<Vec<u8>> = snapshot
-        .iter()
-        .filter(|(_, (_, expire))| (0..now_ms + 5000).contains(expire))
-        .map(|(k, _)| k.clone())
-        .collect();
-    (without(snapshot, &soon), soon)
-}
-
-fn without(snapshot: &Dumps, keys: &BTreeSet<Vec<u8>>) -> Dumps {
-    snapshot
-        .iter()
-        .filter(|(k, _)| !keys.contains(*k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
-fn repl_offset(c: &mut Conn) -> i64 {
-    info_field(c, "replication", "master_repl_offset")
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-/// The master's replication stream, read as a replica reads it: a raw connection that sent
-/// SYNC, skipped the RDB, and now receives every command the master propagates.
-struct ReplStream {
-    reader: BufReader<TcpStream>,
-}
-
-impl ReplStream {
-    fn attach(master: &Server) -> ReplStream {
-        let stream = TcpStream::connect(("127.0.0.1", master.port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let mut writer = stream.try_clone().unwrap();
-        writer.write_all(b"*1\r\n$4\r\nSYNC\r\n").unwrap();
-        let mut reader = BufReader::new(stream);
-        // Newlines keep the link alive while the master saves; then `$<len>\r\n<rdb>`.
-        loop {
-            let mut byte = [0u8];
-            reader.read_exact(&mut byte).unwrap();
-            match byte[0] {
-                b'\n' => continue,
-                b'$' => break,
-                other => panic!("SYNC: unexpected byte {other:#x}"),
-            }
-        }
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let len: usize = line.trim_end().parse().unwrap();
-        let mut rdb = vec![0; len];
-        reader.read_exact(&mut rdb).unwrap();
-        ReplStream { reader }
-    }
-
-    /// The next propagated command, as text arguments.
-    fn next(&mut self) -> Vec<String> {
-        let mut line = String::new();
-        self.reader.read_line(&mut line).unwrap();
-        let count: usize = line
-            .trim_end()
-            .strip_prefix('*')
-            .unwrap_or_else(|| panic!("replication stream: {line:?}"))
-            .parse()
-            .unwrap();
-        (0..count)
-            .map(|_| {
-                line.clear();
-                self.reader.read_line(&mut line).unwrap();
-                let len: usize = line.trim_end()[1..].parse().unwrap();
-                let mut arg = vec![0; len + 2];
-                self.reader.read_exact(&mut arg).unwrap();
-                arg.truncate(len);
-                String::from_utf8_lossy(&arg).into_owned()
-            })
-            .collect()
-    }
-
-    /// The commands propagated before `SET <marker> ...`, command names upper-cased,
-    /// without the stream's own SELECT, PING and REPLCONF.
-    fn until_marker(&mut self, marker: &str) -> Vec<Vec<String>> {
-        let mut out = Vec::new();
-        loop {
-            let mut cmd = self.next();
-            cmd[0].make_ascii_uppercase();
-            match cmd[0].as_str() {
-                "SET" if cmd[1] == marker => return out,
-                "SELECT" | "PING" | "REPLCONF" => {}
-                _ => out.push(cmd),
-            }
-        }
-    }
-}
-
 #[test]
 fn every_command_leaves_byte_identical_buckets_on_replicas_with_and_without_the_module() {
-    let master = master();
-    let with_module = replica_of(&master, true);
-    let without_module = replica_of(&master, false);
+    let master = start_master();
+    let with_module = start_replica(&master, true);
+    let without_module = start_replica(&master, false);
     let mut c = master.conn();
     let seen = mixed_traffic_of_every_command(&mut c, 6000, 23);
     eprintln!("outcomes on the master: {seen:?}");
-    for outcome in [
-        "take allowed",
-        "take denied",
-        "mtake allowed",
-        "mtake denied",
-        "reserve allowed",
-        "reserve debt",
-        "reserve denied",
-        "refund allowed",
-        "peek allowed",
-        "peek denied",
-        "error",
-    ] {
-        assert!(
-            seen.get(outcome).copied().unwrap_or(0) >= 10,
-            "too few {outcome}: {seen:?}"
-        );
-    }
+    assert_each_seen(
+        &seen,
+        &[
+            "take allowed",
+            "take denied",
+            "mtake allowed",
+            "mtake denied",
+            "reserve allowed",
+            "reserve debt",
+            "reserve denied",
+            "refund allowed",
+            "peek allowed",
+            "peek denied",
+            "error",
+        ],
+        10,
+    );
     assert_eq!(c.q("WAIT 2 10000").int(), 2);
-    let all = dumps(&mut c);
-    let (want, soon) = lasting(&mut c, &all);
+    let (want, soon) = lasting(&mut c);
     eprintln!(
         "compared {} keys ({} expiring within 5 s left out)",
         want.len(),
@@ -523,7 +315,8 @@ fn every_command_leaves_byte_identical_buckets_on_replicas_with_and_without_the_
     for replica in [&with_module, &without_module] {
         let mut rc = replica.conn();
         let got = without(&dumps(&mut rc), &soon);
-        assert_same_dumps(&mut rc, &got, &mut c, &want);
+        let what = format!("replica on port {}", replica.port);
+        assert_same_dumps(&what, &mut rc, &got, &mut c, &want);
     }
     // The replica without the module saw no command it does not know.
     assert!(
@@ -535,27 +328,11 @@ fn every_command_leaves_byte_identical_buckets_on_replicas_with_and_without_the_
 
 #[test]
 fn aof_replay_after_kill_restores_every_commands_buckets_byte_for_byte() {
-    let mut server = Server::start_with(Options {
-        with_module: true,
-        extra: vec![
-            "--appendonly".into(),
-            "yes".into(),
-            "--appendfsync".into(),
-            "always".into(),
-        ],
-    });
+    let mut server = start_aof_server("always");
     let mut c = server.conn();
     let seen = mixed_traffic_of_every_command(&mut c, 4000, 29);
-    assert!(
-        seen.get("mtake allowed").copied().unwrap_or(0) >= 10,
-        "{seen:?}"
-    );
-    assert!(
-        seen.get("reserve debt").copied().unwrap_or(0) >= 10,
-        "{seen:?}"
-    );
-    let all = dumps(&mut c);
-    let (want, soon) = lasting(&mut c, &all);
+    assert_each_seen(&seen, &["mtake allowed", "reserve debt"], 10);
+    let (want, soon) = lasting(&mut c);
     assert!(
         want.len() >= 60,
         "{} lasting, {} expiring soon",
@@ -568,16 +345,17 @@ fn aof_replay_after_kill_restores_every_commands_buckets_byte_for_byte() {
         server.restart(with_module);
         let mut rc = server.conn();
         let got = without(&dumps(&mut rc), &soon);
-        // (The "master" side of a failure message is the restarted server too: the
+        // (The wanted side of a failure message is read on the restarted server too: the
         // original process is gone.)
         let mut again = server.conn();
-        assert_same_dumps(&mut rc, &got, &mut again, &want);
+        let what = format!("after restart with module {with_module}");
+        assert_same_dumps(&what, &mut rc, &got, &mut again, &want);
     }
 }
 
 #[test]
 fn a_denied_mtake_a_peek_and_a_no_op_refund_replicate_nothing() {
-    let master = master();
+    let master = start_master();
     let mut stream = ReplStream::attach(&master);
     let mut c = master.conn();
     let allowed = |c: &mut Conn, line: &str| -> bool {
@@ -668,8 +446,8 @@ fn a_denied_mtake_a_peek_and_a_no_op_refund_replicate_nothing() {
 
 #[test]
 fn an_allowed_mtake_replicates_each_keys_effects_inside_one_multi_exec() {
-    let master = master();
-    let replica = replica_of(&master, false);
+    let master = start_master();
+    let replica = start_replica(&master, false);
     let mut stream = ReplStream::attach(&master);
     let mut c = master.conn();
     let keys = ["rl:{u42}:ip", "rl:{u42}:user", "rl:{u42}:orders"];
@@ -728,12 +506,12 @@ fn an_allowed_mtake_replicates_each_keys_effects_inside_one_multi_exec() {
     let want = dumps(&mut c);
     let mut rc = replica.conn();
     let got = dumps(&mut rc);
-    assert_same_dumps(&mut rc, &got, &mut c, &want);
+    assert_same_dumps("replica", &mut rc, &got, &mut c, &want);
 }
 
 #[test]
 fn reserve_and_refund_replicate_the_new_balance_never_the_command() {
-    let master = master();
+    let master = start_master();
     let mut stream = ReplStream::attach(&master);
     let mut c = master.conn();
     // A bucket of 2, reserved twice at one instant: the second leaves a debt of 2, to be
@@ -789,8 +567,8 @@ fn reserve_and_refund_replicate_the_new_balance_never_the_command() {
 
 #[test]
 fn peek_on_a_replica_answers_with_the_masters_state_and_creates_nothing() {
-    let master = master();
-    let replica = replica_of(&master, true);
+    let master = start_master();
+    let replica = start_replica(&master, true);
     let mut c = master.conn();
     // a: 6 of 10; b: a debt of 3 on a bucket of 2; c, d: 0 and 4 of 5 (slow refills:
     // nothing expires during the test).

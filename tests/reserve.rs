@@ -5,31 +5,15 @@
 mod common;
 
 use common::{
-    Conn, LUA_BENCH, LUA_SEED, MTake, Reply, Rng, Server, Take, command_docs, command_info,
-    fingerprint, hget, hgetall, keyspace, notifications_during, repl_offset, start_master,
-    start_replica, tb_counters, watch_survives,
+    CORRUPT_TIME, CORRUPT_TOKENS, Conn, LUA_BENCH, LUA_SEED, MTake, Reply, Rng, Server, T0, T0F,
+    Take, WRONGTYPE, assert_documented, assert_errors_change_nothing, assert_replica_matches, at,
+    command_info, fingerprint, hget, hgetall, notifications_during, repl_offset, start_master,
+    start_replica, take, tb_counters, watch_survives,
 };
 
-const T0: &str = "1764456268.123456";
-const T0F: f64 = 1764456268.123456;
 const MAX: f64 = 9007199254740992.0;
 
 const ARITY: &str = "ERR wrong number of arguments for 'tb.reserve' command";
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-fn at(offset: f64) -> String {
-    // Shortest round-trip text of T0 + offset, as a client computing `time.time()` sends.
-    format!("{}", T0F + offset)
-}
-
-fn take(allowed: bool, remaining: f64, retry_after: f64, reset_after: f64) -> Take {
-    Take {
-        allowed,
-        remaining,
-        retry_after,
-        reset_after,
-    }
-}
 
 /// Stored tokens as a number, checked to be a value a bucket may hold.
 fn stored_tokens(c: &mut Conn, key: &str, capacity: f64) -> f64 {
@@ -568,7 +552,6 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
     bucket_in_debt(&mut c, "k");
     c.q("SET str v");
     let keys = ["k", "str", "new"];
-    let before = fingerprint(&mut c, &keys);
     let cases: &[(&[&str], &str)] = &[
         (&["k", "10", "1", "1"], ARITY),
         (&["k"], ARITY),
@@ -656,36 +639,27 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (&["str", "10", "1", "1", "5"], WRONGTYPE),
     ];
-    for (args, want) in cases {
-        let mut full = vec!["TB.RESERVE"];
-        full.extend_from_slice(args);
-        assert_eq!(c.cmd(&full), Reply::Error(want.to_string()), "{args:?}");
-        assert_eq!(
-            fingerprint(&mut c, &keys),
-            before,
-            "{args:?} changed something"
-        );
-    }
+    assert_errors_change_nothing(&mut c, &["TB.RESERVE"], &keys, cases);
 }
 
 #[test]
 fn a_corrupt_bucket_is_reported_not_reset() {
     let s = Server::start();
     let mut c = s.conn();
-    let tokens_err = "ERR bucket state is corrupt: field 'tokens' is not a valid token count";
-    let time_err =
-        "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds";
     let cases: &[(&[&str], &str)] = &[
-        (&["tokens", "abc", "last_refill_time", "1"], tokens_err),
-        (&["tokens", "-inf", "last_refill_time", "1"], tokens_err),
+        (&["tokens", "abc", "last_refill_time", "1"], CORRUPT_TOKENS),
+        (&["tokens", "-inf", "last_refill_time", "1"], CORRUPT_TOKENS),
         (
             &["tokens", "-9007199254740994", "last_refill_time", "1"],
-            tokens_err,
+            CORRUPT_TOKENS,
         ),
-        (&["tokens", "-1e20", "last_refill_time", "1"], tokens_err),
-        (&["tokens", "5", "last_refill_time", "x"], time_err),
-        (&["tokens", "5"], time_err),
-        (&["last_refill_time", "5"], tokens_err),
+        (
+            &["tokens", "-1e20", "last_refill_time", "1"],
+            CORRUPT_TOKENS,
+        ),
+        (&["tokens", "5", "last_refill_time", "x"], CORRUPT_TIME),
+        (&["tokens", "5"], CORRUPT_TIME),
+        (&["last_refill_time", "5"], CORRUPT_TOKENS),
     ];
     for (i, (fields, want)) in cases.iter().enumerate() {
         let key = format!("bad{i}");
@@ -767,15 +741,8 @@ fn reserve_replicates_its_effects_and_nothing_when_denied() {
     assert!(c.reserve("srv", "2", "1", "3", "100", None).retry_after == -1.0);
     assert!(c.reserve("srv", "2", "1", "2", "100", None).allowed);
     assert!(c.reserve("srv", "2", "1", "1", "100", None).allowed);
-    assert_eq!(c.q("WAIT 1 10000").int(), 1);
-    let want = keyspace(&mut c);
+    let want = assert_replica_matches(&mut c, &replica);
     assert_eq!(want.len(), 2);
-    assert_eq!(keyspace(&mut replica.conn()), want);
-    assert!(
-        !replica.log().contains("unknown command"),
-        "{}",
-        replica.log()
-    );
 }
 
 #[test]
@@ -807,25 +774,13 @@ fn command_metadata_declares_the_key_flags_and_docs() {
         c.q("COMMAND GETKEYS tb.reserve user:42 10 1 1 5"),
         Reply::Array(vec![Reply::Bulk(b"user:42".to_vec())])
     );
-    let docs = command_docs(&mut c, "tb.reserve");
-    for name in ["summary", "complexity", "since"] {
-        let v = docs.iter().find(|(k, _)| k == name);
-        assert!(
-            v.is_some_and(|(_, v)| !v.text().is_empty()),
-            "{name}: {docs:?}"
-        );
-    }
-    let args = docs
-        .iter()
-        .find(|(k, _)| k == "arguments")
-        .unwrap()
-        .1
-        .flat();
-    for name in [
-        "key", "capacity", "rate", "n", "max_wait", "now", "optional",
-    ] {
-        assert!(args.contains(name), "{name} missing from {args}");
-    }
+    assert_documented(
+        &mut c,
+        "tb.reserve",
+        &[
+            "key", "capacity", "rate", "n", "max_wait", "now", "optional",
+        ],
+    );
 }
 
 #[test]

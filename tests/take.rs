@@ -2,15 +2,7 @@
 
 mod common;
 
-use common::{Conn, Reply, Server, Take, dump, hget, hgetall};
-
-const T0: &str = "1764456268.123456";
-const T0F: f64 = 1764456268.123456;
-
-fn at(offset: f64) -> String {
-    // Shortest round-trip text of T0 + offset, as a client computing `time.time()` sends.
-    format!("{}", T0F + offset)
-}
+use common::{Conn, LUA_SEED, Reply, Server, T0, T0F, Take, at, bulk_reply, dump, hget, hgetall};
 
 #[test]
 fn missing_key_is_a_full_bucket_and_a_take_deducts() {
@@ -349,15 +341,7 @@ fn reply_is_bulk_text_under_resp2_and_doubles_under_resp3() {
     let mut c = s.conn();
     // Shortest round-trip text: 1/3 reads as 0.3333333333333333, not %.17g noise.
     let r = c.q("TB.TAKE k 10 3 1 1000");
-    assert_eq!(
-        r,
-        Reply::Array(vec![
-            Reply::Int(1),
-            Reply::Bulk(b"9".to_vec()),
-            Reply::Bulk(b"0".to_vec()),
-            Reply::Bulk(b"0.3333333333333333".to_vec()),
-        ])
-    );
+    assert_eq!(r, bulk_reply(1, ["9", "0", "0.3333333333333333"]));
     c.q("DEL k");
     let r = c.q(&format!("TB.TAKE k 10 3 1 {T0}"));
     let reset = r.array()[3].num();
@@ -391,33 +375,16 @@ fn a_lua_seed_style_caller_keeps_working() {
 
 #[test]
 fn buckets_are_shared_with_the_lua_script_both_ways() {
-    // The seed's Lua token bucket (HMGET tokens/last_refill_time, refill, HMSET, EXPIRE),
-    // in our own words, run on buckets the module wrote and the other way round.
-    const LUA: &str = r#"
-        local capacity = tonumber(ARGV[1])
-        local rate = tonumber(ARGV[2])
-        local requested = tonumber(ARGV[3])
-        local now = tonumber(ARGV[4])
-        local h = redis.call('HMGET', KEYS[1], 'tokens', 'last_refill_time')
-        local tokens, last = tonumber(h[1]), tonumber(h[2])
-        if not tokens then tokens = capacity; last = now
-        else tokens = math.min(capacity, tokens + math.max(0, now - last) * rate) end
-        if tokens >= requested then
-            tokens = tokens - requested
-            redis.call('HSET', KEYS[1], 'tokens', tokens, 'last_refill_time', now)
-            redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 10)
-            return {1, tostring(tokens)}
-        end
-        return {0, tostring(tokens)}
-    "#;
+    // The seed's Lua token bucket (common::LUA_SEED), run on buckets the module wrote and
+    // the other way round.
     let s = Server::start();
     let mut c = s.conn();
     c.take("k", "10", "2", "4", Some(T0));
-    let r = c.cmd(&["EVAL", LUA, "1", "k", "10", "2", "1", &at(1.0)]);
+    let r = c.cmd(&["EVAL", LUA_SEED, "1", "k", "10", "2", "1", &at(1.0)]);
     assert_eq!(r.array()[1].text(), "7");
     let t = c.take("k", "10", "2", "1", Some(&at(1.5)));
     assert_eq!(t.remaining, 7.0);
-    let r = c.cmd(&["EVAL", LUA, "1", "k", "10", "2", "7", &at(1.5)]);
+    let r = c.cmd(&["EVAL", LUA_SEED, "1", "k", "10", "2", "7", &at(1.5)]);
     assert_eq!(r.array()[0], Reply::Int(1));
     let t = c.take("k", "10", "2", "1", Some(&at(1.6)));
     assert!(!t.allowed);

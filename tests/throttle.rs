@@ -8,20 +8,13 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Conn, Options, Reply, Server, dump, fingerprint, free_port, hget, hgetall, info_field,
-    module_path, repl_offset, server_binary, tb_counters,
+    CORRUPT_TIME, CORRUPT_TOKENS, Conn, Options, Reply, Server, WRONGTYPE, dump, fingerprint,
+    free_port, hget, hgetall, info_field, module_path, read_log, repl_offset, server_binary,
+    server_command, start_replica, tb_counters, wait_for,
 };
-
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-const CORRUPT_TOKENS: &str =
-    "ERR bucket state is corrupt: field 'tokens' is not a valid token count";
-const CORRUPT_TIME: &str =
-    "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds";
 
 /// The five-integer reply `[limited, limit, remaining, retry_after, reset_after]`.
 fn ints(v: [i64; 5]) -> Reply {
@@ -81,15 +74,6 @@ fn command_reply_without_name(c: &mut Conn, sub: &str, name: &str) -> Reply {
         }
     }
     blank(&c.cmd(&["COMMAND", sub, name]), name)
-}
-
-/// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
-fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 // ---- The reply's shape ----
@@ -437,27 +421,10 @@ fn unknown_load_argument_fails_the_load_and_logs_it() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new(server_binary())
-        .arg("--port")
-        .arg(free_port().to_string())
-        .arg("--bind")
-        .arg("127.0.0.1")
-        .arg("--dir")
-        .arg(&dir)
-        .arg("--logfile")
-        .arg("redis.log")
-        .arg("--save")
-        .arg("")
-        .arg("--appendonly")
-        .arg("no")
-        .arg("--daemonize")
-        .arg("no")
+    let mut child = server_command(free_port(), &dir)
         .arg("--loadmodule")
         .arg(module_path())
         .arg("BOGUS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
     let start = Instant::now();
@@ -486,10 +453,6 @@ fn unknown_load_argument_fails_the_load_and_logs_it() {
         log.contains("initialization failed") || log.contains("Can't load module"),
         "the log does not say the load failed:\n{log}"
     );
-}
-
-fn read_log(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default()
 }
 
 #[test]
@@ -816,27 +779,10 @@ fn master() -> Server {
     )
 }
 
-/// A replica of `master` WITHOUT the module, once its link is up.
-fn replica_without_module(master: &Server) -> Server {
-    let replica = Server::start_with(Options {
-        with_module: false,
-        extra: vec![
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            master.port.to_string(),
-        ],
-    });
-    let mut c = replica.conn();
-    wait_until(Duration::from_secs(20), "master_link_status:up", || {
-        info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up")
-    });
-    replica
-}
-
 #[test]
 fn replica_without_the_module_holds_the_masters_exact_buckets() {
     let master = master();
-    let replica = replica_without_module(&master);
+    let replica = start_replica(&master, false);
     let mut c = master.conn();
     let calls = [
         ("TB.THROTTLE a 4 1 60", [0, 5, 4, -1, 60]),
@@ -891,7 +837,7 @@ fn replica_without_the_module_holds_the_masters_exact_buckets() {
 #[test]
 fn quantity_zero_refused_and_failed_calls_replicate_nothing() {
     let master = master();
-    let replica = replica_without_module(&master);
+    let replica = start_replica(&master, false);
     let mut c = master.conn();
     assert_eq!(c.q("TB.THROTTLE k 4 1 60 5"), ints([0, 5, 0, -1, 300]));
     assert_eq!(c.q("TB.THROTTLE full 4 1 60 1"), ints([0, 5, 4, -1, 60]));
@@ -932,7 +878,7 @@ fn quantity_zero_refused_and_failed_calls_replicate_nothing() {
     let master_offset = repl_offset(&mut c);
     assert!(master_offset >= moved);
     let mut r = replica.conn();
-    wait_until(Duration::from_secs(10), "the replica's offset", || {
+    wait_for(Duration::from_secs(10), "the replica's offset", || {
         info_field(&mut r, "replication", "master_repl_offset").as_deref()
             == Some(master_offset.to_string().as_str())
     });
@@ -975,7 +921,7 @@ fn ttl_is_set_and_covers_the_time_until_full() {
     let pttl = c.q("PTTL a").int();
     assert!((239_000..=301_000 + 1000).contains(&pttl), "PTTL {pttl}");
     // The key expires once full: a 0.5 s bucket is gone within about 1.6 s.
-    wait_until(Duration::from_secs(5), "c to expire", || {
+    wait_for(Duration::from_secs(5), "c to expire", || {
         c.q("EXISTS c") == Reply::Int(0)
     });
     assert_eq!(c.q("TB.THROTTLE c 0 1 0.5 0"), ints([0, 1, 1, -1, 0]));

@@ -2,6 +2,7 @@
 //! small RESP2/RESP3 client that keeps replies exactly as sent (error texts included).
 #![allow(dead_code)]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -101,6 +102,48 @@ impl Take {
     }
 }
 
+/// An expected TB.TAKE-shaped reply.
+pub fn take(allowed: bool, remaining: f64, retry_after: f64, reset_after: f64) -> Take {
+    Take {
+        allowed,
+        remaining,
+        retry_after,
+        reset_after,
+    }
+}
+
+/// A TB.TAKE-shaped reply as RESP2 sends it: `allowed`, then the three numbers as texts.
+pub fn bulk_reply(allowed: i64, texts: [&str; 3]) -> Reply {
+    let mut v = vec![Reply::Int(allowed)];
+    v.extend(texts.iter().map(|t| Reply::Bulk(t.as_bytes().to_vec())));
+    Reply::Array(v)
+}
+
+/// A TB.TAKE-shaped reply as RESP3 sends it: `allowed`, then the three numbers as doubles.
+pub fn double_reply(allowed: i64, values: [f64; 3]) -> Reply {
+    let mut v = vec![Reply::Int(allowed)];
+    v.extend(values.iter().map(|&d| Reply::Double(d)));
+    Reply::Array(v)
+}
+
+/// The client clock most calls pass as `now` (an app server's `time.time()`), as text
+/// and as a number.
+pub const T0: &str = "1764456268.123456";
+pub const T0F: f64 = 1764456268.123456;
+
+/// `T0 + offset` as the shortest round-trip text, as a client computing `time.time()`
+/// sends it.
+pub fn at(offset: f64) -> String {
+    format!("{}", T0F + offset)
+}
+
+/// The error texts several commands share.
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const CORRUPT_TOKENS: &str =
+    "ERR bucket state is corrupt: field 'tokens' is not a valid token count";
+pub const CORRUPT_TIME: &str =
+    "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds";
+
 /// A connection speaking RESP.
 pub struct Conn {
     reader: BufReader<TcpStream>,
@@ -170,7 +213,11 @@ impl Conn {
         n: &str,
         now: Option<&str>,
     ) -> Take {
-        let mut args = vec!["TB.TAKE", key, capacity, rate, n];
+        self.decoded(vec!["TB.TAKE", key, capacity, rate, n], now)
+    }
+
+    /// `args`, then `now` if given, sent; the TB.TAKE-shaped reply decoded.
+    fn decoded<'a>(&mut self, mut args: Vec<&'a str>, now: Option<&'a str>) -> Take {
         args.extend(now);
         let r = self.cmd(&args);
         Take::from_reply(&r)
@@ -284,6 +331,36 @@ pub fn server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
 }
 
+/// The server command every test server starts from: `port` on loopback, `dir` as its
+/// directory (log in `dir/redis.log`), persistence off, in the foreground, no output; no
+/// module yet (the caller adds `--loadmodule` and any other arguments).
+pub fn server_command(port: u16, dir: &Path) -> Command {
+    let mut cmd = Command::new(server_binary());
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg("redis.log")
+        .arg("--save")
+        .arg("")
+        .arg("--appendonly")
+        .arg("no")
+        .arg("--daemonize")
+        .arg("no")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+/// The log of a server started by `server_command` on `dir` (empty when there is none).
+pub fn read_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default()
+}
+
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
 /// A redis-server process, killed (and its directory removed) on drop. On a failing test
@@ -341,28 +418,11 @@ impl Server {
         // A port taken between probing and binding makes the start fail: try a few.
         for _ in 0..5 {
             self.port = free_port();
-            let mut cmd = Command::new(server_binary());
-            cmd.arg("--port")
-                .arg(self.port.to_string())
-                .arg("--bind")
-                .arg("127.0.0.1")
-                .arg("--dir")
-                .arg(&self.dir)
-                .arg("--logfile")
-                .arg("redis.log")
-                .arg("--save")
-                .arg("")
-                .arg("--appendonly")
-                .arg("no")
-                .arg("--daemonize")
-                .arg("no");
+            let mut cmd = server_command(self.port, &self.dir);
             if self.with_module {
                 cmd.arg("--loadmodule").arg(module_path());
             }
             cmd.args(&self.args);
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
             let child = cmd
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
@@ -404,7 +464,7 @@ impl Server {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+        read_log(&self.dir)
     }
 
     /// Whether the process is still running.
@@ -542,13 +602,13 @@ impl MTake {
     pub fn from_reply(r: &Reply) -> MTake {
         let a = r.array();
         assert_eq!(a.len(), 5, "{r:?}");
-        let allowed = a[0].int();
-        assert!(allowed == 0 || allowed == 1, "{r:?}");
+        // The first four fields are TB.TAKE's reply.
+        let total = Take::from_reply(&Reply::Array(a[..4].to_vec()));
         MTake {
-            allowed: allowed == 1,
-            remaining: a[1].num(),
-            retry_after: a[2].num(),
-            reset_after: a[3].num(),
+            allowed: total.allowed,
+            remaining: total.remaining,
+            retry_after: total.retry_after,
+            reset_after: total.reset_after,
             keys: a[4].array().iter().map(Take::from_reply).collect(),
         }
     }
@@ -595,18 +655,12 @@ impl Conn {
         max_wait: &str,
         now: Option<&str>,
     ) -> Take {
-        let mut args = vec!["TB.RESERVE", key, capacity, rate, n, max_wait];
-        args.extend(now);
-        let r = self.cmd(&args);
-        Take::from_reply(&r)
+        self.decoded(vec!["TB.RESERVE", key, capacity, rate, n, max_wait], now)
     }
 
     /// TB.PEEK with text arguments, decoded.
     pub fn peek(&mut self, key: &str, capacity: &str, rate: &str, now: Option<&str>) -> Take {
-        let mut args = vec!["TB.PEEK", key, capacity, rate];
-        args.extend(now);
-        let r = self.cmd(&args);
-        Take::from_reply(&r)
+        self.decoded(vec!["TB.PEEK", key, capacity, rate], now)
     }
 
     /// TB.REFUND with text arguments, decoded.
@@ -618,10 +672,7 @@ impl Conn {
         n: &str,
         now: Option<&str>,
     ) -> Take {
-        let mut args = vec!["TB.REFUND", key, capacity, rate, n];
-        args.extend(now);
-        let r = self.cmd(&args);
-        Take::from_reply(&r)
+        self.decoded(vec!["TB.REFUND", key, capacity, rate, n], now)
     }
 }
 
@@ -634,6 +685,23 @@ pub fn fingerprint(c: &mut Conn, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)> {
             (dump(c, k.as_bytes()), expire)
         })
         .collect()
+}
+
+/// Sends `command` followed by each case's arguments: every call must get exactly the
+/// case's error text and leave `keys` as they were (bytes and expiry, see `fingerprint`).
+pub fn assert_errors_change_nothing(
+    c: &mut Conn,
+    command: &[&str],
+    keys: &[&str],
+    cases: &[(&[&str], &str)],
+) {
+    let before = fingerprint(c, keys);
+    for (args, want) in cases {
+        let mut full = command.to_vec();
+        full.extend_from_slice(args);
+        assert_eq!(c.cmd(&full), Reply::Error(want.to_string()), "{args:?}");
+        assert_eq!(fingerprint(c, keys), before, "{args:?} changed something");
+    }
 }
 
 /// Whether a transaction on another connection, watching `keys`, still runs after `args`
@@ -682,6 +750,17 @@ pub fn notifications_during(server: &Server, f: impl FnOnce(&mut Conn)) -> Vec<S
     events
 }
 
+/// Each of `outcomes` was seen at least `min` times (`seen`: how often each outcome of a
+/// run of mixed traffic was seen).
+pub fn assert_each_seen(seen: &BTreeMap<String, usize>, outcomes: &[&str], min: usize) {
+    for outcome in outcomes {
+        assert!(
+            seen.get(*outcome).copied().unwrap_or(0) >= min,
+            "too few {outcome}: {seen:?}"
+        );
+    }
+}
+
 /// `INFO tb` counters of one command (`take`, `mtake`, ...): calls, allowed, denied, errors.
 pub fn tb_counters(c: &mut Conn, command: &str) -> [u64; 4] {
     ["calls", "allowed", "denied", "errors"].map(|what| {
@@ -703,6 +782,30 @@ pub fn command_docs(c: &mut Conn, name: &str) -> Vec<(String, Reply)> {
         .chunks(2)
         .map(|p| (p[0].text(), p[1].clone()))
         .collect()
+}
+
+/// One field of a `command_docs` reply; panics when there is none.
+pub fn doc_field(docs: &[(String, Reply)], name: &str) -> Reply {
+    docs.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {name} in {docs:?}"))
+}
+
+/// `COMMAND DOCS <name>` has a non-empty summary, complexity and since, and its arguments
+/// mention every one of `arguments`.
+pub fn assert_documented(c: &mut Conn, name: &str, arguments: &[&str]) {
+    let docs = command_docs(c, name);
+    for field in ["summary", "complexity", "since"] {
+        assert!(
+            !doc_field(&docs, field).text().is_empty(),
+            "{field}: {docs:?}"
+        );
+    }
+    let args = doc_field(&docs, "arguments").flat();
+    for arg in arguments {
+        assert!(args.contains(arg), "{arg} missing from {args}");
+    }
 }
 
 /// `COMMAND INFO <name>`: (arity, flags, the flattened key specs).
@@ -751,6 +854,19 @@ pub fn start_replica(master: &Server, with_module: bool) -> Server {
     replica
 }
 
+/// A server with the module and an AOF fsynced as `fsync` says ("always", "everysec").
+pub fn start_aof_server(fsync: &str) -> Server {
+    Server::start_with(Options {
+        with_module: true,
+        extra: vec![
+            "--appendonly".into(),
+            "yes".into(),
+            "--appendfsync".into(),
+            fsync.into(),
+        ],
+    })
+}
+
 /// The master's replication offset: it moves exactly when something is replicated.
 pub fn repl_offset(c: &mut Conn) -> i64 {
     info_field(c, "replication", "master_repl_offset")
@@ -760,22 +876,122 @@ pub fn repl_offset(c: &mut Conn) -> i64 {
 }
 
 /// Every key's hash (sorted field, value pairs) and absolute expiry (ms).
-pub type Keyspace = std::collections::BTreeMap<Vec<u8>, (Vec<(Vec<u8>, Vec<u8>)>, i64)>;
+pub type Keyspace = BTreeMap<Vec<u8>, (Vec<(Vec<u8>, Vec<u8>)>, i64)>;
 
-/// The whole keyspace, to compare a master with its replicas.
-pub fn keyspace(c: &mut Conn) -> Keyspace {
+/// Every key (KEYS *) with `value` of it and its absolute expiry (ms).
+fn every_key<V>(
+    c: &mut Conn,
+    value: impl Fn(&mut Conn, &[u8]) -> V,
+) -> BTreeMap<Vec<u8>, (V, i64)> {
     let keys = c.q("KEYS *");
-    let mut out = std::collections::BTreeMap::new();
+    let mut out = BTreeMap::new();
     for k in keys.array() {
         let Reply::Bulk(key) = k else { panic!("{k:?}") };
         let expire = c.cmd(&[b"PEXPIRETIME".as_slice(), key]).int();
-        out.insert(key.clone(), (hgetall(c, key), expire));
+        out.insert(key.clone(), (value(c, key), expire));
     }
     out
 }
 
-/// The seed's Lua token bucket (HMGET tokens/last_refill_time, refill, HSET, EXPIRE), the
-/// same text as in tests/take.rs: `EVAL LUA_SEED 1 key capacity rate n now`, reply
+/// The whole keyspace, to compare a master with its replicas.
+pub fn keyspace(c: &mut Conn) -> Keyspace {
+    every_key(c, hgetall)
+}
+
+/// Every key's DUMP (type, value and encoding as RDB bytes) and absolute expiry (ms).
+pub type Dumps = BTreeMap<Vec<u8>, (Option<Vec<u8>>, i64)>;
+
+/// The whole keyspace as `Dumps`, to compare servers byte for byte.
+pub fn dumps(c: &mut Conn) -> Dumps {
+    every_key(c, dump)
+}
+
+/// The server's clock in ms.
+pub fn server_ms(c: &mut Conn) -> i64 {
+    let t = c.q("TIME");
+    let a = t.array();
+    a[0].text().parse::<i64>().unwrap() * 1000 + a[1].text().parse::<i64>().unwrap() / 1000
+}
+
+/// `dumps` without the keys that expire within 5 s of the server's clock, and those keys.
+/// A key expiring between two snapshots would make them differ (an expired key is gone on
+/// the master and hidden on replicas alike, but not at the same instant); a refund that
+/// fills a bucket, for one, leaves it a TTL of about half a second.
+pub fn lasting(c: &mut Conn) -> (Dumps, BTreeSet<Vec<u8>>) {
+    let all = dumps(c);
+    let now = server_ms(c);
+    let soon: BTreeSet<Vec<u8>> = all
+        .iter()
+        .filter(|(_, (_, expire))| (0..now + 5000).contains(expire))
+        .map(|(k, _)| k.clone())
+        .collect();
+    (without(&all, &soon), soon)
+}
+
+/// `all` without `keys`.
+pub fn without(all: &Dumps, keys: &BTreeSet<Vec<u8>>) -> Dumps {
+    all.iter()
+        .filter(|(k, _)| !keys.contains(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Panics unless `got` (read on `got_conn`) equals `want` (read on `want_conn`), naming
+/// `what` and showing the first differing key on both sides (a hash as its fields).
+pub fn assert_same_dumps(
+    what: &str,
+    got_conn: &mut Conn,
+    got: &Dumps,
+    want_conn: &mut Conn,
+    want: &Dumps,
+) {
+    if got == want {
+        return;
+    }
+    let keys: BTreeSet<&Vec<u8>> = got.keys().chain(want.keys()).collect();
+    let key = keys
+        .into_iter()
+        .find(|k| got.get(*k) != want.get(*k))
+        .unwrap();
+    let show = |c: &mut Conn, d: &Dumps| match d.get(key) {
+        None => "missing".to_string(),
+        Some((_, expire)) => {
+            let t = c.cmd(&[b"TYPE".as_slice(), key]).text();
+            let value = if t == "hash" {
+                format!("{:?}", hgetall(c, key))
+            } else {
+                t
+            };
+            format!("{value}, expires at {expire} ms")
+        }
+    };
+    panic!(
+        "{what}: {} keys, {} wanted; first difference at {}: got {}, want {}",
+        got.len(),
+        want.len(),
+        String::from_utf8_lossy(key),
+        show(got_conn, got),
+        show(want_conn, want)
+    );
+}
+
+/// Waits until the one replica of `c`'s server has acknowledged every write, then asserts
+/// that `replica` holds exactly the master's keyspace and met no command it does not know
+/// (it may run without the module). Returns the master's keyspace.
+pub fn assert_replica_matches(c: &mut Conn, replica: &Server) -> Keyspace {
+    assert_eq!(c.q("WAIT 1 10000").int(), 1);
+    let want = keyspace(c);
+    assert_eq!(keyspace(&mut replica.conn()), want);
+    assert!(
+        !replica.log().contains("unknown command"),
+        "{}",
+        replica.log()
+    );
+    want
+}
+
+/// The seed's Lua token bucket (HMGET tokens/last_refill_time, refill, HSET, EXPIRE), in
+/// our own words: `EVAL LUA_SEED 1 key capacity rate n now`, reply
 /// `{allowed, tostring(tokens)}`.
 pub const LUA_SEED: &str = r#"
         local capacity = tonumber(ARGV[1])
@@ -822,13 +1038,38 @@ pub fn start_cluster_node() -> (Server, u16) {
     (server, bus)
 }
 
-/// Polls `cond` every 50 ms until it holds; panics naming `what` after `limit`.
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
 pub fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
         assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Two cluster nodes met, `a` serving slots 0-8191 and `b` 8192-16383, once both see
+/// `cluster_state:ok`.
+pub fn start_two_node_cluster() -> (Server, Server) {
+    let (a, _) = start_cluster_node();
+    let (b, b_bus) = start_cluster_node();
+    let mut ca = a.conn();
+    let mut cb = b.conn();
+    assert_eq!(
+        ca.q("CLUSTER ADDSLOTSRANGE 0 8191"),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(
+        cb.q("CLUSTER ADDSLOTSRANGE 8192 16383"),
+        Reply::Simple("OK".into())
+    );
+    let meet = format!("CLUSTER MEET 127.0.0.1 {} {b_bus}", b.port);
+    assert_eq!(ca.q(&meet), Reply::Simple("OK".into()));
+    for c in [&mut ca, &mut cb] {
+        wait_for(Duration::from_secs(30), "cluster_state:ok", || {
+            c.q("CLUSTER INFO").text().contains("cluster_state:ok")
+        });
+    }
+    (a, b)
 }
 
 /// A fake replica on a raw socket: it sends SYNC, skips the RDB, and then reads the master's
@@ -879,7 +1120,8 @@ impl ReplStream {
     }
 
     /// Every command replicated before `SET <marker> 1` (which the caller sends after the
-    /// calls it wants to see), SELECT left out.
+    /// calls it wants to see), command names upper-cased, without the stream's own SELECT,
+    /// PING and REPLCONF.
     pub fn until_marker(&mut self, marker: &str) -> Vec<Vec<String>> {
         let mut out = Vec::new();
         loop {
@@ -887,9 +1129,13 @@ impl ReplStream {
             if cmd == ["SET", marker, "1"] {
                 return out;
             }
-            // SELECT, and the master's keepalive PING (Valkey 9 sends one as soon as a
-            // replica attaches), are the stream's own, not a command's effects.
-            if !matches!(cmd.first().map(String::as_str), Some("SELECT" | "PING")) {
+            // SELECT, the master's keepalive PING (Valkey 9 sends one as soon as a replica
+            // attaches) and the REPLCONF GETACK a WAIT appends are the stream's own, not a
+            // command's effects.
+            if !matches!(
+                cmd.first().map(String::as_str),
+                Some("SELECT" | "PING" | "REPLCONF")
+            ) {
                 out.push(cmd);
             }
         }
