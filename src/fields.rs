@@ -9,18 +9,18 @@ use crate::window::{Fixed, Sliding, valid_count};
 
 /// A FIXED or SLIDING window's hash fields as stored (`None`: absent), and whether the
 /// hash holds a token bucket's fields instead.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WindowFields {
-    pub start: Option<Vec<u8>>,
-    pub count: Option<Vec<u8>>,
-    pub previous: Option<Vec<u8>>,
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowFields<'a> {
+    pub start: Option<&'a [u8]>,
+    pub count: Option<&'a [u8]>,
+    pub previous: Option<&'a [u8]>,
     pub holds_bucket: bool,
 }
 
 /// Decodes a FIXED window. A SLIDING window's hash (it has `previous`) or a token
 /// bucket's is a clear error, never read as something else; neither field is a new
 /// window.
-pub fn decode_fixed(f: &WindowFields) -> Result<Option<Fixed>, TbError> {
+pub fn decode_fixed(f: &WindowFields<'_>) -> Result<Option<Fixed>, TbError> {
     if f.holds_bucket {
         return Err(TbError::BucketNotWindow);
     }
@@ -38,7 +38,7 @@ pub fn decode_fixed(f: &WindowFields) -> Result<Option<Fixed>, TbError> {
 
 /// Decodes a SLIDING window. A FIXED window's hash (no `previous`) or a token bucket's is
 /// a clear error.
-pub fn decode_sliding(f: &WindowFields) -> Result<Option<Sliding>, TbError> {
+pub fn decode_sliding(f: &WindowFields<'_>) -> Result<Option<Sliding>, TbError> {
     if f.holds_bucket {
         return Err(TbError::BucketNotWindow);
     }
@@ -65,19 +65,17 @@ pub fn decode_sliding(f: &WindowFields) -> Result<Option<Sliding>, TbError> {
 }
 
 /// `start` and `count`, both or neither (one alone, or a bad number, is corrupt).
-fn start_and_count(f: &WindowFields) -> Result<Option<(f64, f64)>, TbError> {
+fn start_and_count(f: &WindowFields<'_>) -> Result<Option<(f64, f64)>, TbError> {
     if f.start.is_none() && f.count.is_none() {
         return Ok(None);
     }
     let start = f
         .start
-        .as_deref()
         .and_then(parse_f64)
         .filter(|v| valid_time(*v))
         .ok_or(TbError::CorruptState(Field::Start))?;
     let count = f
         .count
-        .as_deref()
         .and_then(parse_f64)
         .filter(|v| valid_count(*v))
         .ok_or(TbError::CorruptState(Field::Count))?;
@@ -145,11 +143,15 @@ mod tests {
         assert_eq!(decode(None, None), Ok(None));
     }
 
-    fn window(start: Option<&str>, count: Option<&str>, previous: Option<&str>) -> WindowFields {
+    fn window<'a>(
+        start: Option<&'a str>,
+        count: Option<&'a str>,
+        previous: Option<&'a str>,
+    ) -> WindowFields<'a> {
         WindowFields {
-            start: start.map(|s| s.as_bytes().to_vec()),
-            count: count.map(|s| s.as_bytes().to_vec()),
-            previous: previous.map(|s| s.as_bytes().to_vec()),
+            start: start.map(str::as_bytes),
+            count: count.map(str::as_bytes),
+            previous: previous.map(str::as_bytes),
             holds_bucket: false,
         }
     }

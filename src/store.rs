@@ -316,21 +316,25 @@ impl<'a> BucketKey<'a> {
         fields::decode(tokens.bytes(), last.bytes())
     }
 
-    /// Reads a FIXED or SLIDING window's fields (all `None` on a missing key), and whether
-    /// the hash holds a token bucket instead.
-    pub fn read_window(&self) -> Result<WindowFields, TbError> {
+    /// Reads a FIXED or SLIDING window's fields (all absent on a missing key), and whether
+    /// the hash holds a token bucket instead, and decodes them with `decode` while the
+    /// field strings are alive (no copies).
+    pub fn read_window<T>(
+        &self,
+        decode: impl FnOnce(&WindowFields<'_>) -> Result<T, TbError>,
+    ) -> Result<T, TbError> {
         if !self.key.exists() {
-            return Ok(WindowFields::default());
+            return decode(&WindowFields::default());
         }
         let [start, count, previous] = self.get([Field::Start, Field::Count, Field::Previous]);
         let holds_bucket = start.is_null() && count.is_null() && {
             let [tokens] = self.get([Field::Tokens]);
             !tokens.is_null()
         };
-        Ok(WindowFields {
-            start: start.bytes().map(<[u8]>::to_vec),
-            count: count.bytes().map(<[u8]>::to_vec),
-            previous: previous.bytes().map(<[u8]>::to_vec),
+        decode(&WindowFields {
+            start: start.bytes(),
+            count: count.bytes(),
+            previous: previous.bytes(),
             holds_bucket,
         })
     }

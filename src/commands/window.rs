@@ -9,7 +9,7 @@ use crate::bucket::Decision;
 use crate::error::TbError;
 use crate::expiry;
 use crate::fields::{Mode, WindowFields, decode_fixed, decode_sliding};
-use crate::num::{NumText, format_f64};
+use crate::num::format_f64;
 use crate::stats::Outcome;
 use crate::store::{Access, BucketKey, Field};
 use crate::store_log::LogKey;
@@ -24,10 +24,12 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
     let (w, n) = (args.window, args.n);
     let decision = match args.mode {
         Mode::Fixed => counter(call, key, &clock, |now, f| {
-            let d = window::fixed(w, n, now, decode_fixed(f)?);
-            let write = d
-                .new_state
-                .map(|s| vec![(Field::Start, s.start), (Field::Count, s.count)]);
+            let stored = decode_fixed(f)?;
+            let d = window::fixed(w, n, now, stored);
+            let write = d.new_state.map(|s| {
+                let old = stored.map(|o| [o.start, o.count, f64::NAN]);
+                changed([s.start, s.count, f64::NAN], old)
+            });
             Ok((
                 d.allowed,
                 d.remaining,
@@ -38,13 +40,11 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
             ))
         })?,
         Mode::Sliding => counter(call, key, &clock, |now, f| {
-            let d = window::sliding(w, n, now, decode_sliding(f)?);
+            let stored = decode_sliding(f)?;
+            let d = window::sliding(w, n, now, stored);
             let write = d.new_state.map(|s| {
-                vec![
-                    (Field::Start, s.start),
-                    (Field::Count, s.count),
-                    (Field::Previous, s.previous),
-                ]
+                let old = stored.map(|o| [o.start, o.count, o.previous]);
+                changed([s.start, s.count, s.previous], old)
             });
             Ok((
                 d.allowed,
@@ -62,36 +62,51 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
     Ok(Outcome::of(decision.allowed))
 }
 
+/// The fields FIXED and SLIDING store, in this order (NaN: not this mode's).
+const COUNTER_FIELDS: [Field; 3] = [Field::Start, Field::Count, Field::Previous];
+
+/// The new values of `start`, `count`, `previous`, with those equal to the stored ones
+/// (or not this mode's) as NaN: only changed fields are written.
+fn changed(new: [f64; 3], old: Option<[f64; 3]>) -> [f64; 3] {
+    let mut out = new;
+    if let Some(old) = old {
+        for (value, before) in out.iter_mut().zip(old) {
+            if *value == before {
+                *value = f64::NAN;
+            }
+        }
+    }
+    out
+}
+
 /// What FIXED and SLIDING decide: the reply's four fields, when the state stops
-/// mattering, and the fields to store (with their values) when the call wrote.
-type Counted = (bool, f64, f64, f64, f64, Option<Vec<(Field, f64)>>);
+/// mattering, and the values to store (NaN: leave that field) when the call wrote.
+type Counted = (bool, f64, f64, f64, f64, Option<[f64; 3]>);
 
 /// FIXED and SLIDING: a hash of counts. Writes only the fields whose value changed (the
-/// window's start moves once per window, the count on every admitted call).
+/// window's start moves once per window, the count on every admitted call). Nothing on
+/// this path allocates.
 fn counter(
     call: &Call,
     key: *mut RedisModuleString,
     clock: &Clock,
-    decide: impl FnOnce(f64, &WindowFields) -> Result<Counted, TbError>,
+    decide: impl FnOnce(f64, &WindowFields<'_>) -> Result<Counted, TbError>,
 ) -> Result<Decision, TbError> {
     let hash = BucketKey::open(call.api, call.ctx, key, Access::Write)?;
-    let stored = hash.read_window()?;
     let now = clock.now();
-    let (allowed, remaining, retry_after, reset_after, expires_at, write) = decide(now, &stored)?;
-    if let Some(fields) = write {
-        let old = |field: Field| match field {
-            Field::Start => stored.start.as_deref(),
-            Field::Count => stored.count.as_deref(),
-            Field::Previous => stored.previous.as_deref(),
-            _ => None,
-        };
-        let texts: Vec<(Field, NumText)> = fields
-            .into_iter()
-            .filter(|&(field, value)| old(field).and_then(crate::num::parse_f64) != Some(value))
-            .map(|(field, value)| (field, format_f64(value)))
-            .collect();
-        let pairs: Vec<(Field, &[u8])> = texts.iter().map(|(f, t)| (*f, t.as_bytes())).collect();
-        hash.write_fields(&pairs);
+    let (allowed, remaining, retry_after, reset_after, expires_at, write) =
+        hash.read_window(|fields| decide(now, fields))?;
+    if let Some(values) = write {
+        let texts = values.map(|v| (!v.is_nan()).then(|| format_f64(v)));
+        let mut pairs: [(Field, &[u8]); 3] = [(Field::Start, &[]); 3];
+        let mut len = 0;
+        for (field, text) in COUNTER_FIELDS.iter().zip(&texts) {
+            if let (Some(text), Some(slot)) = (text, pairs.get_mut(len)) {
+                *slot = (*field, text.as_bytes());
+                len += 1;
+            }
+        }
+        hash.write_fields(pairs.get(..len).unwrap_or(&[]));
         hash.apply_expiry(expiry::plan(
             hash.expiry(),
             clock.server_ms(),
