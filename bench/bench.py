@@ -24,7 +24,7 @@ What it does, and why:
 * Issue 12 (suite "issue12"): redis-cell 0.2.2, built once from its published crate
   source into ${REDIS_TB_CACHE:-~/.cache/redis-tb}/redis-cell-0.2.2/ (tb_bench/peer.py),
   is loaded into the same server; CL.THROTTLE, TB.THROTTLE, TB.TAKE on both clocks, the
-  design notes' own script (seed_token_bucket.lua), the heavier token_bucket.lua and HSET
+  design notes' own script (read from ../shared/seeds at run time), the heavier token_bucket.lua and HSET
   run in the same rounds on two bucket shapes (small fast, large slow). If redis-cell
   cannot be built or loaded, the report says why and everything else still runs.
 * Issue 11 (suite "issue11"): TB.WINDOW FIXED, SLIDING (with `now` and on the server

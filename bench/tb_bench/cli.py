@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import memory, peer, report, runner, stats
-from .common import (BENCH_DIR, LUA_SCRIPT, SEED_LUA_SCRIPT, WINDOW_FIXED_SCRIPT,
-                     WINDOW_LOG_SCRIPT, SetupError)
+from .common import (BENCH_DIR, LUA_SCRIPT, WINDOW_FIXED_SCRIPT,
+                     WINDOW_LOG_SCRIPT, SetupError, seed_script)
 from .resp import RespClient
 from .server import RedisServer, cpu_pinning, ensure_module, machine_info
 from .workloads import (LUA_SHA, MEMORY_BASELINE, MEMORY_METHODS, SEED_SHA, SUITES, WFIXED_SHA,
@@ -162,10 +162,10 @@ def main(argv: list[str]) -> int:
         ctl = stack.enter_context(RespClient(server.port))
         info = machine_info(server_binary, private, ctl)
         info["module"] = str(module)
-        shas = {sha: ctl.call("SCRIPT", "LOAD", path.read_text())
-                for sha, path in ((LUA_SHA, LUA_SCRIPT), (SEED_SHA, SEED_LUA_SCRIPT),
-                                  (WFIXED_SHA, WINDOW_FIXED_SCRIPT),
-                                  (WLOG_SHA, WINDOW_LOG_SCRIPT))}
+        shas = {sha: ctl.call("SCRIPT", "LOAD", text)
+                for sha, text in ((LUA_SHA, LUA_SCRIPT.read_text()), (SEED_SHA, seed_script()),
+                                  (WFIXED_SHA, WINDOW_FIXED_SCRIPT.read_text()),
+                                  (WLOG_SHA, WINDOW_LOG_SCRIPT.read_text()))}
         reasons: dict[str, str] = {}
         if cell is not None:
             problem = cell.error or load_error

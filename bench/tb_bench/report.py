@@ -251,9 +251,9 @@ def side_by_side(cfg, info, runs, wl, summary, memory, skipped) -> list[str]:
          "C-1 count period 1` with count / period = r. redis-cell, TB.THROTTLE and TB.TAKE "
          "(server clock) use the server clock; TB.TAKE (now) and both scripts are given "
          f"the same fixed `now` ({FIXED_NOW}).",
-         "- The seed's own script is bench/seed_token_bucket.lua, verbatim from the design "
-         "notes (HMGET, HMSET of Lua numbers, EXPIRE on every allowed call, an integer "
-         "reply); *Lua EVALSHA (now)* is bench/token_bucket.lua, the heavier script with "
+         "- The seed's own script is the design notes' own script, read from ../shared/seeds/000_*.txt at run time (never copied into the repository): "
+         "HMGET, HMSET of Lua numbers, EXPIRE on every allowed call, an integer "
+         "reply; *Lua EVALSHA (now)* is bench/token_bucket.lua, the heavier script with "
          "TB.TAKE's exact semantics. Before timing, the seed's script and TB.TAKE (now) "
          "were checked to admit alike and store the same numbers on each shape's calls"
          + (", and TB.THROTTLE to answer them as CL.THROTTLE does." if any(

@@ -15,7 +15,7 @@ Placeholders, filled in by the runner:
                 number with every occurrence replaced by that number, so it creates exactly
                 the keys the timed command can hit.
   __lua_sha__   the SHA1 of bench/token_bucket.lua after SCRIPT LOAD.
-  __seed_sha__  the SHA1 of bench/seed_token_bucket.lua (the design notes' own script).
+  __seed_sha__  the SHA1 of the design notes' own script (read from ../shared/seeds at run time).
   __wfixed_sha__, __wlog_sha__  the SHA1s of bench/window_fixed.lua and bench/window_log.lua
                 (the notes' fixed window counter and sliding window log, issue 11).
 
@@ -95,7 +95,7 @@ def lua(key: str, n: str, capacity: str = CAPACITY, rate: str = RATE) -> list[st
 
 
 def seed_lua(key: str, n: str, capacity: str, rate: str) -> list[str]:
-    """The design notes' own script (bench/seed_token_bucket.lua), with the same explicit now."""
+    """The design notes' own script (read from the notes at run time), with the same explicit now."""
     return ["EVALSHA", SEED_SHA, "1", key, capacity, rate, n, FIXED_NOW]
 
 
@@ -285,7 +285,7 @@ def issue12(shape: Shape) -> list[Workload]:
                  peers=[f"cell_{s}", f"seed_{s}"], note="explicit, fixed now", **common),
         Workload(f"seed_{s}", f"Seed's Lua script (now), {s}", seed_lua(KEY, TAKE_N, c, r),
                  [seed_lua(KEY, shape.prefill, c, r)], probe=tokens,
-                 note="bench/seed_token_bucket.lua, the design notes' own script, with the "
+                 note="the design notes' own script (read from ../shared/seeds), with the "
                       "same explicit now", **common),
         Workload(f"lua_{s}", f"Lua EVALSHA (now), {s}", lua(KEY, TAKE_N, c, r),
                  [lua(KEY, shape.prefill, c, r)], peers=[f"seed_{s}"], probe=tokens,
