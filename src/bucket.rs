@@ -310,13 +310,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const T0: f64 = 1_764_456_268.123456;
+    pub(super) const T0: f64 = 1_764_456_268.123456;
 
-    fn lim(capacity: f64, rate: f64) -> Limit {
+    pub(super) fn lim(capacity: f64, rate: f64) -> Limit {
         Limit { capacity, rate }
     }
 
-    fn st(tokens: f64, last_refill_time: f64) -> Option<State> {
+    pub(super) fn st(tokens: f64, last_refill_time: f64) -> Option<State> {
         Some(State {
             tokens,
             last_refill_time,
@@ -674,21 +674,9 @@ mod tests {
 /// The operations TB.MTAKE, TB.RESERVE, TB.PEEK and TB.REFUND add, and how they mix.
 #[cfg(test)]
 mod toolkit_tests {
+    use super::tests::{T0, lim, st};
     use super::*;
     use proptest::prelude::*;
-
-    const T0: f64 = 1_764_456_268.123456;
-
-    fn lim(capacity: f64, rate: f64) -> Limit {
-        Limit { capacity, rate }
-    }
-
-    fn st(tokens: f64, last_refill_time: f64) -> Option<State> {
-        Some(State {
-            tokens,
-            last_refill_time,
-        })
-    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-6 + b.abs() * 1e-12
