@@ -193,6 +193,12 @@ impl<'a> Key<'a> {
         (at != NO_EXPIRE).then_some(at)
     }
 
+    /// Keeps the key at least `seconds` longer on the server's clock (`server_ms`), and not
+    /// wildly longer: `expiry::plan` against the current expiry, then `apply_expiry`.
+    pub fn expire_in(&self, server_ms: i64, seconds: f64) {
+        self.apply_expiry(crate::expiry::plan(self.expiry(), server_ms, seconds));
+    }
+
     /// Applies an expiry plan, with the notification and replication EXPIRE-family
     /// commands produce (an absolute time, so a replica or an AOF replay gets the same one).
     pub fn apply_expiry(&self, plan: ExpiryPlan) {

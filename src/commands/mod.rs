@@ -20,7 +20,6 @@ use redis_module::raw::{RedisModuleCtx, RedisModuleString};
 use crate::api::{Api, api};
 use crate::bucket::{Decision, State};
 use crate::error::TbError;
-use crate::expiry;
 use crate::num::{NumText, ceil_micros, format_f64, format_micros, is_plain_decimal};
 use crate::reply::{self, Replier};
 use crate::stats::{CommandStats, Outcome};
@@ -269,11 +268,7 @@ pub fn store(
         }
     };
     bucket.write(tokens, time);
-    bucket.apply_expiry(expiry::plan(
-        bucket.expiry(),
-        clock.server_ms(),
-        decision.reset_after,
-    ));
+    bucket.expire_in(clock.server_ms(), decision.reset_after);
 }
 
 /// The server's wall clock in microseconds since the epoch: the clock Redis itself reads.

@@ -7,7 +7,6 @@ use redis_module::raw::RedisModuleString;
 use crate::args::parse_window;
 use crate::bucket::Decision;
 use crate::error::TbError;
-use crate::expiry;
 use crate::fields::{Mode, WindowFields, decode_fixed, decode_sliding};
 use crate::num::format_f64;
 use crate::stats::Outcome;
@@ -107,11 +106,7 @@ fn counter(
             }
         }
         hash.write_fields(pairs.get(..len).unwrap_or(&[]));
-        hash.apply_expiry(expiry::plan(
-            hash.expiry(),
-            clock.server_ms(),
-            expires_at - now,
-        ));
+        hash.expire_in(clock.server_ms(), expires_at - now);
     }
     drop(hash);
     Ok(rounded(clock, allowed, remaining, retry_after, reset_after))
@@ -166,11 +161,7 @@ fn log(
             })
             .collect();
         set.write(d.removed, d.add_at, score_text, &members);
-        set.apply_expiry(expiry::plan(
-            set.expiry(),
-            clock.server_ms(),
-            d.expires_at - now,
-        ));
+        set.expire_in(clock.server_ms(), d.expires_at - now);
     }
     drop(set);
     Ok(rounded(
