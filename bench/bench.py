@@ -29,7 +29,8 @@ What it does, and why:
   cannot be built or loaded, the report says why and everything else still runs.
 * Issue 11 (suite "issue11"): TB.WINDOW FIXED, SLIDING (with `now` and on the server
   clock) and LOG (both), the notes' fixed window counter (window_fixed.lua: INCR + EXPIRE)
-  and sliding log (window_log.lua: a sorted set of request times) via EVALSHA, and
+  and sliding log (the notes' own script, read from the notes: a sorted set of
+  request times) via EVALSHA, and
   TB.TAKE on both clocks, in the same rounds; memory per key of each mode at limit 100
   and 10,000 (full logs over fewer keys).
 * Reports throughput, server CPU per request (from /proc/<pid>/stat, steadier than req/s

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import memory, peer, report, runner, stats
 from .common import (BENCH_DIR, LUA_SCRIPT, WINDOW_FIXED_SCRIPT,
-                     WINDOW_LOG_SCRIPT, SetupError, seed_script)
+                     SetupError, seed_log_script, seed_script)
 from .resp import RespClient
 from .server import RedisServer, cpu_pinning, ensure_module, machine_info
 from .workloads import (LUA_SHA, MEMORY_BASELINE, MEMORY_METHODS, SEED_SHA, SUITES, WFIXED_SHA,
@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
         shas = {sha: ctl.call("SCRIPT", "LOAD", text)
                 for sha, text in ((LUA_SHA, LUA_SCRIPT.read_text()), (SEED_SHA, seed_script()),
                                   (WFIXED_SHA, WINDOW_FIXED_SCRIPT.read_text()),
-                                  (WLOG_SHA, WINDOW_LOG_SCRIPT.read_text()))}
+                                  (WLOG_SHA, seed_log_script()))}
         reasons: dict[str, str] = {}
         if cell is not None:
             problem = cell.error or load_error

@@ -366,7 +366,7 @@ def window_section(cfg, info, runs, wl, summary, skipped) -> list[str]:
          f"{int(WIN_PREFILL) - 1}`: the same count as FIXED's keys; each timed call is one "
          "INCR (EXPIRE only on a first hit).",
          f"- **LOG** (`TB.WINDOW key {LOG_LIMIT} {LOG_WINDOW} 1 {FIXED_NOW} LOG`) and **the "
-         f"notes' ZSET log** (bench/window_log.lua, `EVALSHA sha 1 key {FIXED_NOW_MS} "
+         f"notes' ZSET log** (the notes' own script, read from ../shared/seeds/002_*.txt, `EVALSHA sha 1 key {FIXED_NOW_MS} "
          f"{int(LOG_WINDOW) * 1000} {LOG_LIMIT}`, the same instant in ms): the notes' own "
          f"example, limit {LOG_LIMIT} per {LOG_WINDOW} s. Every key starts with {LOG_STALE} "
          f"entries older than the window and {LOG_FRESH} inside it (LOG: one call of "

@@ -16,7 +16,8 @@ Placeholders, filled in by the runner:
                 the keys the timed command can hit.
   __lua_sha__   the SHA1 of bench/token_bucket.lua after SCRIPT LOAD.
   __seed_sha__  the SHA1 of the design notes' own script (read from ../shared/seeds at run time).
-  __wfixed_sha__, __wlog_sha__  the SHA1s of bench/window_fixed.lua and bench/window_log.lua
+  __wfixed_sha__, __wlog_sha__  the SHA1s of bench/window_fixed.lua and of the notes' sliding
+                log script (read from ../shared/seeds/002_*.txt at run time)
                 (the notes' fixed window counter and sliding window log, issue 11).
 
 Every workload belongs to a suite: "core" (TB.TAKE and the other TB.* commands against
@@ -299,7 +300,7 @@ WORKLOADS += [w for shape in SHAPES for w in issue12(shape)]
 
 # ---------------------------------------------------------------------------------------
 # Issue 11: TB.WINDOW's three modes, the design notes' two window scripts (EVALSHA of
-# bench/window_fixed.lua and bench/window_log.lua) and TB.TAKE (the core suite's tb_now
+# bench/window_fixed.lua and the notes' own sliding log script) and TB.TAKE (the core suite's tb_now
 # and tb_clock, declared as peers so they run in the same rounds), side by side.
 #
 # * FIXED and SLIDING: limit 1e9 per 3600 s window (a busy key of an hourly quota that no
@@ -430,7 +431,7 @@ WORKLOADS += [
              notes_log(KEY, FIXED_NOW_MS, _LOG_WIN_MS, LOG_LIMIT), log_script_prepare(KEY),
              probe=left_probe("redis.call('ZCARD', KEYS[1])", KEY, LOG_LIMIT),
              max_calls_per_key=LOG_MAX_CALLS_PER_KEY,
-             note="bench/window_log.lua at the same instant (ms): ZREMRANGEBYSCORE, ZCARD, "
+             note="the notes' sliding log script at the same instant (ms): ZREMRANGEBYSCORE, ZCARD, "
                   "ZADD now now, EXPIRE; the same entries at distinct ms, so the first call "
                   "removes the stale ones; later calls re-add the same member", **_I11),
 ]
