@@ -310,6 +310,19 @@ fn whole_micros(value: f64) -> Option<u64> {
     (scaled / 1e6 == value).then_some(scaled as u64)
 }
 
+/// Formats a whole number held in an f64 (a LOG score) as its integer digits, at every
+/// magnitude up to 2^64 (`format_f64` switches to exponent form from 1e16 on). Anything
+/// else falls back to `format_f64`.
+pub fn format_whole(value: f64) -> NumText {
+    if (0.0..18_446_744_073_709_551_616.0).contains(&value) && value.fract() == 0.0 {
+        let mut out = NumText::new();
+        out.push_u64(value as u64, 0);
+        out
+    } else {
+        format_f64(value)
+    }
+}
+
 /// `seconds` rounded up to whole microseconds, as an f64. The server clock ticks in
 /// microseconds, so a server-clock wait reported this way is still long enough, and reads
 /// `0.486913` instead of `0.48691296577453613`. Negative (the "never" -1) and huge values
@@ -342,6 +355,23 @@ pub fn format_micros(micros: u64) -> NumText {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn format_whole_prints_the_digits_of_whole_scores_at_every_magnitude() {
+        let text = |v: f64| String::from_utf8_lossy(format_whole(v).as_bytes()).into_owned();
+        assert_eq!(text(0.0), "0");
+        assert_eq!(text(1_764_456_240_000_001.0), "1764456240000001");
+        assert_eq!(text(1e16), "10000000000000000");
+        assert_eq!(text(10_000_000_000_500_000.0), "10000000000500000");
+        assert_eq!(text(253_402_300_800_000_000.0), "253402300800000000");
+        // Not whole or out of range: the shortest text, as everywhere else.
+        assert_eq!(text(2.5), "2.5");
+        assert_eq!(text(-1.0), "-1");
+        assert_eq!(
+            text(1e300),
+            String::from_utf8_lossy(format_f64(1e300).as_bytes())
+        );
+    }
 
     #[test]
     fn parse_accepts_plain_decimals() {

@@ -69,7 +69,37 @@ pub fn valid_count(count: f64) -> bool {
 /// `log` reads anything else (`-inf`, `+inf`, a score set by hand) as clamped into `[0,
 /// MAX_TIME]`; the command should refuse it as corrupt state instead.
 pub fn valid_entry(t: f64) -> bool {
-    valid_time(t)
+    // MAX_TIME itself too: a `now` just below it ticks to it.
+    valid_time(t) || t == MAX_TIME
+}
+
+/// LOG's clock ticks in whole microseconds: a call's time is rounded to the nearest one
+/// before it is compared or stored, and a sorted-set score is that time as a whole number
+/// of microseconds since the epoch (`log_score`), read back by `log_time`. A whole-number
+/// score is what lets Redis keep it as an integer in a small sorted set (a listpack) and
+/// compare it without parsing decimal text on every insert; rounding the call's time first
+/// means an entry reads back as exactly the time the decision used (`log_tick(now)` is
+/// `log_time(log_score(now))`, and the score stored is `log_score(now)` itself, never a
+/// time converted back), so waits computed from it are neither short nor long by the
+/// rounding. Both functions keep order, so scores sort as the times they stand for.
+pub fn log_score(t: f64) -> f64 {
+    // Whole seconds and the fraction apart: `(t * 1e6).round()` would round twice (the
+    // product to the nearest f64, then that to a whole number), so 1764456240.0000004
+    // became ...000001. Here the fraction is exact (`t - whole`), its product is rounded
+    // once, and both parts and their sum are whole numbers exact in an f64 while
+    // `t < 9e9` (the year 2255); beyond, the sum is still whole, to the f64's step.
+    let whole = t.floor();
+    whole * 1e6 + ((t - whole) * 1e6).round()
+}
+
+/// The time (s) a LOG score (whole microseconds) stands for.
+pub fn log_time(score: f64) -> f64 {
+    score / 1e6
+}
+
+/// `t` on LOG's clock: rounded to the nearest microsecond.
+pub fn log_tick(t: f64) -> f64 {
+    log_time(log_score(t))
 }
 
 /// The outcome of one FIXED or SLIDING call. Being limited is a normal outcome, not an
@@ -118,8 +148,9 @@ pub struct LogDecision {
     pub removed: usize,
     /// How many entries to add, each its own member: `n` when allowed, else 0.
     pub add: u64,
-    /// The time to add them at: `now`, or the newest entry when `now` is behind it (the log
-    /// never moves backwards, so a late clock cannot re-open a window already counted).
+    /// The time to add them at: `now` on LOG's clock (`log_tick(now)`), or the newest entry
+    /// when that is behind it (the log never moves backwards, so a late clock cannot re-open
+    /// a window already counted).
     pub add_at: f64,
     /// Absolute time (s) after which every entry left by this call is out of the window,
     /// so the key may expire then (the newest entry + window). `now` when none is left.
@@ -164,7 +195,7 @@ pub fn fixed(w: Window, n: f64, now: f64, state: Option<Fixed>) -> Decision<Fixe
         new_state: kept.filter(|_| write),
         // At its end the stored window is over for every later call: bounds() is monotone
         // and the next window starts exactly there.
-        expires_at: kept.map_or(now, |s| bounds(s.start, w.window).1),
+        expires_at: kept.map_or(now, |s| end_of(s.start, (v.start, v.end), w.window)),
     }
 }
 
@@ -214,7 +245,7 @@ pub fn sliding(w: Window, n: f64, now: f64, state: Option<Sliding>) -> Decision<
     // Worthless once its count has slid out of the window after it, or (no count) once
     // its own window, where the previous count still weighs, is over.
     let expires_at = kept.map_or(now, |s| {
-        let end = bounds(s.start, w.window).1;
+        let end = end_of(s.start, (v.start, v.end), w.window);
         if s.count > 0.0 {
             bounds(end, w.window).1
         } else {
@@ -241,13 +272,15 @@ pub fn sliding(w: Window, n: f64, now: f64, state: Option<Sliding>) -> Decision<
 
 /// LOG: every admitted request is its own entry; `entries` are the times, ascending, of
 /// those the sorted set holds. Admits `n` entries if the entries in the window-long
-/// interval `(t - window, t]` plus `n` fit in `floor(limit)`, where `t` is `now` or the
-/// newest entry if that is later (entries newer than `now` count). An admitting call
-/// removes the entries out of that interval and adds `n` at `t`, so the log never holds
-/// more than `floor(limit)` entries. `n = 0` reports and writes nothing.
+/// interval `(t - window, t]` plus `n` fit in `floor(limit)`, where `t` is `now` on LOG's
+/// microsecond clock (`log_tick`) or the newest entry if that is later (entries newer than
+/// `now` count). An admitting call removes the entries out of that interval and adds `n`
+/// at `t`, so the log never holds more than `floor(limit)` entries. `n = 0` reports and
+/// writes nothing. Waits are from `now` as given: the time the caller comes back at is
+/// ticked the same way, so a `now` with a sub-microsecond fraction is never served early.
 pub fn log<E: Entries + ?Sized>(w: Window, n: u64, now: f64, entries: &E) -> LogDecision {
     let cap = log_capacity(w.limit);
-    let v = log_view(w, now, entries);
+    let v = log_view(w, log_tick(now), entries);
     let allowed = n <= cap && v.live.saturating_add(n) <= cap;
     let write = allowed && n > 0;
     let add = if write { n } else { 0 };
@@ -267,11 +300,11 @@ pub fn log<E: Entries + ?Sized>(w: Window, n: u64, now: f64, entries: &E) -> Log
             .and_then(|i| entries.nth(i))
             .map_or(v.newest, clamp_entry);
         wait_for(now, leaving + w.window - now, |t| {
-            log_view(w, t, entries).live.saturating_add(n) <= cap
+            log_view(w, log_tick(t), entries).live.saturating_add(n) <= cap
         })
     };
     let newest = if write { v.at } else { v.newest };
-    let out = |t: f64| newest <= t.max(newest) - w.window;
+    let out = |t: f64| newest <= log_tick(t).max(newest) - w.window;
     let reset_after = if used > 0 {
         wait_for(now, newest + w.window - now, out)
     } else {
@@ -370,6 +403,16 @@ fn bounds(t: f64, window: f64) -> (f64, f64) {
     (start, end)
 }
 
+/// The end of the window starting at `start`: `known`'s end when `known` is that window
+/// (the usual call: the stored window is the current one), else from `bounds`.
+fn end_of(start: f64, known: (f64, f64), window: f64) -> f64 {
+    if start == known.0 {
+        known.1
+    } else {
+        bounds(start, window).1
+    }
+}
+
 /// The next whole number after `j` as an f64 (above 2^53, the next f64).
 fn whole_above(j: f64) -> f64 {
     (j + 1.0).max(j.next_up())
@@ -395,7 +438,7 @@ fn fixed_view(w: Window, now: f64, state: Option<Fixed>) -> FixedView {
     match state {
         Some(s) if s.start >= start => FixedView {
             start: s.start,
-            end: bounds(s.start, w.window).1,
+            end: end_of(s.start, (start, end), w.window),
             count: s.count,
         },
         _ => FixedView {
@@ -429,7 +472,12 @@ impl SlidingView {
 fn sliding_view(w: Window, now: f64, state: Option<Sliding>) -> SlidingView {
     let (start, end) = bounds(now, w.window);
     let (start, end, count, previous) = match state {
-        Some(s) if s.start >= start => (s.start, bounds(s.start, w.window).1, s.count, s.previous),
+        Some(s) if s.start >= start => (
+            s.start,
+            end_of(s.start, (start, end), w.window),
+            s.count,
+            s.previous,
+        ),
         // The window just before `start` is the one holding the time just before it.
         Some(s) if s.start >= bounds(start.next_down(), w.window).0 => (start, end, 0.0, s.count),
         _ => (start, end, 0.0, 0.0),
@@ -821,6 +869,42 @@ mod tests {
             },
         ];
         check(&cases, sliding);
+    }
+
+    #[test]
+    fn log_scores_are_the_nearest_whole_microsecond() {
+        let cases: &[(f64, f64)] = &[
+            (0.0, 0.0),
+            (1.0, 1_000_000.0),
+            (0.3, 300_000.0),
+            (1_764_456_240.0000004, 1_764_456_240_000_000.0),
+            (1_764_456_240.0000006, 1_764_456_240_000_001.0),
+            (1_764_456_239.999999, 1_764_456_239_999_999.0),
+            (1_764_456_268.123456, 1_764_456_268_123_456.0),
+            (MAX_TIME, MAX_TIME * 1e6),
+        ];
+        for &(t, score) in cases {
+            assert_eq!(log_score(t), score, "{t}");
+            assert_eq!(log_tick(t), score / 1e6, "{t}");
+        }
+    }
+
+    proptest! {
+        /// The score is the whole microsecond nearest to `t` (within the f64 step of `t`
+        /// itself), keeps order, and a whole-microsecond time ticks to itself.
+        #[test]
+        fn log_score_rounds_once_and_keeps_order(
+            a in 0.0..9e9f64, b in 0.0..9e9f64, m in 0u64..9_000_000_000_000_000,
+        ) {
+            let s = log_score(a);
+            prop_assert_eq!(s.fract(), 0.0);
+            prop_assert!((s / 1e6 - a).abs() <= 0.5e-6 + ulp(a), "{} -> {}", a, s);
+            if a <= b {
+                prop_assert!(log_score(a) <= log_score(b));
+            }
+            let t = m as f64 / 1e6;
+            prop_assert_eq!(log_tick(t), t);
+        }
     }
 
     #[test]
@@ -1310,6 +1394,25 @@ mod tests {
             })
     }
 
+    /// A LOG as the command stores it: sorted-set scores in whole microseconds, read as
+    /// times through `log_time`.
+    struct Scores(Vec<f64>);
+
+    impl Entries for Scores {
+        fn count(&self) -> usize {
+            self.0.len()
+        }
+        fn newest(&self) -> Option<f64> {
+            self.0.last().copied().map(log_time)
+        }
+        fn count_up_to(&self, t: f64) -> usize {
+            self.0.partition_point(|&s| clamp_entry(log_time(s)) <= t)
+        }
+        fn nth(&self, i: usize) -> Option<f64> {
+            self.0.get(i).copied().map(log_time)
+        }
+    }
+
     /// Earlier than `wait` by one microsecond and a millionth of it, if that is after now.
     fn early(wait: f64) -> Option<f64> {
         let e = wait - 1e-6 - wait * 1e-6;
@@ -1357,6 +1460,44 @@ mod tests {
                 }
             } else {
                 prop_assert!(d.allowed || nf > w.limit.floor());
+            }
+        }
+
+        /// Stored as the command stores it (whole-microsecond scores, the new entries'
+        /// score the larger of `log_score(now)` and the newest score), every entry reads
+        /// back as exactly the time the decision added it at, and the decisions are those
+        /// of a log kept in seconds; waiting retry_after from the raw `now` (with its
+        /// sub-microsecond fraction) is enough, far from today's epoch too.
+        #[test]
+        fn log_scores_read_back_as_the_times_decided(
+            limit in 1u32..20,
+            window in prop_oneof![Just(1.0), Just(60.0), Just(1.5e-6), 1e-6..100.0f64, Just(1.0 / 3.0)],
+            start in prop_oneof![Just(T0), 0.0..1e6f64, 1e9..9e9f64, Just(MAX_TIME - 1e5)],
+            calls in proptest::collection::vec((prop_oneof![3 => Just(1u64), 1 => 0u64..4], -0.3..1.2f64), 1..60),
+        ) {
+            let w = win(f64::from(limit), window);
+            let (mut now, mut scores, mut seconds) = (start, Scores(Vec::new()), Vec::new());
+            for (n, dt) in calls {
+                now = (now + dt * window / 3.0).clamp(0.0, MAX_TIME.next_down());
+                let d = log(w, n, now, &scores);
+                let model = log(w, n, now, &seconds);
+                prop_assert_eq!(
+                    (d.allowed, d.remaining, d.retry_after, d.reset_after, d.removed, d.add, d.add_at),
+                    (model.allowed, model.remaining, model.retry_after, model.reset_after, model.removed, model.add, model.add_at)
+                );
+                if !d.allowed && d.retry_after > 0.0 {
+                    prop_assert!(log(w, n, now + d.retry_after, &scores).allowed, "{:?}", d);
+                }
+                apply(&mut seconds, &d);
+                scores.0.drain(..d.removed);
+                if d.add > 0 {
+                    let score = scores.0.last().map_or(log_score(now), |&s| s.max(log_score(now)));
+                    prop_assert_eq!(score.fract(), 0.0);
+                    prop_assert_eq!(log_time(score), d.add_at);
+                    prop_assert!(valid_entry(log_time(score)));
+                    scores.0.extend(std::iter::repeat_n(score, d.add as usize));
+                }
+                prop_assert!(scores.0.windows(2).all(|p| p[0] <= p[1]));
             }
         }
 
