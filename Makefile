@@ -69,7 +69,8 @@ bench: build
 # and the error of the estimated rate (deterministic; writes bench/results/window-accuracy.md).
 bench-accuracy:
 	cargo test --release --lib window_accuracy_report -- --ignored --nocapture --quiet \
-	  | sed -n '/^# Window accuracy/,$$p' > bench/results/window-accuracy.md
+	  | sed -n '/^# Window accuracy/,/^test result:/p' | sed -e '/^test result:/d' -e '/^\.$$/d' \
+	  > bench/results/window-accuracy.md
 
 bench-floor: deps
 	bench/floor/run.sh

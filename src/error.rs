@@ -119,7 +119,7 @@ impl TbError {
             WindowNotBucket => "ERR key holds a TB.WINDOW window, not a token bucket\0",
             BucketNotWindow => "ERR key holds a token bucket, not a TB.WINDOW window\0",
             CorruptLog => {
-                "ERR window log is corrupt: an entry's score is not a valid time in seconds\0"
+                "ERR window log is corrupt: an entry's score is not a valid time in microseconds\0"
             }
             CorruptState(Start) => {
                 "ERR window state is corrupt: field 'start' is not a valid time in seconds\0"

@@ -1,5 +1,7 @@
 //! LOG window storage: a sorted set whose members are the admitted requests and whose
-//! scores are their times. Read lazily from the oldest entry up, only as far as a call
+//! scores are their times in whole microseconds since the epoch (`window::log_score`;
+//! whole numbers stay integers in a small sorted set, which Redis compares without parsing
+//! text on every insert). Read lazily from the oldest entry up, only as far as a call
 //! asks (see `window::Entries`); written with ZsetRem/ZsetAdd, replicated as the commands
 //! a user would send (`ZREMRANGEBYRANK`, `ZADD`, `PEXPIREAT`), so replicas and AOF replay
 //! need no module.
@@ -12,13 +14,15 @@ use redis_module::raw::{REDISMODULE_NOTIFY_ZSET, RedisModuleCtx, RedisModuleStri
 
 use crate::api::Api;
 use crate::error::TbError;
+use crate::num::{format_f64, format_whole};
 use crate::store::{Access, Key, Kind, OwnedString};
-use crate::window::{Entries, valid_entry};
+use crate::window::{Entries, clamp_entry, log_time, valid_entry};
 
 /// An open LOG key.
 pub struct LogKey<'a> {
     key: Key<'a>,
     count: usize,
+    /// The newest entry's score.
     newest: Option<f64>,
     /// The oldest entries read so far (scores and members, ascending), and whether the
     /// iterator has reached the end.
@@ -32,6 +36,8 @@ struct Front<'a> {
     members: Vec<OwnedString<'a>>,
     /// A score that is not an accepted time (set by hand): the call fails as corrupt.
     corrupt: bool,
+    /// No entry has a score at or below this (found by a probe that read nothing).
+    none_up_to: f64,
 }
 
 impl<'a> Deref for LogKey<'a> {
@@ -70,7 +76,7 @@ impl<'a> LogKey<'a> {
         } else {
             (0, None)
         };
-        if newest.is_some_and(|t| !valid_entry(t)) {
+        if newest.is_some_and(|s| !valid_entry(log_time(s))) {
             return Err(TbError::CorruptLog);
         }
         Ok(LogKey {
@@ -83,6 +89,7 @@ impl<'a> LogKey<'a> {
                 scores: Vec::new(),
                 members: Vec::new(),
                 corrupt: false,
+                none_up_to: f64::NEG_INFINITY,
             }),
         })
     }
@@ -118,7 +125,7 @@ impl<'a> LogKey<'a> {
             let mut score = 0.0;
             // SAFETY: as above; the element is ours to free (OwnedString frees it).
             let element = unsafe { (api.zset_range_current_element)(key, &mut score) };
-            if !valid_entry(score) {
+            if !valid_entry(log_time(score)) {
                 front.corrupt = true;
             }
             front.scores.push(score);
@@ -131,6 +138,40 @@ impl<'a> LogKey<'a> {
                 break;
             }
         }
+    }
+
+    /// Whether no entry is at or before `t`, when that can be told without reading an
+    /// entry: before the front is read, a range of scores up to `t` that comes back empty.
+    /// The usual call removes nothing, and this spares it reading (copying) the oldest
+    /// member only to find it is still in the window.
+    fn none_up_to(&self, t: f64) -> bool {
+        let Ok(mut front) = self.front.try_borrow_mut() else {
+            return false;
+        };
+        if front.started || !self.key.exists() {
+            return false;
+        }
+        // Every score whose time reads as <= t is below this (the margin covers the
+        // division's rounding); so are negative scores, which are corrupt: the probe finds
+        // them and the full read reports them.
+        let hi = (t * 1e6 * (1.0 + 1e-12) + 1.0).max(-0.5);
+        if hi <= front.none_up_to {
+            return true;
+        }
+        let key = self.key.key;
+        let api = self.key.api;
+        // SAFETY: valid open sorted-set key; no other iterator is active on it (the front
+        // has not started), and this one is stopped before returning.
+        let empty = unsafe {
+            let ok = (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, hi, 0, 0);
+            let empty = ok != 0 || (api.zset_range_end_reached)(key) != 0;
+            (api.zset_range_stop)(key);
+            empty
+        };
+        if empty {
+            front.none_up_to = hi;
+        }
+        empty
     }
 
     /// Ends reading (the iterator must stop before the set is written); fails if any
@@ -150,14 +191,27 @@ impl<'a> LogKey<'a> {
         }
     }
 
-    /// Removes the `removed` oldest entries and adds `members` at `score`, notifying and
-    /// replicating `ZREMRANGEBYRANK key 0 removed-1` and `ZADD key score member ...`.
-    /// `finish_reading` must have run.
-    pub fn write(&self, removed: usize, score: f64, score_text: &[u8], members: &[Vec<u8>]) {
+    /// The newest entry's score (whole microseconds), if there is an entry.
+    pub fn newest_score(&self) -> Option<f64> {
+        self.newest
+    }
+
+    /// Removes the `removed` oldest entries and adds `add` entries at `score` (whole
+    /// microseconds), notifying and replicating `ZREMRANGEBYRANK key 0 removed-1` and
+    /// `ZADD key score member ...`. `finish_reading` must have run.
+    ///
+    /// Members are `<score>-<k>` for k = `first`, `first + 1`, ...: requests in the same
+    /// microsecond are separate members (the notes' script used the time alone, so they
+    /// collapsed into one entry and the limit leaked). The caller numbers them by the log's
+    /// size once the removed entries are gone: between two calls that add at one score the
+    /// cutoff is the same (it follows the newest entry), so nothing is removed and the size
+    /// only grows, which keeps every number at that score distinct without reading those
+    /// entries back.
+    pub fn write(&self, removed: usize, score: f64, first: u64, add: u64) {
         let api = self.key.api;
         let ctx = self.key.ctx;
         let key = self.key.key;
-        if !self.key.writable() || (removed == 0 && members.is_empty()) {
+        if !self.key.writable() || (removed == 0 && add == 0) {
             return;
         }
         let Ok(front) = self.front.try_borrow() else {
@@ -193,7 +247,7 @@ impl<'a> LogKey<'a> {
                 );
             }
         }
-        if members.is_empty() {
+        if add == 0 {
             return;
         }
         let new_string = |bytes: &[u8]| {
@@ -201,38 +255,59 @@ impl<'a> LogKey<'a> {
             let ptr = unsafe { (api.create_string)(ctx, bytes.as_ptr().cast(), bytes.len()) };
             OwnedString::new(api, ctx, ptr)
         };
+        let score_text = format_whole(score);
+        let score_text = score_text.as_bytes();
         let score_string = new_string(score_text);
-        let mut args: Vec<OwnedString> = Vec::with_capacity(members.len());
-        for member in members {
-            let m = new_string(member);
+        let member = |k: u64| {
+            // At most 24 bytes of score, the dash and 20 digits.
+            let mut text = [0u8; 48];
+            let k = format_f64(k as f64);
+            let mut len = 0;
+            for part in [score_text, b"-", k.as_bytes()] {
+                if let Some(dst) = text.get_mut(len..len + part.len()) {
+                    dst.copy_from_slice(part);
+                    len += part.len();
+                }
+            }
+            let m = new_string(text.get(..len).unwrap_or(&[]));
             let mut flags: c_int = 0;
             // SAFETY: valid key; ZsetAdd copies what it keeps.
             unsafe { (api.zset_add)(key, score, m.ptr, &mut flags) };
-            args.push(m);
-        }
-        // ZADD key score member [score member ...], as one argument vector.
-        let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + 2 * args.len());
-        argv.push(self.key.name);
-        for m in &args {
-            argv.push(score_string.ptr);
-            argv.push(m.ptr);
-        }
-        // SAFETY: format "v": an array of RedisModuleString pointers and its length, all
-        // alive for the call (Replicate retains what it keeps).
-        unsafe {
-            (api.notify_keyspace_event)(
-                ctx,
-                REDISMODULE_NOTIFY_ZSET,
-                c"zadd".as_ptr(),
-                self.key.name,
-            );
-            (api.replicate)(
-                ctx,
-                c"ZADD".as_ptr(),
-                c"v".as_ptr(),
-                argv.as_mut_ptr(),
-                argv.len(),
-            );
+            m
+        };
+        // ZADD key score member [score member ...], as one argument vector; one entry (the
+        // usual call) needs no allocation of ours.
+        let replicate = |argv: &mut [*mut RedisModuleString]| {
+            // SAFETY: format "v": an array of RedisModuleString pointers and its length,
+            // all alive for the call (Replicate retains what it keeps).
+            unsafe {
+                (api.notify_keyspace_event)(
+                    ctx,
+                    REDISMODULE_NOTIFY_ZSET,
+                    c"zadd".as_ptr(),
+                    self.key.name,
+                );
+                (api.replicate)(
+                    ctx,
+                    c"ZADD".as_ptr(),
+                    c"v".as_ptr(),
+                    argv.as_mut_ptr(),
+                    argv.len(),
+                );
+            }
+        };
+        if add == 1 {
+            let m = member(first);
+            replicate(&mut [self.key.name, score_string.ptr, m.ptr]);
+        } else {
+            let members: Vec<OwnedString> = (0..add).map(|i| member(first + i)).collect();
+            let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + 2 * members.len());
+            argv.push(self.key.name);
+            for m in &members {
+                argv.push(score_string.ptr);
+                argv.push(m.ptr);
+            }
+            replicate(&mut argv);
         }
     }
 }
@@ -243,20 +318,29 @@ impl Entries for LogKey<'_> {
     }
 
     fn newest(&self) -> Option<f64> {
-        self.newest
+        self.newest.map(log_time)
     }
 
     fn count_up_to(&self, t: f64) -> usize {
-        let clamp = crate::window::clamp_entry;
-        self.read_while(|scores| scores.last().is_none_or(|&s| clamp(s) <= t));
+        if self.none_up_to(t) {
+            return 0;
+        }
+        let time = |s: f64| clamp_entry(log_time(s));
+        self.read_while(|scores| scores.last().is_none_or(|&s| time(s) <= t));
         self.front
             .try_borrow()
-            .map(|f| f.scores.partition_point(|&s| clamp(s) <= t))
+            .map(|f| f.scores.partition_point(|&s| time(s) <= t))
             .unwrap_or(0)
     }
 
     fn nth(&self, i: usize) -> Option<f64> {
         self.read_while(|scores| scores.len() <= i);
-        self.front.try_borrow().ok()?.scores.get(i).copied()
+        self.front
+            .try_borrow()
+            .ok()?
+            .scores
+            .get(i)
+            .copied()
+            .map(log_time)
     }
 }

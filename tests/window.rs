@@ -6,8 +6,8 @@
 //!   window boundary, as the notes' INCR + EXPIRE does.
 //! - SLIDING (the default): the current and previous aligned windows' counts (a hash
 //!   `start`, `count`, `previous`), the previous weighted by overlap.
-//! - LOG: a sorted set, one member `<score text>-<k>` per admitted request, scored by its
-//!   time; exact.
+//! - LOG: a sorted set, one member `<score>-<k>` per admitted request, scored by its time
+//!   in whole microseconds since the epoch (`now` rounded to the nearest one); exact.
 //!
 //! Most calls pass an explicit `now` on a window-aligned base, `B` (a multiple of 60 and of
 //! every window used with it), so every window start and wait is exact and readable.
@@ -143,7 +143,7 @@ const SLIDING_NOT_FIXED: &str = "ERR key holds a SLIDING window, not a FIXED one
 const BUCKET_NOT_WINDOW: &str = "ERR key holds a token bucket, not a TB.WINDOW window";
 const WINDOW_NOT_BUCKET: &str = "ERR key holds a TB.WINDOW window, not a token bucket";
 const CORRUPT_LOG: &str =
-    "ERR window log is corrupt: an entry's score is not a valid time in seconds";
+    "ERR window log is corrupt: an entry's score is not a valid time in microseconds";
 const CORRUPT_START: &str =
     "ERR window state is corrupt: field 'start' is not a valid time in seconds";
 const CORRUPT_COUNT: &str = "ERR window state is corrupt: field 'count' is not a valid count";
@@ -333,9 +333,9 @@ fn log_counts_the_entries_of_the_trailing_window_and_replies_every_field() {
     assert_eq!(
         zset(&mut c, "l"),
         pairs(&[
-            ("1764456240-0", "1764456240"),
-            ("1764456240-1", "1764456240"),
-            ("1764456250.5-2", "1764456250.5"),
+            ("1764456240000000-0", "1764456240000000"),
+            ("1764456240000000-1", "1764456240000000"),
+            ("1764456250500000-2", "1764456250500000"),
         ])
     );
     // At B + 60 both entries of B are out (an entry at exactly now - window is out).
@@ -345,9 +345,9 @@ fn log_counts_the_entries_of_the_trailing_window_and_replies_every_field() {
     assert_eq!(
         zset(&mut c, "l"),
         pairs(&[
-            ("1764456250.5-2", "1764456250.5"),
-            ("1764456300-1", "1764456300"),
-            ("1764456300.25-2", "1764456300.25"),
+            ("1764456250500000-2", "1764456250500000"),
+            ("1764456300000000-1", "1764456300000000"),
+            ("1764456300250000-2", "1764456300250000"),
         ])
     );
     // 2 need the second oldest (B + 60) to leave: at B + 120.
@@ -432,19 +432,24 @@ fn the_server_clock_form_decides_at_the_servers_time() {
         "{:?}",
         hash(&mut c, "s")
     );
-    // LOG entries are the server's time in fixed-width microseconds: `<time>-0`,
-    // `<time>-1`, scored by that time.
+    // LOG entries are the server's time in whole microseconds since the epoch: `<µs>-0`,
+    // `<µs>-1`, scored by that number (an integer, as the score's text shows too).
     let z = zset(&mut c, "l");
     assert_eq!(z.len(), 2, "{z:?}");
     let time = z[0].0.strip_suffix("-0").unwrap().to_string();
-    let (secs, micros) = time.split_once('.').unwrap();
-    assert_eq!((secs.len(), micros.len()), (10, 6), "{time}");
+    assert!(
+        time.len() == 16 && time.bytes().all(|b| b.is_ascii_digit()),
+        "{time}"
+    );
     assert_eq!(z[1].0, format!("{time}-1"));
-    let t: f64 = time.parse().unwrap();
     for (_, score) in &z {
-        assert_eq!(score.parse::<f64>().unwrap(), t, "{z:?}");
+        assert_eq!(score, &time, "{z:?}");
     }
-    assert!((lo..=hi).contains(&t), "{time} not in [{lo}, {hi}]");
+    let t: u64 = time.parse().unwrap();
+    assert!(
+        (before..=after).contains(&t),
+        "{time} not in [{before}, {after}]"
+    );
     // Waits on the server's clock are whole microseconds (at most 6 decimals).
     for lim in [
         Lim::new("f2", "1", "0.3", "FIXED"),
@@ -927,6 +932,7 @@ fn log_requests_in_the_same_microsecond_are_separate_entries() {
     let s = Server::start();
     let mut c = s.conn();
     let t = "1764456240.000001";
+    let score = "1764456240000001";
     let l = Lim::new("l", "100", "60", "LOG");
     for _ in 0..5 {
         assert!(l.at(&mut c, "1", B + 0.000001).allowed);
@@ -934,7 +940,7 @@ fn log_requests_in_the_same_microsecond_are_separate_entries() {
     let r = c.cmd(&["TB.WINDOW", "l", "100", "60", "3", t, "LOG"]);
     assert_eq!(Take::from_reply(&r), reply(true, 92.0, 0.0, 60.0));
     assert_eq!(c.q("ZCARD l").int(), 8);
-    assert_eq!(zset(&mut c, "l"), entries(t, 0, 8));
+    assert_eq!(zset(&mut c, "l"), entries(score, 0, 8));
     // The notes' script (the time as the member) would count these 8 as one and admit
     // all; here 5 of 8 same-instant requests pass a limit of 5.
     let five = Lim::new("five", "5", "60", "LOG");
@@ -961,6 +967,136 @@ fn log_requests_in_the_same_microsecond_are_separate_entries() {
 }
 
 #[test]
+fn log_scores_are_whole_microseconds_and_a_sub_microsecond_now_is_rounded() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let l = |c: &mut Conn, now: &str| {
+        let r = c.cmd(&["TB.WINDOW", "l", "10", "60", "1", now, "LOG"]);
+        Take::from_reply(&r)
+    };
+    // (now as sent, the µs it is stored at, entries held after the call).
+    for (k, (now, micros)) in [
+        // Whole microseconds: exactly that many.
+        ("1764456239.999999", 1_764_456_239_999_999u64),
+        // 0.2 µs past a whole one: rounded down (the f64 is ...0.000000238).
+        ("1764456240.0000002", 1_764_456_240_000_000),
+        // 0.6 and 0.9 µs past: rounded up, to the same microsecond.
+        ("1764456240.0000006", 1_764_456_240_000_001),
+        ("1764456240.0000009", 1_764_456_240_000_001),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let t = l(&mut c, now);
+        let now_f: f64 = now.parse().unwrap();
+        // The newest entry is `micros`; every entry leaves 60 s after it.
+        let reset = micros as f64 / 1e6 + 60.0 - now_f;
+        assert!(t.allowed && t.remaining == (9 - k) as f64, "{now}: {t:?}");
+        assert!((t.reset_after - reset).abs() < 1e-6, "{now}: {t:?}");
+        assert_eq!(
+            c.cmd(&["ZSCORE", "l", &format!("{micros}-{k}")]).text(),
+            micros.to_string(),
+            "{now}"
+        );
+    }
+    // A slower clock (it rounds to ...239999999) is stored at the newest entry's score.
+    assert!(l(&mut c, "1764456239.9999993").allowed);
+    assert_eq!(
+        zset(&mut c, "l"),
+        pairs(&[
+            ("1764456239999999-0", "1764456239999999"),
+            ("1764456240000000-1", "1764456240000000"),
+            ("1764456240000001-2", "1764456240000001"),
+            ("1764456240000001-3", "1764456240000001"),
+            ("1764456240000001-4", "1764456240000001"),
+        ])
+    );
+    // Integer scores, shown as integers, in a small sorted set kept as a listpack.
+    let r = c.q("ZRANGE l 0 -1 WITHSCORES");
+    for score in r.array().iter().skip(1).step_by(2) {
+        let text = score.text();
+        assert!(text.bytes().all(|b| b.is_ascii_digit()), "{r:?}");
+    }
+    assert_eq!(c.q("OBJECT ENCODING l").text(), "listpack");
+    // Far from today the member and the replicated score are still the integer's digits
+    // (not `1.00000000005e16`): from 1e16 µs (the year 2286) to the last accepted time.
+    for (now, micros) in [
+        ("10000000000.5", "10000000000500000"),
+        ("253402300799.5", "253402300799500000"),
+    ] {
+        let key = format!("far:{now}");
+        let r = c.cmd(&["TB.WINDOW", &key, "10", "60", "1", now, "LOG"]);
+        assert!(Take::from_reply(&r).allowed, "{r:?}");
+        // (Redis itself shows scores beyond 2^53 in exponent form; the value is the same.)
+        let got = zset(&mut c, &key);
+        assert_eq!(got.len(), 1, "{now}");
+        assert_eq!(got[0].0, format!("{micros}-0"), "{now}");
+        let score: f64 = got[0].1.parse().unwrap();
+        assert_eq!(score, micros.parse::<f64>().unwrap(), "{now}");
+    }
+}
+
+/// `now` is rounded to the nearest microsecond, once. `1764456240.0000004` (and
+/// `.0000005`) is the f64 1764456240.000000476837..., 0.477 µs past a whole microsecond, so
+/// it belongs at ...240000000; multiplying first (`(now * 1e6).round()`) rounded the
+/// product to ...240000000.5 and then up.
+#[test]
+fn log_a_now_less_than_half_a_microsecond_past_a_whole_one_is_rounded_down() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for now in ["1764456240.0000004", "1764456240.0000005"] {
+        let key = format!("k{now}");
+        let r = c.cmd(&["TB.WINDOW", &key, "10", "60", "1", now, "LOG"]);
+        assert!(Take::from_reply(&r).allowed, "{r:?}");
+        assert_eq!(
+            zset(&mut c, &key),
+            entries("1764456240000000", 0, 1),
+            "{now}"
+        );
+    }
+}
+
+#[test]
+fn log_retry_after_from_a_sub_microsecond_now_is_enough() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let mut rng = Rng(53);
+    for window in ["1", "0.3333333", "7.5", "0.0000015"] {
+        let w: f64 = window.parse().unwrap();
+        for i in 0..40u64 {
+            let key = format!("r:{window}:{i}");
+            let l = Lim::new(&key, "1", window, "LOG");
+            // Times with a 7th decimal that is not 0: never whole microseconds.
+            let sub = |rng: &mut Rng, below: u64| {
+                let k = rng.below(below.max(1)) * 10 + 1 + rng.below(9);
+                k as f64 / 1e7
+            };
+            let now1 = B + i as f64 + sub(&mut rng, 1_000_000);
+            assert!(l.at(&mut c, "1", now1).allowed, "{key} at {now1}");
+            // Less than half a window later (under a microsecond for the shortest): full.
+            let now2 = now1 + sub(&mut rng, (w * 5e5) as u64);
+            let t = l.at(&mut c, "1", now2);
+            assert!(!t.allowed && t.remaining == 0.0, "{key} at {now2}: {t:?}");
+            assert!(t.retry_after > 0.0 && t.retry_after <= w + 1e-6, "{t:?}");
+            let back = now2 + t.retry_after;
+            let early = l.at(&mut c, "1", back - 2e-6);
+            assert!(
+                !early.allowed,
+                "{key}: admitted at {} after {now1}, told at {now2} to wait {}",
+                back - 2e-6,
+                t.retry_after
+            );
+            let t2 = l.at(&mut c, "1", back);
+            assert!(
+                t2.allowed,
+                "{key}: refused at {back} after {now1}, told at {now2} to wait {}: {t2:?}",
+                t.retry_after
+            );
+        }
+    }
+}
+
+#[test]
 fn log_entries_older_than_the_window_are_removed_on_a_writing_call() {
     let s = Server::start();
     let mut c = s.conn();
@@ -978,9 +1114,9 @@ fn log_entries_older_than_the_window_are_removed_on_a_writing_call() {
     assert_eq!(
         zset(&mut c, "l"),
         pairs(&[
-            ("1764456260-2", "1764456260"),
-            ("1764456270-3", "1764456270"),
-            ("1764456310-2", "1764456310"),
+            ("1764456260000000-2", "1764456260000000"),
+            ("1764456270000000-3", "1764456270000000"),
+            ("1764456310000000-2", "1764456310000000"),
         ])
     );
     c.q("SET marker 1");
@@ -993,7 +1129,7 @@ fn log_entries_older_than_the_window_are_removed_on_a_writing_call() {
         body[..2],
         [
             vec!["ZREMRANGEBYRANK", "l", "0", "1"],
-            vec!["ZADD", "l", "1764456310", "1764456310-2"],
+            vec!["ZADD", "l", "1764456310000000", "1764456310000000-2"],
         ]
     );
     // Long after: everything but the new entries goes, and the key (emptied, then
@@ -1001,7 +1137,7 @@ fn log_entries_older_than_the_window_are_removed_on_a_writing_call() {
     let before = server_ms(&mut c);
     assert_eq!(l.at(&mut c, "2", B + 1000.0), reply(true, 2.0, 0.0, 60.0));
     let after = server_ms(&mut c);
-    assert_eq!(zset(&mut c, "l"), entries("1764457240", 0, 2));
+    assert_eq!(zset(&mut c, "l"), entries("1764457240000000", 0, 2));
     assert_expiry(&mut c, "l", before, after, 60_000);
 }
 
@@ -1071,7 +1207,7 @@ fn log_is_exact_under_concurrency_many_clients_one_key_one_instant() {
     let args = Lim::new("hot", "100", "60", "LOG").args("1", Some(B + 0.5));
     assert_eq!(hammer(&s, 16, 40, &args), 100);
     assert_eq!(c.q("ZCARD hot").int(), 100);
-    assert_eq!(zset(&mut c, "hot"), entries("1764456240.5", 0, 100));
+    assert_eq!(zset(&mut c, "hot"), entries("1764456240500000", 0, 100));
     // On the server's clock (a window no call outlives): exactly the limit too.
     let args = Lim::new("srv", "150", "3600", "LOG").args("1", None);
     assert_eq!(hammer(&s, 16, 40, &args), 150);
@@ -1141,7 +1277,7 @@ fn an_earlier_now_never_admits_more_than_the_limit() {
         hash(&mut c, "s2"),
         pairs(&[("count", "3"), ("previous", "0"), ("start", "1764456300")])
     );
-    assert_eq!(zset(&mut c, "l2"), entries("1764456340", 0, 3));
+    assert_eq!(zset(&mut c, "l2"), entries("1764456340000000", 0, 3));
     // Shuffled clocks within one window: exactly the limit, whichever order.
     let mut rng = Rng(41);
     for mode in ["FIXED", "SLIDING", "LOG"] {
@@ -1262,9 +1398,9 @@ fn log_expires_when_its_newest_entry_leaves_the_window() {
     assert_eq!(
         zset(&mut c, "l"),
         pairs(&[
-            ("1764456255-0", "1764456255"),
-            ("1764456280-1", "1764456280"),
-            ("1764456280-2", "1764456280"),
+            ("1764456255000000-0", "1764456255000000"),
+            ("1764456280000000-1", "1764456280000000"),
+            ("1764456280000000-2", "1764456280000000"),
         ])
     );
 }
@@ -1502,7 +1638,7 @@ fn log_takes_up_to_100000_entries_in_one_call() {
     assert_eq!(c.q("ZCARD l").int(), 100_000);
     assert_eq!(l.at(&mut c, "1", B + 1.0), reply(false, 0.0, 59.0, 59.0));
     let r = c.q("ZRANGE l 99999 99999");
-    assert_eq!(r.array()[0].text(), "1764456240-99999");
+    assert_eq!(r.array()[0].text(), "1764456240000000-99999");
 }
 
 #[test]
@@ -1568,18 +1704,33 @@ fn corrupt_window_state_is_reported_not_reset() {
             assert_eq!(fingerprint(&mut c, &[&key]), before, "{fields:?}");
         }
     }
-    // LOG: a score outside the accepted times [0, 253402300800), set by hand, alone or
-    // next to valid entries, oldest or newest.
+    // LOG: a score (µs) that is not a time in [0, 253402300800] s, i.e. outside [0,
+    // 253402300800000000] µs, set by hand, alone or next to valid entries, oldest or
+    // newest. 253402300800000032 is the next score above the last valid one (an f64 there
+    // steps by 32); -1 µs is just below the first.
     let logs: &[&[&str]] = &[
         &["-1", "a"],
         &["-inf", "a"],
         &["+inf", "a"],
-        &["253402300800", "a"],
+        &["253402300800000032", "a"],
+        &["253402300801000000", "a"],
         &["1e300", "a"],
-        &["-1", "a", "1764456240", "1764456240-0"],
-        &["-inf", "a", "1764456200", "b", "1764456240", "1764456240-0"],
-        &["1764456240", "1764456240-0", "253402300800", "z"],
-        &["1764456240", "1764456240-0", "+inf", "z"],
+        &["-1", "a", "1764456240000000", "1764456240000000-0"],
+        &[
+            "-inf",
+            "a",
+            "1764456200000000",
+            "b",
+            "1764456240000000",
+            "1764456240000000-0",
+        ],
+        &[
+            "1764456240000000",
+            "1764456240000000-0",
+            "253402300800000032",
+            "z",
+        ],
+        &["1764456240000000", "1764456240000000-0", "+inf", "z"],
     ];
     for (j, scores) in logs.iter().enumerate() {
         let key = format!("log{j}");
@@ -1597,16 +1748,42 @@ fn corrupt_window_state_is_reported_not_reset() {
     c.q("HSET ok start 1764456240.0 count 2.0");
     let t = Lim::new("ok", "3", "60", "FIXED").at(&mut c, "0", B + 30.0);
     assert_eq!(t, reply(true, 1.0, 0.0, 30.0));
-    c.q("ZADD okl 0 early 1764456240 1764456240-0");
+    // The first and last valid µs times are entries, not corruption: 0 (out of the window,
+    // so removed) and 253402300800000000 (MAX_TIME itself: newer than `now`, so the new
+    // entry joins it there, and the log lasts until it leaves the window).
+    c.q("ZADD okl 0 early 1764456240000000 1764456240000000-0");
     let t = Lim::new("okl", "3", "60", "LOG").at(&mut c, "1", B);
     assert_eq!(t, reply(true, 1.0, 0.0, 60.0));
     assert_eq!(
         zset(&mut c, "okl"),
         pairs(&[
-            ("1764456240-0", "1764456240"),
-            ("1764456240-1", "1764456240"),
+            ("1764456240000000-0", "1764456240000000"),
+            ("1764456240000000-1", "1764456240000000"),
         ])
     );
+    c.q("ZADD last 1764456240000000 1764456240000000-0 253402300800000000 z");
+    let t = Lim::new("last", "3", "60", "LOG").at(&mut c, "0", B + 100.0);
+    assert_eq!(t, reply(true, 2.0, 0.0, 253_402_300_860.0 - (B + 100.0)));
+    let t = Lim::new("last", "3", "60", "LOG").at(&mut c, "1", B + 100.0);
+    assert_eq!(t, reply(true, 1.0, 0.0, 253_402_300_860.0 - (B + 100.0)));
+    // `z` and the new entry, numbered after the one left: both at MAX_TIME.
+    let z = zset(&mut c, "last");
+    assert_eq!(z.len(), 2, "{z:?}");
+    assert!(z[0].0.ends_with("-1") && z[1].0 == "z", "{z:?}");
+    for (_, score) in &z {
+        assert_eq!(
+            score.parse::<f64>().unwrap(),
+            253_402_300_800_000_000.0,
+            "{z:?}"
+        );
+    }
+    assert!(c.q("PTTL last").int() > 0);
+    // A score the seconds-based format wrote (1764456240, read as µs: 1970) and the old
+    // bound in seconds are valid µs times too: long out of the window, so removed.
+    c.q("ZADD secs 1764456240 1764456240-0 253402300800 253402300800-1");
+    let t = Lim::new("secs", "3", "60", "LOG").at(&mut c, "1", B);
+    assert_eq!(t, reply(true, 2.0, 0.0, 60.0));
+    assert_eq!(zset(&mut c, "secs"), entries("1764456240000000", 0, 1));
 }
 
 #[test]
@@ -1738,7 +1915,7 @@ fn mixed_window_traffic(c: &mut Conn, calls: usize, seed: u64) -> BTreeMap<Strin
             && rng.below(4) == 0
         {
             // A client clock with more digits than an f64 holds (21 significant): parsed
-            // by the general path, and (LOG) stored as sent in the member and score.
+            // by the general path, and (LOG) stored rounded to the microsecond.
             args[5] = format!("{t:.9}{}", 1 + rng.below(9));
         }
         match rng.below(40) {
@@ -1970,10 +2147,10 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
         strings(&[
             "ZADD",
             "l",
-            "1764456240",
-            "1764456240-0",
-            "1764456240",
-            "1764456240-1",
+            "1764456240000000",
+            "1764456240000000-0",
+            "1764456240000000",
+            "1764456240000000-1",
         ]),
         pexpireat(&mut c, "l"),
     ]);
@@ -1982,7 +2159,15 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
     let got = effects(&mut c, &mut |c| {
         l.at(c, "1", B + 30.0);
     });
-    assert_eq!(got, [strings(&["ZADD", "l", "1764456270", "1764456270-2"])]);
+    assert_eq!(
+        got,
+        [strings(&[
+            "ZADD",
+            "l",
+            "1764456270000000",
+            "1764456270000000-2"
+        ])]
+    );
     // The two entries of B are out: removed by rank, as the master removed them.
     let got = effects(&mut c, &mut |c| {
         l.at(c, "1", B + 60.5);
@@ -1991,7 +2176,7 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
         got,
         wrap(vec![
             strings(&["ZREMRANGEBYRANK", "l", "0", "1"]),
-            strings(&["ZADD", "l", "1764456300.5", "1764456300.5-1"]),
+            strings(&["ZADD", "l", "1764456300500000", "1764456300500000-1"]),
         ])
     );
     // Every entry out: the emptied set is deleted and created again, so its expiry is
@@ -2001,18 +2186,22 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
     });
     let want = wrap(vec![
         strings(&["ZREMRANGEBYRANK", "l", "0", "1"]),
-        strings(&["ZADD", "l", "1764456440", "1764456440-0"]),
+        strings(&["ZADD", "l", "1764456440000000", "1764456440000000-0"]),
         pexpireat(&mut c, "l"),
     ]);
     assert_eq!(got, want);
     assert!(c.q("PTTL l").int() > 0);
-    // The server's clock: its time in fixed-width microseconds, as the member too.
+    // The server's clock: its time in whole microseconds, as the member too.
     let got = effects(&mut c, &mut |c| {
         Lim::new("srv", "3", "60", "LOG").srv(c, "1");
     });
     let z = zset(&mut c, "srv");
     let member = &z[0].0;
     let time = member.strip_suffix("-0").unwrap();
+    assert!(
+        time.len() == 16 && time.bytes().all(|b| b.is_ascii_digit()),
+        "{member}"
+    );
     let want = wrap(vec![
         strings(&["ZADD", "srv", time, member]),
         pexpireat(&mut c, "srv"),

@@ -126,41 +126,12 @@ fn log(
     let d = window::log(w, n as u64, now, &set);
     set.finish_reading()?;
     if d.add > 0 || d.removed > 0 {
-        // The entries' score as text: the call's own time as it is stored elsewhere, or
-        // (a clock behind the log) the newest entry's.
-        let formatted;
-        let score_text: &[u8] = if d.add_at == now {
-            match *clock {
-                Clock::Server { micros } => {
-                    formatted = crate::num::format_micros(micros);
-                    formatted.as_bytes()
-                }
-                Clock::Client { text, .. } if crate::num::is_plain_decimal(text) => text,
-                Clock::Client { .. } => {
-                    formatted = format_f64(now);
-                    formatted.as_bytes()
-                }
-            }
-        } else {
-            formatted = format_f64(d.add_at);
-            formatted.as_bytes()
-        };
-        // Requests in the same microsecond are separate members (the notes' script used
-        // the time alone, so they collapsed into one entry and the limit leaked). They are
-        // numbered by the log's size when added: between two calls that add at one score
-        // the cutoff is the same (it follows the newest entry), so nothing is removed and
-        // the size only grows, which keeps every number at that score distinct without
-        // reading those entries back.
-        let first = crate::window::Entries::count(&set).saturating_sub(d.removed);
-        let members: Vec<Vec<u8>> = (0..d.add)
-            .map(|i| {
-                let mut m = score_text.to_vec();
-                m.push(b'-');
-                m.extend_from_slice((first as u64 + i).to_string().as_bytes());
-                m
-            })
-            .collect();
-        set.write(d.removed, d.add_at, score_text, &members);
+        // The entries' score: the call's time on LOG's clock, or the newest entry's when
+        // that is later (`d.add_at` is the time of this very score, never converted back).
+        let now_score = window::log_score(now);
+        let score = set.newest_score().map_or(now_score, |s| s.max(now_score));
+        let first = crate::window::Entries::count(&set).saturating_sub(d.removed) as u64;
+        set.write(d.removed, score, first, d.add);
         set.expire_in(clock.server_ms(), d.expires_at - now);
     }
     drop(set);
