@@ -477,7 +477,8 @@ MEMORY_GRADED = ("TB.TAKE (now)", "TB.TAKE (server clock)")  # each <= the basel
 # the same quota as a bucket (capacity = limit, refilling limit per window, half used) and
 # the notes' two scripts. All at FIXED_NOW with a 3600 s window, so no key expires while
 # it is measured. Full logs hold `limit` entries at distinct milliseconds (as requests
-# arriving over time leave them; LOG members are then `<time>-0`), built by `limit` calls
+# arriving over time leave them; LOG members are `<score>-<k>`, k the log's size when the
+# entry was added), built by `limit` calls
 # per key, over fewer keys: WINDOW_LOG_KEYS[limit].
 WINDOW_LIMITS = ("100", "10000")
 WINDOW_LOG_KEYS = {"100": 2_000, "10000": 20}
