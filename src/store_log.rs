@@ -24,20 +24,37 @@ pub struct LogKey<'a> {
     count: usize,
     /// The newest entry's score.
     newest: Option<f64>,
-    /// The oldest entries read so far (scores and members, ascending), and whether the
-    /// iterator has reached the end.
+    /// The oldest entries read so far, and how far reading has got.
     front: RefCell<Front<'a>>,
 }
 
+/// The oldest entries, read in passes over score ranges: each pass reads the entries in
+/// `(read_up_to, hi]` for the `hi` the math asked for, so a call that only needs to know
+/// what has left the window never reads (copies) an entry still in it.
 struct Front<'a> {
-    started: bool,
-    done: bool,
+    /// Scores and members read, ascending.
     scores: Vec<f64>,
     members: Vec<OwnedString<'a>>,
+    /// Every entry with a score at or below this has been read.
+    read_up_to: f64,
+    /// A pass is under way (the key's range iterator is active), up to `pass_hi`.
+    active: bool,
+    pass_hi: f64,
+    /// Every entry has been read.
+    done: bool,
     /// A score that is not an accepted time (set by hand): the call fails as corrupt.
     corrupt: bool,
-    /// No entry has a score at or below this (found by a probe that read nothing).
-    none_up_to: f64,
+}
+
+impl Front<'_> {
+    /// A pass up to `hi` has read everything it covers.
+    fn passed(&mut self, hi: f64) {
+        if hi == f64::INFINITY {
+            self.done = true;
+        } else {
+            self.read_up_to = self.read_up_to.max(hi);
+        }
+    }
 }
 
 impl<'a> Deref for LogKey<'a> {
@@ -84,46 +101,63 @@ impl<'a> LogKey<'a> {
             count,
             newest,
             front: RefCell::new(Front {
-                started: false,
-                done: false,
                 scores: Vec::new(),
                 members: Vec::new(),
+                read_up_to: f64::NEG_INFINITY,
+                active: false,
+                pass_hi: f64::NEG_INFINITY,
+                done: false,
                 corrupt: false,
-                none_up_to: f64::NEG_INFINITY,
             }),
         })
     }
 
-    /// Reads entries from the oldest up until `more` says stop (given the scores so far)
-    /// or the set ends.
-    fn read_while(&self, more: impl Fn(&[f64]) -> bool) {
+    /// Reads entries from the oldest up, none with a score above `hi`, until `more` says
+    /// stop (given the scores so far). Afterwards `more` is false, or every entry with a
+    /// score up to `hi` has been read.
+    fn read_while(&self, hi: f64, more: impl Fn(&[f64]) -> bool) {
         let Ok(mut front) = self.front.try_borrow_mut() else {
             return;
         };
         let api = self.key.api;
         let key = self.key.key;
-        if !self.key.exists() || front.done {
+        if !self.key.exists() {
             return;
         }
-        if !front.started {
-            front.started = true;
-            // SAFETY: valid open sorted-set key; no other iterator is active on it.
-            let ok = unsafe {
-                (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0)
-            };
-            if ok != 0 {
-                front.done = true;
-                return;
-            }
-        }
-        while more(&front.scores) {
-            // SAFETY: the iterator started above is active until `stop_reading`.
-            if unsafe { (api.zset_range_end_reached)(key) } != 0 {
-                front.done = true;
-                break;
+        while !front.done && more(&front.scores) {
+            if !front.active {
+                if front.read_up_to >= hi {
+                    return;
+                }
+                // The next pass starts after the last one (all of whose scores were read).
+                let lo = front.read_up_to;
+                let minex = c_int::from(lo > f64::NEG_INFINITY);
+                // SAFETY: valid open sorted-set key; no other iterator is active on it
+                // (passes run one at a time), and an empty one is stopped at once.
+                let empty = unsafe {
+                    let ok = (api.zset_first_in_score_range)(key, lo, hi, minex, 0);
+                    let empty = ok != 0 || (api.zset_range_end_reached)(key) != 0;
+                    if empty {
+                        (api.zset_range_stop)(key);
+                    }
+                    empty
+                };
+                if empty {
+                    front.passed(hi);
+                    continue;
+                }
+                if front.scores.capacity() == 0 {
+                    // Most calls that read at all read a few entries: one allocation each.
+                    let expect = self.count.min(16);
+                    front.scores.reserve(expect);
+                    front.members.reserve(expect);
+                }
+                front.active = true;
+                front.pass_hi = hi;
             }
             let mut score = 0.0;
-            // SAFETY: as above; the element is ours to free (OwnedString frees it).
+            // SAFETY: the pass's iterator is active; the element is ours to free
+            // (OwnedString frees it).
             let element = unsafe { (api.zset_range_current_element)(key, &mut score) };
             if !valid_entry(log_time(score)) {
                 front.corrupt = true;
@@ -132,46 +166,14 @@ impl<'a> LogKey<'a> {
             front
                 .members
                 .push(OwnedString::new(api, self.key.ctx, element));
-            // SAFETY: as above.
+            // SAFETY: as above; a pass that has ended is stopped.
             if unsafe { (api.zset_range_next)(key) } == 0 {
-                front.done = true;
-                break;
+                unsafe { (api.zset_range_stop)(key) };
+                front.active = false;
+                let pass_hi = front.pass_hi;
+                front.passed(pass_hi);
             }
         }
-    }
-
-    /// Whether no entry is at or before `t`, when that can be told without reading an
-    /// entry: before the front is read, a range of scores up to `t` that comes back empty.
-    /// The usual call removes nothing, and this spares it reading (copying) the oldest
-    /// member only to find it is still in the window.
-    fn none_up_to(&self, t: f64) -> bool {
-        let Ok(mut front) = self.front.try_borrow_mut() else {
-            return false;
-        };
-        if front.started || !self.key.exists() {
-            return false;
-        }
-        // Every score whose time reads as <= t is below this (the margin covers the
-        // division's rounding); so are negative scores, which are corrupt: the probe finds
-        // them and the full read reports them.
-        let hi = (t * 1e6 * (1.0 + 1e-12) + 1.0).max(-0.5);
-        if hi <= front.none_up_to {
-            return true;
-        }
-        let key = self.key.key;
-        let api = self.key.api;
-        // SAFETY: valid open sorted-set key; no other iterator is active on it (the front
-        // has not started), and this one is stopped before returning.
-        let empty = unsafe {
-            let ok = (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, hi, 0, 0);
-            let empty = ok != 0 || (api.zset_range_end_reached)(key) != 0;
-            (api.zset_range_stop)(key);
-            empty
-        };
-        if empty {
-            front.none_up_to = hi;
-        }
-        empty
     }
 
     /// Ends reading (the iterator must stop before the set is written); fails if any
@@ -180,7 +182,7 @@ impl<'a> LogKey<'a> {
         let Ok(front) = self.front.try_borrow() else {
             return Err(TbError::Internal);
         };
-        if front.started && self.key.exists() {
+        if front.active && self.key.exists() {
             // SAFETY: stopping an iterator (or none) on a valid open key is allowed.
             unsafe { (self.key.api.zset_range_stop)(self.key.key) };
         }
@@ -322,11 +324,12 @@ impl Entries for LogKey<'_> {
     }
 
     fn count_up_to(&self, t: f64) -> usize {
-        if self.none_up_to(t) {
-            return 0;
-        }
         let time = |s: f64| clamp_entry(log_time(s));
-        self.read_while(|scores| scores.last().is_none_or(|&s| time(s) <= t));
+        // Every score whose time reads as <= t is below this (the margin covers the
+        // division's rounding), so the entries past it need not be read; so are negative
+        // scores, which are corrupt: read, they are reported.
+        let hi = (t * 1e6 * (1.0 + 1e-12) + 1.0).max(-0.5);
+        self.read_while(hi, |scores| scores.last().is_none_or(|&s| time(s) <= t));
         self.front
             .try_borrow()
             .map(|f| f.scores.partition_point(|&s| time(s) <= t))
@@ -334,7 +337,7 @@ impl Entries for LogKey<'_> {
     }
 
     fn nth(&self, i: usize) -> Option<f64> {
-        self.read_while(|scores| scores.len() <= i);
+        self.read_while(f64::INFINITY, |scores| scores.len() <= i);
         self.front
             .try_borrow()
             .ok()?
