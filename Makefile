@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
+	@echo "make bench-floor-log  TB.WINDOW LOG vs the module API calls it cannot avoid, and the notes' script (bench/floor/)"
 	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
 	@echo "make test-compat  the integration suite on Redis 8.0, Valkey 8.1 and Valkey 9.1 (built from Debian sources, cached)"
@@ -74,6 +75,9 @@ bench-accuracy:
 
 bench-floor: deps
 	bench/floor/run.sh
+
+bench-floor-log: deps
+	bench/floor/log.sh
 
 # The integration suite once with every server under valgrind memcheck, on Redis built with
 # MALLOC=libc (scripts/servers.sh redis-libc, built once and cached): a leak is invisible
