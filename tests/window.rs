@@ -1096,6 +1096,42 @@ fn log_retry_after_from_a_sub_microsecond_now_is_enough() {
     }
 }
 
+/// A refusal that needs entries beyond those that left the window: counting what left
+/// reads only up to the cutoff's scores, and the wait then reads on from there (the
+/// oldest counted entry), then the reset reads the newest; all exact.
+#[test]
+fn log_refusal_reads_on_past_the_entries_that_left_the_window() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let l = Lim::new("l", "3", "10", "LOG");
+    for off in [0.0, 5.0, 8.0] {
+        assert!(l.at(&mut c, "1", B + off).allowed);
+    }
+    // At B + 13 the entry at B has left; B + 5 and B + 8 are counted. Two more need B + 5
+    // to leave too (B + 15); everything is gone at B + 18.
+    assert_eq!(l.at(&mut c, "2", B + 13.0), reply(false, 1.0, 2.0, 5.0));
+    assert_eq!(l.at(&mut c, "0", B + 13.0), reply(true, 1.0, 0.0, 5.0));
+    assert_eq!(
+        c.q("ZCARD l").int(),
+        3,
+        "a refusal and a read remove nothing"
+    );
+    // One is admitted: B goes (rank 0), B + 13 comes.
+    assert_eq!(l.at(&mut c, "1", B + 13.0), reply(true, 0.0, 0.0, 10.0));
+    assert_eq!(
+        zset(&mut c, "l"),
+        pairs(&[
+            ("1764456245000000-1", "1764456245000000"),
+            ("1764456248000000-2", "1764456248000000"),
+            ("1764456253000000-2", "1764456253000000"),
+        ])
+    );
+    // At B + 15, B + 5 has left (not yet removed); two more wait for B + 8 to leave.
+    assert_eq!(l.at(&mut c, "2", B + 15.0), reply(false, 1.0, 3.0, 8.0));
+    assert_eq!(l.at(&mut c, "2", B + 18.0), reply(true, 0.0, 0.0, 10.0));
+    assert_eq!(c.q("ZCARD l").int(), 3);
+}
+
 #[test]
 fn log_entries_older_than_the_window_are_removed_on_a_writing_call() {
     let s = Server::start();
