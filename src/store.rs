@@ -372,20 +372,26 @@ impl<'a> BucketKey<'a> {
         }
         let api = self.key.api;
         let ctx = self.key.ctx;
-        let values: Vec<OwnedString> = pairs
-            .iter()
-            .map(|(_, bytes)| {
+        // On the stack: a take writes on nearly every call, and a heap allocation there
+        // costs as much as a field's parsing.
+        let values: [Option<OwnedString>; 3] = std::array::from_fn(|i| {
+            pairs.get(i).map(|(_, bytes)| {
                 // SAFETY: bytes is valid for its length; the string is freed on drop.
                 let ptr = unsafe { (api.create_string)(ctx, bytes.as_ptr().cast(), bytes.len()) };
                 OwnedString::new(api, ctx, ptr)
             })
-            .collect();
+        });
         let field = |i: usize| {
             pairs
                 .get(i)
                 .map_or(null_mut(), |(f, _)| self.fields.get(*f))
         };
-        let value = |i: usize| values.get(i).map_or(null_mut(), |v| v.ptr);
+        let value = |i: usize| {
+            values
+                .get(i)
+                .and_then(Option::as_ref)
+                .map_or(null_mut(), |v| v.ptr)
+        };
         // Replicate reads only as many arguments as its format names; HashSet stops at
         // the first NULL field: one call shape serves one, two or three fields.
         let format: &CStr = match pairs.len() {
