@@ -6,7 +6,7 @@
 //! a user would send (`ZREMRANGEBYRANK`, `ZADD`, `PEXPIREAT`), so replicas and AOF replay
 //! need no module.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Deref;
 use std::os::raw::{c_int, c_long};
 
@@ -22,10 +22,21 @@ use crate::window::{Entries, clamp_entry, log_time, valid_entry};
 pub struct LogKey<'a> {
     key: Key<'a>,
     count: usize,
-    /// The newest entry's score.
-    newest: Option<f64>,
+    /// The newest entry, as far as a call has needed to know it.
+    newest: Cell<Newest>,
     /// The oldest entries read so far, and how far reading has got.
     front: RefCell<Front<'a>>,
+}
+
+/// What is known of the newest entry. A call that adds entries only needs to know that
+/// none is later than its own time, which a score-range probe tells without reading one.
+#[derive(Debug, Clone, Copy)]
+enum Newest {
+    Unknown,
+    /// No entry has a time after this; the newest itself is unread.
+    NotAfter(f64),
+    /// Read: its score (`None`: the set is empty or missing).
+    Read(Option<f64>),
 }
 
 /// The oldest entries, read in passes over score ranges: each pass reads the entries in
@@ -40,6 +51,9 @@ struct Front<'a> {
     /// A pass is under way (the key's range iterator is active), up to `pass_hi`.
     active: bool,
     pass_hi: f64,
+    /// A pass paused (the key's one iterator was needed to read the newest entry) after
+    /// reading entries up to this score, this many of them at that score: it resumes there.
+    resume: Option<(f64, usize)>,
     /// Every entry has been read.
     done: bool,
     /// A score that is not an accepted time (set by hand): the call fails as corrupt.
@@ -73,39 +87,22 @@ impl<'a> LogKey<'a> {
     ) -> Result<Self, TbError> {
         let key = Key::open(api, ctx, name, Access::Write, Kind::SortedSet)?;
         let (count, newest) = if key.exists() {
-            // SAFETY: valid open sorted-set key; the range iterator is stopped before any
-            // other use of the key, and the element returned is ours to free.
-            let newest = unsafe {
-                let mut score = 0.0;
-                let found =
-                    (api.zset_last_in_score_range)(key.key, f64::NEG_INFINITY, f64::INFINITY, 0, 0)
-                        == 0
-                        && (api.zset_range_end_reached)(key.key) == 0;
-                if found {
-                    let element = (api.zset_range_current_element)(key.key, &mut score);
-                    drop(OwnedString::new(api, ctx, element));
-                }
-                (api.zset_range_stop)(key.key);
-                found.then_some(score)
-            };
-            // SAFETY: as above.
-            (unsafe { (api.value_length)(key.key) }, newest)
+            // SAFETY: valid open sorted-set key.
+            (unsafe { (api.value_length)(key.key) }, Newest::Unknown)
         } else {
-            (0, None)
+            (0, Newest::Read(None))
         };
-        if newest.is_some_and(|s| !valid_entry(log_time(s))) {
-            return Err(TbError::CorruptLog);
-        }
         Ok(LogKey {
             key,
             count,
-            newest,
+            newest: Cell::new(newest),
             front: RefCell::new(Front {
                 scores: Vec::new(),
                 members: Vec::new(),
                 read_up_to: f64::NEG_INFINITY,
                 active: false,
                 pass_hi: f64::NEG_INFINITY,
+                resume: None,
                 done: false,
                 corrupt: false,
             }),
@@ -126,17 +123,29 @@ impl<'a> LogKey<'a> {
         }
         while !front.done && more(&front.scores) {
             if !front.active {
-                if front.read_up_to >= hi {
-                    return;
-                }
-                // The next pass starts after the last one (all of whose scores were read).
-                let lo = front.read_up_to;
-                let minex = c_int::from(lo > f64::NEG_INFINITY);
+                // The next pass starts after the last one (all of whose scores were read),
+                // or where a paused one stopped, past the entries it read at that score.
+                let (lo, minex, skip) = match front.resume {
+                    Some((at, _)) if at > hi => return,
+                    Some((at, read)) => (at, 0, read),
+                    None if front.read_up_to >= hi => return,
+                    None => {
+                        let lo = front.read_up_to;
+                        (lo, c_int::from(lo > f64::NEG_INFINITY), 0)
+                    }
+                };
+                front.resume = None;
                 // SAFETY: valid open sorted-set key; no other iterator is active on it
-                // (passes run one at a time), and an empty one is stopped at once.
+                // (passes run one at a time, and reading the newest pauses them), and an
+                // empty one is stopped at once.
                 let empty = unsafe {
                     let ok = (api.zset_first_in_score_range)(key, lo, hi, minex, 0);
-                    let empty = ok != 0 || (api.zset_range_end_reached)(key) != 0;
+                    let mut empty = ok != 0 || (api.zset_range_end_reached)(key) != 0;
+                    for _ in 0..skip {
+                        if empty || (api.zset_range_next)(key) == 0 {
+                            empty = true;
+                        }
+                    }
                     if empty {
                         (api.zset_range_stop)(key);
                     }
@@ -193,9 +202,67 @@ impl<'a> LogKey<'a> {
         }
     }
 
-    /// The newest entry's score (whole microseconds), if there is an entry.
+    /// The newest entry's score (whole microseconds), if it has been read: when the call
+    /// only learnt that no entry is later than its own time, `None` (its entries go at
+    /// its own time, which sorts at or after every entry).
     pub fn newest_score(&self) -> Option<f64> {
-        self.newest
+        match self.newest.get() {
+            Newest::Read(score) => score,
+            Newest::Unknown | Newest::NotAfter(_) => None,
+        }
+    }
+
+    /// Stops a pass over the oldest entries so the key's iterator can serve another
+    /// range; the next read resumes it where it stopped.
+    fn pause_front(&self) {
+        let Ok(mut front) = self.front.try_borrow_mut() else {
+            return;
+        };
+        if !front.active {
+            return;
+        }
+        // SAFETY: the pass's iterator is active on this valid open key.
+        unsafe { (self.key.api.zset_range_stop)(self.key.key) };
+        front.active = false;
+        if let Some(&last) = front.scores.last() {
+            let read = front
+                .scores
+                .iter()
+                .rev()
+                .take_while(|&&s| s == last)
+                .count();
+            front.resume = Some((last, read));
+        }
+    }
+
+    /// Reads the newest entry with the range `(lo, +inf]` (`lo` = -inf: any), the key's
+    /// iterator paused from any other pass; `None` if the range is empty. A score that is
+    /// not an accepted time marks the log corrupt.
+    fn read_newest_above(&self, lo: f64) -> Option<f64> {
+        self.pause_front();
+        let api = self.key.api;
+        let key = self.key.key;
+        let minex = c_int::from(lo > f64::NEG_INFINITY);
+        let mut score = 0.0;
+        // SAFETY: valid open sorted-set key; no other iterator is active (paused above);
+        // this one is stopped before returning, and the element is ours to free.
+        let found = unsafe {
+            let found = (api.zset_last_in_score_range)(key, lo, f64::INFINITY, minex, 0) == 0
+                && (api.zset_range_end_reached)(key) == 0;
+            if found {
+                let element = (api.zset_range_current_element)(key, &mut score);
+                drop(OwnedString::new(api, self.key.ctx, element));
+            }
+            (api.zset_range_stop)(key);
+            found
+        };
+        if found
+            && !valid_entry(log_time(score))
+            && let Ok(mut front) = self.front.try_borrow_mut()
+        {
+            front.corrupt = true;
+        }
+        found.then_some(score)
     }
 
     /// Removes the `removed` oldest entries and adds `add` entries at `score` (whole
@@ -320,7 +387,34 @@ impl Entries for LogKey<'_> {
     }
 
     fn newest(&self) -> Option<f64> {
-        self.newest.map(log_time)
+        if let Newest::Read(score) = self.newest.get() {
+            return score.map(log_time);
+        }
+        let score = self.read_newest_above(f64::NEG_INFINITY);
+        self.newest.set(Newest::Read(score));
+        score.map(log_time)
+    }
+
+    fn newest_after(&self, t: f64) -> Option<f64> {
+        match self.newest.get() {
+            Newest::Read(score) => return score.map(log_time).filter(|&n| n > t),
+            Newest::NotAfter(u) if t >= u => return None,
+            Newest::Unknown | Newest::NotAfter(_) => {}
+        }
+        // Every score whose time is after t is above this: an empty range above it means
+        // nothing is after t, without reading an entry (the usual call: its own time is
+        // the latest); otherwise its last entry is the newest.
+        let lo = crate::window::log_score_at_or_before(t);
+        match self.read_newest_above(lo) {
+            None => {
+                self.newest.set(Newest::NotAfter(t));
+                None
+            }
+            Some(score) => {
+                self.newest.set(Newest::Read(Some(score)));
+                Some(log_time(score)).filter(|&n| n > t)
+            }
+        }
     }
 
     fn count_up_to(&self, t: f64) -> usize {

@@ -102,6 +102,23 @@ pub fn log_tick(t: f64) -> f64 {
     log_time(log_score(t))
 }
 
+/// The largest whole score whose time is at or before `t`: every score whose time is
+/// after `t` is above it (times keep the scores' order). For a time on LOG's clock, its
+/// own score. Where an f64 no longer steps by one (past 2^53 µs), a bound a little lower.
+pub fn log_score_at_or_before(t: f64) -> f64 {
+    let mut m = log_score(t);
+    for _ in 0..4 {
+        if log_time(m) > t {
+            m -= 1.0;
+        } else if m + 1.0 != m && log_time(m + 1.0) <= t {
+            m += 1.0;
+        } else {
+            return m;
+        }
+    }
+    t * 1e6 - (t.abs() * 1e6 * 1e-12 + 1.0)
+}
+
 /// The outcome of one FIXED or SLIDING call. Being limited is a normal outcome, not an
 /// error.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -298,12 +315,18 @@ pub fn log<E: Entries + ?Sized>(w: Window, n: u64, now: f64, entries: &E) -> Log
             .and_then(|k| v.first_live.checked_add(k))
             .and_then(|i| i.checked_sub(1))
             .and_then(|i| entries.nth(i))
-            .map_or(v.newest, clamp_entry);
+            .map_or(v.at, clamp_entry);
         wait_for(now, leaving + w.window - now, |t| {
             log_view(w, log_tick(t), entries).live.saturating_add(n) <= cap
         })
     };
-    let newest = if write { v.at } else { v.newest };
+    // A writing call's entries are the newest; otherwise the stored newest (read only now:
+    // the usual call writes, and never needs it).
+    let newest = if write {
+        v.at
+    } else {
+        entries.newest().map_or(v.at, clamp_entry)
+    };
     let out = |t: f64| newest <= log_tick(t).max(newest) - w.window;
     let reset_after = if used > 0 {
         wait_for(now, newest + w.window - now, out)
@@ -337,6 +360,11 @@ pub trait Entries {
     fn count(&self) -> usize;
     /// The newest entry's time.
     fn newest(&self) -> Option<f64>;
+    /// The newest entry's time if it is after `t`: what a call needs to know to place its
+    /// entries (a sorted set can tell "nothing after `t`" without reading an entry).
+    fn newest_after(&self, t: f64) -> Option<f64> {
+        self.newest().filter(|&n| n > t)
+    }
     /// How many entries have a time (read into the accepted range) `<= t`.
     fn count_up_to(&self, t: f64) -> usize;
     /// The `i`-th oldest entry's time.
@@ -500,8 +528,6 @@ struct LogView {
     at: f64,
     /// Entries at or before this are out of the window.
     cutoff: f64,
-    /// The newest entry (`at` with no entries).
-    newest: f64,
     /// Index of the oldest entry still in the window.
     first_live: usize,
     /// Entries in the window.
@@ -509,15 +535,15 @@ struct LogView {
 }
 
 fn log_view<E: Entries + ?Sized>(w: Window, now: f64, entries: &E) -> LogView {
-    let newest = entries.newest().map_or(now, clamp_entry);
-    let at = now.max(newest);
+    let at = entries
+        .newest_after(now)
+        .map_or(now, |n| clamp_entry(n).max(now));
     let cutoff = at - w.window;
     let first_live = entries.count_up_to(cutoff);
     let live = entries.count().saturating_sub(first_live);
     LogView {
         at,
         cutoff,
-        newest,
         first_live,
         live: u64::try_from(live).unwrap_or(u64::MAX),
     }
@@ -891,10 +917,12 @@ mod tests {
 
     proptest! {
         /// The score is the whole microsecond nearest to `t` (within the f64 step of `t`
-        /// itself), keeps order, and a whole-microsecond time ticks to itself.
+        /// itself), keeps order, and a whole-microsecond time ticks to itself and is the
+        /// last score at or before itself (below 4e15 µs, where an f64 time still tells
+        /// every microsecond apart).
         #[test]
         fn log_score_rounds_once_and_keeps_order(
-            a in 0.0..9e9f64, b in 0.0..9e9f64, m in 0u64..9_000_000_000_000_000,
+            a in 0.0..9e9f64, b in 0.0..9e9f64, m in 0u64..4_000_000_000_000_000,
         ) {
             let s = log_score(a);
             prop_assert_eq!(s.fract(), 0.0);
@@ -904,6 +932,9 @@ mod tests {
             }
             let t = m as f64 / 1e6;
             prop_assert_eq!(log_tick(t), t);
+            prop_assert_eq!(log_score_at_or_before(t), m as f64);
+            let below = log_score_at_or_before(a);
+            prop_assert!(log_time(below) <= a && log_time(below + 1.0) > a, "{} -> {}", a, below);
         }
     }
 
