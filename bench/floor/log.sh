@@ -9,7 +9,8 @@
 #               entries by name on a key's first call + Replicate, ZsetAdd of one member +
 #               Replicate, GetAbsExpire, the 4-element reply; constant texts),
 #   floor+must  the floor plus what LOG must also do to be correct: parse its arguments,
-#               read the newest entry, probe for entries that left the window,
+#               ask whether any entry is later than its time and whether any has left
+#               the window (two score-range probes),
 # then runs log_floor.py: FLOOR_ROUNDS interleaved rounds (3 by default), one server per
 # variant and round. Not part of CI; about 5 minutes plus three builds.
 #
