@@ -441,14 +441,29 @@ fn end_of(start: f64, known: (f64, f64), window: f64) -> f64 {
     }
 }
 
+/// Below this magnitude `j + 1` and `j - 1` are exact and are the next whole numbers, so
+/// the f64 stepping below is not needed (every window of a time before the year 10000,
+/// at any accepted window length of a microsecond or more, is numbered below it).
+const EXACT_STEPS: f64 = 4_503_599_627_370_496.0; // 2^52
+
 /// The next whole number after `j` as an f64 (above 2^53, the next f64).
+#[inline]
 fn whole_above(j: f64) -> f64 {
-    (j + 1.0).max(j.next_up())
+    if j.abs() < EXACT_STEPS {
+        j + 1.0
+    } else {
+        (j + 1.0).max(j.next_up())
+    }
 }
 
 /// The whole number before `j` as an f64 (above 2^53, the previous f64).
+#[inline]
 fn whole_below(j: f64) -> f64 {
-    (j - 1.0).min(j.next_down())
+    if j.abs() < EXACT_STEPS {
+        j - 1.0
+    } else {
+        (j - 1.0).min(j.next_down())
+    }
 }
 
 /// The window a FIXED call counts in.
@@ -895,6 +910,24 @@ mod tests {
             },
         ];
         check(&cases, sliding);
+    }
+
+    #[test]
+    fn whole_steps_are_the_next_whole_numbers_and_the_fast_path_changes_nothing() {
+        for j in [
+            0.0,
+            1.0,
+            -1.0,
+            1e9,
+            4_503_599_627_370_495.0,
+            -4_503_599_627_370_495.0,
+        ] {
+            assert_eq!(whole_above(j), (j + 1.0).max(f64::next_up(j)), "{j}");
+            assert_eq!(whole_below(j), (j - 1.0).min(f64::next_down(j)), "{j}");
+        }
+        for j in [EXACT_STEPS, 9_007_199_254_740_992.0, 1e300] {
+            assert!(whole_above(j) > j && whole_below(j) < j, "{j}");
+        }
     }
 
     #[test]
