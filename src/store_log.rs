@@ -51,9 +51,6 @@ struct Front<'a> {
     /// A pass is under way (the key's range iterator is active), up to `pass_hi`.
     active: bool,
     pass_hi: f64,
-    /// A pass paused (the key's one iterator was needed to read the newest entry) after
-    /// reading entries up to this score, this many of them at that score: it resumes there.
-    resume: Option<(f64, usize)>,
     /// Every entry has been read.
     done: bool,
     /// A score that is not an accepted time (set by hand): the call fails as corrupt.
@@ -102,7 +99,6 @@ impl<'a> LogKey<'a> {
                 read_up_to: f64::NEG_INFINITY,
                 active: false,
                 pass_hi: f64::NEG_INFINITY,
-                resume: None,
                 done: false,
                 corrupt: false,
             }),
@@ -123,29 +119,18 @@ impl<'a> LogKey<'a> {
         }
         while !front.done && more(&front.scores) {
             if !front.active {
-                // The next pass starts after the last one (all of whose scores were read),
-                // or where a paused one stopped, past the entries it read at that score.
-                let (lo, minex, skip) = match front.resume {
-                    Some((at, _)) if at > hi => return,
-                    Some((at, read)) => (at, 0, read),
-                    None if front.read_up_to >= hi => return,
-                    None => {
-                        let lo = front.read_up_to;
-                        (lo, c_int::from(lo > f64::NEG_INFINITY), 0)
-                    }
-                };
-                front.resume = None;
+                if front.read_up_to >= hi {
+                    return;
+                }
+                // The next pass starts after the last one (all of whose scores were read).
+                let lo = front.read_up_to;
+                let minex = c_int::from(lo > f64::NEG_INFINITY);
                 // SAFETY: valid open sorted-set key; no other iterator is active on it
-                // (passes run one at a time, and reading the newest pauses them), and an
+                // (passes run one at a time, and reading the newest ends them), and an
                 // empty one is stopped at once.
                 let empty = unsafe {
                     let ok = (api.zset_first_in_score_range)(key, lo, hi, minex, 0);
-                    let mut empty = ok != 0 || (api.zset_range_end_reached)(key) != 0;
-                    for _ in 0..skip {
-                        if empty || (api.zset_range_next)(key) == 0 {
-                            empty = true;
-                        }
-                    }
+                    let empty = ok != 0 || (api.zset_range_end_reached)(key) != 0;
                     if empty {
                         (api.zset_range_stop)(key);
                     }
@@ -212,9 +197,11 @@ impl<'a> LogKey<'a> {
         }
     }
 
-    /// Stops a pass over the oldest entries so the key's iterator can serve another
-    /// range; the next read resumes it where it stopped.
-    fn pause_front(&self) {
+    /// Ends an unfinished pass over the oldest entries so the key's one iterator can serve
+    /// another range, and forgets what it read: a later read starts again from the oldest
+    /// entry. (The math reads the newest entry after the oldest ones it needs, so this is a
+    /// fallback that keeps reading right whatever the order, not a path calls take.)
+    fn end_front_pass(&self) {
         let Ok(mut front) = self.front.try_borrow_mut() else {
             return;
         };
@@ -224,27 +211,21 @@ impl<'a> LogKey<'a> {
         // SAFETY: the pass's iterator is active on this valid open key.
         unsafe { (self.key.api.zset_range_stop)(self.key.key) };
         front.active = false;
-        if let Some(&last) = front.scores.last() {
-            let read = front
-                .scores
-                .iter()
-                .rev()
-                .take_while(|&&s| s == last)
-                .count();
-            front.resume = Some((last, read));
-        }
+        front.scores.clear();
+        front.members.clear();
+        front.read_up_to = f64::NEG_INFINITY;
     }
 
     /// Reads the newest entry with the range `(lo, +inf]` (`lo` = -inf: any), the key's
-    /// iterator paused from any other pass; `None` if the range is empty. A score that is
+    /// iterator taken from any other pass; `None` if the range is empty. A score that is
     /// not an accepted time marks the log corrupt.
     fn read_newest_above(&self, lo: f64) -> Option<f64> {
-        self.pause_front();
+        self.end_front_pass();
         let api = self.key.api;
         let key = self.key.key;
         let minex = c_int::from(lo > f64::NEG_INFINITY);
         let mut score = 0.0;
-        // SAFETY: valid open sorted-set key; no other iterator is active (paused above);
+        // SAFETY: valid open sorted-set key; no other iterator is active (ended above);
         // this one is stopped before returning, and the element is ours to free.
         let found = unsafe {
             let found = (api.zset_last_in_score_range)(key, lo, f64::INFINITY, minex, 0) == 0
