@@ -55,13 +55,17 @@ pub enum Arg {
     Window,
 }
 
-/// The stored hash fields, named in corrupt-state texts.
+/// The hash fields the module reads and writes (`store` holds their names), named in
+/// corrupt-state texts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Field {
+    /// Token bucket: the tokens left at `last_refill_time`.
     Tokens,
     LastRefillTime,
+    /// FIXED and SLIDING windows: the aligned start of the current window and its count.
     Start,
     Count,
+    /// SLIDING only: the count of the window before.
     Previous,
 }
 

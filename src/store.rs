@@ -20,25 +20,12 @@ use redis_module::raw::{
 
 use crate::api::Api;
 use crate::bucket::State;
-use crate::error::TbError;
+use crate::error::{Field, TbError};
 use crate::expiry::ExpiryPlan;
 use crate::fields::{self, WindowFields};
 
 const HASH_NONE: c_int = 0;
 const NO_EXPIRE: i64 = -1;
-
-/// The hash fields the module reads and writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Field {
-    /// Token bucket: the tokens left at `last_refill_time`.
-    Tokens,
-    LastRefillTime,
-    /// FIXED and SLIDING windows: the aligned start of the current window and its count.
-    Start,
-    Count,
-    /// SLIDING only: the count of the window before.
-    Previous,
-}
 
 /// The field-name strings, created once: building them per call is measurable.
 struct FieldNames([*mut RedisModuleString; 5]);
