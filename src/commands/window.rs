@@ -6,11 +6,11 @@ use redis_module::raw::RedisModuleString;
 
 use crate::args::parse_window;
 use crate::bucket::Decision;
-use crate::error::TbError;
+use crate::error::{Field, TbError};
 use crate::fields::{Mode, WindowFields, decode_fixed, decode_sliding};
 use crate::num::format_f64;
 use crate::stats::Outcome;
-use crate::store::{Access, BucketKey, Field};
+use crate::store::{Access, BucketKey};
 use crate::store_log::LogKey;
 use crate::window::{self, Window};
 
@@ -29,14 +29,7 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
                 let old = stored.map(|o| [o.start, o.count, f64::NAN]);
                 changed([s.start, s.count, f64::NAN], old)
             });
-            Ok((
-                d.allowed,
-                d.remaining,
-                d.retry_after,
-                d.reset_after,
-                d.expires_at,
-                write,
-            ))
+            Ok(counted(&d, write))
         })?,
         Mode::Sliding => counter(call, key, &clock, |now, f| {
             let stored = decode_sliding(f)?;
@@ -45,14 +38,7 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
                 let old = stored.map(|o| [o.start, o.count, o.previous]);
                 changed([s.start, s.count, s.previous], old)
             });
-            Ok((
-                d.allowed,
-                d.remaining,
-                d.retry_after,
-                d.reset_after,
-                d.expires_at,
-                write,
-            ))
+            Ok(counted(&d, write))
         })?,
         Mode::Log => log(call, key, &clock, w, n)?,
     };
@@ -81,6 +67,18 @@ fn changed(new: [f64; 3], old: Option<[f64; 3]>) -> [f64; 3] {
 /// What FIXED and SLIDING decide: the reply's four fields, when the state stops
 /// mattering, and the values to store (NaN: leave that field) when the call wrote.
 type Counted = (bool, f64, f64, f64, f64, Option<[f64; 3]>);
+
+/// A FIXED or SLIDING decision as `counter` takes it, with the values to write.
+fn counted<S>(d: &window::Decision<S>, write: Option<[f64; 3]>) -> Counted {
+    (
+        d.allowed,
+        d.remaining,
+        d.retry_after,
+        d.reset_after,
+        d.expires_at,
+        write,
+    )
+}
 
 /// FIXED and SLIDING: a hash of counts. Writes only the fields whose value changed (the
 /// window's start moves once per window, the count on every admitted call). Nothing on
