@@ -19,23 +19,8 @@
 #
 # usage: bench/floor/log.sh            (from the repository root; `make bench-floor-log`)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$PWD
+source "$(dirname "$0")/worktree.sh"
 ROUNDS=${FLOOR_ROUNDS:-3}
-WORK=$(mktemp -d)
-cleanup() {
-  git -C "$ROOT" worktree remove --force "$WORK/src" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-git worktree add --quiet --detach "$WORK/src" HEAD
-echo "measuring HEAD $(git -C "$WORK/src" rev-parse --short HEAD)"
-build() { # output .so name
-  (cd "$WORK/src" && RUSTFLAGS="${RUSTFLAGS:-} -A warnings" \
-    cargo build --release --quiet --target-dir "$WORK/target")
-  cp "$WORK/target/release/libredis_tb.so" "$WORK/$1.so"
-}
 build real
 git -C "$WORK/src" apply --3way "$ROOT/bench/floor/log-floor.patch"
 build floor

@@ -21,26 +21,8 @@
 # usage: bench/floor/run.sh            (from the repository root; `make bench-floor`)
 #        FLOOR_ROUNDS=2 bench/floor/run.sh
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$PWD
+source "$(dirname "$0")/worktree.sh"
 ROUNDS=${FLOOR_ROUNDS:-5}
-WORK=$(mktemp -d)
-SERVER_PID=
-cleanup() {
-  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-  git -C "$ROOT" worktree remove --force "$WORK/src" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-git worktree add --quiet --detach "$WORK/src" HEAD
-echo "measuring HEAD $(git -C "$WORK/src" rev-parse --short HEAD)"
-# The same flags for both builds, so the second one rebuilds only this crate.
-build() { # output .so name
-  (cd "$WORK/src" && RUSTFLAGS="${RUSTFLAGS:-} -A warnings" \
-    cargo build --release --quiet --target-dir "$WORK/target")
-  cp "$WORK/target/release/libredis_tb.so" "$WORK/$1.so"
-}
 build real
 git -C "$WORK/src" apply --3way "$ROOT/bench/floor/api-floor.patch"
 build floor
