@@ -928,6 +928,32 @@ pub fn lasting(c: &mut Conn) -> (Dumps, BTreeSet<Vec<u8>>) {
     (without(&all, &soon), soon)
 }
 
+/// Waits until every replica has caught up, then panics unless each holds the master's
+/// bytes (DUMP and expiry) for every key of `c`'s server that does not expire within 5 s
+/// (see `lasting`). Returns the keys compared and those left out.
+pub fn assert_replicas_hold_the_masters_bytes(
+    c: &mut Conn,
+    replicas: &[(&Server, &str)],
+) -> (Dumps, BTreeSet<Vec<u8>>) {
+    let n = replicas.len().to_string();
+    assert_eq!(
+        c.cmd(&["WAIT", n.as_str(), "10000"]).int(),
+        replicas.len() as i64
+    );
+    let (want, soon) = lasting(c);
+    eprintln!(
+        "compared {} keys ({} expiring within 5 s left out)",
+        want.len(),
+        soon.len()
+    );
+    for (replica, what) in replicas {
+        let mut rc = replica.conn();
+        let got = without(&dumps(&mut rc), &soon);
+        assert_same_dumps(what, &mut rc, &got, c, &want);
+    }
+    (want, soon)
+}
+
 /// `all` without `keys`.
 pub fn without(all: &Dumps, keys: &BTreeSet<Vec<u8>>) -> Dumps {
     all.iter()
