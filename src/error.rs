@@ -65,7 +65,11 @@ pub enum Field {
     /// FIXED and SLIDING windows: the aligned start of the current window and its count.
     Start,
     Count,
-    /// SLIDING only: the count of the window before.
+    /// SLIDING: this window's count and the previous window's, in one value
+    /// (`"<count> <previous>"`), so a call reads two fields, not three.
+    Counts,
+    /// SLIDING keys written before `counts` (`start`, `count`, `previous`): still read,
+    /// and rewritten as `start`, `counts` by their next write.
     Previous,
 }
 
@@ -131,6 +135,9 @@ impl TbError {
             CorruptState(Count) => {
                 "ERR window state is corrupt: field 'count' is not a valid count\0"
             }
+            CorruptState(Counts) => {
+                "ERR window state is corrupt: field 'counts' is not two valid counts\0"
+            }
             CorruptState(Previous) => {
                 "ERR window state is corrupt: field 'previous' is not a valid count\0"
             }
@@ -185,6 +192,7 @@ mod tests {
             TbError::CorruptLog,
             TbError::CorruptState(Field::Start),
             TbError::CorruptState(Field::Count),
+            TbError::CorruptState(Field::Counts),
             TbError::CorruptState(Field::Previous),
             TbError::WrongMode {
                 found: Mode::Fixed,

@@ -4,27 +4,41 @@
 
 use crate::bucket::{State, valid_stored_tokens, valid_time};
 use crate::error::{Field, TbError};
-use crate::num::parse_f64;
+use crate::num::{NumText, format_f64, parse_f64};
 use crate::window::{Fixed, Sliding, valid_count};
 
-/// A FIXED or SLIDING window's hash fields as stored (`None`: absent), and whether the
-/// hash holds a token bucket's fields instead.
+/// A FIXED or SLIDING window's hash fields as stored (`None`: absent, or not read because
+/// the fields read already tell the mode), and whether the hash holds a token bucket's
+/// fields instead.
+///
+/// FIXED stores `start` and `count`. SLIDING stores `start` and `counts` (this window's
+/// count and the previous window's, `"<count> <previous>"`); SLIDING keys written before
+/// `counts` existed hold `start`, `count`, `previous` instead (`Layout::Split`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WindowFields<'a> {
     pub start: Option<&'a [u8]>,
     pub count: Option<&'a [u8]>,
+    pub counts: Option<&'a [u8]>,
     pub previous: Option<&'a [u8]>,
     pub holds_bucket: bool,
 }
 
-/// Decodes a FIXED window. A SLIDING window's hash (it has `previous`) or a token
-/// bucket's is a clear error, never read as something else; neither field is a new
+/// How a SLIDING window is stored: `start`, `counts` (what is written), or the earlier
+/// `start`, `count`, `previous`, which the next write replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Counts,
+    Split,
+}
+
+/// Decodes a FIXED window. A SLIDING window's hash (it has `counts`, or `previous`) or a
+/// token bucket's is a clear error, never read as something else; neither is a new
 /// window.
 pub fn decode_fixed(f: &WindowFields<'_>) -> Result<Option<Fixed>, TbError> {
     if f.holds_bucket {
         return Err(TbError::BucketNotWindow);
     }
-    if f.previous.is_some() {
+    if f.counts.is_some() || f.previous.is_some() {
         return Err(TbError::WrongMode {
             found: Mode::Sliding,
             wanted: Mode::Fixed,
@@ -36,17 +50,35 @@ pub fn decode_fixed(f: &WindowFields<'_>) -> Result<Option<Fixed>, TbError> {
     Ok(Some(Fixed { start, count }))
 }
 
-/// Decodes a SLIDING window. A FIXED window's hash (no `previous`) or a token bucket's is
-/// a clear error.
-pub fn decode_sliding(f: &WindowFields<'_>) -> Result<Option<Sliding>, TbError> {
+/// Decodes a SLIDING window, and how it is stored. A FIXED window's hash (`count`
+/// without `previous`) or a token bucket's is a clear error.
+pub fn decode_sliding(f: &WindowFields<'_>) -> Result<Option<(Sliding, Layout)>, TbError> {
     if f.holds_bucket {
         return Err(TbError::BucketNotWindow);
     }
+    if let Some(counts) = f.counts {
+        let start = f
+            .start
+            .and_then(parse_f64)
+            .filter(|v| valid_time(*v))
+            .ok_or(TbError::CorruptState(Field::Start))?;
+        let (count, previous) = parse_counts(counts).ok_or(TbError::CorruptState(Field::Counts))?;
+        let state = Sliding {
+            start,
+            count,
+            previous,
+        };
+        return Ok(Some((state, Layout::Counts)));
+    }
+    if f.count.is_none() && f.previous.is_none() {
+        // `start` alone lacks its counts; nothing at all is a new window.
+        return match f.start {
+            Some(_) => Err(TbError::CorruptState(Field::Counts)),
+            None => Ok(None),
+        };
+    }
     let Some((start, count)) = start_and_count(f)? else {
-        if f.previous.is_some() {
-            return Err(TbError::CorruptState(Field::Start));
-        }
-        return Ok(None);
+        return Err(TbError::CorruptState(Field::Start));
     };
     let Some(previous) = &f.previous else {
         return Err(TbError::WrongMode {
@@ -57,11 +89,26 @@ pub fn decode_sliding(f: &WindowFields<'_>) -> Result<Option<Sliding>, TbError> 
     let previous = parse_f64(previous)
         .filter(|v| valid_count(*v))
         .ok_or(TbError::CorruptState(Field::Previous))?;
-    Ok(Some(Sliding {
+    let state = Sliding {
         start,
         count,
         previous,
-    }))
+    };
+    Ok(Some((state, Layout::Split)))
+}
+
+/// `counts` as stored: two valid counts separated by one space.
+fn parse_counts(text: &[u8]) -> Option<(f64, f64)> {
+    let space = text.iter().position(|&b| b == b' ')?;
+    let count = text.get(..space).and_then(parse_f64)?;
+    let previous = text.get(space + 1..).and_then(parse_f64)?;
+    (valid_count(count) && valid_count(previous)).then_some((count, previous))
+}
+
+/// The text of `counts`: `count` and `previous` as `format_f64` writes them, one space
+/// apart (at most 49 bytes, within `NumText`).
+pub fn format_counts(count: f64, previous: f64) -> NumText {
+    format_f64(count).followed_by(b' ', &format_f64(previous))
 }
 
 /// `start` and `count`, both or neither (one alone, or a bad number, is corrupt).
@@ -143,6 +190,7 @@ mod tests {
         assert_eq!(decode(None, None), Ok(None));
     }
 
+    /// Fields as read: `start`, `count`, `previous` (FIXED and the split SLIDING layout).
     fn window<'a>(
         start: Option<&'a str>,
         count: Option<&'a str>,
@@ -151,15 +199,32 @@ mod tests {
         WindowFields {
             start: start.map(str::as_bytes),
             count: count.map(str::as_bytes),
+            counts: None,
             previous: previous.map(str::as_bytes),
             holds_bucket: false,
         }
     }
 
+    /// Fields as read from SLIDING's `start`, `counts`.
+    fn sliding<'a>(start: Option<&'a str>, counts: &'a str) -> WindowFields<'a> {
+        WindowFields {
+            start: start.map(str::as_bytes),
+            counts: Some(counts.as_bytes()),
+            ..WindowFields::default()
+        }
+    }
+
+    const S37: Sliding = Sliding {
+        start: 1764456240.0,
+        count: 3.0,
+        previous: 7.0,
+    };
+
     #[test]
     fn window_state_is_read_only_as_the_mode_that_wrote_it() {
         let fixed = window(Some("1764456240"), Some("3"), None);
-        let sliding = window(Some("1764456240"), Some("3"), Some("7"));
+        let split = window(Some("1764456240"), Some("3"), Some("7"));
+        let counts = sliding(Some("1764456240"), "3 7");
         assert_eq!(
             decode_fixed(&fixed),
             Ok(Some(Fixed {
@@ -167,14 +232,8 @@ mod tests {
                 count: 3.0
             }))
         );
-        assert_eq!(
-            decode_sliding(&sliding),
-            Ok(Some(Sliding {
-                start: 1764456240.0,
-                count: 3.0,
-                previous: 7.0
-            }))
-        );
+        assert_eq!(decode_sliding(&counts), Ok(Some((S37, Layout::Counts))));
+        assert_eq!(decode_sliding(&split), Ok(Some((S37, Layout::Split))));
         assert_eq!(
             decode_sliding(&fixed),
             Err(TbError::WrongMode {
@@ -182,13 +241,15 @@ mod tests {
                 wanted: Mode::Sliding
             })
         );
-        assert_eq!(
-            decode_fixed(&sliding),
-            Err(TbError::WrongMode {
-                found: Mode::Sliding,
-                wanted: Mode::Fixed
-            })
-        );
+        for f in [split, counts] {
+            assert_eq!(
+                decode_fixed(&f),
+                Err(TbError::WrongMode {
+                    found: Mode::Sliding,
+                    wanted: Mode::Fixed
+                })
+            );
+        }
         let bucket = WindowFields {
             holds_bucket: true,
             ..WindowFields::default()
@@ -211,14 +272,45 @@ mod tests {
             decode_fixed(&window(Some("1764456240123"), Some("3"), None)),
             start
         );
-        assert_eq!(
-            decode_sliding(&window(None, None, Some("3"))),
-            Err(TbError::CorruptState(Field::Start))
-        );
+        let start = Err(TbError::CorruptState(Field::Start));
+        assert_eq!(decode_sliding(&window(None, None, Some("3"))), start);
+        assert_eq!(decode_sliding(&window(None, Some("3"), Some("3"))), start);
         assert_eq!(
             decode_sliding(&window(Some("5"), Some("3"), Some("nan"))),
             Err(TbError::CorruptState(Field::Previous))
         );
+        // `counts` without `start`, `start` without its counts, and every malformed pair.
+        assert_eq!(decode_sliding(&sliding(None, "3 7")), start);
+        assert_eq!(decode_sliding(&sliding(Some("x"), "3 7")), start);
+        assert_eq!(
+            decode_sliding(&window(Some("1764456240"), None, None)),
+            Err(TbError::CorruptState(Field::Counts))
+        );
+        for bad in [
+            "", "3", "3 ", " 7", "3  7", "3 7 ", " 3 7", "3\t7", "3,7", "3 7 1", "-1 7", "3 -1",
+            "3 nan", "inf 7", "3 1e300", "x y", "3 7x",
+        ] {
+            assert_eq!(
+                decode_sliding(&sliding(Some("1764456240"), bad)),
+                Err(TbError::CorruptState(Field::Counts)),
+                "{bad:?}"
+            );
+        }
+    }
+
+    proptest! {
+        /// What SLIDING writes as `counts` reads back as exactly the counts written, for
+        /// every valid count, integral or not.
+        #[test]
+        fn counts_read_back_exactly(
+            count in prop_oneof![Just(0.0), Just(crate::bucket::MAX_AMOUNT), Just(5e-324), 0.0..crate::bucket::MAX_AMOUNT, 0.0..1e-3f64],
+            previous in prop_oneof![Just(0.0), Just(crate::bucket::MAX_AMOUNT), Just(1.2345678901234567e-5), 0.0..crate::bucket::MAX_AMOUNT],
+        ) {
+            prop_assume!(valid_count(count) && valid_count(previous));
+            let text = format_counts(count, previous);
+            prop_assert!(text.as_bytes().len() <= 49);
+            prop_assert_eq!(parse_counts(text.as_bytes()), Some((count, previous)));
+        }
     }
 
     #[test]

@@ -185,20 +185,28 @@ const DIGIT_PAIRS: &[u8; 200] = b"\
 
 /// A small stack buffer that numbers are formatted into.
 pub struct NumText {
-    buf: [u8; 48],
+    buf: [u8; 56],
     len: usize,
 }
 
 impl NumText {
     fn new() -> Self {
         NumText {
-            buf: [0; 48],
+            buf: [0; 56],
             len: 0,
         }
     }
 
-    /// Appends bytes; past the buffer's end they are dropped (never reached: every caller
-    /// writes at most 26 bytes).
+    /// This text, `separator` and `next`: two numbers in one value (at most 24 + 1 + 24
+    /// bytes: `format_f64` writes at most 24).
+    pub fn followed_by(mut self, separator: u8, next: &NumText) -> NumText {
+        self.push_bytes(&[separator]);
+        self.push_bytes(next.as_bytes());
+        self
+    }
+
+    /// Appends bytes; past the buffer's end they are dropped (never reached: one number is
+    /// at most 26 bytes, two joined by `followed_by` at most 49).
     fn push_bytes(&mut self, bytes: &[u8]) {
         let end = (self.len + bytes.len()).min(self.buf.len());
         if let (Some(dst), Some(src)) =

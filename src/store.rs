@@ -22,13 +22,15 @@ use crate::api::Api;
 use crate::bucket::State;
 use crate::error::{Field, TbError};
 use crate::expiry::ExpiryPlan;
-use crate::fields::{self, WindowFields};
+use crate::fields::{self, Mode, WindowFields};
 
 const HASH_NONE: c_int = 0;
 const NO_EXPIRE: i64 = -1;
+/// REDISMODULE_HASH_DELETE: the value HashSet takes as "delete this field".
+const HASH_DELETE: *mut RedisModuleString = std::ptr::without_provenance_mut(1);
 
 /// The field-name strings, created once: building them per call is measurable.
-struct FieldNames([*mut RedisModuleString; 5]);
+struct FieldNames([*mut RedisModuleString; 6]);
 
 // SAFETY: the strings are created at load and only ever read (never mutated or freed)
 // by commands, which Redis runs on its main thread.
@@ -43,6 +45,7 @@ impl FieldNames {
             Field::Start => 2,
             Field::Count => 3,
             Field::Previous => 4,
+            Field::Counts => 5,
         };
         self.0.get(i).copied().unwrap_or(null_mut())
     }
@@ -58,7 +61,17 @@ pub fn init(api: &Api) {
         unsafe { (api.create_string)(null_mut(), name.as_ptr().cast(), name.len()) }
     };
     FIELDS.get_or_init(|| {
-        FieldNames(["tokens", "last_refill_time", "start", "count", "previous"].map(make))
+        FieldNames(
+            [
+                "tokens",
+                "last_refill_time",
+                "start",
+                "count",
+                "previous",
+                "counts",
+            ]
+            .map(make),
+        )
     });
 }
 
@@ -265,10 +278,15 @@ impl<'a> BucketKey<'a> {
 
     /// Reads up to three fields with one HashGet: `None` for a missing field.
     fn get<const N: usize>(&self, names: [Field; N]) -> [OwnedString<'a>; N] {
+        self.get_if(true, names)
+    }
+
+    /// `get` when `read`, else every field as missing, without a HashGet.
+    fn get_if<const N: usize>(&self, read: bool, names: [Field; N]) -> [OwnedString<'a>; N] {
         let api = self.key.api;
         let mut out = [null_mut::<RedisModuleString>(); 3];
         let name = |i: usize| names.get(i).map_or(null_mut(), |&f| self.fields.get(f));
-        if self.key.exists() {
+        if read && N > 0 && self.key.exists() {
             let [o0, o1, o2] = &mut out;
             // SAFETY: varargs are (field, *mut out) pairs; a NULL field ends the list,
             // as HashGet requires (at most three pairs are given).
@@ -311,24 +329,36 @@ impl<'a> BucketKey<'a> {
 
     /// Reads a FIXED or SLIDING window's fields (all absent on a missing key), and whether
     /// the hash holds a token bucket instead, and decodes them with `decode` while the
-    /// field strings are alive (no copies).
+    /// field strings are alive (no copies). Each mode first reads the fields it stores
+    /// (and FIXED `previous`, which only a SLIDING key has); the others only when one of
+    /// its own is missing, which tells a key of the other mode, or a token bucket, apart.
     pub fn read_window<T>(
         &self,
+        mode: Mode,
         decode: impl FnOnce(&WindowFields<'_>) -> Result<T, TbError>,
     ) -> Result<T, TbError> {
         if !self.key.exists() {
             return decode(&WindowFields::default());
         }
-        let [start, count, previous] = self.get([Field::Start, Field::Count, Field::Previous]);
-        let holds_bucket = start.is_null() && count.is_null() && {
-            let [tokens] = self.get([Field::Tokens]);
-            !tokens.is_null()
+        let (start, count, counts, previous) = if mode == Mode::Sliding {
+            let [start, counts] = self.get([Field::Start, Field::Counts]);
+            let [count, previous] = self.get_if(counts.is_null(), [Field::Count, Field::Previous]);
+            (start, count, counts, previous)
+        } else {
+            let [start, count, previous] = self.get([Field::Start, Field::Count, Field::Previous]);
+            let [counts] = self.get_if(count.is_null(), [Field::Counts]);
+            (start, count, counts, previous)
         };
+        let [tokens] = self.get_if(
+            start.is_null() && count.is_null() && counts.is_null(),
+            [Field::Tokens],
+        );
         decode(&WindowFields {
             start: start.bytes(),
             count: count.bytes(),
+            counts: counts.bytes(),
             previous: previous.bytes(),
-            holds_bucket,
+            holds_bucket: !tokens.is_null(),
         })
     }
 
@@ -419,6 +449,40 @@ impl<'a> BucketKey<'a> {
                 field(2),
                 value(2),
             );
+        }
+    }
+
+    /// Deletes two fields (a SLIDING key's `count` and `previous`, once it is
+    /// stored as `counts`), notifies keyspace listeners as HDEL would, and replicates the
+    /// same HDEL. Called after `write_fields` in the same call, so the hash never holds
+    /// both layouts, on the master or in the replication stream.
+    pub fn delete_fields(&self, names: [Field; 2]) {
+        if !self.key.writable() {
+            return;
+        }
+        let api = self.key.api;
+        let ctx = self.key.ctx;
+        let [a, b] = names.map(|f| self.fields.get(f));
+        self.key.mark_modified();
+        // SAFETY: varargs are (field, REDISMODULE_HASH_DELETE) pairs ended by NULL;
+        // Replicate's "s" takes RedisModuleString pointers.
+        unsafe {
+            (api.hash_set)(
+                self.key.key,
+                HASH_NONE,
+                a,
+                HASH_DELETE,
+                b,
+                HASH_DELETE,
+                null_mut::<c_void>(),
+            );
+            (api.notify_keyspace_event)(
+                ctx,
+                REDISMODULE_NOTIFY_HASH,
+                c"hdel".as_ptr(),
+                self.key.name,
+            );
+            (api.replicate)(ctx, c"HDEL".as_ptr(), c"sss".as_ptr(), self.key.name, a, b);
         }
     }
 }

@@ -5,7 +5,8 @@
 //! - FIXED: one counter per aligned window (a hash `start`, `count`); admits 2N across a
 //!   window boundary, as the notes' INCR + EXPIRE does.
 //! - SLIDING (the default): the current and previous aligned windows' counts (a hash
-//!   `start`, `count`, `previous`), the previous weighted by overlap.
+//!   `start`, `counts` = `"<count> <previous>"`), the previous weighted by overlap. Keys
+//!   written as `start`, `count`, `previous` by earlier builds are read, and rewritten.
 //! - LOG: a sorted set, one member `<score>-<k>` per admitted request, scored by its time
 //!   in whole microseconds since the epoch (`now` rounded to the nearest one); exact.
 //!
@@ -149,6 +150,7 @@ const CORRUPT_START: &str =
     "ERR window state is corrupt: field 'start' is not a valid time in seconds";
 const CORRUPT_COUNT: &str = "ERR window state is corrupt: field 'count' is not a valid count";
 const CORRUPT_PREVIOUS: &str = "ERR window state is corrupt: field 'previous' is not a valid count";
+const CORRUPT_COUNTS: &str = "ERR window state is corrupt: field 'counts' is not two valid counts";
 
 // ---------------------------------------------------------------------------------------
 // Reply fields, mode by mode
@@ -270,7 +272,7 @@ fn sliding_weighs_the_previous_window_by_overlap_and_replies_every_field() {
     assert_eq!(sl.at(&mut c, "1", B), reply(true, 3.0, 0.0, 120.0));
     assert_eq!(
         hash(&mut c, "s"),
-        pairs(&[("count", "1"), ("previous", "0"), ("start", "1764456240")])
+        pairs(&[("counts", "1 0"), ("start", "1764456240")])
     );
     assert_eq!(sl.at(&mut c, "3", B + 10.0), reply(true, 0.0, 0.0, 110.0));
     // Full: at B + 60 + x the estimate is 4 (1 - x/60); 1 fits from x = 15.
@@ -280,7 +282,7 @@ fn sliding_weighs_the_previous_window_by_overlap_and_replies_every_field() {
     assert_eq!(sl.at(&mut c, "1", B + 75.0), reply(true, 0.0, 0.0, 105.0));
     assert_eq!(
         hash(&mut c, "s"),
-        pairs(&[("count", "1"), ("previous", "4"), ("start", "1764456300")])
+        pairs(&[("counts", "1 4"), ("start", "1764456300")])
     );
     // 2 more: 4 (1 - x/60) + 1 <= 2 from x = 45.
     assert_eq!(sl.at(&mut c, "2", B + 75.0), reply(false, 0.0, 30.0, 105.0));
@@ -292,7 +294,7 @@ fn sliding_weighs_the_previous_window_by_overlap_and_replies_every_field() {
     assert_eq!(sl.at(&mut c, "1", B + 180.0), reply(true, 3.0, 0.0, 120.0));
     assert_eq!(
         hash(&mut c, "s"),
-        pairs(&[("count", "1"), ("previous", "0"), ("start", "1764456420")])
+        pairs(&[("counts", "1 0"), ("start", "1764456420")])
     );
 }
 
@@ -365,7 +367,7 @@ fn the_mode_defaults_to_sliding_and_a_fourth_argument_mode_word_is_the_mode() {
     assert_eq!(Take::from_reply(&r), reply(true, 3.0, 0.0, 120.0));
     assert_eq!(
         hash(&mut c, "d"),
-        pairs(&[("count", "1"), ("previous", "0"), ("start", "1764456240")])
+        pairs(&[("counts", "1 0"), ("start", "1764456240")])
     );
     // Mode words in any case, as the 4th (server clock) or 5th argument.
     for (key, line, kind) in [
@@ -385,7 +387,7 @@ fn the_mode_defaults_to_sliding_and_a_fourth_argument_mode_word_is_the_mode() {
     );
     assert_eq!(
         hash(&mut c, "b").iter().map(|p| &*p.0).collect::<Vec<_>>(),
-        ["count", "previous", "start"]
+        ["counts", "start"]
     );
     assert_eq!(
         hash(&mut c, "g"),
@@ -428,8 +430,8 @@ fn the_server_clock_form_decides_at_the_servers_time() {
     assert!(start_f == start(lo) || start_f == start(hi), "{start_f}");
     assert_eq!(common::hget(&mut c, "f", "count").as_deref(), Some("2"));
     assert_eq!(
-        common::hget(&mut c, "s", "previous").as_deref(),
-        Some("0"),
+        common::hget(&mut c, "s", "counts").as_deref(),
+        Some("2 0"),
         "{:?}",
         hash(&mut c, "s")
     );
@@ -677,10 +679,10 @@ fn every_decision_matches_the_algorithms_written_out_naively() {
         }
         assert_eq!(seen.len(), 3, "{mode}: {seen:?}");
     }
-    // Bounded state whatever the traffic: two fields (FIXED), three (SLIDING); LOG holds
-    // at most the limit.
+    // Bounded state whatever the traffic: two fields (FIXED and SLIDING); LOG holds at
+    // most the limit.
     assert_eq!(c.q("HLEN FIXED").int(), 2);
-    assert_eq!(c.q("HLEN SLIDING").int(), 3);
+    assert_eq!(c.q("HLEN SLIDING").int(), 2);
     assert!(c.q("ZCARD LOG").int() <= 5);
 }
 
@@ -1250,12 +1252,12 @@ fn log_is_exact_under_concurrency_many_clients_one_key_one_instant() {
     assert_eq!(hammer(&s, 16, 40, &args), 150);
     assert_eq!(c.q("ZCARD srv").int(), 150);
     // FIXED and SLIDING, likewise.
-    for mode in ["FIXED", "SLIDING"] {
+    for (mode, field, count) in [("FIXED", "count", "100"), ("SLIDING", "counts", "100 0")] {
         let args = Lim::new(mode, "100", "60", mode).args("1", Some(B + 0.5));
         assert_eq!(hammer(&s, 16, 40, &args), 100, "{mode}");
         assert_eq!(
-            common::hget(&mut c, mode, "count").as_deref(),
-            Some("100"),
+            common::hget(&mut c, mode, field).as_deref(),
+            Some(count),
             "{mode}"
         );
     }
@@ -1312,7 +1314,7 @@ fn an_earlier_now_never_admits_more_than_the_limit() {
     );
     assert_eq!(
         hash(&mut c, "s2"),
-        pairs(&[("count", "3"), ("previous", "0"), ("start", "1764456300")])
+        pairs(&[("counts", "3 0"), ("start", "1764456300")])
     );
     assert_eq!(zset(&mut c, "l2"), entries("1764456340000000", 0, 3));
     // Shuffled clocks within one window: exactly the limit, whichever order.
@@ -1488,13 +1490,17 @@ fn a_key_holding_another_modes_state_gets_a_clear_error_and_is_left_as_it_is() {
     Lim::new("f", "3", "60", "FIXED").at(&mut c, "1", B);
     Lim::new("s", "3", "60", "SLIDING").at(&mut c, "1", B);
     Lim::new("l", "3", "60", "LOG").at(&mut c, "1", B);
+    // SLIDING as earlier builds stored it.
+    c.q("HSET old start 1764456240 count 1 previous 0");
     c.take("b", "3", "1", "1", Some(&at(0.0)));
     c.q("SET str v");
     c.q("RPUSH list a");
     c.q("SADD set a");
     c.q("XADD stream * f v");
     c.q("ZADD zset 1764456240 a");
-    let keys = ["f", "s", "l", "b", "str", "list", "set", "stream", "zset"];
+    let keys = [
+        "f", "s", "old", "l", "b", "str", "list", "set", "stream", "zset",
+    ];
     let before = fingerprint(&mut c, &keys);
     let t = at(1.0);
     let mut cases: Vec<(Vec<String>, &str)> = Vec::new();
@@ -1505,6 +1511,9 @@ fn a_key_holding_another_modes_state_gets_a_clear_error_and_is_left_as_it_is() {
         ("TB.WINDOW f 3 60 0 sliding".to_string(), FIXED_NOT_SLIDING),
         (format!("TB.WINDOW s 3 60 1 {t} FIXED"), SLIDING_NOT_FIXED),
         ("TB.WINDOW s 3 60 0 FIXED".to_string(), SLIDING_NOT_FIXED),
+        (format!("TB.WINDOW old 3 60 1 {t} FIXED"), SLIDING_NOT_FIXED),
+        (format!("TB.WINDOW old 3 60 1 {t} LOG"), WRONGTYPE),
+        (format!("TB.TAKE old 3 1 1 {t}"), WINDOW_NOT_BUCKET),
         (format!("TB.WINDOW f 3 60 1 {t} LOG"), WRONGTYPE),
         (format!("TB.WINDOW s 3 60 1 {t} LOG"), WRONGTYPE),
         (format!("TB.WINDOW l 3 60 1 {t} FIXED"), WRONGTYPE),
@@ -1548,7 +1557,62 @@ fn a_key_holding_another_modes_state_gets_a_clear_error_and_is_left_as_it_is() {
     // And the keys still work with their own mode.
     assert!(Lim::new("f", "3", "60", "FIXED").at(&mut c, "1", B).allowed);
     assert!(Lim::new("s", "3", "60", "").at(&mut c, "1", B).allowed);
+    assert!(Lim::new("old", "3", "60", "").at(&mut c, "1", B).allowed);
     assert!(Lim::new("l", "3", "60", "LOG").at(&mut c, "1", B).allowed);
+}
+
+#[test]
+fn sliding_keys_of_earlier_builds_are_read_as_they_are_and_rewritten_by_a_write() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // The same state in both layouts: 3 in [B, B + 60), 2 in the window before.
+    c.q("HSET old start 1764456240 count 3 previous 2 owner alice");
+    c.cmd(&[
+        "HSET",
+        "new",
+        "start",
+        "1764456240",
+        "counts",
+        "3 2",
+        "owner",
+        "alice",
+    ]);
+    let (old, new) = (
+        Lim::new("old", "10", "60", ""),
+        Lim::new("new", "10", "60", ""),
+    );
+    // Reads and refusals decide as on the current layout and leave the old one as it is.
+    let before = fingerprint(&mut c, &["old"]);
+    for (n, t) in [
+        ("0", B + 30.0),
+        ("9", B + 30.0),
+        ("11", B + 30.0),
+        ("0", B + 100.0),
+    ] {
+        assert_eq!(old.at(&mut c, n, t), new.at(&mut c, n, t), "n={n} at {t}");
+        assert_eq!(fingerprint(&mut c, &["old"]), before, "n={n} at {t}");
+    }
+    // The estimate at B + 30: 2 x 0.5 + 3 = 4; the first write rewrites the key.
+    assert_eq!(old.at(&mut c, "1", B + 30.0), reply(true, 5.0, 0.0, 90.0));
+    assert_eq!(new.at(&mut c, "1", B + 30.0), reply(true, 5.0, 0.0, 90.0));
+    let want = pairs(&[
+        ("counts", "4 2"),
+        ("owner", "alice"),
+        ("start", "1764456240"),
+    ]);
+    assert_eq!(hash(&mut c, "old"), want);
+    assert_eq!(hash(&mut c, "new"), want);
+    assert!(c.q("PTTL old").int() > 0);
+    // A write in the next window moves `start` and the counts, and deletes the old fields
+    // as well.
+    c.q("HSET old2 start 1764456240 count 3 previous 2");
+    assert_eq!(old.at(&mut c, "0", B + 90.0), reply(true, 8.0, 0.0, 30.0));
+    let old2 = Lim { key: "old2", ..old };
+    assert_eq!(old2.at(&mut c, "2", B + 90.0), reply(true, 6.5, 0.0, 90.0));
+    assert_eq!(
+        hash(&mut c, "old2"),
+        pairs(&[("counts", "2 3"), ("start", "1764456300")])
+    );
 }
 
 #[test]
@@ -1697,6 +1761,23 @@ fn corrupt_window_state_is_reported_not_reset() {
         (&["start", "1764456240", "count", "many"], CORRUPT_COUNT),
     ];
     let sliding: &[(&[&str], &str)] = &[
+        (&["start", "x", "counts", "1 0"], CORRUPT_START),
+        (&["start", "-1", "counts", "1 0"], CORRUPT_START),
+        (&["counts", "1 0"], CORRUPT_START),
+        (&["start", "1764456240"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", ""], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1 0 "], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1  0"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", " 1 0"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1,0"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "-1 0"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1 -1"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1 nan"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "inf 0"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1e16 0"], CORRUPT_COUNTS),
+        (&["start", "1764456240", "counts", "1 0 0"], CORRUPT_COUNTS),
+        // The layout of earlier builds.
         (
             &["start", "x", "count", "1", "previous", "0"],
             CORRUPT_START,
@@ -1837,12 +1918,7 @@ fn other_fields_of_a_window_hash_are_left_alone() {
     );
     assert_eq!(
         hash(&mut c, "s"),
-        pairs(&[
-            ("count", "1"),
-            ("owner", "bob"),
-            ("previous", "0"),
-            ("start", "1764456240")
-        ])
+        pairs(&[("counts", "1 0"), ("owner", "bob"), ("start", "1764456240")])
     );
 }
 
@@ -2139,16 +2215,7 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
         sl.at(c, "2", B);
     });
     let want = wrap(vec![
-        strings(&[
-            "HSET",
-            "s",
-            "start",
-            "1764456240",
-            "count",
-            "2",
-            "previous",
-            "0",
-        ]),
+        strings(&["HSET", "s", "start", "1764456240", "counts", "2 0"]),
         pexpireat(&mut c, "s"),
     ]);
     assert_eq!(got, want);
@@ -2162,12 +2229,25 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
             "s",
             "start",
             "1764456300",
-            "count",
-            "1",
-            "previous",
-            "2"
+            "counts",
+            "1 2"
         ])]
     );
+    // A SLIDING key of an earlier build (`count`, `previous`): its first write stores
+    // `counts` and deletes the old fields, in the same transaction.
+    effects(&mut c, &mut |c| {
+        c.cmd(&["HSET", "old", "start", "1764456240", "count", "1"]);
+        c.cmd(&["HSET", "old", "previous", "2"]);
+    });
+    let got = effects(&mut c, &mut |c| {
+        assert!(Lim { key: "old", ..sl }.at(c, "1", B + 30.0).allowed);
+    });
+    let want = wrap(vec![
+        strings(&["HSET", "old", "counts", "2 2"]),
+        strings(&["HDEL", "old", "count", "previous"]),
+        pexpireat(&mut c, "old"),
+    ]);
+    assert_eq!(got, want);
 
     let got = effects(&mut c, &mut |c| {
         l.at(c, "2", B);

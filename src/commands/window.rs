@@ -7,8 +7,8 @@ use redis_module::raw::RedisModuleString;
 use crate::args::parse_window;
 use crate::bucket::Decision;
 use crate::error::{Field, TbError};
-use crate::fields::{Mode, WindowFields, decode_fixed, decode_sliding};
-use crate::num::format_f64;
+use crate::fields::{Layout, Mode, WindowFields, decode_fixed, decode_sliding, format_counts};
+use crate::num::{NumText, format_f64};
 use crate::stats::Outcome;
 use crate::store::{Access, BucketKey};
 use crate::store_log::LogKey;
@@ -22,21 +22,28 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
     let clock = Clock::new(args.now, args.now_at.and_then(|i| raw.get(i).copied()));
     let (w, n) = (args.window, args.n);
     let decision = match args.mode {
-        Mode::Fixed => counter(call, key, &clock, |now, f| {
+        Mode::Fixed => counter(call, key, &clock, Mode::Fixed, |now, f| {
             let stored = decode_fixed(f)?;
             let d = window::fixed(w, n, now, stored);
-            let write = d.new_state.map(|s| {
-                let old = stored.map(|o| [o.start, o.count, f64::NAN]);
-                changed([s.start, s.count, f64::NAN], old)
+            let write = d.new_state.map(|s| Write {
+                start: changed(s.start, stored.map(|o| o.start)),
+                counts: (stored.map(|o| o.count) != Some(s.count))
+                    .then(|| (Field::Count, format_f64(s.count))),
+                split: false,
             });
             Ok(counted(&d, write))
         })?,
-        Mode::Sliding => counter(call, key, &clock, |now, f| {
+        Mode::Sliding => counter(call, key, &clock, Mode::Sliding, |now, f| {
             let stored = decode_sliding(f)?;
-            let d = window::sliding(w, n, now, stored);
-            let write = d.new_state.map(|s| {
-                let old = stored.map(|o| [o.start, o.count, o.previous]);
-                changed([s.start, s.count, s.previous], old)
+            let old = stored.map(|(o, _)| o);
+            let d = window::sliding(w, n, now, old);
+            let split = matches!(stored, Some((_, Layout::Split)));
+            let write = d.new_state.map(|s| Write {
+                start: changed(s.start, old.map(|o| o.start)),
+                counts: (split
+                    || old.map(|o| (o.count, o.previous)) != Some((s.count, s.previous)))
+                .then(|| (Field::Counts, format_counts(s.count, s.previous))),
+                split,
             });
             Ok(counted(&d, write))
         })?,
@@ -47,29 +54,29 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
     Ok(Outcome::of(decision.allowed))
 }
 
-/// The fields FIXED and SLIDING store, in this order (NaN: not this mode's).
-const COUNTER_FIELDS: [Field; 3] = [Field::Start, Field::Count, Field::Previous];
+/// What a FIXED or SLIDING call stores: only the fields whose value changed (the
+/// window's start moves once per window, the count on every admitted call).
+struct Write {
+    /// `start`, when it moved.
+    start: Option<NumText>,
+    /// FIXED's `count` or SLIDING's `counts`, when changed.
+    counts: Option<(Field, NumText)>,
+    /// The key holds SLIDING's earlier `count`, `previous`: deleted once `counts` is
+    /// written.
+    split: bool,
+}
 
-/// The new values of `start`, `count`, `previous`, with those equal to the stored ones
-/// (or not this mode's) as NaN: only changed fields are written.
-fn changed(new: [f64; 3], old: Option<[f64; 3]>) -> [f64; 3] {
-    let mut out = new;
-    if let Some(old) = old {
-        for (value, before) in out.iter_mut().zip(old) {
-            if *value == before {
-                *value = f64::NAN;
-            }
-        }
-    }
-    out
+/// `new` as text, unless it is the stored value.
+fn changed(new: f64, old: Option<f64>) -> Option<NumText> {
+    (old != Some(new)).then(|| format_f64(new))
 }
 
 /// What FIXED and SLIDING decide: the reply's four fields, when the state stops
-/// mattering, and the values to store (NaN: leave that field) when the call wrote.
-type Counted = (bool, f64, f64, f64, f64, Option<[f64; 3]>);
+/// mattering, and what to store when the call wrote.
+type Counted = (bool, f64, f64, f64, f64, Option<Write>);
 
-/// A FIXED or SLIDING decision as `counter` takes it, with the values to write.
-fn counted<S>(d: &window::Decision<S>, write: Option<[f64; 3]>) -> Counted {
+/// A FIXED or SLIDING decision as `counter` takes it, with what to write.
+fn counted<S>(d: &window::Decision<S>, write: Option<Write>) -> Counted {
     (
         d.allowed,
         d.remaining,
@@ -80,30 +87,29 @@ fn counted<S>(d: &window::Decision<S>, write: Option<[f64; 3]>) -> Counted {
     )
 }
 
-/// FIXED and SLIDING: a hash of counts. Writes only the fields whose value changed (the
-/// window's start moves once per window, the count on every admitted call). Nothing on
-/// this path allocates.
+/// FIXED and SLIDING: a small hash of counts. Nothing on this path allocates.
 fn counter(
     call: &Call,
     key: *mut RedisModuleString,
     clock: &Clock,
+    mode: Mode,
     decide: impl FnOnce(f64, &WindowFields<'_>) -> Result<Counted, TbError>,
 ) -> Result<Decision, TbError> {
     let hash = BucketKey::open(call.api, call.ctx, key, Access::Write)?;
     let now = clock.now();
     let (allowed, remaining, retry_after, reset_after, expires_at, write) =
-        hash.read_window(|fields| decide(now, fields))?;
-    if let Some(values) = write {
-        let texts = values.map(|v| (!v.is_nan()).then(|| format_f64(v)));
-        let mut pairs: [(Field, &[u8]); 3] = [(Field::Start, &[]); 3];
-        let mut len = 0;
-        for (field, text) in COUNTER_FIELDS.iter().zip(&texts) {
-            if let (Some(text), Some(slot)) = (text, pairs.get_mut(len)) {
-                *slot = (*field, text.as_bytes());
-                len += 1;
-            }
+        hash.read_window(mode, |fields| decide(now, fields))?;
+    if let Some(write) = write {
+        let start = write.start.as_ref().map(|t| (Field::Start, t.as_bytes()));
+        let counts = write.counts.as_ref().map(|(f, t)| (*f, t.as_bytes()));
+        match (start, counts) {
+            (Some(a), Some(b)) => hash.write_fields(&[a, b]),
+            (Some(a), None) | (None, Some(a)) => hash.write_fields(&[a]),
+            (None, None) => {}
         }
-        hash.write_fields(pairs.get(..len).unwrap_or(&[]));
+        if write.split {
+            hash.delete_fields([Field::Count, Field::Previous]);
+        }
         hash.expire_in(clock.server_ms(), expires_at - now);
     }
     drop(hash);
