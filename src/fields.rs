@@ -370,6 +370,44 @@ mod tests {
             }
         }
 
+        /// Arbitrary stored window texts in any combination of fields: never a panic; a
+        /// state decoded is sane, and what the command would write back for it (`counts`
+        /// of the new layout) decodes to exactly that state.
+        #[test]
+        fn fuzz_stored_window_state(
+            start in proptest::option::of(nasty_text()),
+            count in proptest::option::of(nasty_text()),
+            counts in proptest::option::of(prop_oneof![
+                nasty_text(),
+                (nasty_text(), nasty_text()).prop_map(|(a, b)| [a, b].join(&b' ')),
+            ]),
+            previous in proptest::option::of(nasty_text()),
+            holds_bucket in any::<bool>(),
+        ) {
+            let f = WindowFields {
+                start: start.as_deref(),
+                count: count.as_deref(),
+                counts: counts.as_deref(),
+                previous: previous.as_deref(),
+                holds_bucket,
+            };
+            if let Ok(Some(s)) = decode_fixed(&f) {
+                prop_assert!(s.is_sane() && f.counts.is_none() && f.previous.is_none());
+            }
+            if let Ok(Some((s, layout))) = decode_sliding(&f) {
+                prop_assert!(s.is_sane());
+                prop_assert_eq!(layout == Layout::Counts, f.counts.is_some());
+                let start = format_f64(s.start);
+                let counts = format_counts(s.count, s.previous);
+                let again = WindowFields {
+                    start: Some(start.as_bytes()),
+                    counts: Some(counts.as_bytes()),
+                    ..WindowFields::default()
+                };
+                prop_assert_eq!(decode_sliding(&again), Ok(Some((s, Layout::Counts))));
+            }
+        }
+
         #[test]
         fn fuzz_extreme_accepted_parameters_keep_the_invariants(
             capacity in prop_oneof![Just(1e-300), Just(5e-324), Just(crate::bucket::MAX_AMOUNT), 1e-9..1e15f64],
