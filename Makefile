@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -19,6 +19,7 @@ help:
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
 	@echo "make bench-floor-log  TB.WINDOW LOG vs the module API calls it cannot avoid, and the notes' script (bench/floor/)"
+	@echo "make bench-log-advancing  TB.WINDOW LOG vs the notes' script with an advancing now (bench/results/log-advancing.md)"
 	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
 	@echo "make test-compat  the integration suite on Redis 8.0, Valkey 8.1 and Valkey 9.1 (built from Debian sources, cached)"
@@ -78,6 +79,11 @@ bench-floor: deps
 
 bench-floor-log: deps
 	bench/floor/log.sh
+
+# LOG against the notes' script with a `now` that advances 1 ms per request (redis-cli --pipe),
+# where the script's ZADD inserts as LOG's does (bench/results/log-advancing.md).
+bench-log-advancing: build
+	python3 bench/log_advancing.py
 
 # The integration suite once with every server under valgrind memcheck, on Redis built with
 # MALLOC=libc (scripts/servers.sh redis-libc, built once and cached): a leak is invisible
