@@ -522,7 +522,7 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
               f"{WIN_LONG} s window (nothing expires while measured), measured as above, as "
               "a group of their own after the others. FIXED holds the count of a window used "
               "up; SLIDING half the limit in the previous window and half in the current one "
-              "(all three fields set); a full log holds `limit` entries made by `limit` calls "
+              "(both counts set); a full log holds `limit` entries made by `limit` calls "
               "one millisecond apart (as requests arriving over time leave it: LOG's scores "
               "are whole microseconds and its members `<score>-<k>`, the script's both the "
               "time in ms), over fewer keys "
