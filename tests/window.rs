@@ -2075,6 +2075,7 @@ fn replicas_with_and_without_the_module_hold_the_masters_bytes() {
         ],
         10,
     );
+    rewrite_earlier_sliding_keys(&mut c);
     let (want, _) = assert_replicas_hold_the_masters_bytes(
         &mut c,
         &[
@@ -2325,12 +2326,39 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
     assert!(got.is_empty(), "{got:?}");
 }
 
+/// SLIDING keys as earlier builds stored them (`start`, `count`, `previous`), each
+/// rewritten by one admitted call on the server's clock: its effects (HSET `counts`, HDEL
+/// of the old fields, PEXPIREAT) must reach replicas and the AOF like any other.
+fn rewrite_earlier_sliding_keys(c: &mut Conn) {
+    for i in 0..3 {
+        let key = format!("w:old:{i}");
+        c.cmd(&[
+            "HSET",
+            &key,
+            "start",
+            "1764456240",
+            "count",
+            "1",
+            "previous",
+            "2",
+        ]);
+        assert!(Lim::new(&key, "100", "3600", "SLIDING").srv(c, "1").allowed);
+        let fields = hash(c, &key);
+        assert_eq!(
+            fields.iter().map(|p| &*p.0).collect::<Vec<_>>(),
+            ["counts", "start"],
+            "{key}"
+        );
+    }
+}
+
 #[test]
 fn aof_replay_after_kill_restores_every_window_byte_for_byte() {
     let mut server = start_aof_server("always");
     let mut c = server.conn();
     let seen = mixed_window_traffic(&mut c, 3000, 29);
     assert_each_seen(&seen, &["log allowed"], 10);
+    rewrite_earlier_sliding_keys(&mut c);
     let (want, soon) = lasting(&mut c);
     assert!(want.len() >= 25, "{} lasting", want.len());
     drop(c);
