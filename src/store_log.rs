@@ -3,12 +3,13 @@
 //! whole numbers stay integers in a small sorted set, which Redis compares without parsing
 //! text on every insert). Read lazily from the oldest entry up, only as far as a call
 //! asks (see `window::Entries`); written with ZsetRem/ZsetAdd, replicated as the commands
-//! a user would send (`ZREMRANGEBYRANK`, `ZADD`, `PEXPIREAT`), so replicas and AOF replay
-//! need no module.
+//! a user would send (`ZREM`, `ZADD`, `PEXPIREAT`), so replicas and AOF replay need no
+//! module.
 
 use std::cell::{Cell, RefCell};
+use std::ffi::CStr;
 use std::ops::Deref;
-use std::os::raw::{c_int, c_long};
+use std::os::raw::c_int;
 
 use redis_module::raw::{REDISMODULE_NOTIFY_ZSET, RedisModuleCtx, RedisModuleString};
 
@@ -247,8 +248,9 @@ impl<'a> LogKey<'a> {
     }
 
     /// Removes the `removed` oldest entries and adds `add` entries at `score` (whole
-    /// microseconds), notifying and replicating `ZREMRANGEBYRANK key 0 removed-1` and
-    /// `ZADD key score member ...`. `finish_reading` must have run.
+    /// microseconds), notifying and replicating `ZREM key member ...` (the removed entries
+    /// by name: counting them read their members) and `ZADD key score member ...`.
+    /// `finish_reading` must have run.
     ///
     /// Members are `<score>-<k>` for k = `first`, `first + 1`, ...: requests in the same
     /// microsecond are separate members (the notes' script used the time alone, so they
@@ -273,28 +275,20 @@ impl<'a> LogKey<'a> {
         unsafe { (api.zset_range_stop)(key) };
         self.key.mark_modified();
         if removed > 0 {
-            for member in front.members.iter().take(removed) {
+            let gone = front.members.get(..removed).unwrap_or(&[]);
+            for member in gone {
                 let mut deleted: c_int = 0;
                 // SAFETY: valid key; the member string lives until the end of the call.
                 unsafe { (api.zset_rem)(key, member.ptr, &mut deleted) };
             }
-            let last = c_long::try_from(removed - 1).unwrap_or(c_long::MAX);
-            // SAFETY: format "sll": the key name and two long longs.
-            unsafe {
-                (api.notify_keyspace_event)(
-                    ctx,
-                    REDISMODULE_NOTIFY_ZSET,
-                    c"zremrangebyrank".as_ptr(),
-                    self.key.name,
-                );
-                (api.replicate)(
-                    ctx,
-                    c"ZREMRANGEBYRANK".as_ptr(),
-                    c"sll".as_ptr(),
-                    self.key.name,
-                    0 as std::os::raw::c_longlong,
-                    last as std::os::raw::c_longlong,
-                );
+            // ZREM key member ...: one entry (the usual call) needs no allocation of ours.
+            if let [one] = gone {
+                self.replicate(c"ZREM", c"zrem", &mut [self.key.name, one.ptr]);
+            } else {
+                let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + gone.len());
+                argv.push(self.key.name);
+                argv.extend(gone.iter().map(|m| m.ptr));
+                self.replicate(c"ZREM", c"zrem", &mut argv);
             }
         }
         if add == 0 {
@@ -325,30 +319,15 @@ impl<'a> LogKey<'a> {
             unsafe { (api.zset_add)(key, score, m.ptr, &mut flags) };
             m
         };
-        // ZADD key score member [score member ...], as one argument vector; one entry (the
-        // usual call) needs no allocation of ours.
-        let replicate = |argv: &mut [*mut RedisModuleString]| {
-            // SAFETY: format "v": an array of RedisModuleString pointers and its length,
-            // all alive for the call (Replicate retains what it keeps).
-            unsafe {
-                (api.notify_keyspace_event)(
-                    ctx,
-                    REDISMODULE_NOTIFY_ZSET,
-                    c"zadd".as_ptr(),
-                    self.key.name,
-                );
-                (api.replicate)(
-                    ctx,
-                    c"ZADD".as_ptr(),
-                    c"v".as_ptr(),
-                    argv.as_mut_ptr(),
-                    argv.len(),
-                );
-            }
-        };
+        // ZADD key score member [score member ...]: one entry (the usual call) needs no
+        // allocation of ours.
         if add == 1 {
             let m = member(first);
-            replicate(&mut [self.key.name, score_string.ptr, m.ptr]);
+            self.replicate(
+                c"ZADD",
+                c"zadd",
+                &mut [self.key.name, score_string.ptr, m.ptr],
+            );
         } else {
             let members: Vec<OwnedString> = (0..add).map(|i| member(first + i)).collect();
             let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + 2 * members.len());
@@ -357,7 +336,31 @@ impl<'a> LogKey<'a> {
                 argv.push(score_string.ptr);
                 argv.push(m.ptr);
             }
-            replicate(&mut argv);
+            self.replicate(c"ZADD", c"zadd", &mut argv);
+        }
+    }
+
+    /// Notifies keyspace listeners of `event` and replicates `command` with `argv` (the
+    /// key name first), as one argument vector.
+    fn replicate(&self, command: &CStr, event: &CStr, argv: &mut [*mut RedisModuleString]) {
+        let api = self.key.api;
+        let ctx = self.key.ctx;
+        // SAFETY: format "v": an array of RedisModuleString pointers and its length, all
+        // alive for the call (Replicate retains what it keeps).
+        unsafe {
+            (api.notify_keyspace_event)(
+                ctx,
+                REDISMODULE_NOTIFY_ZSET,
+                event.as_ptr(),
+                self.key.name,
+            );
+            (api.replicate)(
+                ctx,
+                command.as_ptr(),
+                c"v".as_ptr(),
+                argv.as_mut_ptr(),
+                argv.len(),
+            );
         }
     }
 }

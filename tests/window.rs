@@ -1167,7 +1167,7 @@ fn log_entries_older_than_the_window_are_removed_on_a_writing_call() {
     assert_eq!(
         body[..2],
         [
-            vec!["ZREMRANGEBYRANK", "l", "0", "1"],
+            vec!["ZREM", "l", "1764456240000000-0", "1764456250000000-1"],
             vec!["ZADD", "l", "1764456310000000", "1764456310000000-2"],
         ]
     );
@@ -1968,8 +1968,8 @@ fn only_calls_that_write_touch_watch_and_notify() {
             "__keyevent@0__:zadd l2",
             "__keyspace@0__:l2 expire",
             "__keyevent@0__:expire l2",
-            "__keyspace@0__:l2 zremrangebyrank",
-            "__keyevent@0__:zremrangebyrank l2",
+            "__keyspace@0__:l2 zrem",
+            "__keyevent@0__:zrem l2",
             "__keyspace@0__:l2 zadd",
             "__keyevent@0__:zadd l2",
             "__keyspace@0__:l2 expire",
@@ -2166,7 +2166,7 @@ fn denied_calls_n_zero_and_errors_replicate_nothing() {
 }
 
 #[test]
-fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
+fn effects_are_replicated_as_hset_hdel_zrem_zadd_and_pexpireat() {
     let master = start_master();
     let mut stream = ReplStream::attach(&master);
     let mut c = master.conn();
@@ -2278,14 +2278,14 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
             "1764456270000000-2"
         ])]
     );
-    // The two entries of B are out: removed by rank, as the master removed them.
+    // The two entries of B are out: removed by name, as the master removed them.
     let got = effects(&mut c, &mut |c| {
         l.at(c, "1", B + 60.5);
     });
     assert_eq!(
         got,
         wrap(vec![
-            strings(&["ZREMRANGEBYRANK", "l", "0", "1"]),
+            strings(&["ZREM", "l", "1764456240000000-0", "1764456240000000-1"]),
             strings(&["ZADD", "l", "1764456300500000", "1764456300500000-1"]),
         ])
     );
@@ -2295,12 +2295,22 @@ fn effects_are_replicated_as_hset_zremrangebyrank_zadd_and_pexpireat() {
         l.at(c, "1", B + 200.0);
     });
     let want = wrap(vec![
-        strings(&["ZREMRANGEBYRANK", "l", "0", "1"]),
+        strings(&["ZREM", "l", "1764456270000000-2", "1764456300500000-1"]),
         strings(&["ZADD", "l", "1764456440000000", "1764456440000000-0"]),
         pexpireat(&mut c, "l"),
     ]);
     assert_eq!(got, want);
     assert!(c.q("PTTL l").int() > 0);
+    // One entry out, the only one: ZREM of one member.
+    let got = effects(&mut c, &mut |c| {
+        l.at(c, "1", B + 260.5);
+    });
+    let want = wrap(vec![
+        strings(&["ZREM", "l", "1764456440000000-0"]),
+        strings(&["ZADD", "l", "1764456500500000", "1764456500500000-0"]),
+        pexpireat(&mut c, "l"),
+    ]);
+    assert_eq!(got, want);
     // The server's clock: its time in whole microseconds, as the member too.
     let got = effects(&mut c, &mut |c| {
         Lim::new("srv", "3", "60", "LOG").srv(c, "1");
