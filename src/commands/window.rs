@@ -27,8 +27,7 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
             let d = window::fixed(w, n, now, stored);
             let write = d.new_state.map(|s| Write {
                 start: changed(s.start, stored.map(|o| o.start)),
-                counts: (stored.map(|o| o.count) != Some(s.count))
-                    .then(|| (Field::Count, format_f64(s.count))),
+                counts: changed(s.count, stored.map(|o| o.count)).map(|t| (Field::Count, t)),
                 split: false,
             });
             Ok(counted(&d, write))
