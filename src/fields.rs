@@ -57,11 +57,7 @@ pub fn decode_sliding(f: &WindowFields<'_>) -> Result<Option<(Sliding, Layout)>,
         return Err(TbError::BucketNotWindow);
     }
     if let Some(counts) = f.counts {
-        let start = f
-            .start
-            .and_then(parse_f64)
-            .filter(|v| valid_time(*v))
-            .ok_or(TbError::CorruptState(Field::Start))?;
+        let start = stored(f.start, valid_time, Field::Start)?;
         let (count, previous) = parse_counts(counts).ok_or(TbError::CorruptState(Field::Counts))?;
         let state = Sliding {
             start,
@@ -80,21 +76,26 @@ pub fn decode_sliding(f: &WindowFields<'_>) -> Result<Option<(Sliding, Layout)>,
     let Some((start, count)) = start_and_count(f)? else {
         return Err(TbError::CorruptState(Field::Start));
     };
-    let Some(previous) = &f.previous else {
+    if f.previous.is_none() {
         return Err(TbError::WrongMode {
             found: Mode::Fixed,
             wanted: Mode::Sliding,
         });
-    };
-    let previous = parse_f64(previous)
-        .filter(|v| valid_count(*v))
-        .ok_or(TbError::CorruptState(Field::Previous))?;
+    }
+    let previous = stored(f.previous, valid_count, Field::Previous)?;
     let state = Sliding {
         start,
         count,
         previous,
     };
     Ok(Some((state, Layout::Split)))
+}
+
+/// A stored field's number: present, a number, and `valid`; else `field` is corrupt.
+fn stored(text: Option<&[u8]>, valid: impl Fn(f64) -> bool, field: Field) -> Result<f64, TbError> {
+    text.and_then(parse_f64)
+        .filter(|v| valid(*v))
+        .ok_or(TbError::CorruptState(field))
 }
 
 /// `counts` as stored: two valid counts separated by one space.
@@ -116,16 +117,8 @@ fn start_and_count(f: &WindowFields<'_>) -> Result<Option<(f64, f64)>, TbError> 
     if f.start.is_none() && f.count.is_none() {
         return Ok(None);
     }
-    let start = f
-        .start
-        .and_then(parse_f64)
-        .filter(|v| valid_time(*v))
-        .ok_or(TbError::CorruptState(Field::Start))?;
-    let count = f
-        .count
-        .and_then(parse_f64)
-        .filter(|v| valid_count(*v))
-        .ok_or(TbError::CorruptState(Field::Count))?;
+    let start = stored(f.start, valid_time, Field::Start)?;
+    let count = stored(f.count, valid_count, Field::Count)?;
     Ok(Some((start, count)))
 }
 
@@ -149,14 +142,8 @@ pub fn decode(
     if tokens.is_none() && last_refill_time.is_none() {
         return Ok(None);
     }
-    let tokens = tokens
-        .and_then(parse_f64)
-        .filter(|v| valid_stored_tokens(*v))
-        .ok_or(TbError::CorruptState(Field::Tokens))?;
-    let last_refill_time = last_refill_time
-        .and_then(parse_f64)
-        .filter(|v| valid_time(*v))
-        .ok_or(TbError::CorruptState(Field::LastRefillTime))?;
+    let tokens = stored(tokens, valid_stored_tokens, Field::Tokens)?;
+    let last_refill_time = stored(last_refill_time, valid_time, Field::LastRefillTime)?;
     Ok(Some(State {
         tokens,
         last_refill_time,
