@@ -231,6 +231,53 @@ impl<'a> Key<'a> {
             );
         }
     }
+
+    /// A write's effect outside the key: notifies keyspace listeners of `event` (of
+    /// `class`) and replicates `command` with `argv` (the key name first), as the command
+    /// a user would send.
+    pub(crate) fn effect(
+        &self,
+        class: c_int,
+        event: &CStr,
+        command: &CStr,
+        argv: &mut [*mut RedisModuleString],
+    ) {
+        // Up to seven strings go as varargs ("s" each): the "v" format makes Replicate
+        // reallocate its argument vector, about 500 instructions a call (callgrind).
+        const FORMATS: [&CStr; 7] = [
+            c"s", c"ss", c"sss", c"ssss", c"sssss", c"ssssss", c"sssssss",
+        ];
+        let format = argv.len().checked_sub(1).and_then(|i| FORMATS.get(i));
+        let arg = |i: usize| argv.get(i).copied().unwrap_or(null_mut());
+        // SAFETY: valid context. Replicate reads only as many arguments as its format
+        // names (the NULLs past the end are never read); "s" takes a RedisModuleString
+        // pointer, "v" an array of them and its length; all are alive for the call
+        // (Replicate retains what it keeps).
+        unsafe {
+            (self.api.notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name);
+            match format {
+                Some(format) => (self.api.replicate)(
+                    self.ctx,
+                    command.as_ptr(),
+                    format.as_ptr(),
+                    arg(0),
+                    arg(1),
+                    arg(2),
+                    arg(3),
+                    arg(4),
+                    arg(5),
+                    arg(6),
+                ),
+                None => (self.api.replicate)(
+                    self.ctx,
+                    command.as_ptr(),
+                    c"v".as_ptr(),
+                    argv.as_mut_ptr(),
+                    argv.len(),
+                ),
+            };
+        }
+    }
 }
 
 impl Drop for Key<'_> {
@@ -409,16 +456,9 @@ impl<'a> BucketKey<'a> {
                 .and_then(Option::as_ref)
                 .map_or(null_mut(), |v| v.ptr)
         };
-        // Replicate reads only as many arguments as its format names; HashSet stops at
-        // the first NULL field: one call shape serves one, two or three fields.
-        let format: &CStr = match pairs.len() {
-            1 => c"sss",
-            2 => c"sssss",
-            _ => c"sssssss",
-        };
         self.key.mark_modified();
-        // SAFETY: varargs are (field, value) string pairs ended by NULL; Replicate's "s"
-        // takes RedisModuleString pointers and retains them for as long as it needs.
+        // SAFETY: varargs are (field, value) string pairs ended by NULL (HashSet stops at
+        // the first NULL field: one call shape serves one, two or three fields).
         unsafe {
             (api.hash_set)(
                 self.key.key,
@@ -431,25 +471,19 @@ impl<'a> BucketKey<'a> {
                 value(2),
                 null_mut::<c_void>(),
             );
-            (api.notify_keyspace_event)(
-                ctx,
-                REDISMODULE_NOTIFY_HASH,
-                c"hset".as_ptr(),
-                self.key.name,
-            );
-            (api.replicate)(
-                ctx,
-                c"HSET".as_ptr(),
-                format.as_ptr(),
-                self.key.name,
-                field(0),
-                value(0),
-                field(1),
-                value(1),
-                field(2),
-                value(2),
-            );
         }
+        let mut argv = [
+            self.key.name,
+            field(0),
+            value(0),
+            field(1),
+            value(1),
+            field(2),
+            value(2),
+        ];
+        let argv = argv.get_mut(..1 + 2 * pairs.len()).unwrap_or(&mut []);
+        self.key
+            .effect(REDISMODULE_NOTIFY_HASH, c"hset", c"HSET", argv);
     }
 
     /// Deletes two fields (a SLIDING key's `count` and `previous`, once it is
@@ -461,11 +495,9 @@ impl<'a> BucketKey<'a> {
             return;
         }
         let api = self.key.api;
-        let ctx = self.key.ctx;
         let [a, b] = names.map(|f| self.fields.get(f));
         self.key.mark_modified();
-        // SAFETY: varargs are (field, REDISMODULE_HASH_DELETE) pairs ended by NULL;
-        // Replicate's "s" takes RedisModuleString pointers.
+        // SAFETY: varargs are (field, REDISMODULE_HASH_DELETE) pairs ended by NULL.
         unsafe {
             (api.hash_set)(
                 self.key.key,
@@ -476,14 +508,13 @@ impl<'a> BucketKey<'a> {
                 HASH_DELETE,
                 null_mut::<c_void>(),
             );
-            (api.notify_keyspace_event)(
-                ctx,
-                REDISMODULE_NOTIFY_HASH,
-                c"hdel".as_ptr(),
-                self.key.name,
-            );
-            (api.replicate)(ctx, c"HDEL".as_ptr(), c"sss".as_ptr(), self.key.name, a, b);
         }
+        self.key.effect(
+            REDISMODULE_NOTIFY_HASH,
+            c"hdel",
+            c"HDEL",
+            &mut [self.key.name, a, b],
+        );
     }
 }
 

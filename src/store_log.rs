@@ -7,7 +7,6 @@
 //! module.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::CStr;
 use std::ops::Deref;
 use std::os::raw::c_int;
 
@@ -283,12 +282,18 @@ impl<'a> LogKey<'a> {
             }
             // ZREM key member ...: one entry (the usual call) needs no allocation of ours.
             if let [one] = gone {
-                self.replicate(c"ZREM", c"zrem", &mut [self.key.name, one.ptr]);
+                self.key.effect(
+                    REDISMODULE_NOTIFY_ZSET,
+                    c"zrem",
+                    c"ZREM",
+                    &mut [self.key.name, one.ptr],
+                );
             } else {
                 let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + gone.len());
                 argv.push(self.key.name);
                 argv.extend(gone.iter().map(|m| m.ptr));
-                self.replicate(c"ZREM", c"zrem", &mut argv);
+                self.key
+                    .effect(REDISMODULE_NOTIFY_ZSET, c"zrem", c"ZREM", &mut argv);
             }
         }
         if add == 0 {
@@ -323,11 +328,9 @@ impl<'a> LogKey<'a> {
         // allocation of ours.
         if add == 1 {
             let m = member(first);
-            self.replicate(
-                c"ZADD",
-                c"zadd",
-                &mut [self.key.name, score_string.ptr, m.ptr],
-            );
+            let mut argv = [self.key.name, score_string.ptr, m.ptr];
+            self.key
+                .effect(REDISMODULE_NOTIFY_ZSET, c"zadd", c"ZADD", &mut argv);
         } else {
             let members: Vec<OwnedString> = (0..add).map(|i| member(first + i)).collect();
             let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + 2 * members.len());
@@ -336,31 +339,8 @@ impl<'a> LogKey<'a> {
                 argv.push(score_string.ptr);
                 argv.push(m.ptr);
             }
-            self.replicate(c"ZADD", c"zadd", &mut argv);
-        }
-    }
-
-    /// Notifies keyspace listeners of `event` and replicates `command` with `argv` (the
-    /// key name first), as one argument vector.
-    fn replicate(&self, command: &CStr, event: &CStr, argv: &mut [*mut RedisModuleString]) {
-        let api = self.key.api;
-        let ctx = self.key.ctx;
-        // SAFETY: format "v": an array of RedisModuleString pointers and its length, all
-        // alive for the call (Replicate retains what it keeps).
-        unsafe {
-            (api.notify_keyspace_event)(
-                ctx,
-                REDISMODULE_NOTIFY_ZSET,
-                event.as_ptr(),
-                self.key.name,
-            );
-            (api.replicate)(
-                ctx,
-                command.as_ptr(),
-                c"v".as_ptr(),
-                argv.as_mut_ptr(),
-                argv.len(),
-            );
+            self.key
+                .effect(REDISMODULE_NOTIFY_ZSET, c"zadd", c"ZADD", &mut argv);
         }
     }
 }
