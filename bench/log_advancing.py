@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from tb_bench.common import seed_log_script  # noqa: E402
 from tb_bench.resp import RespClient  # noqa: E402
-from tb_bench.server import free_port  # noqa: E402
+from tb_bench.server import RedisServer, cpu_pinning  # noqa: E402
 
 ROOT = HERE.parent
 LIMIT, WINDOW_S = 100, 60
@@ -66,14 +66,6 @@ SCENARIOS = (
 )
 
 
-def encode(args: list[str]) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
-
-
 def command(side: str, sha: str, key: int, t_ms: int) -> list[str]:
     if side == "log":
         now = f"{t_ms // 1000}.{t_ms % 1000:03d}"
@@ -82,7 +74,8 @@ def command(side: str, sha: str, key: int, t_ms: int) -> list[str]:
 
 
 def stream(side: str, sha: str, sc: Scenario, lo: int, hi: int) -> bytes:
-    return b"".join(encode(command(side, sha, i % sc.keys, T0_MS + i)) for i in range(lo, hi))
+    return b"".join(RespClient.encode(command(side, sha, i % sc.keys, T0_MS + i))
+                    for i in range(lo, hi))
 
 
 def expected_admitted(sc: Scenario, requests: int) -> int:
@@ -100,19 +93,8 @@ def expected_admitted(sc: Scenario, requests: int) -> int:
     return admitted
 
 
-def pinned(cpu: int, argv: list[str]) -> list[str]:
-    return ["taskset", "-c", str(cpu), *argv] if (os.cpu_count() or 1) >= 2 else argv
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pipe(port: int, data: bytes, cpu: int | None = None) -> None:
-    argv = ["redis-cli", "-p", str(port), "--pipe"]
-    p = subprocess.run(pinned(cpu, argv) if cpu is not None else argv, input=data,
+def pipe(port: int, data: bytes, pin: list[str]) -> None:
+    p = subprocess.run([*pin, "redis-cli", "-p", str(port), "--pipe"], input=data,
                        capture_output=True, timeout=600)
     tail = p.stdout.decode(errors="replace").strip().splitlines()[-1:]
     if p.returncode != 0 or not tail or not tail[0].startswith("errors: 0,"):
@@ -131,35 +113,22 @@ def main() -> None:
     server_bin = os.environ.get("REDIS_SERVER", "redis-server")
     if not module.exists():
         raise SystemExit(f"{module} is missing: run `make build` first")
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        private = Path(tmp) / "module.so"  # a rebuild must not swap the code mid-run
-        shutil.copy(module, private)
-        private.chmod(0o755)  # Redis refuses a module without execute permission
-        server = subprocess.Popen(
-            pinned(0, [server_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                       "--appendonly", "no", "--dir", tmp, "--loadmodule", str(private)]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            report = run(port, server.pid, rounds, requests, server_bin)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    server_pin, client_pin, _ = cpu_pinning()
+    with tempfile.TemporaryDirectory(prefix="redis-tb-log-advancing-") as tmp:
+        workdir = Path(tmp)
+        private = workdir / module.name  # a rebuild must not swap the code mid-run
+        shutil.copy2(module, private)
+        with RedisServer(server_bin, private, workdir, server_pin) as server:
+            report = run(server, client_pin, rounds, requests, server_bin)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "log-advancing.md").write_text(report)
     print(report)
 
 
-def run(port: int, pid: int, rounds: int, requests: int, server_bin: str) -> str:
-    for _ in range(100):
-        try:
-            ctl = RespClient(port)
-            ctl.call("PING")
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        raise SystemExit("redis-server did not start")
+def run(server: RedisServer, client_pin: list[str], rounds: int, requests: int,
+        server_bin: str) -> str:
+    port = server.port
+    ctl = RespClient(port)
     sha = ctl.call("SCRIPT", "LOAD", seed_log_script())
     version = ctl.info("server").get("redis_version", "?")
     data = {(s, sc.id): (stream(s, sha, sc, 0, WARMUP),
@@ -172,11 +141,11 @@ def run(port: int, pid: int, rounds: int, requests: int, server_bin: str) -> str
             for side in ("log", "lua"):
                 warm, timed = data[(side, sc.id)]
                 ctl.call("FLUSHALL", "SYNC")
-                pipe(port, warm)
+                pipe(port, warm, [])
                 allowed0 = admitted_log(ctl)
-                cpu0, t0 = cpu_seconds(pid), time.monotonic()
-                pipe(port, timed, cpu=1)
-                wall, cpu = time.monotonic() - t0, cpu_seconds(pid) - cpu0
+                cpu0, t0 = server.cpu_seconds(), time.monotonic()
+                pipe(port, timed, client_pin)
+                wall, cpu = time.monotonic() - t0, server.cpu_seconds() - cpu0
                 results.setdefault((side, sc.id), []).append((requests / wall, cpu / requests))
                 held[side] = [ctl.call("ZCARD", f"{side}:{k}") for k in range(0, sc.keys, 7)]
                 if side == "log":
