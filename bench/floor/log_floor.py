@@ -15,16 +15,16 @@ medians of the per-round ratios to the script.
 
 from __future__ import annotations
 
-import os
-import socket
 import statistics
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tb_bench.common import seed_log_script  # noqa: E402
+from tb_bench.resp import RespClient  # noqa: E402
+from tb_bench.server import RedisServer, cpu_pinning  # noqa: E402
 
 KEYS = 100_000
 REQUESTS = 500_000
@@ -32,58 +32,38 @@ NOW = "1764456268.123456"
 NOW_MS = "1764456268123"
 STALE_US, FRESH_US = 1_764_456_193_123_456, 1_764_456_238_123_456  # 75 s and 30 s before
 STALE, FRESH = 5, 15
-PIN = os.cpu_count() and os.cpu_count() >= 2
-
-
-def pinned(cpu: int, argv: list[str]) -> list[str]:
-    return ["taskset", "-c", str(cpu), *argv] if PIN else argv
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SERVER_PIN, BENCH_PIN, _ = cpu_pinning()
 
 
 class Server:
-    def __init__(self, module: str) -> None:
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            pinned(0, ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                       "--save", "", "--appendonly", "no", "--loadmodule", module]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(100):
-            if self.cli("PING") == "PONG":
-                return
-            time.sleep(0.1)
-        raise SystemExit(f"redis-server with {module} did not start")
+    """One variant's server (tb_bench's RedisServer: persistence off, pinned, stopped on
+    exit) and the calls this measurement makes on it."""
+
+    def __init__(self, module: str, workdir: Path) -> None:
+        self.server = RedisServer("redis-server", Path(module), workdir, SERVER_PIN)
+        self.server.__enter__()
+        self.port = self.server.port
 
     def cli(self, *args: str, stdin: bytes | None = None) -> str:
         return subprocess.run(["redis-cli", "-p", str(self.port), *args], input=stdin,
                               capture_output=True).stdout.decode().strip()
 
-    def cpu(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def pipe(self, commands: list[list[str]]) -> None:
-        out = "".join(f"*{len(c)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in c)
-                      for c in commands)
-        subprocess.run(["redis-cli", "-p", str(self.port), "--pipe"], input=out.encode(),
+        out = b"".join(RespClient.encode(c) for c in commands)
+        subprocess.run(["redis-cli", "-p", str(self.port), "--pipe"], input=out,
                        capture_output=True, check=True)
 
     def bench(self, command: list[str]) -> tuple[float, float]:
-        before = self.cpu()
+        before = self.server.cpu_seconds()
         out = subprocess.run(
-            pinned(1, ["redis-benchmark", "-p", str(self.port), "-n", str(REQUESTS), "-c", "50",
-                       "-P", "16", "-r", str(KEYS), "-q", "--csv", *command]),
+            [*BENCH_PIN, "redis-benchmark", "-p", str(self.port), "-n", str(REQUESTS),
+             "-c", "50", "-P", "16", "-r", str(KEYS), "-q", "--csv", *command],
             capture_output=True, text=True, check=True).stdout
         rps = float(out.strip().splitlines()[-1].split(",")[1].strip('"'))
-        return rps, (self.cpu() - before) / REQUESTS * 1e6
+        return rps, (self.server.cpu_seconds() - before) / REQUESTS * 1e6
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait()
+        self.server.stop()
 
 
 def log_entries() -> list[str]:
@@ -129,7 +109,8 @@ def main() -> None:
     for r in range(1, rounds + 1):
         results: dict[str, tuple[float, float]] = {}
         for name, module in variants:
-            server = Server(module)
+            workdir = tempfile.TemporaryDirectory(prefix="redis-tb-log-floor-")
+            server = Server(module, Path(workdir.name))
             try:
                 if name == "real":
                     check_layout(server)
@@ -141,6 +122,7 @@ def main() -> None:
                         ["EVALSHA", sha, "1", "stb:__rand_int__", NOW_MS, "60000", "100"])
             finally:
                 server.stop()
+                workdir.cleanup()
         script_rps = results["script"][0]
         for name, (rps, cpu) in results.items():
             cpus[name].append(cpu)
