@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-tests.sh: the Python integration's checks, from any directory.
 #
-# Creates the venv .venv/python at the repo root when missing (python3 -m venv),
+# Creates the venv .venv/python at the repo root (or $REDIS_TB_VENV) when missing (python3 -m venv),
 # installs the pinned requirements-test.txt and this package (no build isolation:
 # the pinned hatchling builds it, nothing else is fetched), type-checks the package
 # (mypy --strict), then runs pytest over clients/python/tests, examples/fastapi and
@@ -14,7 +14,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-venv="$repo/.venv/python"
+venv="${REDIS_TB_VENV:-$repo/.venv/python}"
 module=${REDIS_TB_MODULE:-$repo/target/release/libredis_tb.so}
 
 if [ ! -f "$module" ]; then
