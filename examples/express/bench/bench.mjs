@@ -1,0 +1,138 @@
+// Side-by-side measurement of the same Express app (server.mjs) with:
+//   none (no limiter), erl (express-rate-limit + rate-limit-redis), tb (redis-tb's
+//   Express middleware), ping (one bare Redis PING per request: the one-round-trip floor).
+// One redis-server with the module; one app process per variant (all started up front,
+// only one loaded at a time); several rounds alternating the variants' order; each
+// measurement is a throughput run (`--connections` keep-alive connections) and a latency
+// run (one connection: the time a request takes when nothing queues). redis-server and
+// the load generator are pinned to one core and the app to the other when the machine
+// has two or more (taskset). Writes bench/results/integrations-node.md (report.mjs).
+//
+//   node bench/bench.mjs [--rounds 5] [--seconds 3] [--latency-seconds 2]
+//                        [--connections 16] [--variants none,erl,tb,ping] [--out FILE]
+import { spawn, execFileSync } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import fs from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { writeReport } from './report.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../../..');
+const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
+  if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1]]);
+  return acc;
+}, []));
+const rounds = Number(args.rounds ?? 5);
+const seconds = Number(args.seconds ?? 3);
+const latSeconds = Number(args['latency-seconds'] ?? 2);
+const connections = Number(args.connections ?? 16);
+const variants = (args.variants ?? 'none,erl,tb,ping').split(',');
+const out = path.resolve(args.out ?? path.join(root, 'bench/results/integrations-node.md'));
+const modulePath = path.resolve(process.env.REDIS_TB_MODULE ?? path.join(root, 'target/release/libredis_tb.so'));
+
+function hasTaskset() {
+  try { execFileSync('taskset', ['-V'], { stdio: 'ignore' }); return true; } catch { return false; }
+}
+const pinning = os.availableParallelism() >= 2 && hasTaskset();
+const pin = (cpu, cmd, argv) => (pinning ? ['taskset', ['-c', String(cpu), cmd, ...argv]] : [cmd, argv]);
+
+async function freePort() {
+  const srv = net.createServer();
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  const { port } = srv.address();
+  srv.close();
+  await once(srv, 'close');
+  return port;
+}
+
+function lineFrom(child, re, what) {
+  return new Promise((resolve, reject) => {
+    let acc = '';
+    const onData = (d) => {
+      acc += d;
+      const m = re.exec(acc);
+      if (m) { child.stdout.off('data', onData); resolve(m); }
+    };
+    child.stdout.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`${what} exited (${code}) before it was ready:\n${acc}`)));
+  });
+}
+
+function redisCli(port, ...argv) {
+  return execFileSync('redis-cli', ['-p', String(port), ...argv], { encoding: 'utf8' });
+}
+
+function commandCounts(port) {
+  const counts = {};
+  for (const line of redisCli(port, 'INFO', 'commandstats').split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
+    if (m) counts[m[1]] = Number(m[2]);
+  }
+  return counts;
+}
+
+const children = [];
+process.on('exit', () => { for (const c of children) c.kill('SIGKILL'); });
+for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(130));
+
+const redisPort = await freePort();
+const [rcmd, rargs] = pin(1, 'redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
+  '--save', '', '--appendonly', 'no', '--loadmodule', modulePath]);
+const redis = spawn(rcmd, rargs, { stdio: ['ignore', 'pipe', 'inherit'] });
+children.push(redis);
+await lineFrom(redis, /Ready to accept connections/, 'redis-server');
+const redisVersion = /v=(\S+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))[1];
+
+const apps = {};
+for (const v of variants) {
+  const [cmd, argv] = pin(0, process.execPath, [path.join(here, 'server.mjs')]);
+  const child = spawn(cmd, argv, {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, VARIANT: v, REDIS_URL: `redis://127.0.0.1:${redisPort}`, PORT: '0', NODE_ENV: 'production' },
+  });
+  children.push(child);
+  const m = await lineFrom(child, /listening (\d+)/, `app (${v})`);
+  apps[v] = { port: Number(m[1]), child };
+}
+
+function load(port, conns, secs, warm) {
+  const [cmd, argv] = pin(1, process.execPath, [path.join(here, 'loadgen.mjs'), String(port), String(conns), String(secs), String(warm)]);
+  return JSON.parse(execFileSync(cmd, argv, { encoding: 'utf8' }));
+}
+
+const loadBefore = os.loadavg();
+const started = new Date();
+const results = Object.fromEntries(variants.map((v) => [v, []]));
+for (let r = 0; r < rounds; r++) {
+  const order = r % 2 === 0 ? variants : [...variants].reverse();
+  for (const v of order) {
+    const before = commandCounts(redisPort);
+    const tput = load(apps[v].port, connections, seconds, 1);
+    const latency = load(apps[v].port, 1, latSeconds, 0.5);
+    const after = commandCounts(redisPort);
+    const calls = {};
+    for (const [k, n] of Object.entries(after)) if (n - (before[k] ?? 0) > 0 && k !== 'info') calls[k] = n - (before[k] ?? 0);
+    results[v].push({ round: r + 1, tput, latency, calls, completed: tput.all + latency.all });
+    process.stderr.write(`round ${r + 1} ${v.padEnd(5)} ${tput.rps.toFixed(0).padStart(6)} req/s  p50 ${tput.p50_us.toFixed(0)} µs p99 ${tput.p99_us.toFixed(0)} µs | 1 conn p50 ${latency.p50_us.toFixed(0)} µs p99 ${latency.p99_us.toFixed(0)} µs | ${JSON.stringify(tput.statuses)} ${JSON.stringify(calls)}\n`);
+  }
+}
+const loadAfter = os.loadavg();
+
+const versions = {};
+for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '@redis/client', 'redis-tb']) {
+  try {
+    versions[p] = JSON.parse(fs.readFileSync(path.join(here, '..', 'node_modules', p, 'package.json'), 'utf8')).version;
+  } catch { /* not installed */ }
+}
+writeReport({
+  out, started, results, variants, rounds, seconds, latSeconds, connections, pinning,
+  loadBefore, loadAfter, node: process.version, redisVersion, versions, cpus: os.cpus().length,
+  command: `node examples/express/bench/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
+});
+fs.writeFileSync(path.join(here, 'last-run.json'), JSON.stringify({ started, results }, null, 1));
+process.stderr.write(`wrote ${path.relative(process.cwd(), out)}\n`);
+process.exit(0);

@@ -1,0 +1,98 @@
+// Writes the markdown report of one bench.mjs run (also usable on a saved last-run.json).
+import fs from 'node:fs';
+
+const NAMES = {
+  none: '(1) no limiter',
+  erl: '(2) express-rate-limit + rate-limit-redis',
+  tb: "(3) redis-tb's Express middleware",
+  ping: '(4) one bare Redis PING per request',
+};
+
+export const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const n = s.length;
+  return n === 0 ? NaN : n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+};
+const f0 = (x) => (Number.isFinite(x) ? x.toFixed(0) : '–');
+const f2 = (x) => (Number.isFinite(x) ? x.toFixed(2) : '–');
+const signed = (x) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(0)}` : '–');
+
+/** Per-round ratio of a's and b's throughput, then the median and range over rounds. */
+export function ratio(results, a, b) {
+  if (!results[a] || !results[b]) return null;
+  const rs = results[a].map((m, i) => m.tput.rps / results[b][i].tput.rps);
+  return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs), rounds: rs };
+}
+
+export function summary(results) {
+  const s = {};
+  for (const [v, ms] of Object.entries(results)) {
+    s[v] = {
+      rps: median(ms.map((m) => m.tput.rps)),
+      p50: median(ms.map((m) => m.tput.p50_us)),
+      p99: median(ms.map((m) => m.tput.p99_us)),
+      l50: median(ms.map((m) => m.latency.p50_us)),
+      l99: median(ms.map((m) => m.latency.p99_us)),
+      non200: ms.reduce((n, m) => n + Object.entries(m.tput.statuses).filter(([k]) => k !== '200').reduce((a, [, c]) => a + c, 0), 0),
+      requests: ms.reduce((n, m) => n + m.tput.requests + m.latency.requests, 0),
+      completed: ms.reduce((n, m) => n + (m.completed ?? 0), 0),
+      calls: ms.reduce((acc, m) => { for (const [k, c] of Object.entries(m.calls)) acc[k] = (acc[k] ?? 0) + c; return acc; }, {}),
+    };
+  }
+  return s;
+}
+
+export function writeReport(run) {
+  const { out, results, variants } = run;
+  const s = summary(results);
+  const base = s.none;
+  const tbErl = ratio(results, 'tb', 'erl');
+  const tbPing = ratio(results, 'tb', 'ping');
+  const L = [];
+  L.push('# Node integration: the rate limiter\'s cost per request in an Express app');
+  L.push('');
+  L.push(`Written by \`examples/express/bench/bench.mjs\` on ${run.started.toISOString().slice(0, 16).replace('T', ' ')} UTC. Command (from the repository root, after \`cd examples/express && npm ci\`):`);
+  L.push('');
+  L.push('```');
+  L.push(run.command);
+  L.push('```');
+  L.push('');
+  const verdict = (r, target) => (r ? `${f2(r.median)}x (rounds ${f2(r.min)}-${f2(r.max)}; target >= ${target}: ${r.median >= target ? 'PASS' : 'FAIL'})` : 'not measured');
+  L.push(`**(3)/(2), redis-tb against express-rate-limit + rate-limit-redis: ${verdict(tbErl, 1.0)}.**`);
+  L.push('');
+  L.push(`**(3)/(4), redis-tb against one bare PING per request: ${verdict(tbPing, 0.85)}.**`);
+  L.push('');
+  L.push(`Throughput with ${run.connections} keep-alive connections (medians over ${run.rounds} rounds); "added" is against (1), the same app without a limiter. "Server time added" is 1/rps − 1/rps(1): what the variant costs the app's one core per request. Latency at one connection is the time one request takes when nothing queues.`);
+  L.push('');
+  L.push(`| variant | req/s | vs (1) | server time added per request (µs) | p50 (µs) | p99 (µs) | added p50 | added p99 | 1 conn p50 (µs) | 1 conn p99 (µs) | added p50 | added p99 |`);
+  L.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  for (const v of variants) {
+    const x = s[v];
+    const isBase = v === 'none';
+    L.push(`| ${NAMES[v]} | ${f0(x.rps)} | ${f2(x.rps / base.rps)}x | ${isBase ? '' : f0(1e6 / x.rps - 1e6 / base.rps)} | ${f0(x.p50)} | ${f0(x.p99)} | ${isBase ? '' : signed(x.p50 - base.p50)} | ${isBase ? '' : signed(x.p99 - base.p99)} | ${f0(x.l50)} | ${f0(x.l99)} | ${isBase ? '' : signed(x.l50 - base.l50)} | ${isBase ? '' : signed(x.l99 - base.l99)} |`);
+  }
+  L.push('');
+  L.push('Requests per second in each round (the order of the variants alternates from round to round):');
+  L.push('');
+  L.push(`| round | ${variants.map((v) => NAMES[v].split(' ')[0]).join(' | ')} |${tbErl ? ' (3)/(2) |' : ''}${tbPing ? ' (3)/(4) |' : ''}`);
+  L.push(`|---:|${variants.map(() => '---:').join('|')}|${tbErl ? '---:|' : ''}${tbPing ? '---:|' : ''}`);
+  for (let r = 0; r < run.rounds; r++) {
+    L.push(`| ${r + 1} | ${variants.map((v) => f0(results[v][r].tput.rps)).join(' | ')} |${tbErl ? ` ${f2(tbErl.rounds[r])} |` : ''}${tbPing ? ` ${f2(tbPing.rounds[r])} |` : ''}`);
+  }
+  L.push('');
+  L.push('## What was checked');
+  L.push('');
+  for (const v of variants) {
+    const calls = Object.entries(s[v].calls).map(([k, n]) => `${(n / s[v].completed).toFixed(2)} ${k.toUpperCase()}`).join(', ') || 'no Redis command';
+    L.push(`- ${NAMES[v]}: ${s[v].requests} requests measured, ${s[v].non200 === 0 ? 'every one a 200' : `${s[v].non200} not 200`}; per request (${s[v].completed}, warm-up included) Redis ran ${calls} (INFO commandstats around each measurement; commands a script runs count too).`);
+  }
+  L.push('');
+  L.push('## Setup');
+  L.push('');
+  L.push('- The app (`examples/express/bench/server.mjs`): Express, `trust proxy` = loopback, one route `GET /items/:id` answering JSON. Variant (2) is `rateLimit({ windowMs: 1000, limit, standardHeaders: \'draft-8\', store: new RedisStore({ sendCommand }) })` on a node-redis client (what express-rate-limit\'s documentation shows for Redis); (3) is redis-tb\'s `redis-tb/express` middleware with one policy (`ip`, per client address, per second); (4) awaits `client.ping()` of node-redis before the route. Limits are high enough that every request is admitted: each variant does its full work (one Redis round trip for (2)-(4)) and the handler runs.');
+  L.push('- Requests: `GET /items/<n>` with a distinct `X-Forwarded-For` per request (65,536 client addresses in a ring), so the limiters work on a real spread of keys.');
+  L.push(`- Load: \`bench/loadgen.mjs\`, a closed-loop HTTP/1.1 keep-alive generator on raw sockets timing each request with hrtime; per variant and round ${run.seconds} s at ${run.connections} connections after 1 s of warm-up, then ${run.latSeconds} s at one connection.`);
+  L.push(`- Machine: ${run.cpus} CPUs; ${run.pinning ? 'the app on CPU 0, redis-server and the load generator on CPU 1 (taskset)' : 'nothing pinned'}. Node ${run.node}, redis-server ${run.redisVersion}; ${Object.entries(run.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Load average (1 min) before and after the run: ${run.loadBefore[0].toFixed(2)} and ${run.loadAfter[0].toFixed(2)} (other work on the same cores makes rounds vary: read the medians and the per-round ratios, measured back to back).`);
+  L.push('');
+  fs.writeFileSync(out, L.join('\n'));
+}

@@ -1,0 +1,52 @@
+// The Express app under measurement, one variant per process (VARIANT):
+//   none  no limiter
+//   erl   express-rate-limit + rate-limit-redis on node-redis (one policy, per client IP)
+//   tb    redis-tb's Express middleware (one policy, per client IP)
+//   ping  one bare Redis PING per request on node-redis (the one-round-trip floor)
+// Every variant is the same app: trust the loopback proxy (the client address is the
+// X-Forwarded-For the load generator sends), one JSON route. Limits are set high enough
+// that every response is a 200: the handler runs on every request of every variant.
+// Prints "listening <port>" when ready.
+import express from 'express';
+
+const variant = process.env.VARIANT ?? 'none';
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const LIMIT = 1_000_000; // per second per address: never reached, so every answer is a 200
+
+const app = express();
+app.disable('x-powered-by');
+app.set('trust proxy', 'loopback');
+
+if (variant === 'erl') {
+  const { rateLimit } = await import('express-rate-limit');
+  const { RedisStore } = await import('rate-limit-redis');
+  const { createClient } = await import('redis');
+  const client = createClient({ url: redisUrl });
+  await client.connect();
+  app.use(rateLimit({
+    windowMs: 1000,
+    limit: LIMIT,
+    standardHeaders: 'draft-8',
+    legacyHeaders: false,
+    store: new RedisStore({ sendCommand: (...args) => client.sendCommand(args), prefix: 'erl:' }),
+  }));
+} else if (variant === 'ping') {
+  const { createClient } = await import('redis');
+  const client = createClient({ url: redisUrl });
+  await client.connect();
+  app.use((req, res, next) => { client.ping().then(() => next(), next); });
+} else if (variant === 'tb') {
+  const { tbMiddleware } = await import('./tb-variant.mjs');
+  app.use(await tbMiddleware(redisUrl, LIMIT));
+} else if (variant !== 'none') {
+  throw new Error(`unknown VARIANT ${variant}`);
+}
+
+app.get('/items/:id', (req, res) => {
+  res.json({ id: req.params.id, name: `item ${req.params.id}` });
+});
+
+const server = app.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
+  process.stdout.write(`listening ${server.address().port}\n`);
+});
+server.keepAliveTimeout = 60_000;
