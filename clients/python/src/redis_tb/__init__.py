@@ -9,13 +9,14 @@ from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError
 from .decision import Decision, Outcome, PolicyResult
 from .headers import decision_headers
 from .keys import ClientIP
-from .limiter import LimiterStats, RateLimiter
+from .limiter import BaseLimiter, LimiterStats, RateLimiter, SyncRateLimiter
 from .policy import Limit, Policy, per_day, per_hour, per_minute, per_second, tiered
 from .replies import Bucket, MultiReply, Reply, UnexpectedReplyError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "AsyncClient",
+    "BaseLimiter",
     "Bucket",
     "Client",
     "ClientIP",
@@ -29,6 +30,7 @@ __all__ = [
     "PolicyResult",
     "RateLimitMiddleware",
     "RateLimiter",
+    "SyncRateLimiter",
     "Reply",
     "UnexpectedReplyError",
     "decision_headers",

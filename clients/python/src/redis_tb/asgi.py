@@ -16,7 +16,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .decision import Decision, Outcome
 from .headers import (
     PROBLEM_TYPE,
-    decision_headers,
     problem,
     problem_body,
     store_error_problem,
@@ -128,7 +127,7 @@ class RateLimitMiddleware:
         # No receive: key functions see headers and the peer, never the body.
         decision = await self.limiter.check(Request(scope), self.policies, route)
         scope.setdefault("state", {})["rate_limit"] = decision
-        headers = decision_headers(decision, legacy=self.limiter.legacy_headers)
+        headers = self.limiter.headers(decision)
         if decision.outcome is Outcome.LIMITED:
             await send_problem(send, 429, problem(decision), headers)
             return

@@ -38,6 +38,8 @@ class PolicyResult:
     #: 0 when this bucket had enough, -1 when it never will (cost > capacity)
     retry_after: float
     reset_after: float
+    #: an observed (shadow) policy: never refuses by itself, left out of the headers
+    shadow: bool = False
 
     @property
     def never(self) -> bool:
@@ -45,6 +47,7 @@ class PolicyResult:
 
 
 Refunder = Callable[["Decision"], Awaitable[bool]]
+SyncRefunder = Callable[["Decision"], bool]
 
 
 class Decision:
@@ -52,10 +55,17 @@ class Decision:
 
     ``allowed`` says whether the request goes on (for a store error: the failure
     mode). ``results`` has one :class:`PolicyResult` per applied policy, in order
-    (empty for a store error or when no policy applied).
+    (empty for a store error or when no policy applied; for a refusal answered by
+    the local deny cache, the cached violated policies only).
+    ``shadow_limited`` names the shadow policies that refused (the request was not
+    charged then, and went on unless an enforced policy refused too). ``cached`` is
+    True for a refusal answered by the local deny cache without calling Redis.
     """
 
-    __slots__ = ("outcome", "allowed", "results", "error", "refunded", "_refunder")
+    __slots__ = (
+        "outcome", "allowed", "results", "error", "refunded", "shadow_limited", "cached",
+        "_refunder", "_sync_refunder",
+    )
 
     def __init__(
         self,
@@ -65,6 +75,9 @@ class Decision:
         *,
         error: BaseException | None = None,
         refunder: Refunder | None = None,
+        sync_refunder: SyncRefunder | None = None,
+        shadow_limited: tuple[str, ...] = (),
+        cached: bool = False,
     ) -> None:
         self.outcome = outcome
         self.allowed = allowed
@@ -72,7 +85,10 @@ class Decision:
         #: the Redis error behind a STORE_ERROR (None during the cool-down after one)
         self.error = error
         self.refunded = False
+        self.shadow_limited = shadow_limited
+        self.cached = cached
         self._refunder = refunder
+        self._sync_refunder = sync_refunder
 
     @property
     def limited(self) -> bool:
@@ -84,15 +100,20 @@ class Decision:
 
     @property
     def violated(self) -> tuple[str, ...]:
-        """Names of the policies that refused this request."""
+        """Names of the enforced policies that refused this request."""
         if self.outcome is not Outcome.LIMITED:
             return ()
-        return tuple(r.name for r in self.results if not r.allowed)
+        return tuple(r.name for r in self.results if not r.allowed and not r.shadow)
+
+    @property
+    def enforced(self) -> tuple[PolicyResult, ...]:
+        """The results of the enforced (not shadow) policies: what the headers show."""
+        return tuple(r for r in self.results if not r.shadow)
 
     @property
     def remaining(self) -> float | None:
-        """The smallest remaining of the applied policies (None if none applied)."""
-        return min((r.remaining for r in self.results), default=None)
+        """The smallest remaining of the applied enforced policies (None if none applied)."""
+        return min((r.remaining for r in self.results if not r.shadow), default=None)
 
     @property
     def retry_after(self) -> float | None:
@@ -103,7 +124,7 @@ class Decision:
             return None
         if self.outcome is not Outcome.LIMITED:
             return 0.0
-        waits = [r.retry_after for r in self.results if not r.allowed]
+        waits = [r.retry_after for r in self.results if not r.allowed and not r.shadow]
         if any(w < 0 for w in waits):
             return -1.0
         return max(waits, default=0.0)
@@ -118,10 +139,21 @@ class Decision:
         for requests the app decides not to count. Idempotent; a no-op for a request
         that was not charged. Returns whether a refund was made. Never raises for a
         store error (it is logged and counted)."""
+        if self._refunder is None and self._sync_refunder is not None:
+            return self.refund_sync()  # a decision of the sync path, refunded from async code
         if self.refunded or self.outcome is not Outcome.ALLOWED or self._refunder is None:
             return False
         self.refunded = True
         return await self._refunder(self)
+
+    def refund_sync(self) -> bool:
+        """:meth:`refund` for a decision of the synchronous path (:class:`SyncRateLimiter`)."""
+        if self._sync_refunder is None and self._refunder is not None and not self.refunded:
+            raise TypeError("a decision of the asyncio limiter: use `await decision.refund()`")
+        if self.refunded or self.outcome is not Outcome.ALLOWED or self._sync_refunder is None:
+            return False
+        self.refunded = True
+        return self._sync_refunder(self)
 
     def merged(self, other: Decision) -> Decision:
         """One decision for two checks of the same request (middleware + dependency)."""
@@ -133,16 +165,26 @@ class Decision:
             done = [await p.refund() for p in parts]
             return any(done)
 
+        def refund_both_sync(_: Decision) -> bool:
+            done = [p.refund_sync() for p in parts]
+            return any(done)
+
+        sync_parts = all(p._refunder is None for p in parts)
         out = Decision(
             worst,
             self.allowed and other.allowed,
             self.results + other.results,
             error=self.error or other.error,
-            refunder=refund_both,
+            refunder=None if sync_parts else refund_both,
+            sync_refunder=refund_both_sync if sync_parts else None,
+            shadow_limited=self.shadow_limited + other.shadow_limited,
+            cached=self.cached or other.cached,
         )
         out.refunded = self.refunded and other.refunded
         return out
 
     def __repr__(self) -> str:
         names = ", ".join(f"{r.name}:{r.remaining:g}" for r in self.results)
-        return f"Decision({self.outcome.value}, allowed={self.allowed}, [{names}])"
+        extra = f", shadow_limited={list(self.shadow_limited)}" if self.shadow_limited else ""
+        extra += ", cached" if self.cached else ""
+        return f"Decision({self.outcome.value}, allowed={self.allowed}, [{names}]{extra})"

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .decision import Decision, Outcome
-from .headers import PROBLEM_TYPE, decision_headers, problem, store_error_problem
+from .headers import PROBLEM_TYPE, problem, store_error_problem
 from .limiter import RateLimiter
 from .policy import Policy
 
@@ -83,7 +83,7 @@ class RateLimit:
     async def __call__(self, request: Request, response: Response) -> Decision:
         decision = await self.limiter.check(request, self.policies, _route_of(request))
         earlier = getattr(request.state, "rate_limit", None)
-        headers = decision_headers(decision, legacy=self.limiter.legacy_headers)
+        headers = self.limiter.headers(decision)
         if decision.outcome is Outcome.LIMITED:
             if isinstance(earlier, Decision):
                 await earlier.refund()  # the middleware charged; a refusal burns nothing

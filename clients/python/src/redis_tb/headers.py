@@ -150,15 +150,22 @@ def retry_after_header(decision: Decision) -> str | None:
 
 
 def decision_headers(decision: Decision, *, legacy: bool = False) -> list[tuple[str, str]]:
-    """Every rate-limit header for a decision (empty when Redis was not consulted)."""
-    if not decision.results:
+    """Every rate-limit header for a decision (empty when Redis was not consulted).
+    Shadow policies are left out: a client must not slow down for a limit that is
+    not enforced."""
+    results = decision.results
+    if not results:
         return []
+    if any(r.shadow for r in results):
+        results = tuple(r for r in results if not r.shadow)
+        if not results:
+            return []
     headers = [
-        ("RateLimit-Policy", ratelimit_policy(decision.results)),
-        ("RateLimit", ratelimit(decision.results)),
+        ("RateLimit-Policy", ratelimit_policy(results)),
+        ("RateLimit", ratelimit(results)),
     ]
     if legacy:
-        headers.extend(legacy_headers(decision.results))
+        headers.extend(legacy_headers(results))
     retry = retry_after_header(decision)
     if retry is not None:
         headers.append(("Retry-After", retry))

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from typing import Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
-from starlette.requests import HTTPConnection
+__all__ = ["ClientIP", "HeaderGetter", "IPAddress", "IPNetwork", "parse_address"]
 
-__all__ = ["ClientIP", "IPAddress", "IPNetwork", "parse_address"]
+#: lower-case header name -> every value of that header in the request, in order
+#: (what a framework adapter supplies so :class:`ClientIP` can walk the proxies).
+HeaderGetter = Callable[[str], Sequence[str]]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -182,7 +184,24 @@ class ClientIP:
         addr = self.client_address(peer, header_values)
         return None if addr is None else self.group(addr)
 
-    def __call__(self, request: HTTPConnection) -> str | None:
-        peer = request.client.host if request.client else None
-        values = request.headers.getlist(self.header) if self.trusted else []
-        return self.identity(peer, values)
+    def of(self, peer: str | None, headers: HeaderGetter) -> str | None:
+        """The identity from what a framework adapter supplies: the TCP peer address
+        and a getter of header values (read only when the peer is a trusted proxy)."""
+        if self.trusted:
+            addr = parse_address(peer) if peer else None
+            if addr is not None and self.is_trusted(addr):
+                return self.identity(peer, headers(self.header))
+        return self.identity(peer, ())
+
+    def __call__(self, request: Any) -> str | None:
+        """As a key function of a Starlette request (``request.client``) or a Django
+        one (``request.META``). The limiter itself calls :meth:`of` with what its
+        adapter supplies."""
+        client = getattr(request, "client", None)
+        if client is not None or hasattr(request, "headers") and hasattr(request.headers, "getlist"):
+            peer = client.host if client else None
+            values = request.headers.getlist(self.header) if self.trusted else []
+            return self.identity(peer, values)
+        meta = request.META
+        value = meta.get("HTTP_" + self.header.upper().replace("-", "_")) if self.trusted else None
+        return self.identity(meta.get("REMOTE_ADDR") or None, [value] if value else [])

@@ -1,9 +1,47 @@
 """The request-path limiter: policies -> keys -> one TB.MTAKE -> a Decision, with an
-explicit failure mode for when Redis is down or slow.
+explicit failure mode for when Redis is down or slow. Framework-neutral, with an
+async path (ASGI: Starlette/FastAPI, Django async views) and a sync path (Django
+under WSGI, any threaded server) that share every rule; only the Redis call differs.
+
+How a framework adapter uses it
+-------------------------------
+:class:`BaseLimiter` holds every rule; :class:`RateLimiter` (``redis.asyncio``) and
+:class:`SyncRateLimiter` (``redis``) only add the Redis call::
+
+    limiter = RateLimiter(AsyncClient.from_url(url))      # ASGI, Django async views
+    limiter = SyncRateLimiter(Client.from_url(url))       # Django under WSGI, threads
+
+    # per request; ``request`` is the framework's own request object, handed as is
+    # to the policies' key/limit/cost/tier functions and to ``hash_tag``:
+    decision = await limiter.check(request, policies, route, peer=peer, headers=getter)
+    decision = limiter.check(request, policies, route, peer=peer, headers=getter)  # sync
+    rejection = limiter.rejection(decision)
+    if rejection is not None:
+        status, headers, body = rejection     # 429 or 503, problem+json, Content-Type included
+    else:
+        ...call the view, then add limiter.headers(decision) to its response
+
+- ``route``: ``"METHOD /template"`` of the matched route (never the raw path), or
+  None when no route matched (then only policies without ``routes`` apply; an
+  adapter usually skips unmatched requests altogether, as the ASGI middleware does).
+- ``peer``: the TCP peer address (``scope["client"][0]``, ``META["REMOTE_ADDR"]``),
+  None when unknown. ``headers``: a function of a lower-case header name returning
+  all of that header's values, in order. Both feed the default identity
+  (:class:`ClientIP`: trusted proxies, IPv6 /64; also when a policy's ``key`` is a
+  ``ClientIP``); ``headers`` is only called when proxies are trusted. Under
+  Starlette both may be left out: they are then read from the ``Request``.
+- Sync path: key/limit/cost/tier/hash_tag functions must be plain functions (an
+  awaitable raises TypeError). Async path: they may be either.
+- Refund: ``await decision.refund()`` (async path) / ``decision.refund_sync()``
+  (sync path), by the handler, or by the adapter's ``refund_on`` after the response.
+- Startup: ``await limiter.startup()`` / ``limiter.startup()`` (sync), which raise
+  :class:`ModuleNotLoadedError` without the module and only log an unreachable Redis.
 
 Failure handling (the same in the Rust integration):
 
-- every call is bounded by ``timeout`` (default 50 ms) and made at most once;
+- every call is bounded by ``timeout`` (default 50 ms) and made at most once (on
+  the sync path the client's socket timeout bounds it: use ``Client.from_url``,
+  whose ``timeout`` defaults to 50 ms);
 - after a connection error or timeout, Redis is left alone for ``cooldown``
   seconds (default 1 s) and the failure mode applies directly; then a single
   request probes it again while the others keep the failure mode;
@@ -18,26 +56,34 @@ Failure handling (the same in the Rust integration):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar
 
+import redis
 import redis.asyncio
 import redis.exceptions
-from starlette.requests import Request
 
-from .client import AsyncClient, ModuleNotLoadedError
+from .client import AsyncClient, Client, ModuleNotLoadedError
 from .decision import Decision, Outcome, PolicyResult
-from .keys import ClientIP
-from .policy import Policy, resolve
+from .headers import decision_headers, problem, problem_body, store_error_problem, PROBLEM_TYPE
+from .keys import ClientIP, HeaderGetter
+from .policy import Limit, Policy
 from .replies import Bucket, MultiReply, UnexpectedReplyError
 
-__all__ = ["HashTagFunc", "LimiterStats", "RateLimiter"]
+__all__ = ["BaseLimiter", "HashTagFunc", "LimiterStats", "RateLimiter", "Rejection", "SyncRateLimiter"]
 
 T = TypeVar("T")
-HashTagFunc = Callable[[Request], Awaitable[str | None] | str | None]
+#: request -> the hash tag of this request's keys (Redis Cluster), or None.
+HashTagFunc = Callable[[Any], Awaitable[str | None] | str | None]
+#: (status, headers, body) of a refusal: 429 or 503 with a problem+json body.
+Rejection = tuple[int, list[tuple[str, str]], bytes]
+
+_NO_PEER: Any = object()
+
 
 async def _bounded(call: Awaitable[T], seconds: float) -> T:
     """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
@@ -74,6 +120,8 @@ class LimiterStats:
     degraded: int = 0
     refunds: int = 0
     refund_errors: int = 0
+    #: requests that only shadow policies refused (they went on)
+    shadow_limited: int = 0
 
 
 def _route_part(route: str) -> str:
@@ -90,11 +138,27 @@ class _Plan:
     cost: float
 
 
-class RateLimiter:
-    """Checks a request against policies in one TB.MTAKE, all or nothing.
+#: the plan builder yields awaitables it needs resolved and returns the plans
+_PlanSteps = Generator[Any, Any, list[_Plan]]
 
-    ``client``: an :class:`AsyncClient` or a ``redis.asyncio.Redis`` (prefer
-    :meth:`AsyncClient.from_url`: tight socket timeouts, no retries).
+
+def _no_headers(name: str) -> Sequence[str]:
+    return ()
+
+
+_PLAIN = (str, int, float, Limit, type(None))
+
+
+def _pending(value: object) -> bool:
+    """An awaitable a user function returned (checked cheaply: plain values first)."""
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
+class BaseLimiter:
+    """Everything both paths share: configuration, plans, decisions, failure mode,
+    cool-down, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
+    :class:`SyncRateLimiter` add the Redis calls.
+
     ``client_ip``: the default key function (peer IP; pass
     ``ClientIP(trusted_proxies=[...])`` behind proxies).
     ``prefix``: keys are ``<prefix>:<policy>:<identity>``, or
@@ -103,11 +167,13 @@ class RateLimiter:
     (e.g. the user id or the client IP) so that their keys share a slot.
     ``clock``: None (default) uses the Redis server's clock, the one clock every
     app server agrees on; a function returning epoch seconds passes ``now``.
+    ``shadow``: every policy of this limiter in shadow mode (observe only).
     """
+
+    client: AsyncClient | Client
 
     def __init__(
         self,
-        client: AsyncClient | redis.asyncio.Redis,
         *,
         prefix: str = "rl",
         client_ip: ClientIP | None = None,
@@ -118,8 +184,8 @@ class RateLimiter:
         legacy_headers: bool = False,
         clock: Callable[[], float] | None = None,
         logger: logging.Logger | None = None,
+        shadow: bool = False,
     ) -> None:
-        self.client = client if isinstance(client, AsyncClient) else AsyncClient(client)
         self.prefix = prefix
         self.client_ip = client_ip or ClientIP()
         self.hash_tag = hash_tag
@@ -128,40 +194,26 @@ class RateLimiter:
         self.cooldown = cooldown
         self.legacy_headers = legacy_headers
         self.clock = clock
+        self.shadow = shadow
         self.log = logger or logging.getLogger("redis_tb")
         self.stats = LimiterStats()
         self._open_until = 0.0
         self._probing = False
         self._last_log = float("-inf")
         self._unlogged = 0
+        self._shadow_log: dict[str, tuple[float, int]] = {}
 
     @property
     def store_errors(self) -> int:
         return self.stats.store_errors
 
-    # -- lifecycle -------------------------------------------------------------
-
-    async def startup(self) -> None:
-        """Call in the app's lifespan: fail fast when the module is missing.
-
-        Raises :class:`ModuleNotLoadedError` when the server answers without the
-        module. An unreachable Redis is logged, not raised: the failure mode
-        handles it per request, and the app can start before Redis does.
-        """
-        try:
-            await asyncio.wait_for(self.client.check_module(), max(self.timeout, 1.0))
-        except ModuleNotLoadedError:
-            raise
-        except _CONNECTION_ERRORS as exc:
-            self.log.warning(
-                "redis-tb: cannot reach Redis at %s to check the module (%s: %s); "
-                "failing %s until it answers",
-                self.client.server, type(exc).__name__, exc,
-                "open" if self.fail_open else "closed",
-            )
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
+    def _unreachable_at_startup(self, exc: BaseException) -> None:
+        self.log.warning(
+            "redis-tb: cannot reach Redis at %s to check the module (%s: %s); "
+            "failing %s until it answers",
+            self.client.server, type(exc).__name__, exc,
+            "open" if self.fail_open else "closed",
+        )
 
     # -- keys ------------------------------------------------------------------
 
@@ -173,51 +225,93 @@ class RateLimiter:
             return f"{self.prefix}:{{{tag}}}:{policy}:{identity}"
         return f"{self.prefix}:{policy}:{identity}"
 
-    async def _plans(self, request: Request, policies: Sequence[Policy], route: str | None) -> list[_Plan]:
-        tag = None if self.hash_tag is None else await resolve(self.hash_tag(request))
+    def _plan_steps(
+        self,
+        request: Any,
+        policies: Sequence[Policy],
+        route: str | None,
+        peer: Any,
+        headers: HeaderGetter | None,
+    ) -> _PlanSteps:
+        """The plans of one request, shared by both paths: a generator that yields
+        each awaitable a user function returned and gets its value sent back."""
+        tag: Any = None
+        if self.hash_tag is not None:
+            tag = self.hash_tag(request)
+            if _pending(tag):
+                tag = yield tag
         plans: list[_Plan] = []
+        client_ip: Any = _NO_PEER  # the default identity, computed once
+        identity: Any
+        limit: Any
+        cost: Any
         for p in policies:
-            if not p.applies_to(route):
+            if p.routes is not None and (route is None or route not in p.routes):
                 continue
-            keyfunc = p.key if p.key is not None else self.client_ip
-            identity = await resolve(keyfunc(request))
+            keyfunc = p.key
+            if keyfunc is None or isinstance(keyfunc, ClientIP):
+                cip = self.client_ip if keyfunc is None else keyfunc
+                if keyfunc is None and client_ip is not _NO_PEER:
+                    identity = client_ip
+                else:
+                    if peer is _NO_PEER:  # a Starlette request
+                        c = request.client
+                        peer = c.host if c else None
+                        if headers is None:
+                            headers = request.headers.getlist
+                    elif headers is None:
+                        headers = _no_headers
+                    identity = cip.of(peer, headers)
+                    if keyfunc is None:
+                        client_ip = identity
+            else:
+                identity = keyfunc(request)
+                if _pending(identity):
+                    identity = yield identity
             if identity is None:
                 continue
-            limit = await p.limit_for(request)
-            if limit is None:
-                continue
-            cost = await p.cost_for(request)
+            limit = p.limit
+            if not isinstance(limit, Limit):
+                limit = limit(request)
+                if _pending(limit):
+                    limit = yield limit
+                limit = p.checked_limit(limit)
+                if limit is None:
+                    continue
+            cost = p.cost
+            if callable(cost):
+                cost = cost(request)
+                if _pending(cost):
+                    cost = yield cost
+                cost = p.checked_cost(cost)
             key = self.key(p.name, identity, route=route if p.per_route else None, tag=tag)
             plans.append(_Plan(p, key, limit.capacity, limit.rate, cost))
-        if len({pl.key for pl in plans}) != len(plans):
+        if len(plans) > 1 and len({pl.key for pl in plans}) != len(plans):
             raise ValueError("two policies of one request map to the same key: give them distinct names")
         return plans
 
-    # -- the request path ------------------------------------------------------
+    # -- shared by both paths --------------------------------------------------
 
-    async def check(self, request: Request, policies: Sequence[Policy], route: str | None = None) -> Decision:
-        """Charge ``request`` on every applicable policy in one TB.MTAKE.
-
-        ``route`` is ``"METHOD /template"`` (None: matched no route).
-        """
-        plans = await self._plans(request, policies, route)
+    def _before_call(self, plans: list[_Plan]) -> Decision | None:
+        """A decision made without Redis (nothing applies, cool-down), or None: ask Redis."""
         if not plans:
             return Decision(Outcome.NOT_LIMITED, True)
         self.stats.checks += 1
         if not self._may_call():
             return self._degraded(None)
+        return None
+
+    def _probe_begin(self) -> bool:
         probe = self._open_until != 0.0
         if probe:
             self._probing = True
-        try:
-            buckets = [Bucket(pl.key, pl.capacity, pl.rate, pl.cost) for pl in plans]
-            reply = await _bounded(self.client.mtake(buckets, now=self._now()), self.timeout)
-        except _STORE_ERRORS as exc:
-            self._failed(exc)
-            return self._degraded(exc)
-        finally:
-            if probe:
-                self._probing = False
+        return probe
+
+    def _after_error(self, exc: BaseException) -> Decision:
+        self._failed(exc)
+        return self._degraded(exc)
+
+    def _after_reply(self, plans: list[_Plan], reply: MultiReply) -> Decision:
         self._open_until = 0.0
         return self._decision(plans, reply)
 
@@ -231,6 +325,7 @@ class RateLimiter:
         return time.monotonic() >= self._open_until and not self._probing
 
     def _decision(self, plans: list[_Plan], reply: MultiReply) -> Decision:
+        everything_shadow = self.shadow
         results = tuple(
             PolicyResult(
                 name=pl.policy.name,
@@ -242,14 +337,39 @@ class RateLimiter:
                 remaining=r.remaining,
                 retry_after=r.retry_after,
                 reset_after=r.reset_after,
+                shadow=everything_shadow or pl.policy.shadow,
             )
             for pl, r in zip(plans, reply.keys)
         )
         if reply.allowed:
             self.stats.allowed += 1
-            return Decision(Outcome.ALLOWED, True, results, refunder=self._refund)
-        self.stats.limited += 1
-        return Decision(Outcome.LIMITED, False, results)
+            return self._charged(results)
+        shadowed = tuple(r.name for r in results if not r.allowed and r.shadow)
+        if shadowed:
+            self._shadow_refused(shadowed)
+        if any(not r.allowed and not r.shadow for r in results):
+            self.stats.limited += 1
+            return Decision(Outcome.LIMITED, False, results, shadow_limited=shadowed)
+        # Only shadow policies refused: the request goes on, uncharged (all or nothing).
+        self.stats.allowed += 1
+        self.stats.shadow_limited += 1
+        return Decision(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
+
+    def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
+        raise NotImplementedError
+
+    def _shadow_refused(self, names: tuple[str, ...]) -> None:
+        now = time.monotonic()
+        for name in names:
+            last, unlogged = self._shadow_log.get(name, (float("-inf"), 0))
+            if now - last < 1.0:
+                self._shadow_log[name] = (last, unlogged + 1)
+                continue
+            self.log.warning(
+                "redis-tb: shadow policy '%s' would have limited a request (%d since the last line)",
+                name, unlogged + 1,
+            )
+            self._shadow_log[name] = (now, 0)
 
     def _degraded(self, error: BaseException | None) -> Decision:
         self.stats.degraded += 1
@@ -266,7 +386,7 @@ class RateLimiter:
             self._unlogged += 1
             return
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, asyncio.TimeoutError):
+        if isinstance(exc, (asyncio.TimeoutError, redis.exceptions.TimeoutError)):
             reason = f"no answer within {self.timeout * 1000:g} ms"
         if unknown:
             reason += " (is the redis-tb module loaded?)"
@@ -283,18 +403,228 @@ class RateLimiter:
         self._last_log = now
         self._unlogged = 0
 
-    async def _refund(self, decision: Decision) -> bool:
+    def _refund_buckets(self, decision: Decision) -> list[Bucket] | None:
         buckets = [Bucket(r.key, r.capacity, r.rate, r.cost) for r in decision.results if r.cost > 0]
         if not buckets:
-            return False
+            return None
         if not self._may_call():
             self.stats.refund_errors += 1
+            return None
+        return buckets
+
+    def _refund_failed(self, exc: BaseException) -> bool:
+        self.stats.refund_errors += 1
+        self._failed(exc, "TB.REFUND")
+        return False
+
+    # -- answering -------------------------------------------------------------
+
+    def headers(self, decision: Decision) -> list[tuple[str, str]]:
+        """The rate-limit headers of a decision (shadow policies left out)."""
+        return decision_headers(decision, legacy=self.legacy_headers)
+
+    def rejection(self, decision: Decision) -> Rejection | None:
+        """None when the request goes on; else ``(status, headers, body)`` of the 429
+        (limited) or 503 (store error, failing closed), body ``application/problem+json``
+        (``Content-Type`` is among the headers)."""
+        if decision.allowed:
+            return None
+        if decision.outcome is Outcome.LIMITED:
+            hs = self.headers(decision)
+            body = problem_body(problem(decision))
+            status = 429
+        else:
+            hs = [("Retry-After", "1")]
+            body = problem_body(store_error_problem())
+            status = 503
+        hs.append(("Content-Type", PROBLEM_TYPE))
+        return status, hs, body
+
+
+class RateLimiter(BaseLimiter):
+    """Checks a request against policies in one TB.MTAKE, all or nothing (asyncio).
+
+    ``client``: an :class:`AsyncClient` or a ``redis.asyncio.Redis`` (prefer
+    :meth:`AsyncClient.from_url`: tight socket timeouts, no retries).
+    ``client_ip``: the default key function (peer IP; pass
+    ``ClientIP(trusted_proxies=[...])`` behind proxies).
+    ``prefix``: keys are ``<prefix>:<policy>:<identity>``, or
+    ``<prefix>:{<tag>}:<policy>:<identity>`` with ``hash_tag`` (a function of the
+    request). On Redis Cluster, layered policies need one hash tag per request
+    (e.g. the user id or the client IP) so that their keys share a slot.
+    ``clock``: None (default) uses the Redis server's clock, the one clock every
+    app server agrees on; a function returning epoch seconds passes ``now``.
+    ``shadow``: every policy of this limiter in shadow mode (observe only).
+    """
+
+    client: AsyncClient
+
+    def __init__(self, client: AsyncClient | redis.asyncio.Redis, **options: Any) -> None:
+        super().__init__(**options)
+        self.client = client if isinstance(client, AsyncClient) else AsyncClient(client)
+
+    async def startup(self) -> None:
+        """Call in the app's lifespan: fail fast when the module is missing.
+
+        Raises :class:`ModuleNotLoadedError` when the server answers without the
+        module. An unreachable Redis is logged, not raised: the failure mode
+        handles it per request, and the app can start before Redis does.
+        """
+        try:
+            await asyncio.wait_for(self.client.check_module(), max(self.timeout, 1.0))
+        except ModuleNotLoadedError:
+            raise
+        except _CONNECTION_ERRORS as exc:
+            self._unreachable_at_startup(exc)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def _plans(
+        self,
+        request: Any,
+        policies: Sequence[Policy],
+        route: str | None,
+        peer: Any = _NO_PEER,
+        headers: HeaderGetter | None = None,
+    ) -> list[_Plan]:
+        steps = self._plan_steps(request, policies, route, peer, headers)
+        try:
+            pending = steps.send(None)
+            while True:
+                pending = steps.send(await pending)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def check(
+        self,
+        request: Any,
+        policies: Sequence[Policy],
+        route: str | None = None,
+        *,
+        peer: str | None = _NO_PEER,
+        headers: HeaderGetter | None = None,
+    ) -> Decision:
+        """Charge ``request`` on every applicable policy in one TB.MTAKE.
+
+        ``route`` is ``"METHOD /template"`` (None: matched no route). ``peer`` and
+        ``headers`` feed the default identity (see the module docstring); left out,
+        they are read from a Starlette ``request``.
+        """
+        plans = await self._plans(request, policies, route, peer, headers)
+        early = self._before_call(plans)
+        if early is not None:
+            return early
+        probe = self._probe_begin()
+        try:
+            buckets = [Bucket(pl.key, pl.capacity, pl.rate, pl.cost) for pl in plans]
+            reply = await _bounded(self.client.mtake(buckets, now=self._now()), self.timeout)
+        except _STORE_ERRORS as exc:
+            return self._after_error(exc)
+        finally:
+            if probe:
+                self._probing = False
+        return self._after_reply(plans, reply)
+
+    def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
+        return Decision(Outcome.ALLOWED, True, results, refunder=self._refund)
+
+    async def _refund(self, decision: Decision) -> bool:
+        buckets = self._refund_buckets(decision)
+        if buckets is None:
             return False
         try:
             await _bounded(self.client.refund_many(buckets, now=self._now()), self.timeout)
         except _STORE_ERRORS as exc:
-            self.stats.refund_errors += 1
-            self._failed(exc, "TB.REFUND")
+            return self._refund_failed(exc)
+        self.stats.refunds += 1
+        return True
+
+
+class SyncRateLimiter(BaseLimiter):
+    """:class:`RateLimiter` for synchronous code (Django under WSGI, threaded
+    servers): the same options and rules, a blocking Redis call.
+
+    ``client``: a :class:`Client` or a ``redis.Redis``. Use :meth:`Client.from_url`:
+    its socket timeout (default 50 ms) is what bounds each call on this path.
+    Decisions refund with ``decision.refund_sync()``.
+    """
+
+    client: Client
+
+    def __init__(self, client: Client | redis.Redis, **options: Any) -> None:
+        super().__init__(**options)
+        self.client = client if isinstance(client, Client) else Client(client)
+
+    def startup(self) -> None:
+        """Fail fast when the module is missing (e.g. in Django's ``AppConfig.ready``);
+        an unreachable Redis is only logged."""
+        try:
+            self.client.check_module()
+        except ModuleNotLoadedError:
+            raise
+        except _CONNECTION_ERRORS as exc:
+            self._unreachable_at_startup(exc)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _plans(
+        self,
+        request: Any,
+        policies: Sequence[Policy],
+        route: str | None,
+        peer: Any = _NO_PEER,
+        headers: HeaderGetter | None = None,
+    ) -> list[_Plan]:
+        steps = self._plan_steps(request, policies, route, peer, headers)
+        try:
+            pending = steps.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        steps.close()
+        if inspect.iscoroutine(pending):
+            pending.close()  # never awaited: no "coroutine was never awaited" warning
+        raise TypeError(
+            f"a key, limit, cost, tier or hash_tag function returned an awaitable ({pending!r}) "
+            "on the synchronous path: make it a plain function"
+        )
+
+    def check(
+        self,
+        request: Any,
+        policies: Sequence[Policy],
+        route: str | None = None,
+        *,
+        peer: str | None = _NO_PEER,
+        headers: HeaderGetter | None = None,
+    ) -> Decision:
+        """:meth:`RateLimiter.check`, blocking."""
+        plans = self._plans(request, policies, route, peer, headers)
+        early = self._before_call(plans)
+        if early is not None:
+            return early
+        probe = self._probe_begin()
+        try:
+            buckets = [Bucket(pl.key, pl.capacity, pl.rate, pl.cost) for pl in plans]
+            reply = self.client.mtake(buckets, now=self._now())
+        except _STORE_ERRORS as exc:
+            return self._after_error(exc)
+        finally:
+            if probe:
+                self._probing = False
+        return self._after_reply(plans, reply)
+
+    def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
+        return Decision(Outcome.ALLOWED, True, results, sync_refunder=self._refund)
+
+    def _refund(self, decision: Decision) -> bool:
+        buckets = self._refund_buckets(decision)
+        if buckets is None:
             return False
+        try:
+            self.client.refund_many(buckets, now=self._now())
+        except _STORE_ERRORS as exc:
+            return self._refund_failed(exc)
         self.stats.refunds += 1
         return True

@@ -1,5 +1,10 @@
 """Policies: a named limit (capacity and rate, fixed or chosen per request), whose
-bucket a request's identity picks, charged a cost per request, on some routes."""
+bucket a request's identity picks, charged a cost per request, on some routes.
+
+Framework-neutral: key, cost, limit and tier functions receive whatever request
+object the framework adapter passes (a Starlette ``Request`` under ASGI/FastAPI, a
+Django ``HttpRequest`` under Django), and may return a value or an awaitable (the
+latter only on the async path)."""
 
 from __future__ import annotations
 
@@ -7,9 +12,7 @@ import inspect
 import math
 import re
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Collection, Iterable, Mapping, TypeVar, Union
-
-from starlette.requests import Request
+from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, TypeVar, Union
 
 __all__ = [
     "CostFunc",
@@ -17,6 +20,7 @@ __all__ = [
     "Limit",
     "LimitFunc",
     "Policy",
+    "TierFunc",
     "per_day",
     "per_hour",
     "per_minute",
@@ -27,11 +31,13 @@ __all__ = [
 T = TypeVar("T")
 
 #: request -> identity (a user id, an API key, a tenant), or None to skip the policy.
-KeyFunc = Callable[[Request], Union[Awaitable[Union[str, None]], str, None]]
+KeyFunc = Callable[[Any], Union[Awaitable[Union[str, None]], str, None]]
 #: request -> tokens this request costs (>= 0).
-CostFunc = Callable[[Request], Union[Awaitable[float], float]]
+CostFunc = Callable[[Any], Union[Awaitable[float], float]]
 #: request -> the limit for this request (plan tiers), or None to skip the policy.
-LimitFunc = Callable[[Request], Union[Awaitable[Union["Limit", None]], "Limit", None]]
+LimitFunc = Callable[[Any], Union[Awaitable[Union["Limit", None]], "Limit", None]]
+#: request -> a plan name (tiers), or None.
+TierFunc = Callable[[Any], Union[Awaitable[Union[str, None]], str, None]]
 
 _NAME = re.compile(r"[a-z0-9_-]+\Z")
 _MAX = float(2**53)
@@ -109,6 +115,11 @@ class Policy:
       template, e.g. ``GET /items/{item_id}``, never the raw path); None: every route.
     - ``per_route``: one bucket per route (the route is part of the key) rather than
       one bucket shared by every route the policy applies to.
+    - ``shadow``: observe only. The bucket is charged exactly as when enforced (the
+      same single TB.MTAKE), but a refusal by this policy alone lets the request
+      through; it is counted, logged (once a second at most) and listed in
+      ``decision.shadow_limited``, and the policy is left out of the headers.
+      Moving a policy between shadow and enforced is this flag only.
     """
 
     name: str
@@ -117,6 +128,7 @@ class Policy:
     cost: float | CostFunc = 1
     routes: Collection[str] | None = None
     per_route: bool = False
+    shadow: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -130,18 +142,24 @@ class Policy:
             return True
         return route is not None and route in self.routes
 
-    async def limit_for(self, request: Request) -> Limit | None:
+    async def limit_for(self, request: Any) -> Limit | None:
         if isinstance(self.limit, Limit):
             return self.limit
-        out = await resolve(self.limit(request))
+        return self.checked_limit(await resolve(self.limit(request)))
+
+    async def cost_for(self, request: Any) -> float:
+        if not callable(self.cost):
+            return self.cost
+        return self.checked_cost(await resolve(self.cost(request)))
+
+    def checked_limit(self, out: object) -> Limit | None:
+        """What a limit function returned, checked."""
         if out is not None and not isinstance(out, Limit):
             raise TypeError(f"policy {self.name!r}: the limit function returned {out!r}")
         return out
 
-    async def cost_for(self, request: Request) -> float:
-        if not callable(self.cost):
-            return self.cost
-        out = await resolve(self.cost(request))
+    def checked_cost(self, out: object) -> float:
+        """What a cost function returned, checked."""
         if not (isinstance(out, (int, float)) and 0 <= out <= _MAX):
             raise ValueError(f"policy {self.name!r}: cost must be >= 0 and <= 2^53, got {out!r}")
         return out
@@ -155,6 +173,7 @@ def _per(
     cost: float | CostFunc,
     routes: Iterable[str] | None,
     per_route: bool,
+    shadow: bool,
 ) -> Policy:
     return Policy(
         name,
@@ -163,6 +182,7 @@ def _per(
         cost=cost,
         routes=None if routes is None else tuple(routes),
         per_route=per_route,
+        shadow=shadow,
     )
 
 
@@ -174,9 +194,10 @@ def per_second(
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
+    shadow: bool = False,
 ) -> Policy:
     """``n`` per second: capacity ``n``, rate ``n``/s."""
-    return _per(1, name, n, key, cost, routes, per_route)
+    return _per(1, name, n, key, cost, routes, per_route, shadow)
 
 
 def per_minute(
@@ -187,9 +208,10 @@ def per_minute(
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
+    shadow: bool = False,
 ) -> Policy:
     """``n`` per minute: capacity ``n``, rate ``n``/60 per second."""
-    return _per(60, name, n, key, cost, routes, per_route)
+    return _per(60, name, n, key, cost, routes, per_route, shadow)
 
 
 def per_hour(
@@ -200,9 +222,10 @@ def per_hour(
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
+    shadow: bool = False,
 ) -> Policy:
     """``n`` per hour: capacity ``n``, rate ``n``/3600 per second."""
-    return _per(3600, name, n, key, cost, routes, per_route)
+    return _per(3600, name, n, key, cost, routes, per_route, shadow)
 
 
 def per_day(
@@ -213,21 +236,23 @@ def per_day(
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
+    shadow: bool = False,
 ) -> Policy:
     """``n`` per day: capacity ``n``, rate ``n``/86400 per second."""
-    return _per(86400, name, n, key, cost, routes, per_route)
+    return _per(86400, name, n, key, cost, routes, per_route, shadow)
 
 
 def tiered(
     name: str,
     tiers: Mapping[str, Limit | None],
-    tier: Callable[[Request], Awaitable[str | None] | str | None],
+    tier: TierFunc,
     *,
     default: str | None = None,
     key: KeyFunc | None = None,
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
+    shadow: bool = False,
 ) -> Policy:
     """A policy whose limit depends on the caller's plan.
 
@@ -241,11 +266,20 @@ def tiered(
     if default is not None and default not in table:
         raise ValueError(f"default tier {default!r} is not in the tiers")
 
-    async def limit(request: Request) -> Limit | None:
-        plan = await resolve(tier(request))
+    def pick(plan: object) -> Limit | None:
         if plan is None or plan not in table:
             plan = default
         return None if plan is None else table[plan]
+
+    async def wait_pick(pending: Awaitable[str | None]) -> Limit | None:
+        return pick(await pending)
+
+    def limit(request: Any) -> Awaitable[Limit | None] | Limit | None:
+        # Synchronous when the tier function is (usable on the sync path too).
+        plan = tier(request)
+        if inspect.isawaitable(plan):
+            return wait_pick(plan)
+        return pick(plan)
 
     return Policy(
         name,
@@ -254,4 +288,5 @@ def tiered(
         cost=cost,
         routes=None if routes is None else tuple(routes),
         per_route=per_route,
+        shadow=shadow,
     )
