@@ -21,9 +21,10 @@ What it does, and why:
 * Every keyed workload runs on 100,000 keys that already exist, each in the state its own
   command leaves it in (FLUSHALL, then one call per key), so no run pays for creating keys
   or growing the keyspace dict while another does not.
-* Issue 12 (suite "issue12"): redis-cell 0.2.2, built once from its published crate
-  source into ${REDIS_TB_CACHE:-~/.cache/redis-tb}/redis-cell-0.2.2/ (tb_bench/peer.py),
-  is loaded into the same server; CL.THROTTLE, TB.THROTTLE, TB.TAKE on both clocks, the
+* Issue 12 (suite "issue12"): redis-cell 0.5.0 (issue 18: the current release, not the
+  registry's 0.2.2), built once from its release tarball (../shared/peers, or
+  REDIS_CELL_TARBALL) into ${REDIS_TB_CACHE:-~/.cache/redis-tb}/redis-cell-0.5.0-<sha256>/
+  (tb_bench/peer.py), is loaded into the same server; CL.THROTTLE, TB.THROTTLE, TB.TAKE on both clocks, the
   design notes' own script (read from ../shared/seeds at run time), the heavier token_bucket.lua and HSET
   run in the same rounds on two bucket shapes (small fast, large slow). If redis-cell
   cannot be built or loaded, the report says why and everything else still runs.
@@ -59,6 +60,7 @@ Environment / flags (flags win):
   REDIS_TB_MODULE    module path (default: target/release/libredis_tb.so, built if missing)
   REDIS_CELL_MODULE  a redis-cell .so to load instead of the cached build, or `off`
   REDIS_TB_CACHE     cache root for the redis-cell build (default ~/.cache/redis-tb)
+  REDIS_CELL_TARBALL the redis-cell 0.5.0 source (default ../shared/peers/redis-cell-0.5.0.tar.gz)
   BENCH_ROUNDS       rounds (default 5)                          --rounds
   BENCH_REQUESTS     requests per pipelined run (default 500000) --requests
   BENCH_REQUESTS_P1  requests per unpipelined run (default 80000) --requests-p1

@@ -236,12 +236,13 @@ def side_by_side(cfg, info, runs, wl, summary, memory, skipped) -> list[str]:
     if not shapes and not missing:
         return []
     L = ["## redis-cell side by side (issue 12)", "",
-         f"- Peer: {info.get('redis_cell', 'redis-cell not requested')}. The crate's "
-         "newest published version, 0.2.2, predates redis-cell's later replication change: "
-         "0.2.2 writes its key through RedisModule_Call without propagation and never calls "
-         "a Replicate function, so a CL.THROTTLE reaches neither replicas nor the AOF "
-         "(checked on Redis 7.0: the AOF stays empty). Its cost per call therefore has no "
-         "replication part, while every TB.* write pays for RedisModule_Replicate.",
+         f"- Peer: {info.get('redis_cell', 'redis-cell not requested')}. 0.5.0 is the "
+         "current release (the crate registry's newest, 0.2.2 of 2018, is slower and "
+         "replicates nothing). 0.5.0 replicates every call verbatim "
+         "(RedisModule_ReplicateVerbatim: the command as sent, recomputed by replicas on "
+         "their own clock) and keeps one string per key; TB.* replicates its exact effects "
+         "(HSET, and PEXPIREAT when the expiry moves) into a hash. What else 0.5.0 does "
+         "differently is in bench/results/redis-cell-0.5.0.md (bench/cell_facts.py).",
          "- One server holds both modules; every workload below runs in the same "
          "interleaved rounds as the rest, at -c 50 and -P 16 and -P 1. *vs redis-cell* "
          "and *CPU vs redis-cell* are medians of per-round ratios against CL.THROTTLE on "
