@@ -1,0 +1,22 @@
+/** Shared bits of the framework adapters. */
+import type { IncomingHttpHeaders } from 'node:http';
+import { routeSet } from './policy.js';
+
+export type RefundOn = readonly number[] | ((status: number) => boolean);
+
+export function refundPredicate(refundOn: RefundOn | undefined): ((status: number) => boolean) | null {
+  if (refundOn === undefined) return null;
+  if (typeof refundOn === 'function') return refundOn;
+  const set = new Set(refundOn);
+  return set.size ? (status) => set.has(status) : null;
+}
+
+export function excludeSet(exclude: string | readonly string[] | undefined): ReadonlySet<string> {
+  return routeSet(exclude ?? []) ?? new Set();
+}
+
+export function headerLines(headers: IncomingHttpHeaders, name: string): string[] {
+  const v = headers[name];
+  if (v === undefined) return [];
+  return Array.isArray(v) ? v : [v];
+}

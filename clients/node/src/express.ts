@@ -1,0 +1,199 @@
+/**
+ * Express middleware: `app.use(rateLimit(limiter, { policies }))`.
+ *
+ * `app.use` middleware runs before Express routes the request, so `req.route` is not set
+ * yet: the middleware resolves the route the way the router will, walking the app's
+ * router stack (`app.router` on Express 5, `app._router` on Express 4) with the request's
+ * path and method, descending into mounted Routers and joining their mount paths with the
+ * matched route's path: `'GET /users/:uid/items/:id'`. The first route that matches the
+ * path and handles the method is the one Express runs. The same middleware may also be
+ * put on a route (`app.get(path, mw, handler)`); a request is checked once.
+ */
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
+import type { Decision } from './decision.js';
+import { PROBLEM_TYPE, type ProblemBody, problem, storeErrorProblem } from './headers.js';
+import type { RateLimiter } from './limiter.js';
+import type { Policy } from './policy.js';
+
+export interface ExpressRateLimitOptions {
+  policies: readonly Policy<Request>[];
+  /** limit requests that match no route (only route-less policies apply); default false */
+  limitUnmatched?: boolean;
+  /** `'METHOD /template'` routes never limited, e.g. `['GET /healthz']` */
+  exclude?: string | readonly string[];
+  /** status codes (or a predicate) whose responses are refunded automatically, e.g. 5xx */
+  refundOn?: RefundOn;
+}
+
+interface RouteLike {
+  path?: unknown;
+  _handlesMethod?: (method: string) => boolean;
+  _handles_method?: (method: string) => boolean;
+}
+
+interface LayerLike {
+  route?: RouteLike;
+  handle?: { stack?: unknown };
+  matchers?: Array<(path: string) => false | { path: string }>;
+  rawPath?: unknown;
+  slash?: boolean;
+  match?: (path: string) => boolean;
+  path?: string;
+}
+
+const CHECKED = Symbol.for('redis-tb.express.checked');
+
+function pathText(p: unknown): string {
+  return typeof p === 'string' ? p : String(p);
+}
+
+/** The matched part of `path` for a layer, and which of its paths matched; null: no match. */
+function matchLayer(layer: LayerLike, path: string): { matched: string; index: number } | null {
+  if (Array.isArray(layer.matchers)) {
+    // Express 5 (router 2.x): pure matchers, no state written on the layer
+    if (layer.slash) return { matched: '', index: 0 };
+    for (let i = 0; i < layer.matchers.length; i++) {
+      const m = layer.matchers[i]!(path);
+      if (m) return { matched: m.path, index: i };
+    }
+    return null;
+  }
+  if (typeof layer.match === 'function') {
+    // Express 4: match() stores the matched path on the layer (Express itself calls
+    // match() again before it uses a layer, so this is safe on one thread)
+    return layer.match(path) ? { matched: layer.path ?? '', index: 0 } : null;
+  }
+  return null;
+}
+
+function handles(route: RouteLike, method: string): boolean {
+  if (typeof route._handlesMethod === 'function') return route._handlesMethod(method);
+  if (typeof route._handles_method === 'function') return route._handles_method(method);
+  return false;
+}
+
+function templateOf(raw: unknown, index: number, fallback: string): string {
+  if (Array.isArray(raw)) return raw[index] === undefined ? fallback : pathText(raw[index]);
+  if (raw === undefined || raw === null) return fallback;
+  return pathText(raw);
+}
+
+function resolve(stack: readonly LayerLike[], path: string, method: string, prefix: string, depth: number): string | null {
+  if (depth > 32) return null;
+  for (const layer of stack) {
+    const m = matchLayer(layer, path);
+    if (m === null) continue;
+    if (layer.route) {
+      if (!handles(layer.route, method)) continue;
+      return prefix + templateOf(layer.rawPath ?? layer.route.path, m.index, m.matched);
+    }
+    const sub = layer.handle?.stack;
+    if (Array.isArray(sub)) {
+      let mount = templateOf(layer.rawPath, m.index, m.matched);
+      if (mount === '/') mount = '';
+      let rest = path.slice(m.matched.length);
+      if (!rest.startsWith('/')) rest = `/${rest}`;
+      const inner = resolve(sub as LayerLike[], rest, method, prefix + mount.replace(/\/$/, ''), depth + 1);
+      if (inner !== null) return inner;
+    }
+  }
+  return null;
+}
+
+/** `'METHOD /template'` of the route Express will run for this request, or null. */
+export function routeTemplate(req: Request): string | null {
+  const app = req.app as unknown as { router?: { stack?: unknown }; _router?: { stack?: unknown } };
+  let router: { stack?: unknown } | undefined;
+  try {
+    router = app.router ?? app._router; // Express 4 throws on app.router
+  } catch {
+    router = app._router;
+  }
+  const stack = router?.stack;
+  if (!Array.isArray(stack)) return null;
+  const url = req.originalUrl ?? req.url;
+  const q = url.indexOf('?');
+  const path = q < 0 ? url : url.slice(0, q);
+  const template = resolve(stack as LayerLike[], path, req.method.toLowerCase(), '', 0);
+  return template === null ? null : `${req.method.toUpperCase()} ${template}`;
+}
+
+function sendProblem(res: Response, status: number, body: ProblemBody, headers: Array<[string, string]>): void {
+  const payload = JSON.stringify(body);
+  res.statusCode = status;
+  for (const [k, v] of headers) res.setHeader(k, v);
+  res.setHeader('Content-Type', PROBLEM_TYPE);
+  res.setHeader('Content-Length', Buffer.byteLength(payload));
+  res.end(payload);
+}
+
+declare global {
+  // eslint-disable-next-line @typescript-eslint/no-namespace
+  namespace Express {
+    interface Locals {
+      /** redis-tb's decision for this request */
+      rateLimit?: Decision;
+    }
+  }
+}
+
+/** The Express middleware. The decision is `res.locals.rateLimit`. */
+export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLimitOptions): RequestHandler {
+  const names = options.policies.map((p) => p.name);
+  if (new Set(names).size !== names.length) throw new RangeError(`policy names must be distinct: ${names.join(', ')}`);
+  const policies = [...options.policies];
+  const limitUnmatched = options.limitUnmatched ?? false;
+  const exclude = excludeSet(options.exclude);
+  const refundOn = refundPredicate(options.refundOn);
+
+  return async function redisTbRateLimit(req: Request, res: Response, next: NextFunction): Promise<void> {
+    const marked = req as unknown as Record<symbol, boolean>;
+    if (marked[CHECKED]) {
+      next();
+      return;
+    }
+    marked[CHECKED] = true;
+    const route = routeTemplate(req);
+    if ((route === null && !limitUnmatched) || (route !== null && exclude.has(route))) {
+      next();
+      return;
+    }
+    let decision: Decision;
+    try {
+      decision = await limiter.check(
+        { request: req, peer: req.socket.remoteAddress, header: (name) => headerLines(req.headers, name), route },
+        policies,
+      );
+    } catch (err) {
+      next(err);
+      return;
+    }
+    res.locals.rateLimit = decision;
+    const headers = limiter.headers(decision);
+    if (decision.outcome === 'limited') {
+      sendProblem(res, 429, problem(decision), headers);
+      return;
+    }
+    if (!decision.allowed) {
+      sendProblem(res, 503, storeErrorProblem(), [['Retry-After', '1']]);
+      return;
+    }
+    for (const [k, v] of headers) res.setHeader(k, v);
+    if (refundOn && decision.charged) {
+      // Settle the automatic refund before the response completes: a client that has the
+      // response sees the bucket refunded.
+      const end = res.end as (...args: unknown[]) => Response;
+      (res as unknown as { end: (...args: unknown[]) => Response }).end = function endAfterRefund(...args: unknown[]): Response {
+        if (refundOn(res.statusCode) && !decision.refunded) {
+          void decision.refund().finally(() => end.apply(res, args));
+          return res;
+        }
+        return end.apply(res, args);
+      };
+    }
+    next();
+  };
+}
+
+export default rateLimit;

@@ -1,0 +1,81 @@
+/**
+ * Fastify plugin (fastify-plugin: its hooks apply to the whole app):
+ * `await app.register(fastifyRateLimit, { limiter, policies })`.
+ *
+ * `onRequest` checks the request against `request.routeOptions.url` (the route's
+ * template, e.g. `/items/:id`) and `request.method`; requests matching no route
+ * (404) are not limited unless `limitUnmatched`. `onSend` settles the automatic
+ * refund (`refundOn`) before the response goes out. The decision is `request.rateLimit`.
+ */
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
+import type { Decision } from './decision.js';
+import { PROBLEM_TYPE, type ProblemBody, problem, storeErrorProblem } from './headers.js';
+import type { RateLimiter } from './limiter.js';
+import type { Policy } from './policy.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** redis-tb's decision for this request (null: not checked) */
+    rateLimit: Decision | null;
+  }
+}
+
+export interface FastifyRateLimitOptions {
+  limiter: RateLimiter<FastifyRequest>;
+  policies: readonly Policy<FastifyRequest>[];
+  limitUnmatched?: boolean;
+  exclude?: string | readonly string[];
+  refundOn?: RefundOn;
+}
+
+function sendProblem(reply: FastifyReply, status: number, body: ProblemBody, headers: Array<[string, string]>): FastifyReply {
+  for (const [k, v] of headers) reply.header(k, v);
+  return reply.code(status).type(PROBLEM_TYPE).send(JSON.stringify(body));
+}
+
+const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options) => {
+  const names = options.policies.map((p) => p.name);
+  if (new Set(names).size !== names.length) throw new RangeError(`policy names must be distinct: ${names.join(', ')}`);
+  const { limiter } = options;
+  const policies = [...options.policies];
+  const limitUnmatched = options.limitUnmatched ?? false;
+  const exclude = excludeSet(options.exclude);
+  const refundOn = refundPredicate(options.refundOn);
+
+  app.decorateRequest('rateLimit', null);
+
+  app.addHook('onRequest', async (request, reply) => {
+    const url = request.routeOptions.url;
+    const route = url === undefined ? null : `${request.method.toUpperCase()} ${url}`;
+    if ((route === null && !limitUnmatched) || (route !== null && exclude.has(route))) return;
+    const decision = await limiter.check(
+      {
+        request,
+        peer: request.raw.socket.remoteAddress,
+        header: (name) => headerLines(request.headers, name),
+        route,
+      },
+      policies,
+    );
+    request.rateLimit = decision;
+    const headers = limiter.headers(decision);
+    if (decision.outcome === 'limited') return sendProblem(reply, 429, problem(decision), headers);
+    if (!decision.allowed) return sendProblem(reply, 503, storeErrorProblem(), [['Retry-After', '1']]);
+    for (const [k, v] of headers) reply.header(k, v);
+    return undefined;
+  });
+
+  if (refundOn) {
+    app.addHook('onSend', async (request, reply, payload) => {
+      const d = request.rateLimit;
+      if (d && d.charged && !d.refunded && refundOn(reply.statusCode)) await d.refund();
+      return payload;
+    });
+  }
+};
+
+/** The Fastify plugin. */
+export const fastifyRateLimit = fp(plugin, { fastify: '>=4', name: 'redis-tb' });
+export default fastifyRateLimit;

@@ -1,0 +1,182 @@
+/**
+ * From a decision to HTTP: `RateLimit-Policy` / `RateLimit` (IETF httpapi
+ * ratelimit-headers, draft -10/-11 syntax, serialized with `structured-headers`),
+ * optional legacy `X-RateLimit-*`, `Retry-After` and the RFC 9457 problem bodies.
+ *
+ * q = floor(capacity); w = ceil(capacity / rate) >= 1 (snapped to the nearest integer
+ * within 1e-9 relative); r = max(0, floor(remaining)); t = ceil(resetAfter), 0 when full;
+ * integers capped at 999,999,999,999,999. Retry-After = max(1, ceil(retryAfter)) of the
+ * longest wait among the violated policies, absent when one can never admit (-1).
+ * Shadow policies are left out of every header.
+ */
+import { type Item, type List, serializeList } from 'structured-headers';
+import type { Decision, PolicyResult } from './decision.js';
+
+export const SF_INT_MAX = 999_999_999_999_999;
+export const PROBLEM_TYPE = 'application/problem+json';
+
+function sfInt(x: number): number {
+  if (Number.isNaN(x)) throw new RangeError('NaN in a rate-limit header value');
+  return Math.min(Math.max(x, 0), SF_INT_MAX);
+}
+
+/** q: floor(capacity) */
+export function quota(capacity: number): number {
+  return sfInt(Math.floor(Math.min(capacity, SF_INT_MAX)));
+}
+
+/** w: seconds to refill the whole quota, ceil(capacity / rate), >= 1 */
+export function windowSeconds(capacity: number, rate: number): number {
+  let x = capacity / rate;
+  if (x >= SF_INT_MAX) return SF_INT_MAX;
+  const nearest = Math.round(x);
+  if (Math.abs(x - nearest) <= 1e-9 * Math.max(1, x)) x = nearest;
+  return sfInt(Math.max(1, Math.ceil(x)));
+}
+
+/** r: max(0, floor(remaining)) */
+export function remainingUnits(remaining: number): number {
+  return sfInt(Math.floor(Math.min(Math.max(remaining, 0), SF_INT_MAX)));
+}
+
+/** t: ceil(resetAfter), 0 when full */
+export function resetSeconds(resetAfter: number): number {
+  return sfInt(Math.ceil(Math.min(Math.max(resetAfter, 0), SF_INT_MAX)));
+}
+
+/** Whole seconds for Retry-After: max(1, ceil(retryAfter)); null for -1 (never). */
+export function retryAfterSeconds(retryAfter: number): number | null {
+  if (retryAfter < 0) return null;
+  return Math.max(1, Math.ceil(Math.min(retryAfter, SF_INT_MAX)));
+}
+
+function item(name: string, params: Record<string, number>): Item {
+  return [name, new Map(Object.entries(params))];
+}
+
+const policyCache = new Map<string, string>();
+
+/** `RateLimit-Policy: "ip";q=10;w=1, "user";q=100;w=3600` */
+export function ratelimitPolicy(results: readonly PolicyResult[]): string {
+  const cacheKey = results.map((r) => `${r.name} ${r.capacity} ${r.rate}`).join('\n');
+  let out = policyCache.get(cacheKey);
+  if (out === undefined) {
+    const list: List = results.map((r) => item(r.name, { q: quota(r.capacity), w: windowSeconds(r.capacity, r.rate) }));
+    out = serializeList(list);
+    if (policyCache.size >= 1024) policyCache.clear();
+    policyCache.set(cacheKey, out);
+  }
+  return out;
+}
+
+/** `RateLimit: "ip";r=9;t=1, "user";r=99;t=36` */
+export function ratelimit(results: readonly PolicyResult[]): string {
+  return serializeList(results.map((r) => item(r.name, { r: remainingUnits(r.remaining), t: resetSeconds(r.resetAfter) })));
+}
+
+export type LegacyReset = 'unix' | 'delta';
+
+export interface HeaderOptions {
+  legacyHeaders?: boolean;
+  legacyReset?: LegacyReset;
+  /** epoch milliseconds, for the Unix-time X-RateLimit-Reset (default Date.now()) */
+  nowMs?: number;
+}
+
+/**
+ * `X-RateLimit-Limit/Remaining/Reset` of the policy with the smallest remaining (ties: the
+ * first). Reset: `ceil(now_unix + resetAfter)` (default) or the delta seconds t.
+ */
+export function legacyHeaders(results: readonly PolicyResult[], opts: HeaderOptions = {}): Array<[string, string]> {
+  if (!results.length) return [];
+  let tight = results[0]!;
+  for (const r of results) if (r.remaining < tight.remaining) tight = r;
+  const reset = (opts.legacyReset ?? 'unix') === 'delta'
+    ? resetSeconds(tight.resetAfter)
+    : Math.ceil((opts.nowMs ?? Date.now()) / 1000 + Math.max(0, tight.resetAfter));
+  return [
+    ['X-RateLimit-Limit', String(quota(tight.capacity))],
+    ['X-RateLimit-Remaining', String(remainingUnits(tight.remaining))],
+    ['X-RateLimit-Reset', String(reset)],
+  ];
+}
+
+/** `Retry-After` for a refused decision, null when allowed or never admissible. */
+export function retryAfterHeader(decision: Decision): string | null {
+  if (!decision.limited || decision.retryAfter === undefined) return null;
+  const secs = retryAfterSeconds(decision.retryAfter);
+  return secs === null ? null : String(secs);
+}
+
+/** Every rate-limit header for a decision (empty when Redis was not consulted). */
+export function decisionHeaders(decision: Decision, opts: HeaderOptions = {}): Array<[string, string]> {
+  const shown = decision.results.filter((r) => !r.shadow);
+  const headers: Array<[string, string]> = [];
+  if (shown.length) {
+    headers.push(['RateLimit-Policy', ratelimitPolicy(shown)], ['RateLimit', ratelimit(shown)]);
+    if (opts.legacyHeaders) headers.push(...legacyHeaders(shown, opts));
+  }
+  const retry = retryAfterHeader(decision);
+  if (retry !== null) headers.push(['Retry-After', retry]);
+  return headers;
+}
+
+/** Python's `%g`: 6 significant digits, trailing zeros dropped. */
+export function fmtG(x: number): string {
+  if (x === 0) return '0';
+  const exp = Math.floor(Math.log10(Math.abs(x)));
+  if (exp < -4 || exp >= 6) {
+    const [m, e] = x.toExponential(5).split('e') as [string, string];
+    const mant = m.includes('.') ? m.replace(/0+$/, '').replace(/\.$/, '') : m;
+    const ev = Number(e);
+    return `${mant}e${ev < 0 ? '-' : '+'}${String(Math.abs(ev)).padStart(2, '0')}`;
+  }
+  const s = x.toPrecision(6);
+  return s.includes('.') ? s.replace(/0+$/, '').replace(/\.$/, '') : s;
+}
+
+export interface ProblemBody {
+  type: 'about:blank';
+  title: string;
+  status: number;
+  detail: string;
+  violated_policies?: string[];
+  retry_after?: number | null;
+}
+
+/** The RFC 9457 body of a 429. */
+export function problem(decision: Decision): ProblemBody {
+  const violated = decision.violated;
+  const wait = decision.retryAfter;
+  const never = decision.results.filter((r) => !r.allowed && !r.shadow && r.retryAfter < 0);
+  let detail: string;
+  let retry: number | null;
+  if (never.length) {
+    detail = never
+      .map((r) => `this request costs ${fmtG(r.cost)} but policy '${r.name}' allows at most ${fmtG(r.capacity)} at once: it can never succeed`)
+      .join('; ');
+    retry = null;
+  } else {
+    const secs = retryAfterSeconds(wait ?? 0);
+    detail = `rate limit exceeded for ${violated.map((n) => `'${n}'`).join(', ')}: retry after ${secs} s`;
+    retry = wait ?? 0;
+  }
+  return {
+    type: 'about:blank',
+    title: 'Too Many Requests',
+    status: 429,
+    detail,
+    violated_policies: violated,
+    retry_after: retry,
+  };
+}
+
+/** The RFC 9457 body of the 503 a fail-closed limiter answers when Redis fails. */
+export function storeErrorProblem(): ProblemBody {
+  return {
+    type: 'about:blank',
+    title: 'Service Unavailable',
+    status: 503,
+    detail: "the rate limiter's store is unavailable; retry shortly",
+  };
+}

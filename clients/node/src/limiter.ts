@@ -1,0 +1,397 @@
+/**
+ * The request-path limiter: policies -> keys -> one TB.MTAKE -> a Decision, with an
+ * explicit failure mode for when Redis is down or slow.
+ *
+ * Failure handling (the same in the Python and Rust integrations):
+ * - every call is bounded by `timeoutMs` (default 50) and made at most once;
+ * - after a connection error or timeout, Redis is left alone for `cooldownMs` (default
+ *   1000) and the failure mode applies directly; then a single request probes it again
+ *   while the others keep the failure mode;
+ * - fail-open (the default) lets requests through unlimited, without rate-limit headers;
+ *   `failOpen: false` answers 503 with `Retry-After: 1`;
+ * - one log line per second at most, and counters in `limiter.stats`.
+ */
+import { performance } from 'node:perf_hooks';
+import { type RedisLike, TbClient } from './client.js';
+import { Decision, type PolicyResult } from './decision.js';
+import { DenyCache, type DenyCacheOptions } from './denycache.js';
+import {
+  ModuleNotLoadedError, RedisTbError, RedisTbTimeoutError, UnexpectedReplyError,
+} from './errors.js';
+import { type HeaderOptions, type LegacyReset, decisionHeaders } from './headers.js';
+import { ClientIp } from './ip.js';
+import type { LimiterMetrics } from './metrics.js';
+import type { AnyRequest, Policy } from './policy.js';
+import type { Bucket, MultiReply } from './replies.js';
+
+export interface Logger {
+  warn(message: string): void;
+}
+
+export interface LimiterStats {
+  /** requests checked against Redis (or meant to be) */
+  checks: number;
+  allowed: number;
+  limited: number;
+  /** Redis calls that failed: connection errors, timeouts, error replies */
+  storeErrors: number;
+  /** requests decided by the failure mode (store errors + cool-down skips) */
+  degraded: number;
+  refunds: number;
+  refundErrors: number;
+  /** shadow policies that refused (one per policy per request) */
+  shadowLimited: number;
+  /** requests refused by the local deny cache */
+  denyCacheHits: number;
+}
+
+export interface RateLimiterOptions<Req = AnyRequest> {
+  prefix?: string;
+  clientIp?: ClientIp;
+  hashTag?: (request: Req) => string | null | undefined | Promise<string | null | undefined>;
+  failOpen?: boolean;
+  timeoutMs?: number;
+  cooldownMs?: number;
+  legacyHeaders?: boolean;
+  legacyReset?: LegacyReset;
+  shadow?: boolean;
+  denyCache?: DenyCacheOptions;
+  metrics?: LimiterMetrics;
+  name?: string;
+  logger?: Logger;
+  /** () => epoch seconds passed as `now`; default: the Redis server's clock */
+  clock?: () => number;
+}
+
+/** What a framework adapter knows about a request. */
+export interface RequestContext<Req = AnyRequest> {
+  /** the framework's request, passed to key/cost/limit functions */
+  request: Req;
+  /** the TCP peer's address */
+  peer: string | undefined | null;
+  /** the lines of a request header (lower-case name) */
+  header(name: string): string[];
+  /** `'METHOD /template'` or null (matched no route) */
+  route: string | null;
+}
+
+interface Plan {
+  policy: Policy;
+  key: string;
+  capacity: number;
+  rate: number;
+  cost: number;
+  shadow: boolean;
+}
+
+function routePart(route: string): string {
+  // A '{' in a key starts a Redis Cluster hash tag: keep templates' braces out.
+  return route.replace(/\{/g, '<').replace(/\}/g, '>');
+}
+
+function bounded<T>(call: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RedisTbTimeoutError(what, ms)), ms);
+  });
+  call.catch(() => undefined); // a late failure after the timeout is not unhandled
+  return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Checks a request against policies in one TB.MTAKE, all or nothing. */
+export class RateLimiter<Req = AnyRequest> {
+  readonly client: TbClient;
+  readonly prefix: string;
+  readonly clientIp: ClientIp;
+  readonly hashTag: RateLimiterOptions<Req>['hashTag'];
+  readonly failOpen: boolean;
+  readonly timeoutMs: number;
+  readonly cooldownMs: number;
+  readonly legacyHeaders: boolean;
+  readonly legacyReset: LegacyReset;
+  readonly shadow: boolean;
+  readonly denyCache: DenyCache | null;
+  readonly metrics: LimiterMetrics | null;
+  readonly name: string;
+  readonly logger: Logger;
+  readonly clock: (() => number) | undefined;
+  readonly stats: LimiterStats = {
+    checks: 0, allowed: 0, limited: 0, storeErrors: 0, degraded: 0,
+    refunds: 0, refundErrors: 0, shadowLimited: 0, denyCacheHits: 0,
+  };
+  private openUntil = 0;
+  private probing = false;
+  private lastLog = -Infinity;
+  private unlogged = 0;
+  private readonly shadowLog = new Map<string, { last: number; count: number }>();
+
+  constructor(client: RedisLike, options: RateLimiterOptions<Req> = {}) {
+    this.client = TbClient.from(client);
+    this.prefix = options.prefix ?? 'rl';
+    this.clientIp = options.clientIp ?? new ClientIp();
+    this.hashTag = options.hashTag;
+    this.failOpen = options.failOpen ?? true;
+    this.timeoutMs = options.timeoutMs ?? 50;
+    this.cooldownMs = options.cooldownMs ?? 1000;
+    this.legacyHeaders = options.legacyHeaders ?? false;
+    this.legacyReset = options.legacyReset ?? 'unix';
+    if (this.legacyReset !== 'unix' && this.legacyReset !== 'delta') {
+      throw new RangeError(`legacyReset must be 'unix' or 'delta', got ${String(this.legacyReset)}`);
+    }
+    this.shadow = options.shadow ?? false;
+    this.denyCache = options.denyCache ? new DenyCache(options.denyCache) : null;
+    this.metrics = options.metrics ?? null;
+    this.name = options.name ?? 'default';
+    this.logger = options.logger ?? console;
+    this.clock = options.clock;
+  }
+
+  // -- lifecycle -----------------------------------------------------------------
+
+  /**
+   * Call at startup: throws {@link ModuleNotLoadedError} when the server answers without
+   * the module. An unreachable Redis is logged, not thrown: the failure mode handles it
+   * per request, and the app can start before Redis does.
+   */
+  async startup(): Promise<void> {
+    try {
+      await bounded(this.client.checkModule(), Math.max(this.timeoutMs, 1000), 'COMMAND INFO');
+    } catch (err) {
+      if (err instanceof ModuleNotLoadedError || err instanceof RedisTbError) throw err;
+      this.logger.warn(
+        `redis-tb: cannot reach Redis at ${this.client.server} to check the module (${describeError(err)}); ` +
+          `failing ${this.failOpen ? 'open' : 'closed'} until it answers`,
+      );
+    }
+  }
+
+  /** Alias of `client.checkModule()`: throws when the module is missing or Redis unreachable. */
+  checkModule(): Promise<void> {
+    return this.client.checkModule();
+  }
+
+  /** The headers options of this limiter (legacy headers and their reset format). */
+  get headerOptions(): HeaderOptions {
+    return { legacyHeaders: this.legacyHeaders, legacyReset: this.legacyReset };
+  }
+
+  /** Every rate-limit header for a decision of this limiter. */
+  headers(decision: Decision): Array<[string, string]> {
+    return decisionHeaders(decision, this.headerOptions);
+  }
+
+  // -- keys ----------------------------------------------------------------------
+
+  /** The bucket key of `identity` under `policy`. */
+  key(policy: string, identity: string, opts: { route?: string | null; tag?: string | null } = {}): string {
+    const id = opts.route != null ? `${routePart(opts.route)}:${identity}` : identity;
+    if (opts.tag != null) return `${this.prefix}:{${opts.tag}}:${policy}:${id}`;
+    return `${this.prefix}:${policy}:${id}`;
+  }
+
+  private async plans(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Promise<Plan[]> {
+    const tag = this.hashTag ? await this.hashTag(ctx.request) : null;
+    const out: Plan[] = [];
+    for (const p of policies) {
+      if (!p.appliesTo(ctx.route)) continue;
+      const identity = p.key
+        ? await p.key(ctx.request)
+        : this.clientIp.identity(ctx.peer, this.clientIp.trusted.length ? ctx.header(this.clientIp.header) : []);
+      if (identity === null || identity === undefined) continue;
+      const limit = await p.limitFor(ctx.request);
+      if (limit === null) continue;
+      const cost = await p.costFor(ctx.request);
+      const key = this.key(p.name, identity, { route: p.perRoute ? ctx.route : null, tag: tag ?? null });
+      out.push({ policy: p as Policy, key, capacity: limit.capacity, rate: limit.rate, cost, shadow: this.shadow || p.shadow });
+    }
+    if (new Set(out.map((pl) => pl.key)).size !== out.length) {
+      throw new RangeError('two policies of one request map to the same key: give them distinct names');
+    }
+    return out;
+  }
+
+  // -- the request path ----------------------------------------------------------
+
+  /** Charge the request on every applicable policy in one TB.MTAKE. */
+  async check(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Promise<Decision> {
+    const plans = await this.plans(ctx, policies);
+    if (!plans.length) return new Decision({ outcome: 'not_limited', allowed: true });
+    this.stats.checks += 1;
+    if (this.denyCache) {
+      const cached = this.fromDenyCache(plans);
+      if (cached) return cached;
+    }
+    if (!this.mayCall()) return this.degraded(undefined);
+    const probe = this.openUntil !== 0;
+    if (probe) this.probing = true;
+    let reply: MultiReply;
+    const started = performance.now();
+    try {
+      const buckets: Bucket[] = plans.map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, n: pl.cost }));
+      reply = await bounded(this.client.mtake(buckets, { now: this.now() }), this.timeoutMs, 'TB.MTAKE');
+    } catch (err) {
+      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+      this.failed(err, 'TB.MTAKE');
+      return this.degraded(err);
+    } finally {
+      if (probe) this.probing = false;
+    }
+    this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+    this.openUntil = 0;
+    return this.decide(plans, reply);
+  }
+
+  private now(): number | undefined {
+    return this.clock ? this.clock() : undefined;
+  }
+
+  private mayCall(): boolean {
+    if (this.openUntil === 0) return true;
+    // Cooling down after a failure: skip Redis; afterwards one probe at a time.
+    return performance.now() >= this.openUntil && !this.probing;
+  }
+
+  private fromDenyCache(plans: Plan[]): Decision | null {
+    const cache = this.denyCache!;
+    const now = performance.now();
+    const results: PolicyResult[] = [];
+    for (const pl of plans) {
+      if (pl.shadow) continue; // shadow policies always reach Redis
+      const e = cache.lookup(pl.key, pl.capacity, pl.rate, pl.cost, now);
+      if (!e) continue;
+      results.push({
+        name: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost,
+        allowed: false, remaining: 0,
+        retryAfter: (e.denyUntil - now) / 1000,
+        resetAfter: Math.max(0, (e.resetAt - now) / 1000),
+        shadow: false,
+      });
+    }
+    if (!results.length) return null;
+    this.stats.limited += 1;
+    this.stats.denyCacheHits += 1;
+    for (const r of results) {
+      this.metrics?.denyCacheHit(this.name, r.name);
+      this.metrics?.limited(this.name, r.name);
+    }
+    return new Decision({ outcome: 'limited', allowed: false, results, fromCache: true });
+  }
+
+  private decide(plans: Plan[], reply: MultiReply): Decision {
+    const results: PolicyResult[] = plans.map((pl, i) => {
+      const r = reply.keys[i]!;
+      return {
+        name: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost,
+        allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter, resetAfter: r.resetAfter,
+        shadow: pl.shadow,
+      };
+    });
+    if (reply.allowed) {
+      this.stats.allowed += 1;
+      for (const r of results) this.metrics?.allowed(this.name, r.name);
+      return new Decision({
+        outcome: 'allowed', allowed: true, results, charged: true, refunder: (d) => this.refund(d),
+      });
+    }
+    const shadowRefused = results.filter((r) => !r.allowed && r.shadow);
+    for (const r of shadowRefused) this.noteShadow(r.name);
+    const enforced = results.filter((r) => !r.allowed && !r.shadow);
+    if (!enforced.length) {
+      // Only shadow policies refused: nothing was charged (all or nothing), the request goes on.
+      this.stats.allowed += 1;
+      return new Decision({
+        outcome: 'allowed', allowed: true, results, charged: false, shadowLimited: shadowRefused.map((r) => r.name),
+      });
+    }
+    this.stats.limited += 1;
+    for (const r of enforced) this.metrics?.limited(this.name, r.name);
+    if (this.denyCache) {
+      const now = performance.now();
+      for (const r of enforced) {
+        if (!(r.retryAfter > 0)) continue;
+        this.denyCache.remember(r.key, {
+          policy: r.name, capacity: r.capacity, rate: r.rate, cost: r.cost,
+          denyUntil: now + r.retryAfter * 1000, resetAt: now + Math.max(0, r.resetAfter) * 1000,
+        }, now);
+      }
+    }
+    return new Decision({
+      outcome: 'limited', allowed: false, results, shadowLimited: shadowRefused.map((r) => r.name),
+    });
+  }
+
+  private noteShadow(policy: string): void {
+    this.stats.shadowLimited += 1;
+    this.metrics?.shadowLimited(this.name, policy);
+    const now = performance.now();
+    const s = this.shadowLog.get(policy) ?? { last: -Infinity, count: 0 };
+    s.count += 1;
+    if (now - s.last >= 1000) {
+      this.logger.warn(`redis-tb: shadow policy '${policy}' would have limited a request (${s.count} since the last line)`);
+      s.last = now;
+      s.count = 0;
+    }
+    this.shadowLog.set(policy, s);
+  }
+
+  private degraded(error: unknown): Decision {
+    this.stats.degraded += 1;
+    this.metrics?.degraded(this.name);
+    return new Decision({ outcome: 'store_error', allowed: this.failOpen, error });
+  }
+
+  private failed(err: unknown, what: string): void {
+    this.stats.storeErrors += 1;
+    this.metrics?.storeError(this.name);
+    const unknown = err instanceof RedisTbError && err.serverMessage.toLowerCase().includes('unknown command');
+    const serverWide = unknown || !(err instanceof RedisTbError || err instanceof UnexpectedReplyError);
+    const now = performance.now();
+    if (serverWide) this.openUntil = now + this.cooldownMs;
+    if (now - this.lastLog < 1000) {
+      this.unlogged += 1;
+      return;
+    }
+    let reason = err instanceof RedisTbTimeoutError ? `no answer within ${this.timeoutMs} ms` : describeError(err);
+    if (unknown) reason += ' (is the redis-tb module loaded?)';
+    this.logger.warn(
+      `redis-tb: ${what} on ${this.client.server} failed (${reason}); ` +
+        `failing ${this.failOpen ? 'open: requests pass unlimited' : 'closed: requests get 503'}` +
+        `${serverWide ? `, Redis skipped for ${this.cooldownMs / 1000} s` : ''}; ` +
+        `store errors so far: ${this.stats.storeErrors}${this.unlogged ? ` (${this.unlogged} not logged)` : ''}`,
+    );
+    this.lastLog = now;
+    this.unlogged = 0;
+  }
+
+  private async refund(decision: Decision): Promise<boolean> {
+    const charged = decision.results.filter((r) => r.cost > 0);
+    if (!charged.length) return false;
+    for (const r of charged) this.denyCache?.drop(r.key);
+    if (!this.mayCall()) {
+      this.stats.refundErrors += 1;
+      return false;
+    }
+    const started = performance.now();
+    try {
+      await bounded(
+        this.client.refundMany(charged.map((r) => ({ key: r.key, capacity: r.capacity, rate: r.rate, n: r.cost })), { now: this.now() }),
+        this.timeoutMs,
+        'TB.REFUND',
+      );
+    } catch (err) {
+      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+      this.stats.refundErrors += 1;
+      this.failed(err, 'TB.REFUND');
+      return false;
+    }
+    this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+    this.stats.refunds += 1;
+    for (const r of charged) this.metrics?.refunded(this.name, r.name);
+    return true;
+  }
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof Error) return err.message ? `${err.name}: ${err.message}` : err.name;
+  return String(err);
+}

@@ -1,0 +1,19 @@
+/** What the limiter reports to a metrics backend (`PromMetrics` in `redis-tb/prometheus`). */
+export interface LimiterMetrics {
+  /** +1 per applied policy of an allowed, charged request */
+  allowed(limiter: string, policy: string): void;
+  /** +1 per enforced policy that refused a request that got a 429 */
+  limited(limiter: string, policy: string): void;
+  /** +1 per shadow policy that refused */
+  shadowLimited(limiter: string, policy: string): void;
+  /** +1 per policy whose tokens a refund gave back */
+  refunded(limiter: string, policy: string): void;
+  /** +1 per request refused by the deny cache, for the policy whose cached refusal answered */
+  denyCacheHit(limiter: string, policy: string): void;
+  /** failed Redis calls (errors, timeouts) */
+  storeError(limiter: string): void;
+  /** requests decided by the failure mode */
+  degraded(limiter: string): void;
+  /** each Redis call of the limiter (TB.MTAKE, refunds), failed ones too */
+  redisCall(limiter: string, seconds: number): void;
+}
