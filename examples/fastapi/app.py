@@ -1,6 +1,7 @@
 """An API rate-limited with redis-tb: layered policies in one TB.MTAKE, plan
-tiers, an endpoint policy, a cost function, a refund, a fail-closed login, and
-the decision used in handlers.
+tiers, an endpoint policy, a cost function, a refund, a fail-closed login, the
+decision used in handlers, a shadow policy (observed before it is enforced),
+Prometheus metrics on /metrics and the local deny cache.
 
 Run: see README.md beside this file. Configuration by environment:
 REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES (comma-separated
@@ -15,12 +16,15 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 
 from redis_tb import (
     AsyncClient,
     ClientIP,
     Decision,
+    DenyCache,
     Limit,
     RateLimiter,
     RateLimitMiddleware,
@@ -30,6 +34,7 @@ from redis_tb import (
     tiered,
 )
 from redis_tb.fastapi import RateLimit, install_problem_handler
+from redis_tb.metrics import PrometheusMetrics
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TRUSTED_PROXIES = [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c]
@@ -85,12 +90,31 @@ POLICIES = [
     per_minute("orders", 5, key=user_id, routes=["POST /orders"]),
     # searches cost by page size
     per_minute("search", 60, cost=search_cost, routes=["GET /search"]),
+    # a tighter search limit being tried out: charged and counted like an enforced
+    # one (redis_tb_shadow_limited_total), never refusing, left out of the headers.
+    # Enforcing it later is removing shadow=True.
+    per_minute("search-strict", 20, cost=search_cost, routes=["GET /search"], shadow=True),
 ]
 
+# Metrics in a registry of the app's own, served on /metrics.
+registry = CollectorRegistry()
 client = AsyncClient.from_url(REDIS_URL)  # 50 ms timeouts, no retries
-limiter = RateLimiter(client, client_ip=ClientIP(TRUSTED_PROXIES))
+limiter = RateLimiter(
+    client,
+    client_ip=ClientIP(TRUSTED_PROXIES),
+    metrics=PrometheusMetrics(registry, limiter="api"),
+    # Repeat offenders are refused locally until their Retry-After runs out, without
+    # a Redis call. Opt-in: a refund made by another app server (or a key deleted
+    # by an operator) is not seen here until then.
+    deny_cache=DenyCache(max_entries=10_000),
+)
 # Logins fail CLOSED: if Redis is down, refuse (503) rather than allow guessing.
-strict = RateLimiter(client, client_ip=ClientIP(TRUSTED_PROXIES), fail_open=False)
+strict = RateLimiter(
+    client,
+    client_ip=ClientIP(TRUSTED_PROXIES),
+    fail_open=False,
+    metrics=PrometheusMetrics(registry, limiter="login"),
+)
 login_limit = RateLimit(strict, [per_hour("login", 20)])
 
 
@@ -108,7 +132,7 @@ if LIMITED:
         RateLimitMiddleware,
         limiter=limiter,
         policies=POLICIES,
-        exclude=["GET /healthz", "GET /stats"],
+        exclude=["GET /healthz", "GET /stats", "GET /metrics"],
         refund_on=range(500, 600),  # our own failures do not count against callers
     )
     install_problem_handler(app)
@@ -175,6 +199,12 @@ async def login(d: Decision = Depends(login_limit)) -> dict[str, object]:
     return {"ok": True, "attempts_left": d.remaining}
 
 
+@app.get("/metrics")
+async def metrics() -> Response:
+    """The limiters' Prometheus metrics (not itself limited)."""
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
 @app.get("/stats")
 async def stats() -> dict[str, int]:
     """The limiter's counters (export them to your metrics)."""
@@ -186,4 +216,6 @@ async def stats() -> dict[str, int]:
         "store_errors": s.store_errors,
         "degraded": s.degraded,
         "refunds": s.refunds,
+        "shadow_limited": s.shadow_limited,
+        "deny_cache_hits": s.deny_cache_hits,
     }

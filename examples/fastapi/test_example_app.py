@@ -8,6 +8,7 @@ from typing import Iterator
 import httpx
 import pytest
 from http_sfv.list import List
+from prometheus_client.parser import text_string_to_metric_families
 
 from servers import RedisServer, Uvicorn, start_all
 
@@ -104,3 +105,51 @@ def test_health_and_the_unlimited_twin_carry_no_headers(servers: dict[str, Uvico
     with client(servers["plain"], "198.51.100.5") as c:
         r = c.get("/items/1", headers=ALICE)
     assert r.status_code == 200 and "RateLimit" not in r.headers
+
+
+def scrape(app: Uvicorn) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics over HTTP, parsed with prometheus_client's own text parser."""
+    r = httpx.get(f"{app.url}/metrics", timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert "RateLimit" not in r.headers  # /metrics itself is not limited
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_shadow_policy_and_deny_cache_scraped_over_http(servers: dict[str, Uvicorn]) -> None:
+    app = servers["limited"]
+    before = scrape(app)
+    with client(app, "198.51.100.6") as c:
+        # search-strict (shadow, 20 per minute) refuses the 6th search of 4 pages; the
+        # enforced search policy (60) never does: every search is a 200
+        searches = [c.get("/search", params={"q": "x", "size": 200}) for _ in range(6)]
+        # the enforced 'ip' policy (10 per second) refuses; the repeats come from the cache
+        codes = [c.get("/items/1").status_code for _ in range(30)]
+        stats = c.get("/stats").json()
+    assert [r.status_code for r in searches] == [200] * 6
+    assert all("search-strict" not in r.headers["RateLimit-Policy"] for r in searches)
+    # the shadow refusal charged nothing (all or nothing): 'search' went 56, 52, 48, 44, 40, 40
+    assert [dict(sf(r.headers["RateLimit"]))["search"]["r"] for r in searches] == [56, 52, 48, 44, 40, 40]
+    assert 429 in codes
+    after = scrape(app)
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert grew("redis_tb_shadow_limited_total", limiter="api", policy="search-strict") == 1
+    assert grew("redis_tb_allowed_total", limiter="api", policy="search-strict") == 5
+    assert grew("redis_tb_allowed_total", limiter="api", policy="search") == 5
+    refused = codes.count(429)
+    assert grew("redis_tb_limited_total", limiter="api", policy="ip") == refused
+    hits = grew("redis_tb_deny_cache_hits_total", limiter="api", policy="ip")
+    assert 1 <= hits < refused and stats["deny_cache_hits"] >= hits
+    assert grew("redis_tb_redis_call_duration_seconds_count", limiter="api") >= 6 + codes.count(200)
+    # only limiter and policy names as label values
+    assert all(set(dict(labels)) <= {"limiter", "policy", "le"} for _, labels in after)

@@ -4,6 +4,8 @@ structured-field parser (http_sfv)."""
 from __future__ import annotations
 
 import json
+import math
+import time
 
 import pytest
 from http_sfv.list import List
@@ -49,7 +51,7 @@ def parse(value: str) -> list[tuple[object, dict[str, object]]]:
 
 
 def headers(decision: Decision, legacy: bool = False) -> dict[str, str]:
-    hs = decision_headers(decision, legacy=legacy)
+    hs = decision_headers(decision, legacy=legacy, legacy_reset="delta")
     names = [k for k, _ in hs]
     assert len(names) == len(set(names)), names
     return dict(hs)
@@ -147,6 +149,29 @@ def test_several_policies_one_item_each_in_order_and_the_largest_wait() -> None:
     assert h["X-RateLimit-Limit"] == "5000"
     assert h["X-RateLimit-Remaining"] == "0"
     assert h["X-RateLimit-Reset"] == "86400"
+
+
+def test_legacy_reset_is_a_unix_timestamp_by_default() -> None:
+    d = allowed(result("a", reset_after=17.2), result("b", capacity=9, remaining=1, reset_after=30.5))
+    before = time.time()
+    h = dict(decision_headers(d, legacy=True))
+    after = time.time()
+    assert math.ceil(before + 30.5) <= int(h["X-RateLimit-Reset"]) <= math.ceil(after + 30.5)
+    assert dict(decision_headers(d, legacy=True, legacy_reset="delta"))["X-RateLimit-Reset"] == "31"
+    assert h["X-RateLimit-Limit"] == "9" and h["X-RateLimit-Remaining"] == "1"
+    assert "X-RateLimit-Reset" not in dict(decision_headers(d))
+
+
+def test_shadow_results_are_left_out_of_every_header() -> None:
+    watched = PolicyResult("watch", "rl:watch:x", 5, 1, 1, False, 0, 3, 5, shadow=True)
+    d = allowed(result("enforced", remaining=7), watched)
+    h = dict(decision_headers(d, legacy=True, legacy_reset="delta"))
+    assert parse(h["RateLimit-Policy"]) == [("enforced", {"q": 1000, "w": 3600})]
+    assert parse(h["RateLimit"]) == [("enforced", {"r": 7, "t": 18})]
+    assert h["X-RateLimit-Remaining"] == "7" and "Retry-After" not in h
+    only_shadow = allowed(watched)
+    assert decision_headers(only_shadow, legacy=True) == []
+    assert only_shadow.remaining is None and only_shadow.violated == ()
 
 
 def test_legacy_headers_pick_the_first_of_equal_remaining() -> None:

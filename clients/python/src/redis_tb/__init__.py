@@ -7,6 +7,7 @@ The FastAPI dependency lives in :mod:`redis_tb.fastapi`.
 from .asgi import RateLimitMiddleware, route_template
 from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError
 from .decision import Decision, Outcome, PolicyResult
+from .deny_cache import DenyCache
 from .headers import decision_headers
 from .keys import ClientIP
 from .limiter import BaseLimiter, LimiterStats, RateLimiter, SyncRateLimiter
@@ -21,6 +22,7 @@ __all__ = [
     "Client",
     "ClientIP",
     "Decision",
+    "DenyCache",
     "Limit",
     "LimiterStats",
     "ModuleNotLoadedError",

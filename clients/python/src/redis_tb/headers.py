@@ -31,7 +31,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from typing import Sequence
+import time
+from typing import Literal, Sequence
 
 from http_sfv.item import Item
 from http_sfv.list import List
@@ -128,16 +129,24 @@ def ratelimit(results: Sequence[PolicyResult]) -> str:
     return str(out)
 
 
-def legacy_headers(results: Sequence[PolicyResult]) -> list[tuple[str, str]]:
-    """``X-RateLimit-Limit/Remaining/Reset`` (q, r, t in delta seconds) of the policy
-    with the smallest remaining (ties: the first)."""
+def legacy_headers(
+    results: Sequence[PolicyResult], *, reset: Literal["unix", "delta"] = "unix"
+) -> list[tuple[str, str]]:
+    """``X-RateLimit-Limit/Remaining/Reset`` of the policy with the smallest remaining
+    (ties: the first): Limit = q, Remaining = r, Reset = a Unix timestamp in whole
+    seconds, ``ceil(now + reset_after)`` by this server's wall clock (``"unix"``, what
+    GitHub and most clients expect), or t in delta seconds (``"delta"``)."""
     if not results:
         return []
     tight = min(results, key=lambda r: r.remaining)  # min() keeps the first of equals
+    if reset == "delta":
+        when = reset_seconds(tight.reset_after)
+    else:
+        when = math.ceil(time.time() + min(max(tight.reset_after, 0.0), SF_INT_MAX))
     return [
         ("X-RateLimit-Limit", str(quota(tight.capacity))),
         ("X-RateLimit-Remaining", str(remaining_units(tight.remaining))),
-        ("X-RateLimit-Reset", str(reset_seconds(tight.reset_after))),
+        ("X-RateLimit-Reset", str(when)),
     ]
 
 
@@ -149,7 +158,9 @@ def retry_after_header(decision: Decision) -> str | None:
     return None if secs is None else str(secs)
 
 
-def decision_headers(decision: Decision, *, legacy: bool = False) -> list[tuple[str, str]]:
+def decision_headers(
+    decision: Decision, *, legacy: bool = False, legacy_reset: Literal["unix", "delta"] = "unix"
+) -> list[tuple[str, str]]:
     """Every rate-limit header for a decision (empty when Redis was not consulted).
     Shadow policies are left out: a client must not slow down for a limit that is
     not enforced."""
@@ -165,7 +176,7 @@ def decision_headers(decision: Decision, *, legacy: bool = False) -> list[tuple[
         ("RateLimit", ratelimit(results)),
     ]
     if legacy:
-        headers.extend(legacy_headers(results))
+        headers.extend(legacy_headers(results, reset=legacy_reset))
     retry = retry_after_header(decision)
     if retry is not None:
         headers.append(("Retry-After", retry))

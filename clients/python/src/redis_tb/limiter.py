@@ -61,7 +61,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar
 
 import redis
 import redis.asyncio
@@ -69,8 +69,10 @@ import redis.exceptions
 
 from .client import AsyncClient, Client, ModuleNotLoadedError
 from .decision import Decision, Outcome, PolicyResult
+from .deny_cache import DenyCache
 from .headers import decision_headers, problem, problem_body, store_error_problem, PROBLEM_TYPE
 from .keys import ClientIP, HeaderGetter
+from .metrics import Metrics
 from .policy import Limit, Policy
 from .replies import Bucket, MultiReply, UnexpectedReplyError
 
@@ -120,8 +122,10 @@ class LimiterStats:
     degraded: int = 0
     refunds: int = 0
     refund_errors: int = 0
-    #: requests that only shadow policies refused (they went on)
+    #: requests that a shadow policy refused (they went on unless an enforced one refused too)
     shadow_limited: int = 0
+    #: requests refused by the local deny cache (also counted in ``limited``)
+    deny_cache_hits: int = 0
 
 
 def _route_part(route: str) -> str:
@@ -168,6 +172,12 @@ class BaseLimiter:
     ``clock``: None (default) uses the Redis server's clock, the one clock every
     app server agrees on; a function returning epoch seconds passes ``now``.
     ``shadow``: every policy of this limiter in shadow mode (observe only).
+    ``metrics``: e.g. ``PrometheusMetrics(registry, limiter="api")``; None (the
+    default) makes no metric calls.
+    ``deny_cache``: a :class:`DenyCache` to refuse repeat offenders locally
+    without calling Redis (off by default: see its docstring for what it trades).
+    ``legacy_reset``: ``X-RateLimit-Reset`` as a Unix timestamp (``"unix"``, the
+    default) or in delta seconds (``"delta"``), with ``legacy_headers=True``.
     """
 
     client: AsyncClient | Client
@@ -185,7 +195,12 @@ class BaseLimiter:
         clock: Callable[[], float] | None = None,
         logger: logging.Logger | None = None,
         shadow: bool = False,
+        metrics: Metrics | None = None,
+        deny_cache: DenyCache | None = None,
+        legacy_reset: Literal["unix", "delta"] = "unix",
     ) -> None:
+        if legacy_reset not in ("unix", "delta"):
+            raise ValueError(f"legacy_reset must be 'unix' or 'delta', got {legacy_reset!r}")
         self.prefix = prefix
         self.client_ip = client_ip or ClientIP()
         self.hash_tag = hash_tag
@@ -195,6 +210,9 @@ class BaseLimiter:
         self.legacy_headers = legacy_headers
         self.clock = clock
         self.shadow = shadow
+        self.metrics = metrics
+        self.deny_cache = deny_cache
+        self.legacy_reset: Literal["unix", "delta"] = legacy_reset
         self.log = logger or logging.getLogger("redis_tb")
         self.stats = LimiterStats()
         self._open_until = 0.0
@@ -297,9 +315,38 @@ class BaseLimiter:
         if not plans:
             return Decision(Outcome.NOT_LIMITED, True)
         self.stats.checks += 1
+        if self.deny_cache is not None:
+            hit = self._cached_refusal(plans, self.deny_cache)
+            if hit is not None:
+                return hit
         if not self._may_call():
             return self._degraded(None)
         return None
+
+    def _cached_refusal(self, plans: list[_Plan], cache: DenyCache) -> Decision | None:
+        if self.shadow:
+            return None
+        now = cache.clock()
+        hits: list[PolicyResult] = []
+        for pl in plans:
+            if pl.policy.shadow:
+                continue
+            e = cache.lookup(pl.key, pl.capacity, pl.rate, pl.cost, now)
+            if e is not None:
+                hits.append(PolicyResult(
+                    pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, False, 0.0,
+                    e.deny_until - now, max(0.0, e.reset_at - now),
+                ))
+        if not hits:
+            return None
+        self.stats.limited += 1
+        self.stats.deny_cache_hits += 1
+        m = self.metrics
+        if m is not None:
+            for r in hits:
+                m.limited(r.name)
+                m.deny_cache_hit(r.name)
+        return Decision(Outcome.LIMITED, False, tuple(hits), cached=True)
 
     def _probe_begin(self) -> bool:
         probe = self._open_until != 0.0
@@ -307,11 +354,15 @@ class BaseLimiter:
             self._probing = True
         return probe
 
-    def _after_error(self, exc: BaseException) -> Decision:
+    def _after_error(self, exc: BaseException, started: float) -> Decision:
+        if self.metrics is not None:
+            self.metrics.redis_call(time.perf_counter() - started)
         self._failed(exc)
         return self._degraded(exc)
 
-    def _after_reply(self, plans: list[_Plan], reply: MultiReply) -> Decision:
+    def _after_reply(self, plans: list[_Plan], reply: MultiReply, started: float) -> Decision:
+        if self.metrics is not None:
+            self.metrics.redis_call(time.perf_counter() - started)
         self._open_until = 0.0
         return self._decision(plans, reply)
 
@@ -341,24 +392,40 @@ class BaseLimiter:
             )
             for pl, r in zip(plans, reply.keys)
         )
+        m = self.metrics
         if reply.allowed:
             self.stats.allowed += 1
+            if m is not None:
+                for r in results:
+                    m.allowed(r.name)
             return self._charged(results)
         shadowed = tuple(r.name for r in results if not r.allowed and r.shadow)
         if shadowed:
             self._shadow_refused(shadowed)
-        if any(not r.allowed and not r.shadow for r in results):
+        violated = [r for r in results if not r.allowed and not r.shadow]
+        if violated:
             self.stats.limited += 1
+            if m is not None:
+                for r in violated:
+                    m.limited(r.name)
+            cache = self.deny_cache
+            if cache is not None:
+                now = cache.clock()
+                for r in violated:
+                    cache.add(r.key, r.capacity, r.rate, r.cost, r.retry_after, r.reset_after, now)
             return Decision(Outcome.LIMITED, False, results, shadow_limited=shadowed)
         # Only shadow policies refused: the request goes on, uncharged (all or nothing).
         self.stats.allowed += 1
-        self.stats.shadow_limited += 1
         return Decision(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         raise NotImplementedError
 
     def _shadow_refused(self, names: tuple[str, ...]) -> None:
+        self.stats.shadow_limited += 1
+        if self.metrics is not None:
+            for name in names:
+                self.metrics.shadow_limited(name)
         now = time.monotonic()
         for name in names:
             last, unlogged = self._shadow_log.get(name, (float("-inf"), 0))
@@ -373,10 +440,14 @@ class BaseLimiter:
 
     def _degraded(self, error: BaseException | None) -> Decision:
         self.stats.degraded += 1
+        if self.metrics is not None:
+            self.metrics.degraded()
         return Decision(Outcome.STORE_ERROR, self.fail_open, error=error)
 
     def _failed(self, exc: BaseException, what: str = "TB.MTAKE") -> None:
         self.stats.store_errors += 1
+        if self.metrics is not None:
+            self.metrics.store_error()
         unknown = isinstance(exc, redis.exceptions.ResponseError) and "unknown command" in str(exc).lower()
         server_wide = unknown or not isinstance(exc, (redis.exceptions.ResponseError, UnexpectedReplyError))
         if server_wide:
@@ -412,16 +483,32 @@ class BaseLimiter:
             return None
         return buckets
 
-    def _refund_failed(self, exc: BaseException) -> bool:
+    def _refund_failed(self, exc: BaseException, started: float) -> bool:
+        if self.metrics is not None:
+            self.metrics.redis_call(time.perf_counter() - started)
         self.stats.refund_errors += 1
         self._failed(exc, "TB.REFUND")
         return False
+
+    def _refunded(self, decision: Decision, started: float) -> bool:
+        self.stats.refunds += 1
+        m = self.metrics
+        if m is not None:
+            m.redis_call(time.perf_counter() - started)
+        cache = self.deny_cache
+        for r in decision.results:
+            if r.cost > 0:
+                if m is not None:
+                    m.refunded(r.name)
+                if cache is not None:
+                    cache.discard(r.key)
+        return True
 
     # -- answering -------------------------------------------------------------
 
     def headers(self, decision: Decision) -> list[tuple[str, str]]:
         """The rate-limit headers of a decision (shadow policies left out)."""
-        return decision_headers(decision, legacy=self.legacy_headers)
+        return decision_headers(decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset)
 
     def rejection(self, decision: Decision) -> Rejection | None:
         """None when the request goes on; else ``(status, headers, body)`` of the 429
@@ -516,15 +603,16 @@ class RateLimiter(BaseLimiter):
         if early is not None:
             return early
         probe = self._probe_begin()
+        started = time.perf_counter()
         try:
             buckets = [Bucket(pl.key, pl.capacity, pl.rate, pl.cost) for pl in plans]
             reply = await _bounded(self.client.mtake(buckets, now=self._now()), self.timeout)
         except _STORE_ERRORS as exc:
-            return self._after_error(exc)
+            return self._after_error(exc, started)
         finally:
             if probe:
                 self._probing = False
-        return self._after_reply(plans, reply)
+        return self._after_reply(plans, reply, started)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         return Decision(Outcome.ALLOWED, True, results, refunder=self._refund)
@@ -533,12 +621,12 @@ class RateLimiter(BaseLimiter):
         buckets = self._refund_buckets(decision)
         if buckets is None:
             return False
+        started = time.perf_counter()
         try:
             await _bounded(self.client.refund_many(buckets, now=self._now()), self.timeout)
         except _STORE_ERRORS as exc:
-            return self._refund_failed(exc)
-        self.stats.refunds += 1
-        return True
+            return self._refund_failed(exc, started)
+        return self._refunded(decision, started)
 
 
 class SyncRateLimiter(BaseLimiter):
@@ -605,15 +693,16 @@ class SyncRateLimiter(BaseLimiter):
         if early is not None:
             return early
         probe = self._probe_begin()
+        started = time.perf_counter()
         try:
             buckets = [Bucket(pl.key, pl.capacity, pl.rate, pl.cost) for pl in plans]
             reply = self.client.mtake(buckets, now=self._now())
         except _STORE_ERRORS as exc:
-            return self._after_error(exc)
+            return self._after_error(exc, started)
         finally:
             if probe:
                 self._probing = False
-        return self._after_reply(plans, reply)
+        return self._after_reply(plans, reply, started)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         return Decision(Outcome.ALLOWED, True, results, sync_refunder=self._refund)
@@ -622,9 +711,9 @@ class SyncRateLimiter(BaseLimiter):
         buckets = self._refund_buckets(decision)
         if buckets is None:
             return False
+        started = time.perf_counter()
         try:
             self.client.refund_many(buckets, now=self._now())
         except _STORE_ERRORS as exc:
-            return self._refund_failed(exc)
-        self.stats.refunds += 1
-        return True
+            return self._refund_failed(exc, started)
+        return self._refunded(decision, started)

@@ -1,0 +1,104 @@
+"""Per-policy Prometheus metrics (issue 21), read back from a prometheus_client registry;
+a real redis-server with the module (and a dead port for the failure counters)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from redis_tb import AsyncClient, Client, Limit, Policy, RateLimiter, SyncRateLimiter, per_hour
+from redis_tb.metrics import BUCKETS, PrometheusMetrics
+from servers import RedisServer, free_port
+
+PEER: dict[str, Any] = {"peer": "203.0.113.30"}
+
+
+class Req:
+    pass
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    got = registry.get_sample_value(name, labels)
+    return 0.0 if got is None else got
+
+
+async def test_counters_per_policy_and_the_call_histogram(redis_server: RedisServer) -> None:
+    registry = CollectorRegistry()
+    lim = RateLimiter(
+        AsyncClient.from_url(redis_server.url, timeout=5), timeout=5,
+        metrics=PrometheusMetrics(registry, limiter="api"),
+    )
+    await lim.client.redis.flushall()
+    policies = [per_hour("ip", 100), Policy("user", Limit(2, 1e-6)), Policy("watch", Limit(1, 1e-6), shadow=True)]
+    first = await lim.check(Req(), policies, **PEER)       # charged on all three
+    second = await lim.check(Req(), policies, **PEER)      # 'watch' (shadow) refuses: through, uncharged
+    assert first.allowed and second.allowed and second.shadow_limited == ("watch",)
+    assert await first.refund()                           # gives back ip, user and watch
+    third = await lim.check(Req(), policies, **PEER)       # charged on all three again
+    fourth = await lim.check(Req(), policies, **PEER)      # 'watch' refuses again
+    assert third.allowed and not third.shadow_limited and fourth.shadow_limited == ("watch",)
+    no_watch = policies[:2]
+    assert (await lim.check(Req(), no_watch, **PEER)).allowed   # user's last token
+    assert (await lim.check(Req(), no_watch, **PEER)).violated == ("user",)
+    both = await lim.check(Req(), policies, **PEER)        # 'user' and 'watch' refuse: 429
+    assert both.violated == ("user",) and both.shadow_limited == ("watch",)
+
+    def v(name: str, policy: str) -> float:
+        return value(registry, name, limiter="api", policy=policy)
+
+    assert [v("redis_tb_allowed_total", p) for p in ("ip", "user", "watch")] == [3, 3, 2]
+    assert v("redis_tb_shadow_limited_total", "watch") == 3
+    assert v("redis_tb_limited_total", "user") == 2 and v("redis_tb_limited_total", "watch") == 0
+    assert v("redis_tb_limited_total", "ip") == 0
+    assert [v("redis_tb_refunded_total", p) for p in ("ip", "user", "watch")] == [1, 1, 1]
+    # eight Redis calls: seven TB.MTAKE and one refund pipeline
+    assert value(registry, "redis_tb_redis_call_duration_seconds_count", limiter="api") == 8
+    assert value(registry, "redis_tb_redis_call_duration_seconds_bucket", limiter="api", le="+Inf") == 8
+    # labels are limiter and policy names only: never a client identity
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            assert set(sample.labels) <= {"limiter", "policy", "le"}
+            assert "203.0.113.30" not in str(sample.labels.values())
+    await lim.aclose()
+
+
+def test_failures_are_counted_and_limiters_share_a_registry() -> None:
+    registry = CollectorRegistry()
+    dead = f"redis://127.0.0.1:{free_port()}"
+    a = SyncRateLimiter(Client.from_url(dead), cooldown=60, metrics=PrometheusMetrics(registry, limiter="a"))
+    b = SyncRateLimiter(Client.from_url(dead), cooldown=60, metrics=PrometheusMetrics(registry, limiter="b"))
+    for _ in range(3):
+        a.check(Req(), [per_hour("ip", 10)], **PEER)
+    b.check(Req(), [per_hour("ip", 10)], **PEER)
+    assert value(registry, "redis_tb_store_errors_total", limiter="a") == 1  # then the cool-down
+    assert value(registry, "redis_tb_degraded_total", limiter="a") == 3
+    assert value(registry, "redis_tb_degraded_total", limiter="b") == 1
+    # the failed call was observed too
+    assert value(registry, "redis_tb_redis_call_duration_seconds_count", limiter="a") == 1
+    buckets = [s.labels["le"] for f in text_string_to_metric_families(generate_latest(registry).decode())
+               if f.name == "redis_tb_redis_call_duration_seconds" for s in f.samples
+               if s.name.endswith("_bucket") and s.labels["limiter"] == "a"]
+    assert [float(x) for x in buckets[:-1]] == list(BUCKETS) and buckets[-1] == "+Inf"
+    a.close()
+    b.close()
+
+
+def test_no_metrics_object_by_default() -> None:
+    lim: Any = SyncRateLimiter(Client.from_url("redis://127.0.0.1:1"))
+    assert lim.metrics is None
+    lim.close()
+
+
+def test_the_default_registry_is_prometheus_clients_global_one() -> None:
+    from prometheus_client import REGISTRY
+
+    m = PrometheusMetrics(limiter="global-test")
+    m.allowed("p")
+    assert REGISTRY.get_sample_value("redis_tb_allowed_total", {"limiter": "global-test", "policy": "p"}) == 1
+    with pytest.raises(ValueError):  # prometheus_client itself refuses a second family
+        from prometheus_client import Counter
+
+        Counter("redis_tb_allowed", "dup", ["limiter", "policy"])
