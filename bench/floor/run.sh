@@ -20,7 +20,18 @@
 #
 # usage: bench/floor/run.sh            (from the repository root; `make bench-floor`)
 #        FLOOR_ROUNDS=2 bench/floor/run.sh
+#
+# redis-cell 0.5.0 (issue 18) is a third column when tb_bench/peer.py can find or build it
+# (FLOOR_CELL=off leaves it out): it is loaded into the real module's server, and each
+# round also times CL.THROTTLE against that server's HSET, on 100,000 keys prepared by
+# `CL.THROTTLE key 999999999 1 1 1000`: the same bucket as the timed TB.TAKE's (capacity
+# 1e9, 1 per second, 1000 taken), on the server clock (it has no `now`).
 set -euo pipefail
+CELL_SO=
+if [ "${FLOOR_CELL:-on}" != off ]; then
+  CELL_SO=$(cd "$(dirname "$0")/.." && python3 -m tb_bench.peer) ||
+    { echo "no redis-cell column: tb_bench.peer found or built none" >&2; CELL_SO=; }
+fi
 source "$(dirname "$0")/worktree.sh"
 ROUNDS=${FLOOR_ROUNDS:-5}
 build real
@@ -31,6 +42,15 @@ CPUS=$(nproc)
 pin_server=(); pin_client=()
 if [ "$CPUS" -ge 2 ]; then pin_server=(taskset -c 0); pin_client=(taskset -c 1); fi
 
+populate_cell() { # port prefix
+  python3 - "$2" <<'PY' | redis-cli -p "$1" --pipe >/dev/null
+import sys
+w = sys.stdout.write
+for i in range(100000):
+    a = ('CL.THROTTLE', '%s%012d' % (sys.argv[1], i), '999999999', '1', '1', '1000')
+    w('*%d\r\n' % len(a) + ''.join('$%d\r\n%s\r\n' % (len(x), x) for x in a))
+PY
+}
 populate() { # port prefix ttl_ms(0: none)
   python3 - "$2" "$3" <<'PY' | redis-cli -p "$1" --pipe >/dev/null
 import sys
@@ -55,8 +75,10 @@ declare -A ratios
 for round in $(seq "$ROUNDS"); do
   for variant in real floor; do
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    cell_args=()
+    [ "$variant" = real ] && [ -n "$CELL_SO" ] && cell_args=(--loadmodule "$CELL_SO")
     "${pin_server[@]}" redis-server --port "$port" --bind 127.0.0.1 --loadmodule "$WORK/$variant.so" \
-      --save "" --appendonly no --dir "$WORK" >/dev/null 2>&1 &
+      "${cell_args[@]}" --save "" --appendonly no --dir "$WORK" >/dev/null 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
     # Each server runs the variant it is named for: a fresh bucket of 1 taken once has 0
@@ -73,12 +95,23 @@ for round in $(seq "$ROUNDS"); do
     redis-cli -p "$port" flushall >/dev/null
     populate "$port" tb: 1125500
     t=$(rps "$port" TB.TAKE tb:__rand_int__ 1000000000 1 1 1764456268.123456)
+    if [ ${#cell_args[@]} -gt 0 ]; then
+      redis-cli -p "$port" flushall >/dev/null
+      populate_cell "$port" cl:
+      [ "$(redis-cli -p "$port" dbsize)" = 100000 ] || { echo "CL.THROTTLE: expected 100000 keys" >&2; exit 1; }
+      c=$(rps "$port" CL.THROTTLE cl:__rand_int__ 999999999 1 1 1)
+      [ "$(redis-cli -p "$port" dbsize)" = 100000 ] || { echo "CL.THROTTLE: keys expired during the run" >&2; exit 1; }
+      rc=$(python3 -c "print(f'{$c/$h:.3f}')")
+      ratios[cell]="${ratios[cell]:-} $rc"
+      printf 'round %d  %-5s  HSET %9.0f req/s  CL.THROTTLE (redis-cell 0.5.0) %9.0f req/s  ratio %s\n' "$round" cell "$h" "$c" "$rc"
+    fi
     kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
     r=$(python3 -c "print(f'{$t/$h:.3f}')")
     ratios[$variant]="${ratios[$variant]:-} $r"
     printf 'round %d  %-5s  HSET %9.0f req/s  TB.TAKE %9.0f req/s  ratio %s\n' "$round" "$variant" "$h" "$t" "$r"
   done
 done
+[ -n "$CELL_SO" ] && python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:]]; print(f'cell   median CL.THROTTLE (redis-cell 0.5.0)/HSET {statistics.median(v):.3f}  (rounds: {min(v):.3f} .. {max(v):.3f}; same server as real)')" ${ratios[cell]}
 for variant in real floor; do
   python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[2:]]; print(f'{sys.argv[1]:5}  median TB.TAKE/HSET {statistics.median(v):.3f}  (rounds: {min(v):.3f} .. {max(v):.3f})')" "$variant" ${ratios[$variant]}
 done

@@ -65,10 +65,12 @@ def parse_config(argv: list[str]) -> Config:
     ap.add_argument("--only", default="",
                     help="comma-separated workload ids to run (plus HSET and their peers); "
                          "ids: " + ", ".join(w.id for w in WORKLOADS))
-    ap.add_argument("--suite", choices=("all", *SUITES), default="all",
+    ap.add_argument("--suite", default="all",
                     help="core: TB.* against HSET, PING and the Lua script; issue12: "
                          "redis-cell side by side on two bucket shapes; issue11: TB.WINDOW's "
-                         "modes against the notes' window scripts and TB.TAKE; all "
+                         "modes against the notes' window scripts and TB.TAKE; layered: one "
+                         "TB.MTAKE over three buckets against three CL.THROTTLE calls "
+                         "(issue 18); several comma-separated (issue12,layered); all "
                          "(default): every suite")
     a = ap.parse_args(argv)
     if a.quick:
@@ -79,7 +81,12 @@ def parse_config(argv: list[str]) -> Config:
     unknown = set(only) - {w.id for w in WORKLOADS}
     if unknown:
         ap.error(f"unknown workload ids: {', '.join(sorted(unknown))}")
-    suites = SUITES if a.suite == "all" else (a.suite,)
+    names = [x.strip() for x in a.suite.split(",") if x.strip()]
+    bad = set(names) - {"all", *SUITES}
+    if bad or not names:
+        ap.error(f"unknown suite {', '.join(sorted(bad)) or '(none)'}: choose from all, "
+                 + ", ".join(SUITES))
+    suites = SUITES if "all" in names else tuple(x for x in SUITES if x in names)
     return Config(a.rounds, a.requests, a.requests_p1, a.keys, a.out, only, suites)
 
 
@@ -215,6 +222,15 @@ def main(argv: list[str]) -> int:
     report.write_report(cfg.out, cfg, info, pin_note, server_argv, wl, summary, runs, mem,
                         targets, bench_cmds, elapsed, skipped)
     report.print_summary(cfg, wl, summary, runs, mem, targets, skipped, elapsed)
+    if cell is not None and cell.path is not None and not cfg.only:
+        # Issue 18: what redis-cell does where the docs say it differs (a few seconds, its
+        # own servers, after the timed runs so it cannot disturb them).
+        import cell_facts  # bench/cell_facts.py (bench/ is on sys.path: bench.py)
+        facts = cfg.out / "redis-cell-facts.md"
+        print(f"redis-cell facts (bench/cell_facts.py) -> {facts}", file=sys.stderr)
+        if cell_facts.main(["--out", str(facts)]) != 0:
+            print("bench: warning: bench/cell_facts.py could not check redis-cell",
+                  file=sys.stderr)
     return 0
 
 

@@ -40,6 +40,8 @@ class RunResult:
     client_busy: float  # redis-benchmark CPU seconds / wall seconds
     other_load: float   # CPUs used by everything else on the machine during the run
     units: int = 1      # buckets per call (the workload's `units`)
+    user_us: float = 0.0  # of cpu_us, the server's user-space part (utime; the rest is
+                          # the kernel's: reads, writes, epoll on the server's behalf)
 
     @property
     def units_per_s(self) -> float:
@@ -110,7 +112,7 @@ def available(ctl: RespClient, wl: list, reasons: dict[str, str] | None = None
 def bench_argv(pin: list[str], port: int | str, w: Workload, pipeline: int, requests: int,
                keys: int) -> list[str]:
     return [*pin, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
-            "-c", str(CLIENTS), "-P", str(pipeline), "-n", str(requests),
+            "-c", str(CLIENTS), "-P", str(pipeline * w.pipeline_factor), "-n", str(requests),
             "-r", str(w.key_numbers(keys)), "--csv", *w.command]
 
 
@@ -179,6 +181,7 @@ def run_once(ctl: RespClient, server: RedisServer, bench_pin: list[str], w: Work
     denied_before = denied_counts(ctl)
     cpu0, sys0, kids0, t0 = (server.cpu_seconds(), system_busy_seconds(),
                              children_cpu_seconds(), time.monotonic())
+    user0 = server.user_seconds()
     argv = bench_argv(bench_pin, server.port, w, pipeline, requests, keys)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
@@ -186,6 +189,7 @@ def run_once(ctl: RespClient, server: RedisServer, bench_pin: list[str], w: Work
         raise SetupError(f"redis-benchmark took over {BENCH_TIMEOUT_S:.0f} s: "
                          f"{shlex.join(argv)}") from None
     wall, cpu = time.monotonic() - t0, server.cpu_seconds() - cpu0
+    user = server.user_seconds() - user0
     client = children_cpu_seconds() - kids0
     other = max(0.0, system_busy_seconds() - sys0 - cpu - client)
     if proc.returncode != 0:
@@ -211,7 +215,8 @@ def run_once(ctl: RespClient, server: RedisServer, bench_pin: list[str], w: Work
     return RunResult(rps=parsed["rps"], avg_ms=parsed["avg_latency_ms"],
                      p50_ms=parsed["p50_latency_ms"], p99_ms=parsed["p99_latency_ms"],
                      cpu_us=cpu / requests * 1e6, wall_s=wall, busy=cpu / wall,
-                     client_busy=client / wall, other_load=other / wall, units=w.units)
+                     client_busy=client / wall, other_load=other / wall, units=w.units,
+                     user_us=user / requests * 1e6)
 
 
 def check_no_debt(ctl: RespClient, w: Workload, keys: int, samples: int = 10) -> None:

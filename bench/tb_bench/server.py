@@ -130,6 +130,13 @@ class RedisServer:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def user_seconds(self) -> float:
+        """utime alone: the server's user-space CPU (cpu_seconds minus the kernel's)."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         """SIGTERM, bounded wait, then SIGKILL. Safe to call twice."""
         proc, self.proc = self.proc, None

@@ -22,9 +22,10 @@ Placeholders, filled in by the runner:
 
 Every workload belongs to a suite: "core" (TB.TAKE and the other TB.* commands against
 HSET, PING and the Lua script), "issue12" (redis-cell side by side, two bucket shapes) or
-"issue11" (TB.WINDOW's three modes against the notes' two window scripts and TB.TAKE).
-`make bench` runs all three; `bench.py --suite issue12` runs one (HSET and the workloads
-its rows are compared with always come along).
+"issue11" (TB.WINDOW's three modes against the notes' two window scripts and TB.TAKE) or
+"layered" (issue 18: one TB.MTAKE over three buckets against three CL.THROTTLE calls).
+`make bench` runs all four; `bench.py --suite issue12` runs one, `--suite issue12,layered`
+two (HSET and the workloads its rows are compared with always come along).
 """
 
 from __future__ import annotations
@@ -142,6 +143,12 @@ class Workload:
     # commands with no denial counter in INFO tb (redis-cell, the Lua scripts).
     probe: list[str] = field(default_factory=list)
     probe_index: int | None = None
+    # Calls per request (issue 18, layered limits): a request of the "layered" suite is
+    # checked against three buckets, by one TB.MTAKE or by three single-bucket calls sent
+    # together in one round trip. redis-benchmark then runs this workload at -P depth x
+    # pipeline_factor, so at each depth every workload has the same number of requests in
+    # flight per connection (at -P 1: one TB.MTAKE, or three CL.THROTTLE in one write).
+    pipeline_factor: int = 1
 
     def keyed(self) -> bool:
         return bool(self.prepare)
@@ -435,7 +442,51 @@ WORKLOADS += [
                   "ZADD now now, EXPIRE; the same entries at distinct ms, so the first call "
                   "removes the stale ones; later calls re-add the same member", **_I11),
 ]
-SUITES = ("core", "issue12", "issue11")
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 18: layered limits, the way users face them. One request is checked against three
+# buckets (say per second, per minute, per day; all-or-nothing is TB.MTAKE's, redis-cell
+# has no such call): one TB.MTAKE over the three, or three CL.THROTTLE calls (redis-cell
+# 0.5.0), either sent together in one round trip (pipelined: redis-benchmark -P 3 per
+# request in flight) or one after another (three round trips: -P 1). All on the server
+# clock (CL.THROTTLE has no `now`), all on the large slow bucket shape (1,000,000 at
+# 0.001/s, 1,000 taken when prepared: nothing expires, nothing is refused), all over the
+# same number of live keys. A request is three buckets, so the report's per-bucket
+# figures (units) are per request / 3: TB.MTAKE serves 3 buckets a call, each
+# CL.THROTTLE 1. At -P 16 the two CL.THROTTLE rows both send 16 calls per round trip
+# (the "one round trip" row 48: the same 16 requests as TB.MTAKE's 16 calls); only at
+# -P 1 do they differ, which is where the round trips show.
+# ---------------------------------------------------------------------------------------
+LAYER_SHAPE = SHAPES[1]
+LAYER_KEYS = [f"{KEY}:{role}" for role in MTAKE_ROLES]
+
+
+def layer_mtake(n: str) -> list[str]:
+    sh = LAYER_SHAPE
+    return ["TB.MTAKE", str(len(LAYER_KEYS)), *LAYER_KEYS,
+            *[sh.capacity, sh.rate, n] * len(LAYER_KEYS)]
+
+
+_L = dict(suite="layered")
+WORKLOADS += [
+    Workload("layer_mtake", "Layered: TB.MTAKE over 3 buckets (server clock)",
+             layer_mtake(TAKE_N), [layer_mtake(LAYER_SHAPE.prefill)],
+             peers=["layer_cell_1rt", "layer_cell_3rt"], units=3,
+             note="one call per request, all-or-nothing over three buckets", **_L),
+    Workload("layer_cell_1rt", "Layered: 3 CL.THROTTLE, one round trip",
+             cell(KEY, LAYER_SHAPE, TAKE_N), [cell(KEY, LAYER_SHAPE, LAYER_SHAPE.prefill)],
+             probe=cell(KEY, LAYER_SHAPE, "0"), probe_index=2, pipeline_factor=3,
+             note="three calls per request written together (-P 3 per request in flight); "
+                  "not all-or-nothing: a refusal by the third leaves the first two taken",
+             **_L),
+    Workload("layer_cell_3rt", "Layered: 3 CL.THROTTLE, three round trips",
+             cell(KEY, LAYER_SHAPE, TAKE_N), [cell(KEY, LAYER_SHAPE, LAYER_SHAPE.prefill)],
+             probe=cell(KEY, LAYER_SHAPE, "0"), probe_index=2,
+             note="three calls per request, each waiting for the previous reply (-P 1); at "
+                  "-P 16 the same as the one-round-trip row", **_L),
+]
+SUITES = ("core", "issue12", "issue11", "layered")
 
 
 # ---------------------------------------------------------------------------------------
