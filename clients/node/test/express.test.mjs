@@ -1,0 +1,474 @@
+// The Express middleware through real HTTP servers, against a real redis-server with the
+// module, for node-redis and ioredis.
+import assert from 'node:assert/strict';
+import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
+import express from 'express';
+import { Registry } from 'prom-client';
+import {
+  ClientIp, Limit, Policy, RateLimiter, TbClient, perMinute, perSecond, tiered,
+} from 'redis-tb';
+import { rateLimit } from 'redis-tb/express';
+import { PromMetrics } from 'redis-tb/prometheus';
+import { CLIENTS, RedisServer, closeClient, commandCalls, memoryLogger, request, sleep } from './helpers.mjs';
+import { listenExpress, scrape, sfItems } from './http-helpers.mjs';
+
+const NOW = 1764456268.5;
+const fixedClock = () => NOW;
+
+function buildApp(limiter, options, { metricsRegistry } = {}) {
+  const app = express();
+  app.set('env', 'test'); // the default error handler does not print the thrown test error
+  app.use(rateLimit(limiter, options));
+  const summary = (res) => {
+    const d = res.locals.rateLimit;
+    return d ? { outcome: d.outcome, shadowLimited: d.shadowLimited, violated: d.violated } : null;
+  };
+  app.get('/items/:id', (req, res) => res.json(summary(res)));
+  app.post('/orders', (req, res) => res.json(summary(res)));
+  app.get('/healthz', (req, res) => res.send('ok'));
+  app.get('/fail', (req, res) => res.status(500).json(summary(res)));
+  app.get('/throw', () => { throw new Error('boom'); });
+  app.get('/refund', async (req, res) => {
+    const first = await res.locals.rateLimit.refund();
+    const second = await res.locals.rateLimit.refund();
+    res.json({ first, second, ...summary(res) });
+  });
+  const users = express.Router({ mergeParams: true });
+  users.get('/posts/:pid', (req, res) => res.json(summary(res)));
+  app.use('/users/:uid', users);
+  if (metricsRegistry) {
+    app.get('/metrics', async (req, res) => res.type(metricsRegistry.contentType).send(await metricsRegistry.metrics()));
+  }
+  return app;
+}
+
+let server;
+before(async () => { server = await new RedisServer().start(); });
+after(async () => { await server?.stop(); });
+
+for (const [clientName, makeClient] of CLIENTS) {
+  describe(`express over ${clientName}`, () => {
+    let redis;
+    let tb;
+    let http;
+    before(async () => {
+      redis = await makeClient(server.port);
+      tb = new TbClient(redis);
+    });
+    after(async () => { await closeClient(redis); });
+    beforeEach(async () => { await tb.send(['FLUSHALL']); });
+    afterEach(async () => { await http?.close(); http = undefined; });
+
+    const start = async (limiterOpts, mwOpts, extra) => {
+      const limiter = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger(), ...limiterOpts });
+      http = await listenExpress(buildApp(limiter, mwOpts, extra));
+      return limiter;
+    };
+
+    test('headers: exact values, parsed with the structured-field parser', async () => {
+      await start({}, { policies: [perMinute('ip', 5), new Policy({ name: 'user', limit: new Limit(100, 100 / 3600), key: (req) => req.get('x-user') ?? null })] });
+      const r = await request(`${http.url}/items/1`, { headers: { 'x-user': 'u1' } });
+      assert.equal(r.status, 200);
+      assert.deepEqual(sfItems(r.headers['ratelimit-policy']), [['ip', { q: 5, w: 60 }], ['user', { q: 100, w: 3600 }]]);
+      assert.deepEqual(sfItems(r.headers['ratelimit']), [['ip', { r: 4, t: 12 }], ['user', { r: 99, t: 36 }]]);
+      assert.equal(r.headers['ratelimit-policy'], '"ip";q=5;w=60, "user";q=100;w=3600');
+      assert.equal(r.headers['retry-after'], undefined);
+      assert.equal(r.headers['x-ratelimit-limit'], undefined, 'legacy headers are off by default');
+      // the user policy is skipped (key null) without the header
+      const anon = await request(`${http.url}/items/1`);
+      assert.deepEqual(sfItems(anon.headers['ratelimit-policy']), [['ip', { q: 5, w: 60 }]]);
+    });
+
+    test('layered refusal spends nothing; 429 problem+json names the violated policy', async () => {
+      const limiter = await start({}, {
+        policies: [perMinute('ip', 5), new Policy({ name: 'user', limit: new Limit(2, 1 / 18), key: (req) => req.get('x-user') ?? null })],
+      });
+      for (let i = 0; i < 2; i++) assert.equal((await request(`${http.url}/items/1`, { headers: { 'x-user': 'u1' } })).status, 200);
+      const r = await request(`${http.url}/items/1`, { headers: { 'x-user': 'u1' } });
+      assert.equal(r.status, 429);
+      assert.equal(r.headers['content-type'], 'application/problem+json');
+      assert.equal(r.headers['retry-after'], '18');
+      assert.deepEqual(r.json, {
+        type: 'about:blank', title: 'Too Many Requests', status: 429,
+        detail: "rate limit exceeded for 'user': retry after 18 s",
+        violated_policies: ['user'], retry_after: 18,
+      });
+      assert.deepEqual(sfItems(r.headers['ratelimit']), [['ip', { r: 3, t: 24 }], ['user', { r: 0, t: 36 }]]);
+      const ip = await tb.peek('rl:ip:127.0.0.1', 5, 5 / 60, { now: NOW });
+      assert.equal(ip.remaining, 3, 'the refused request took nothing from the ip bucket');
+      assert.deepEqual([limiter.stats.allowed, limiter.stats.limited, limiter.stats.checks], [2, 1, 3]);
+    });
+
+    test('a cost above the capacity can never succeed: no Retry-After, retry_after null', async () => {
+      await start({}, { policies: [perMinute('ip', 5, { cost: (req) => Number(req.get('x-cost') ?? 1) })] });
+      const r = await request(`${http.url}/items/1`, { headers: { 'x-cost': '7' } });
+      assert.equal(r.status, 429);
+      assert.equal(r.headers['retry-after'], undefined);
+      assert.deepEqual(r.json, {
+        type: 'about:blank', title: 'Too Many Requests', status: 429,
+        detail: "this request costs 7 but policy 'ip' allows at most 5 at once: it can never succeed",
+        violated_policies: ['ip'], retry_after: null,
+      });
+    });
+
+    test('per-request costs', async () => {
+      await start({}, { policies: [perMinute('ip', 10, { cost: (req) => Number(req.get('x-cost') ?? 1) })] });
+      const a = await request(`${http.url}/items/1`, { headers: { 'x-cost': '3' } });
+      assert.deepEqual(sfItems(a.headers['ratelimit']), [['ip', { r: 7, t: 18 }]]);
+      const b = await request(`${http.url}/items/1`, { headers: { 'x-cost': '0' } });
+      assert.deepEqual(sfItems(b.headers['ratelimit']), [['ip', { r: 7, t: 18 }]]);
+      const c = await request(`${http.url}/items/1`, { headers: { 'x-cost': '8' } });
+      assert.equal(c.status, 429);
+      assert.equal(c.headers['retry-after'], '6');
+    });
+
+    test('plan tiers: the limit per request', async () => {
+      await start({}, {
+        policies: [tiered('plan', { free: Limit.perMinute(2), pro: Limit.perMinute(50), internal: null },
+          (req) => req.get('x-plan') ?? null, { default: 'free', key: (req) => req.get('x-user') ?? null })],
+      });
+      const free = await request(`${http.url}/items/1`, { headers: { 'x-user': 'a' } });
+      assert.deepEqual(sfItems(free.headers['ratelimit-policy']), [['plan', { q: 2, w: 60 }]]);
+      const pro = await request(`${http.url}/items/1`, { headers: { 'x-user': 'b', 'x-plan': 'pro' } });
+      assert.deepEqual(sfItems(pro.headers['ratelimit-policy']), [['plan', { q: 50, w: 60 }]]);
+      assert.deepEqual(sfItems(pro.headers['ratelimit']), [['plan', { r: 49, t: 2 }]]);
+      const internal = await request(`${http.url}/items/1`, { headers: { 'x-user': 'c', 'x-plan': 'internal' } });
+      assert.equal(internal.headers['ratelimit-policy'], undefined, 'a plan mapped to null is not limited');
+      await request(`${http.url}/items/1`, { headers: { 'x-user': 'a' } });
+      assert.equal((await request(`${http.url}/items/1`, { headers: { 'x-user': 'a' } })).status, 429);
+      const upgraded = await request(`${http.url}/items/1`, { headers: { 'x-user': 'a', 'x-plan': 'pro' } });
+      assert.deepEqual(sfItems(upgraded.headers['ratelimit-policy']), [['plan', { q: 50, w: 60 }]], 'an upgrade applies its limit at once, on the same bucket');
+    });
+
+    test('route templates: per route, mounted routers, unmatched and excluded routes', async () => {
+      await start({}, {
+        policies: [
+          perMinute('item', 3, { routes: ['GET /items/:id'], perRoute: true }),
+          perMinute('posts', 3, { routes: 'GET /users/:uid/posts/:pid', perRoute: true }),
+          perMinute('all', 100),
+        ],
+        exclude: ['GET /healthz'],
+      });
+      await request(`${http.url}/items/1`);
+      const two = await request(`${http.url}/items/2?x=1`);
+      assert.deepEqual(sfItems(two.headers['ratelimit']), [['item', { r: 1, t: 40 }], ['all', { r: 98, t: 2 }]]);
+      const keys = (await tb.send(['KEYS', 'rl:*'])).map(String).sort();
+      assert.deepEqual(keys, ['rl:all:127.0.0.1', 'rl:item:GET /items/:id:127.0.0.1']);
+      const post = await request(`${http.url}/users/42/posts/7`);
+      assert.deepEqual(sfItems(post.headers['ratelimit']), [['posts', { r: 2, t: 20 }], ['all', { r: 97, t: 2 }]]);
+      assert.equal(await tb.send(['EXISTS', 'rl:posts:GET /users/:uid/posts/:pid:127.0.0.1']), 1);
+      const missing = await request(`${http.url}/nope`);
+      assert.equal(missing.status, 404);
+      assert.equal(missing.headers['ratelimit'], undefined, 'requests matching no route are not limited');
+      const wrongMethod = await request(`${http.url}/items/1`, { method: 'DELETE' });
+      assert.equal(wrongMethod.headers['ratelimit'], undefined);
+      const health = await request(`${http.url}/healthz`);
+      assert.equal(health.headers['ratelimit'], undefined);
+      const head = await request(`${http.url}/items/9`, { method: 'HEAD' });
+      assert.equal(head.status, 200);
+      assert.equal(await tb.send(['EXISTS', 'rl:all:127.0.0.1']), 1);
+      assert.deepEqual(sfItems(head.headers['ratelimit']), [['all', { r: 96, t: 3 }]], 'HEAD /items/:id is its own route, not GET');
+    });
+
+    test('limitUnmatched: route-less policies apply to unmatched requests', async () => {
+      await start({}, { policies: [perMinute('all', 10), perMinute('item', 3, { routes: ['GET /items/:id'] })], limitUnmatched: true });
+      const r = await request(`${http.url}/nope`);
+      assert.equal(r.status, 404);
+      assert.deepEqual(sfItems(r.headers['ratelimit-policy']), [['all', { q: 10, w: 60 }]]);
+    });
+
+    test('the middleware on a route too: a request is checked once', async () => {
+      const limiter = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger() });
+      const mw = rateLimit(limiter, { policies: [perMinute('ip', 10)] });
+      const app = express();
+      app.use(mw);
+      app.get('/once/:id', mw, (req, res) => res.json({ ok: true }));
+      http = await listenExpress(app);
+      const r = await request(`${http.url}/once/1`);
+      assert.deepEqual(sfItems(r.headers['ratelimit']), [['ip', { r: 9, t: 6 }]]);
+      assert.equal(limiter.stats.checks, 1);
+    });
+
+    test('trusted proxies: X-Forwarded-For walked right to left; untrusted peers ignored', async () => {
+      await start({ clientIp: new ClientIp({ trustedProxies: ['127.0.0.1/32', '10.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
+      await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '198.51.100.9, 203.0.113.5, 10.1.2.3' } });
+      await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '::ffff:203.0.113.5' } });
+      let keys = (await tb.send(['KEYS', 'rl:*'])).map(String).sort();
+      assert.deepEqual(keys, ['rl:ip:203.0.113.5']);
+      assert.equal((await tb.peek('rl:ip:203.0.113.5', 10, 10 / 60, { now: NOW })).remaining, 8);
+      await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '10.0.0.1, 10.0.0.2' } });
+      await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '198.51.100.1, garbage, 10.9.9.9' } });
+      keys = (await tb.send(['KEYS', 'rl:*'])).map(String).sort();
+      assert.deepEqual(keys, ['rl:ip:10.0.0.1', 'rl:ip:10.9.9.9', 'rl:ip:203.0.113.5'], 'all trusted: the leftmost; malformed: the last good hop');
+      await http.close();
+      await tb.send(['FLUSHALL']);
+      // the same header from an untrusted peer is ignored
+      await start({ clientIp: new ClientIp({ trustedProxies: ['10.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
+      await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '203.0.113.5' } });
+      assert.deepEqual((await tb.send(['KEYS', 'rl:*'])).map(String), ['rl:ip:127.0.0.1']);
+    });
+
+    test('Forwarded header (RFC 7239) and IPv6 grouped by /64', async () => {
+      await start({ clientIp: new ClientIp({ trustedProxies: ['127.0.0.1'], header: 'forwarded' }) }, { policies: [perMinute('ip', 10)] });
+      await request(`${http.url}/items/1`, { headers: { forwarded: 'for=198.51.100.1, for="[2001:db8:1:2::7]:4711";proto=https' } });
+      await request(`${http.url}/items/1`, { headers: { forwarded: 'for="[2001:db8:1:2:ffff::1]"' } });
+      await request(`${http.url}/items/1`, { headers: { forwarded: 'for="[2001:db8:1:3::1]"' } });
+      const keys = (await tb.send(['KEYS', 'rl:*'])).map(String).sort();
+      assert.deepEqual(keys, ['rl:ip:2001:db8:1:2::/64', 'rl:ip:2001:db8:1:3::/64']);
+      assert.equal((await tb.peek('rl:ip:2001:db8:1:2::/64', 10, 10 / 60, { now: NOW })).remaining, 8, 'one /64, one bucket');
+    });
+
+    test('refund from the handler, and automatically for the app\'s 5xx (refundOn)', async () => {
+      const limiter = await start({}, { policies: [perMinute('ip', 10)], refundOn: [500] });
+      const r = await request(`${http.url}/refund`);
+      assert.equal(r.status, 200);
+      assert.deepEqual([r.json.first, r.json.second], [true, false], 'refund is idempotent');
+      assert.equal((await tb.peek('rl:ip:127.0.0.1', 10, 10 / 60, { now: NOW })).remaining, 10);
+      assert.equal((await request(`${http.url}/fail`)).status, 500);
+      assert.equal((await tb.peek('rl:ip:127.0.0.1', 10, 10 / 60, { now: NOW })).remaining, 10, 'a 500 is refunded before the response completes');
+      assert.equal((await request(`${http.url}/throw`)).status, 500);
+      assert.equal((await tb.peek('rl:ip:127.0.0.1', 10, 10 / 60, { now: NOW })).remaining, 10, 'a thrown error (500) too');
+      await request(`${http.url}/items/1`);
+      assert.equal((await tb.peek('rl:ip:127.0.0.1', 10, 10 / 60, { now: NOW })).remaining, 9, 'a 200 is not refunded');
+      assert.equal(limiter.stats.refunds, 3);
+    });
+
+    test('legacy X-RateLimit-* headers: Unix reset by default, delta on request', async () => {
+      await start({ legacyHeaders: true }, { policies: [perMinute('ip', 10), perMinute('burst', 3)] });
+      const before = Date.now() / 1000;
+      const r = await request(`${http.url}/items/1`);
+      const afterT = Date.now() / 1000;
+      assert.equal(r.headers['x-ratelimit-limit'], '3', 'the policy with the smallest remaining');
+      assert.equal(r.headers['x-ratelimit-remaining'], '2');
+      const reset = Number(r.headers['x-ratelimit-reset']);
+      assert.ok(reset >= Math.ceil(before + 20) && reset <= Math.ceil(afterT + 20), `reset ${reset}`);
+      await http.close();
+      await tb.send(['FLUSHALL']);
+      await start({ legacyHeaders: true, legacyReset: 'delta' }, { policies: [perMinute('ip', 10)] });
+      const d = await request(`${http.url}/items/1`);
+      assert.deepEqual([d.headers['x-ratelimit-limit'], d.headers['x-ratelimit-remaining'], d.headers['x-ratelimit-reset']], ['10', '9', '6']);
+    });
+  });
+}
+
+describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
+  let redis;
+  let tb;
+  let http;
+  before(async () => {
+    redis = await CLIENTS[0][1](server.port);
+    tb = new TbClient(redis);
+  });
+  after(async () => { await closeClient(redis); });
+  beforeEach(async () => { await tb.send(['FLUSHALL']); });
+  afterEach(async () => { await http?.close(); http = undefined; });
+
+  test('shadow policy refuses: the request goes on, nothing is charged, headers leave it out', async () => {
+    const log = memoryLogger();
+    const registry = new Registry();
+    const limiter = new RateLimiter(redis, { clock: fixedClock, logger: log, metrics: new PromMetrics({ registry }), name: 'api' });
+    http = await listenExpress(buildApp(limiter, {
+      policies: [perMinute('ip', 10), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
+      exclude: ['GET /metrics'],
+    }, { metricsRegistry: registry }));
+    const a = await request(`${http.url}/items/1`);
+    assert.deepEqual(sfItems(a.headers['ratelimit-policy']), [['ip', { q: 10, w: 60 }]]);
+    assert.deepEqual(a.json, { outcome: 'allowed', shadowLimited: [], violated: [] });
+    const b = await request(`${http.url}/items/1`);
+    assert.equal(b.status, 200);
+    assert.deepEqual(b.json, { outcome: 'allowed', shadowLimited: ['beta'], violated: [] });
+    assert.deepEqual(sfItems(b.headers['ratelimit']), [['ip', { r: 9, t: 6 }]], 'the enforced policy keeps its item; nothing was charged');
+    assert.equal((await tb.peek('rl:ip:127.0.0.1', 10, 10 / 60, { now: NOW })).remaining, 9);
+    await request(`${http.url}/items/1`);
+    assert.deepEqual(log.lines, ["redis-tb: shadow policy 'beta' would have limited a request (1 since the last line)"]);
+    assert.equal(limiter.stats.shadowLimited, 2);
+    const refund = await request(`${http.url}/refund`);
+    assert.deepEqual([refund.json.first, refund.json.shadowLimited], [false, ['beta']], 'refund of a shadow-limited request is a no-op');
+    const m = scrape((await request(`${http.url}/metrics`)).body);
+    assert.equal(m['redis_tb_allowed_total{limiter=api,policy=ip}'], 1);
+    assert.equal(m['redis_tb_allowed_total{limiter=api,policy=beta}'], 1);
+    assert.equal(m['redis_tb_shadow_limited_total{limiter=api,policy=beta}'], 3);
+    assert.equal(m['redis_tb_redis_call_duration_seconds_count'], 4);
+    assert.deepEqual(m['redis_tb_redis_call_duration_seconds_buckets'], ['0.0005', '0.001', '0.0025', '0.005', '0.01', '0.025', '0.05', '0.1', '0.25', '+Inf']);
+  });
+
+  test('enforced policy refuses next to a passing shadow one: 429 names only the enforced', async () => {
+    const limiter = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger() });
+    http = await listenExpress(buildApp(limiter, {
+      policies: [perMinute('ip', 1), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
+    }));
+    await request(`${http.url}/items/1`);
+    const r = await request(`${http.url}/items/1`);
+    assert.equal(r.status, 429);
+    assert.deepEqual(r.json.violated_policies, ['ip']);
+    assert.equal(r.json.detail, "rate limit exceeded for 'ip': retry after 60 s");
+    assert.deepEqual(sfItems(r.headers['ratelimit-policy']), [['ip', { q: 1, w: 60 }]]);
+  });
+
+  test('limiter-wide shadow: never a 429, no headers; moving to enforced is configuration only', async () => {
+    const policies = [perMinute('ip', 1)];
+    const shadow = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger(), shadow: true });
+    http = await listenExpress(buildApp(shadow, { policies }));
+    const codes = [];
+    for (let i = 0; i < 3; i++) codes.push((await request(`${http.url}/items/1`)).status);
+    assert.deepEqual(codes, [200, 200, 200]);
+    const last = await request(`${http.url}/items/1`);
+    assert.equal(last.headers['ratelimit'], undefined);
+    assert.deepEqual(last.json.shadowLimited, ['ip']);
+    await http.close();
+    const enforced = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger() });
+    http = await listenExpress(buildApp(enforced, { policies }));
+    assert.equal((await request(`${http.url}/items/1`)).status, 429, 'the same bucket, now enforced');
+  });
+
+  test('metrics: limited, refunded, store errors and degraded, parsed from /metrics', async () => {
+    const registry = new Registry();
+    const metrics = new PromMetrics({ registry });
+    const limiter = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger(), metrics, name: 'api' });
+    http = await listenExpress(buildApp(limiter, { policies: [perMinute('ip', 2), perMinute('user', 5)], exclude: ['GET /metrics'], refundOn: [500] }, { metricsRegistry: registry }));
+    await request(`${http.url}/fail`);
+    await request(`${http.url}/items/1`);
+    await request(`${http.url}/items/1`);
+    assert.equal((await request(`${http.url}/items/1`)).status, 429);
+    const downRegistry = new Registry();
+    const broken = new RateLimiter(async () => { throw new Error('connection refused'); }, { logger: memoryLogger(), metrics: new PromMetrics({ registry: downRegistry }), name: 'down' });
+    await broken.check({ request: {}, peer: '127.0.0.1', header: () => [], route: null }, [perMinute('ip', 2)]);
+    const m = scrape((await request(`${http.url}/metrics`)).body);
+    assert.equal(m['redis_tb_allowed_total{limiter=api,policy=ip}'], 3);
+    assert.equal(m['redis_tb_allowed_total{limiter=api,policy=user}'], 3);
+    assert.equal(m['redis_tb_limited_total{limiter=api,policy=ip}'], 1);
+    assert.equal(m['redis_tb_limited_total{limiter=api,policy=user}'], undefined);
+    assert.equal(m['redis_tb_refunded_total{limiter=api,policy=ip}'], 1);
+    const down = scrape(await downRegistry.metrics());
+    assert.equal(down['redis_tb_store_errors_total{limiter=down}'], 1);
+    assert.equal(down['redis_tb_degraded_total{limiter=down}'], 1);
+    assert.equal(down['redis_tb_redis_call_duration_seconds_count'], 1, 'a failed call is observed too');
+    assert.equal(m['redis_tb_store_errors_total{limiter=api}'], undefined);
+    assert.equal(m['redis_tb_redis_call_duration_seconds_count'], 5, 'four TB.MTAKE and one refund');
+    const labels = Object.keys(m).join(' ');
+    assert.ok(!labels.includes('127.0.0.1'), 'no client identity in any label');
+  });
+
+  test('deny cache: refusals answered locally, counting down, no Redis call', async () => {
+    const registry = new Registry();
+    const limiter = new RateLimiter(redis, { logger: memoryLogger(), denyCache: { maxEntries: 100 }, metrics: new PromMetrics({ registry }), name: 'dc' });
+    // capacity 1, one token per 3 s; cost from a header
+    http = await listenExpress(buildApp(limiter, {
+      policies: [new Policy({ name: 'ip', limit: new Limit(3, 1), cost: (req) => Number(req.get('x-cost') ?? 3) }), perMinute('wide', 100)],
+    }, { metricsRegistry: registry }));
+    assert.equal((await request(`${http.url}/items/1`)).status, 200);
+    const calls0 = await commandCalls(redis, 'tb.mtake');
+    const first = await request(`${http.url}/items/1`);
+    assert.equal(first.status, 429);
+    assert.equal(await commandCalls(redis, 'tb.mtake'), calls0 + 1);
+    const hits = [];
+    for (let i = 0; i < 3; i++) hits.push(await request(`${http.url}/items/1`));
+    assert.equal(await commandCalls(redis, 'tb.mtake'), calls0 + 1, 'cache hits do not call Redis');
+    for (const h of hits) {
+      assert.equal(h.status, 429);
+      assert.deepEqual(h.json.violated_policies, ['ip']);
+      assert.deepEqual(sfItems(h.headers['ratelimit-policy']), [['ip', { q: 3, w: 3 }]], 'only the cached violated policy');
+      assert.equal(sfItems(h.headers['ratelimit'])[0][1].r, 0);
+      assert.ok(Number(h.headers['retry-after']) <= Number(first.headers['retry-after']));
+    }
+    assert.equal(limiter.stats.denyCacheHits, 3);
+    await sleep(1100);
+    const later = await request(`${http.url}/items/1`);
+    assert.equal(later.status, 429);
+    assert.equal(Number(later.headers['retry-after']), Number(first.headers['retry-after']) - 1, 'Retry-After counts down');
+    // a smaller cost goes to Redis
+    const small = await request(`${http.url}/items/1`, { headers: { 'x-cost': '1' } });
+    assert.equal(small.status, 200);
+    assert.equal(await commandCalls(redis, 'tb.mtake'), calls0 + 2);
+    const m = scrape(await registry.metrics());
+    assert.equal(m['redis_tb_deny_cache_hits_total{limiter=dc,policy=ip}'], 4);
+    assert.equal(m['redis_tb_limited_total{limiter=dc,policy=ip}'], 5);
+  });
+
+  test('deny cache: a refund by another instance is not seen; a refund through this one drops the entry', async () => {
+    const policy = new Policy({ name: 'ip', limit: new Limit(2, 0.01), cost: (req) => Number(req.get('x-cost') ?? 2) });
+    const a = new RateLimiter(redis, { logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+    const b = new RateLimiter(redis, { logger: memoryLogger() });
+    http = await listenExpress(buildApp(a, { policies: [policy] }));
+    const httpB = await listenExpress(buildApp(b, { policies: [policy] }));
+    try {
+      const admitted = await b.check({ request: { get: () => undefined }, peer: '127.0.0.1', header: () => [], route: 'GET /items/:id' }, [new Policy({ name: 'ip', limit: new Limit(2, 0.01), cost: 2 })]);
+      assert.equal(admitted.outcome, 'allowed');
+      assert.equal((await request(`${http.url}/items/1`)).status, 429, 'A: refused by Redis, cached');
+      assert.equal(await admitted.refund(), true, 'B refunds: Redis has the tokens again');
+      const calls = await commandCalls(redis, 'tb.mtake');
+      assert.equal((await request(`${http.url}/items/1`)).status, 429, 'A still refuses from its cache');
+      assert.equal(await commandCalls(redis, 'tb.mtake'), calls);
+      assert.equal((await request(`${httpB.url}/items/1`)).status, 200, 'B (no cache) is admitted: Redis would admit');
+      // through A itself: a cost-1 request reaches Redis... refused there (B took the tokens)
+      await tb.send(['DEL', 'rl:ip:127.0.0.1']);
+      const one = await request(`${http.url}/refund`, { headers: { 'x-cost': '1' } });
+      assert.equal(one.json.first, true, 'A admitted a smaller cost and refunded it');
+      assert.equal((await request(`${http.url}/items/1`)).status, 200, 'the refund through A dropped the cached refusal');
+    } finally {
+      await httpB.close();
+    }
+  });
+
+  test('deny cache never holds shadow refusals', async () => {
+    const limiter = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+    http = await listenExpress(buildApp(limiter, { policies: [new Policy({ name: 'beta', limit: new Limit(1, 0.01), shadow: true })] }));
+    const calls = await commandCalls(redis, 'tb.mtake');
+    for (let i = 0; i < 3; i++) assert.equal((await request(`${http.url}/items/1`)).status, 200);
+    assert.equal(await commandCalls(redis, 'tb.mtake'), calls + 3);
+    assert.equal(limiter.stats.denyCacheHits, 0);
+  });
+});
+
+for (const [clientName, makeClient] of CLIENTS) {
+  test(`express fail-open and fail-closed with Redis killed and restarted (${clientName})`, async () => {
+    const own = await new RedisServer().start();
+    const redis = await makeClient(own.port);
+    const openLog = memoryLogger();
+    const open = new RateLimiter(redis, { logger: openLog });
+    const closed = new RateLimiter(redis, { logger: memoryLogger(), failOpen: false });
+    const policies = [perSecond('ip', 100)];
+    const httpOpen = await listenExpress(buildApp(open, { policies }));
+    const httpClosed = await listenExpress(buildApp(closed, { policies }));
+    try {
+      assert.ok((await request(`${httpOpen.url}/items/1`)).headers['ratelimit']);
+      await own.kill();
+      const o = await request(`${httpOpen.url}/items/1`);
+      assert.equal(o.status, 200);
+      assert.equal(o.headers['ratelimit'], undefined, 'fail-open: no rate-limit headers');
+      assert.equal(o.json.outcome, 'store_error');
+      const c = await request(`${httpClosed.url}/items/1`);
+      assert.equal(c.status, 503);
+      assert.equal(c.headers['retry-after'], '1');
+      assert.equal(c.headers['content-type'], 'application/problem+json');
+      assert.deepEqual(c.json, {
+        type: 'about:blank', title: 'Service Unavailable', status: 503,
+        detail: "the rate limiter's store is unavailable; retry shortly",
+      });
+      for (let i = 0; i < 5; i++) await request(`${httpOpen.url}/items/1`);
+      assert.equal(open.stats.storeErrors, 1, 'one failed call, then the cool-down skips Redis');
+      assert.equal(open.stats.degraded, 6);
+      assert.equal(openLog.lines.length, 1, 'one log line');
+      assert.match(openLog.lines[0], new RegExp(`^redis-tb: TB\\.MTAKE on 127\\.0\\.0\\.1:${own.port} failed \\(.*\\); failing open: requests pass unlimited, Redis skipped for 1 s; store errors so far: 1$`));
+      await own.start();
+      let back = false;
+      const until = Date.now() + 8000;
+      while (!back && Date.now() < until) {
+        await sleep(100);
+        back = Boolean((await request(`${httpOpen.url}/items/1`)).headers['ratelimit']);
+      }
+      assert.ok(back, 'limits apply again once Redis is back');
+      let closedBack = false;
+      while (!closedBack && Date.now() < until) {
+        closedBack = (await request(`${httpClosed.url}/items/1`)).status === 200;
+        if (!closedBack) await sleep(100);
+      }
+      assert.ok(closedBack);
+    } finally {
+      await httpOpen.close();
+      await httpClosed.close();
+      await closeClient(redis);
+      await own.stop();
+    }
+  });
+}
