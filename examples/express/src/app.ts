@@ -1,0 +1,158 @@
+/**
+ * An API rate-limited with redis-tb (npm `redis-tb`, Express middleware `redis-tb/express`):
+ *
+ * - layered policies checked in ONE TB.MTAKE per request (all or nothing: a refusal by
+ *   one layer spends nothing on the others): per client address (10 per second), per user
+ *   by plan tier (per hour: free 100, pro 5000, internal unlimited), and an endpoint
+ *   policy on `POST /orders` (5 per minute per user);
+ * - a cost per request: `GET /search` costs one token per page of 50 results;
+ * - a refund in a handler (an order the handler rejects is not counted) and the
+ *   automatic refund of the app's own 5xx (`refundOn`);
+ * - the decision used in handlers (`GET /items/:id`, `GET /quota`);
+ * - a fail-closed login: `POST /login` has its own limiter that answers 503 when Redis
+ *   is down (the rest of the API fails open);
+ * - `GET /metrics`: prom-client's text format, redis-tb's per-policy counters included.
+ */
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { Registry } from 'prom-client';
+import { ClientIp, Limit, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
+import { rateLimit } from 'redis-tb/express';
+import { PromMetrics } from 'redis-tb/prometheus';
+
+export interface AppConfig {
+  /** a connected node-redis (or ioredis) client */
+  redis: RedisLike;
+  /** CIDRs of your load balancers; only their X-Forwarded-For is believed */
+  trustedProxies?: string[];
+}
+
+// -- who is calling ----------------------------------------------------------------
+// A stand-in for your auth: API key -> user and plan.
+interface Account {
+  user: string;
+  plan: 'free' | 'pro' | 'internal';
+}
+const API_KEYS: Record<string, Account> = {
+  'key-alice': { user: 'alice', plan: 'pro' },
+  'key-bob': { user: 'bob', plan: 'free' },
+  'key-carol': { user: 'carol', plan: 'free' },
+  'key-dave': { user: 'dave', plan: 'free' },
+  'key-ops': { user: 'ops', plan: 'internal' },
+};
+
+function account(req: Request): Account | null {
+  return API_KEYS[req.get('x-api-key') ?? ''] ?? null;
+}
+/** Key function: the user behind the API key; null (skip the policy) when anonymous. */
+const userId = (req: Request): string | null => account(req)?.user ?? null;
+
+/** A search costs one token per page of 50 results asked for. */
+function searchCost(req: Request): number {
+  const size = Number(req.query.size ?? 50);
+  return Number.isFinite(size) && size > 0 ? Math.ceil(size / 50) : 1;
+}
+
+// -- policies ------------------------------------------------------------------------
+// All of a request's policies are checked together in one TB.MTAKE.
+export const POLICIES = [
+  // every caller, by client address (IPv6 grouped by /64): 10 per second
+  perSecond<Request>('ip', 10),
+  // signed-in users, by plan: free 100 per hour, pro 5000 per hour, internal not limited
+  tiered<Request>(
+    'user',
+    { free: Limit.perHour(100), pro: Limit.perHour(5000), internal: null },
+    (req) => account(req)?.plan ?? null,
+    { default: 'free', key: userId },
+  ),
+  // an endpoint policy: 5 orders per minute per user
+  perMinute<Request>('orders', 5, { key: userId, routes: ['POST /orders'] }),
+  // searches cost by page size
+  perMinute<Request>('search', 60, { cost: searchCost, routes: ['GET /search'] }),
+];
+export const LOGIN_POLICIES = [perSecond<Request>('ip', 10), perMinute<Request>('login', 5)];
+
+/** The decision in a handler: tell a client running low (under 2 tokens left anywhere) to slow down. */
+function slowDown(res: Response): boolean {
+  const results = res.locals.rateLimit?.results ?? [];
+  return results.some((r) => r.remaining < 2);
+}
+
+export function buildApp(config: AppConfig) {
+  const registry = new Registry();
+  const metrics = new PromMetrics({ registry });
+  const clientIp = new ClientIp({ trustedProxies: config.trustedProxies ?? [] });
+  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api' });
+  // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
+  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false });
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(express.json());
+
+  // The login route is registered before the API-wide middleware, so only its own
+  // fail-closed limiter (per address and per 'login' bucket) runs for it.
+  app.post('/login', rateLimit(strict, { policies: LOGIN_POLICIES }), (req: Request, res: Response) => {
+    const decision = res.locals.rateLimit;
+    const login = decision?.results.find((r) => r.name === 'login');
+    res.json({ ok: true, attempts_left: login === undefined ? null : Math.floor(login.remaining) });
+  });
+
+  app.use(rateLimit(limiter, {
+    policies: POLICIES,
+    exclude: ['GET /healthz', 'GET /metrics'],
+    refundOn: (status) => status >= 500, // our own failures do not count against callers
+  }));
+
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+
+  app.get('/metrics', async (_req, res) => {
+    res.type(registry.contentType).send(await registry.metrics());
+  });
+
+  app.get('/items/:id', (req: Request, res: Response) => {
+    res.json({ id: req.params.id, name: `item ${req.params.id}`, slow_down: slowDown(res) });
+  });
+
+  app.get('/quota', (_req: Request, res: Response) => {
+    // This request's view of every bucket it was charged on.
+    const decision = res.locals.rateLimit;
+    res.json({
+      outcome: decision?.outcome ?? 'not_limited',
+      policies: (decision?.results ?? []).map((r) => ({
+        name: r.name, remaining: r.remaining, capacity: r.capacity, reset_after: r.resetAfter,
+      })),
+    });
+  });
+
+  app.post('/orders', async (req: Request, res: Response) => {
+    const { item_id: itemId, quantity } = (req.body ?? {}) as { item_id?: unknown; quantity?: unknown };
+    if (typeof itemId !== 'number' || typeof quantity !== 'number' || quantity <= 0) {
+      // The app decides not to count a request it rejects itself.
+      await res.locals.rateLimit?.refund();
+      res.status(422).json({ error: 'item_id and a positive quantity are required' });
+      return;
+    }
+    if (itemId === 13) {
+      // Our own failure: answered 500 by the error handler, refunded by `refundOn`.
+      throw new Error('inventory service unavailable');
+    }
+    res.status(201).json({ item_id: itemId, quantity });
+  });
+
+  app.get('/search', (req: Request, res: Response) => {
+    res.json({ q: req.query.q ?? '', size: Number(req.query.size ?? 50), results: [], slow_down: slowDown(res) });
+  });
+
+  app.get('/stats', (_req, res) => {
+    res.json({ api: limiter.stats, login: strict.stats });
+  });
+
+  // eslint-disable-next-line @typescript-eslint/no-unused-vars
+  app.use((err: Error, _req: Request, res: Response, _next: NextFunction) => {
+    res.status(500).json({ error: err.message });
+  });
+
+  return { app, limiter, strict, registry };
+}

@@ -1,0 +1,54 @@
+/**
+ * Serves the example: `node dist/src/server.js`. Environment: REDIS_URL (default
+ * redis://127.0.0.1:6379), TRUSTED_PROXIES (comma-separated CIDRs of your load balancers;
+ * only then is X-Forwarded-For read), PORT (default 3000; 0 picks a free one), HOST
+ * (default 127.0.0.1).
+ */
+import { createClient } from 'redis';
+import { ModuleNotLoadedError } from 'redis-tb';
+import { buildApp } from './app.js';
+
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const trustedProxies = (process.env.TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+const port = Number(process.env.PORT ?? 3000);
+const host = process.env.HOST ?? '127.0.0.1';
+
+// No offline queue: a command made while Redis is down fails at once (the limiter's
+// failure mode answers) instead of being sent, and charged, later.
+const redis = createClient({ url: redisUrl, disableOfflineQueue: true });
+let lastErrorLog = 0;
+redis.on('error', (err: Error) => {
+  // node-redis reconnects by itself; say so at most once per second.
+  if (Date.now() - lastErrorLog >= 1000) {
+    lastErrorLog = Date.now();
+    console.warn(`redis: ${err.message || err.name} (reconnecting)`);
+  }
+});
+// An unreachable Redis does not stop the app: it may start before Redis does.
+const connected = redis.connect().catch(() => undefined);
+await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
+
+const { app, limiter, strict } = buildApp({ redis, trustedProxies });
+try {
+  await limiter.startup(); // a server without the module stops the app here, clearly
+  await strict.startup();
+} catch (err) {
+  if (err instanceof ModuleNotLoadedError) {
+    console.error(err.message);
+    process.exit(1);
+  }
+  throw err;
+}
+
+const server = app.listen(port, host, () => {
+  const addr = server.address();
+  const actual = addr !== null && typeof addr === 'object' ? addr.port : port;
+  console.log(`listening on http://${host}:${actual}`);
+});
+const stop = (): void => {
+  server.close();
+  redis.destroy();
+  process.exit(0);
+};
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);
