@@ -39,13 +39,15 @@ mypy=("$venv/bin/python" -m mypy --strict --cache-dir "$venv/.mypy_cache")
 MYPYPATH="$here/tests" "${mypy[@]}" "$here/tests"
 MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/fastapi"
 MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/shell"
+MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/flask"
+MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/slowapi"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
 REDIS_TB_MODULE="$module" "$venv/bin/python" -m pytest \
     -c "$here/pyproject.toml" --rootdir "$repo" --import-mode=importlib -p no:cacheprovider \
-    "$here/tests" "$repo/examples/fastapi" "$repo/examples/shell" "$@" 2>&1 | tee "$log"
+    "$here/tests" "$repo/examples/fastapi" "$repo/examples/shell" "$repo/examples/flask" "$repo/examples/slowapi" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ]; then
@@ -55,3 +57,6 @@ if ! grep -Eq '[1-9][0-9]* passed' "$log"; then
     echo "run-tests.sh: no test ran" >&2
     exit 1
 fi
+
+# limits' own storage and strategy tests against redis_tb.limits (redis+tb://)
+REDIS_TB_MODULE="$module" "$here/tests/limits_upstream/run.sh" "$venv"
