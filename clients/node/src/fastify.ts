@@ -32,7 +32,7 @@ export interface FastifyRateLimitOptions {
 
 function sendProblem(reply: FastifyReply, status: number, body: ProblemBody, headers: Array<[string, string]>): FastifyReply {
   for (const [k, v] of headers) reply.header(k, v);
-  return reply.code(status).type(PROBLEM_TYPE).send(JSON.stringify(body));
+  return reply.code(status).type(PROBLEM_TYPE).send(Buffer.from(JSON.stringify(body)));
 }
 
 const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options) => {
