@@ -4,8 +4,9 @@
 # Creates the venv .venv/python at the repo root (or $REDIS_TB_VENV) when missing (python3 -m venv),
 # installs the pinned requirements-test.txt and this package (no build isolation:
 # the pinned hatchling builds it, nothing else is fetched), type-checks the package
-# (mypy --strict), then runs pytest over clients/python/tests, examples/fastapi and
-# examples/shell against real redis-server and uvicorn processes.
+# (mypy --strict), then runs pytest over clients/python/tests, examples/fastapi,
+# examples/shell and examples/django against real redis-server, uvicorn and gunicorn
+# processes.
 #
 # Needs the module built (target/release/libredis_tb.so, or REDIS_TB_MODULE) and
 # redis-server/redis-cli on PATH (or REDIS_SERVER). Extra arguments go to pytest.
@@ -41,13 +42,14 @@ MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/fastapi"
 MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/shell"
 MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/flask"
 MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/slowapi"
+MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/django"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
 REDIS_TB_MODULE="$module" "$venv/bin/python" -m pytest \
     -c "$here/pyproject.toml" --rootdir "$repo" --import-mode=importlib -p no:cacheprovider \
-    "$here/tests" "$repo/examples/fastapi" "$repo/examples/shell" "$repo/examples/flask" "$repo/examples/slowapi" "$@" 2>&1 | tee "$log"
+    "$here/tests" "$repo/examples/fastapi" "$repo/examples/shell" "$repo/examples/flask" "$repo/examples/slowapi" "$repo/examples/django" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ]; then

@@ -1,0 +1,10 @@
+"""ASGI entry point: ``uvicorn exampleproj.asgi:application``."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "exampleproj.settings")
+application = get_asgi_application()

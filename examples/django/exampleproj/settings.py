@@ -1,0 +1,74 @@
+"""Settings of the redis-tb Django example: no database, no templates, an API.
+
+Environment: REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES
+(comma-separated CIDRs of your load balancers; default none: X-Forwarded-For is
+then never read), RATE_LIMIT=off (the same project without the middleware).
+"""
+
+from __future__ import annotations
+
+import os
+
+BASE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "redis-tb-example-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+ROOT_URLCONF = "exampleproj.urls"
+WSGI_APPLICATION = "exampleproj.wsgi.application"
+ASGI_APPLICATION = "exampleproj.asgi.application"
+USE_TZ = True
+DATABASES: dict[str, dict[str, str]] = {}
+
+LIMITED = os.environ.get("RATE_LIMIT", "on") != "off"
+
+INSTALLED_APPS = [
+    # the module check at startup: a Redis without the module stops the server here
+    "redis_tb.django",
+] if LIMITED else []
+
+MIDDLEWARE = [
+    "django.middleware.common.CommonMiddleware",
+    # after whatever sets what the key functions read (here: only headers)
+    "redis_tb.django.RateLimitMiddleware",
+] if LIMITED else ["django.middleware.common.CommonMiddleware"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "redis_tb": {"handlers": ["console"], "level": "WARNING"},
+        "django.request": {"handlers": ["console"], "level": "ERROR"},
+    },
+}
+
+REDIS_TB = {
+    "URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "TRUSTED_PROXIES": [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c],
+    # Redis down: let requests through (the login view overrides this: fail closed)
+    "FAIL_OPEN": True,
+    # our own 5xx do not count against callers
+    "REFUND_ON": range(500, 600),
+    # never limited: health checks and the Prometheus scrape (URL names)
+    "EXCLUDE": ["healthz", "metrics"],
+    # redis_tb_* counters in prometheus_client's default registry, served at /metrics
+    "METRICS": True,
+    # Checked together in ONE TB.MTAKE per request: all or nothing, so a request
+    # refused by one layer spends nothing on the others.
+    "POLICIES": [
+        # every caller, by client address (IPv6 by /64): 10 per second
+        {"NAME": "ip", "PER_SECOND": 10},
+        # signed-in users, by plan: free 100 per hour, pro 5000 per hour, staff unlimited
+        {
+            "NAME": "user",
+            "TIERS": {"free": {"PER_HOUR": 100}, "pro": {"PER_HOUR": 5000}, "staff": None},
+            "TIER": "exampleproj.limits.plan",
+            "DEFAULT_TIER": "free",
+            "KEY": "exampleproj.limits.user_id",
+        },
+        # an endpoint policy by URL name: searches cost one token per 50 results asked for
+        {"NAME": "search", "PER_MINUTE": 60, "URL_NAMES": ["search"], "COST": "exampleproj.limits.search_cost"},
+        # an endpoint policy by route, in shadow mode: observed (counted, logged), never enforced
+        {"NAME": "exports", "PER_HOUR": 3, "ROUTES": ["POST exports/"], "KEY": "exampleproj.limits.user_id", "SHADOW": True},
+    ],
+}

@@ -1,0 +1,288 @@
+"""The example project served for real: gunicorn (WSGI, threads) and uvicorn (ASGI),
+each on a free loopback port against its own real redis-server with the module,
+over real HTTP; Redis stopped mid-run and started again; a Redis without the module
+stops the server at startup.
+
+Exact header values come from policies that refill far slower than a test runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import httpx
+import pytest
+from http_sfv.list import List
+from prometheus_client.parser import text_string_to_metric_families
+
+from redis_tb import Client
+from servers import Process, RedisServer, Uvicorn, _wait_port, free_port
+
+HERE = Path(__file__).parent
+PROXY = "127.0.0.2"  # trusted by the project under test; requests carry X-Forwarded-For
+ALICE = {"x-api-key": "key-alice"}  # pro plan
+BOB = {"x-api-key": "key-bob"}  # free plan
+ROOT = {"x-api-key": "key-root"}  # staff: no per-user limit
+
+
+class Gunicorn(Process):
+    """``python -m gunicorn exampleproj.wsgi`` (gthread worker) on a free loopback port."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        super().__init__()
+        self.port = free_port()
+        self.env = {**os.environ, **env}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def spawn(self) -> Gunicorn:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "gunicorn", "exampleproj.wsgi:application",
+                "--chdir", str(HERE), "--bind", f"127.0.0.1:{self.port}",
+                "--workers", "1", "--threads", "4", "--no-control-socket",
+                "--log-level", "warning",
+            ],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
+        return self
+
+    def start(self) -> Gunicorn:
+        self.spawn()
+        assert self.proc is not None
+        _wait_port(self.port, self.proc, "gunicorn exampleproj.wsgi", self.log)
+        return self
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def server(kind: str, env: Mapping[str, str]) -> Gunicorn | Uvicorn:
+    if kind == "wsgi":
+        return Gunicorn(env)
+    # Django's ASGI handler speaks HTTP only: no lifespan
+    return Uvicorn("exampleproj.asgi:application", HERE, env, extra=["--lifespan", "off"])
+
+
+class Stack:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.redis = RedisServer().start()
+        self.app = server(kind, {"REDIS_URL": self.redis.url, "TRUSTED_PROXIES": f"{PROXY}/32"})
+
+    def client(self, ip: str) -> httpx.Client:
+        """A client behind the trusted proxy, with its own address (its own IP bucket)."""
+        return httpx.Client(
+            base_url=self.app.url,
+            transport=httpx.HTTPTransport(local_address=PROXY),
+            headers={"x-forwarded-for": ip},
+            timeout=30,
+        )
+
+    def tb(self) -> Client:
+        return Client.from_url(self.redis.url, timeout=10)
+
+
+@pytest.fixture(scope="module", params=["wsgi", "asgi"])
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    s = Stack(request.param)
+    try:
+        s.app.start()
+        yield s
+    finally:
+        s.app.stop()
+        s.redis.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_buckets(request: pytest.FixtureRequest) -> None:
+    """Every test starts from empty buckets (user buckets are shared across IPs)."""
+    if "stack" in request.fixturenames:
+        s: Stack = request.getfixturevalue("stack")
+        tb = s.tb()
+        tb.redis.flushall()
+        tb.close()
+
+
+def sf(value: str) -> list[tuple[object, dict[str, object]]]:
+    out = List()
+    out.parse(value.encode())
+    return [(m.value, dict(m.params)) for m in out]
+
+
+def test_layers_and_plan_tiers_in_one_header(stack: Stack) -> None:
+    with stack.client("198.51.100.1") as c:
+        pro = c.get("/items/1", headers=ALICE)
+        free = c.get("/items/1", headers=BOB)
+        staff = c.get("/items/1", headers=ROOT)
+        anonymous = c.get("/items/1")
+    assert [r.status_code for r in (pro, free, staff, anonymous)] == [200] * 4
+    assert sf(pro.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1}), ("user", {"q": 5000, "w": 3600})]
+    assert sf(free.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1}), ("user", {"q": 100, "w": 3600})]
+    assert sf(staff.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1})]
+    assert sf(anonymous.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1})]
+    assert [p["r"] for _, p in sf(free.headers["RateLimit"])] == [8, 99]
+    assert pro.json() == {"id": 1, "name": "item 1", "slow_down": False}
+
+
+def test_async_view(stack: Stack) -> None:
+    with stack.client("198.51.100.2") as c:
+        r = c.get("/async/items/5", headers=BOB)
+    assert r.status_code == 200 and r.json() == {"id": 5, "async": True}
+    assert [n for n, _ in sf(r.headers["RateLimit"])] == ["ip", "user"]
+
+
+def test_endpoint_decorator_then_429_burning_nothing(stack: Stack) -> None:
+    tb = stack.tb()
+    with stack.client("198.51.100.3") as c:
+        codes = [c.post("/orders", headers=ALICE, json={"quantity": 1}).status_code for _ in range(5)]
+        before = tb.peek("rl:user:alice", 5000, 5000 / 3600).remaining
+        refused = c.post("/orders", headers=ALICE, json={"quantity": 1})
+        after = tb.peek("rl:user:alice", 5000, 5000 / 3600).remaining
+    tb.close()
+    assert codes == [201] * 5
+    assert refused.status_code == 429
+    assert refused.headers["Content-Type"] == "application/problem+json"
+    problem = refused.json()
+    assert problem["type"] == "about:blank" and problem["title"] == "Too Many Requests"
+    assert problem["status"] == 429 and problem["violated_policies"] == ["orders"]
+    wait = int(refused.headers["Retry-After"])
+    assert 1 <= wait <= 12 and problem["detail"] == f"rate limit exceeded for 'orders': retry after {wait} s"
+    assert 0 < problem["retry_after"] <= 12
+    assert ("orders", {"q": 5, "w": 60}) in sf(refused.headers["RateLimit-Policy"])
+    # all or nothing: the refusal spent nothing on the user layer
+    assert after >= before
+
+
+def test_refund_by_the_view_and_on_our_own_5xx(stack: Stack) -> None:
+    tb = stack.tb()
+    with stack.client("198.51.100.4") as c:
+        bad = c.post("/orders", headers=BOB, json={"quantity": 0})
+        assert bad.status_code == 400 and bad.json()["refunded"] is True
+        assert c.get("/flaky", headers=BOB).status_code == 503
+        ok = c.get("/items/1", headers=BOB)
+    bob = tb.peek("rl:user:bob", 100, 100 / 3600).remaining
+    orders = tb.peek("rl:orders:bob", 5, 5 / 60).remaining
+    tb.close()
+    # the 400 and the 503 were given back: only /items/1 counts
+    assert [p["r"] for n, p in sf(ok.headers["RateLimit"]) if n == "user"] == [99]
+    assert 99 <= bob < 100 and orders == 5
+
+
+def test_search_costs_by_page_size_via_its_url_name(stack: Stack) -> None:
+    with stack.client("198.51.100.5") as c:
+        r = c.get("/search", params={"q": "x", "size": "120"})
+    assert r.status_code == 200
+    assert ("search", {"q": 60, "w": 60}) in sf(r.headers["RateLimit-Policy"])
+    assert dict((n, p["r"]) for n, p in sf(r.headers["RateLimit"]))["search"] == 57
+
+
+def test_shadow_policy_observes_without_refusing(stack: Stack) -> None:
+    with stack.client("198.51.100.6") as c:
+        rs = [c.post("/exports/", headers=BOB) for _ in range(5)]
+    assert [r.status_code for r in rs] == [202] * 5
+    assert [r.json()["shadow_limited"] for r in rs] == [[], [], [], ["exports"], ["exports"]]
+    assert all("exports" not in r.headers["RateLimit-Policy"] for r in rs)
+
+
+def test_trusted_proxy_right_to_left_and_ipv6_by_64(stack: Stack) -> None:
+    with stack.client("6.6.6.6, 198.51.100.7") as c:
+        r = c.get("/quota")
+        assert [p["key"] for p in r.json()["policies"]] == ["rl:ip:198.51.100.7"]
+    with stack.client("2001:db8:7:8::1") as c:
+        assert [p["key"] for p in c.get("/quota").json()["policies"]] == ["rl:ip:2001:db8:7:8::/64"]
+    # not from the trusted proxy: the header is ignored
+    with httpx.Client(base_url=stack.app.url, timeout=30) as direct:
+        r = direct.get("/quota", headers={"x-forwarded-for": "198.51.100.8"})
+        assert [p["key"] for p in r.json()["policies"]] == ["rl:ip:127.0.0.1"]
+
+
+def test_excluded_views_and_metrics_scrape(stack: Stack) -> None:
+    with stack.client("198.51.100.9") as c:
+        assert c.get("/items/1").status_code == 200
+        health = c.get("/healthz")
+        scrape = c.get("/metrics")
+    assert health.status_code == 200 and "RateLimit" not in health.headers
+    assert scrape.status_code == 200 and "RateLimit" not in scrape.headers
+    samples = {
+        (s.name, s.labels.get("policy")): s.value
+        for family in text_string_to_metric_families(scrape.text)
+        for s in family.samples
+        if s.name.startswith("redis_tb_") and s.labels.get("limiter") == "default"
+    }
+    assert samples[("redis_tb_allowed_total", "ip")] >= 1
+    assert samples[("redis_tb_limited_total", "orders")] >= 1
+    assert samples[("redis_tb_shadow_limited_total", "exports")] >= 2
+    assert samples[("redis_tb_refunded_total", "user")] >= 2
+    assert samples[("redis_tb_redis_call_duration_seconds_count", None)] >= 1
+
+
+def test_redis_stopped_mid_run_then_back(stack: Stack) -> None:
+    port = stack.redis.port
+    stack.redis.stop()
+    with stack.client("198.51.100.10") as c:
+        # fail open for the API: served, without rate-limit headers
+        opened = [c.get("/items/1", headers=BOB) for _ in range(3)]
+        # the login fails closed
+        login = c.post("/login")
+        scrape = c.get("/metrics")
+    assert [r.status_code for r in opened] == [200] * 3
+    assert all("RateLimit" not in r.headers for r in opened)
+    assert login.status_code == 503 and login.headers["Retry-After"] == "1"
+    assert login.json() == {
+        "type": "about:blank",
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": "the rate limiter's store is unavailable; retry shortly",
+    }
+    counters = {
+        s.name: s.value
+        for family in text_string_to_metric_families(scrape.text)
+        for s in family.samples
+        if s.labels.get("limiter") == "default"
+    }
+    assert counters["redis_tb_store_errors_total"] >= 1
+    assert counters["redis_tb_degraded_total"] >= 4
+    assert "redis-tb: TB.MTAKE on 127.0.0.1" in stack.app.output()
+
+    stack.redis = RedisServer(port=port).start()
+    # After the 1 s cool-down one request probes Redis again and the limits are back.
+    # The login's fail-closed limiter keeps its own cool-down: polled the same way.
+    deadline = time.monotonic() + 30
+    with stack.client("198.51.100.10") as c:
+        while True:
+            r = c.get("/items/1", headers=BOB)
+            if "RateLimit" in r.headers or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status_code == 200 and [n for n, _ in sf(r.headers["RateLimit"])] == ["ip", "user"]
+        while True:
+            login = c.post("/login")
+            if login.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert login.status_code == 200 and ("login", {"q": 20, "w": 3600}) in sf(login.headers["RateLimit-Policy"])
+
+
+@pytest.mark.parametrize("kind", ["wsgi", "asgi"])
+def test_a_redis_without_the_module_stops_the_server_at_startup(kind: str) -> None:
+    plain = RedisServer(module=False).start()
+    app = server(kind, {"REDIS_URL": plain.url})
+    try:
+        app.spawn()
+        assert app.proc is not None
+        code = app.proc.wait(60)
+        assert code != 0
+        assert f"redis-tb module not loaded on 127.0.0.1:{plain.port}: load libredis_tb.so with loadmodule" in app.output()
+    finally:
+        app.stop()
+        plain.stop()
