@@ -319,15 +319,24 @@ def rates(f: Facts) -> None:
 
 
 def rounding(f: Facts) -> None:
-    s = f.server()
+    s = f.server([(f.tb, []), (f.cell, [])])
     seen = []
     with s.client() as c:
         # One per 2 s, no burst: a second call 100 ms after the first waits 1.9 s.
         call(c, "CL.THROTTLE", "w", "0", "1", "2", "1")
+        call(c, "TB.THROTTLE", "tw", "0", "1", "2", "1")
         time.sleep(0.1)
         r = call(c, "CL.THROTTLE", "w", "0", "1", "2", "1")
+        t = call(c, "TB.THROTTLE", "tw", "0", "1", "2", "1")
         seen.append(f"`CL.THROTTLE w 0 1 2 1` twice, 100 ms apart (the wait is 1.9 s): the "
-                    f"second -> {r}")
+                    f"second -> {r}; TB.THROTTLE the same -> {t}")
+        tz = []
+        for i in range(5):
+            cmd = ["TB.THROTTLE", f"tz:{i}", "0", "2500", "1", "1"]
+            c.sock.sendall(RespClient.encode(cmd) * 2)
+            c._read()
+            tz.append(c._read())
+        seen.append(f"TB.THROTTLE, the same 2,500/s pairs (5 keys): second calls -> {tz}")
         ceil_19 = isinstance(r, list) and r[0] == 1 and r[3] == 2 and r[4] == 2
         # Sub-millisecond waits: 2,500/s, no burst: two calls in one pipeline, the second
         # refused with a wait under 0.4 ms.
