@@ -8,6 +8,7 @@ Exact header values come from policies that refill far slower than a test runs.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -77,7 +78,10 @@ class Stack:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.redis = RedisServer().start()
-        self.app = server(kind, {"REDIS_URL": self.redis.url, "TRUSTED_PROXIES": f"{PROXY}/32"})
+        # A generous timeout: these tests are about answers, not speed, and the machine may
+        # be loaded (a 50 ms timeout would fail requests open now and then).
+        env = {"REDIS_URL": self.redis.url, "TRUSTED_PROXIES": f"{PROXY}/32", "REDIS_TB_TIMEOUT": "5"}
+        self.app = server(kind, env)
 
     def client(self, ip: str) -> httpx.Client:
         """A client behind the trusted proxy, with its own address (its own IP bucket)."""
@@ -161,6 +165,19 @@ def test_endpoint_decorator_then_429_burning_nothing(stack: Stack) -> None:
     assert ("orders", {"q": 5, "w": 60}) in sf(refused.headers["RateLimit-Policy"])
     # all or nothing: the refusal spent nothing on the user layer
     assert after >= before
+
+
+async def test_a_concurrent_burst_gets_exactly_the_tokens_there_are(stack: Stack) -> None:
+    async with httpx.AsyncClient(
+        base_url=stack.app.url,
+        transport=httpx.AsyncHTTPTransport(local_address=PROXY),
+        headers={"x-forwarded-for": "198.51.100.11", **ALICE},
+        timeout=30,
+    ) as c:
+        burst = await asyncio.gather(*(c.post("/orders", json={"quantity": 1}) for _ in range(16)))
+    codes = [r.status_code for r in burst]
+    # gunicorn's threads / uvicorn's loop race for the 5 tokens: exactly 5 win
+    assert codes.count(201) == 5 and codes.count(429) == 11
 
 
 def test_refund_by_the_view_and_on_our_own_5xx(stack: Stack) -> None:

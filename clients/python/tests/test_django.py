@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from typing import Any, Iterator
 
 import django
@@ -77,7 +79,8 @@ def tb(redis_server: RedisServer) -> Iterator[Client]:
 
 
 def conf(redis_server: RedisServer, policies: list[Any], **extra: Any) -> dict[str, Any]:
-    return {"URL": redis_server.url, "POLICIES": policies, **extra}
+    # a generous timeout: these tests are about answers, and the machine may be loaded
+    return {"URL": redis_server.url, "POLICIES": policies, "TIMEOUT": 5, **extra}
 
 
 def body(response: Any) -> Any:
@@ -193,6 +196,35 @@ async def test_the_async_path_gives_the_same_answers(redis_server: RedisServer, 
         assert body(r)["violated_policies"] == ["burst"]
         rl = get_rate_limit()
         assert rl.async_limiter().stats.limited == 1 and rl.sync_limiter().stats.checks == 0
+
+
+def test_legacy_headers_with_a_unix_reset(redis_server: RedisServer, tb: Client) -> None:
+    policies = [{"NAME": "a", "PER_HOUR": 100}, {"NAME": "b", "CAPACITY": 4, "RATE": 0.25}]
+    with override_settings(REDIS_TB=conf(redis_server, policies, LEGACY_HEADERS=True)):
+        before = time.time()
+        r = DjangoClient().get("/items/1")
+        after = time.time()
+    # the policy with the smallest remaining: "b" (3 left, full again in 4 s)
+    assert r.headers["X-RateLimit-Limit"] == "4"
+    assert r.headers["X-RateLimit-Remaining"] == "3"
+    reset = int(r.headers["X-RateLimit-Reset"])
+    assert math.ceil(before + 3) <= reset <= math.ceil(after + 4)
+
+
+async def test_async_server_with_a_sync_only_middleware_below(redis_server: RedisServer, tb: Client) -> None:
+    # Django then runs this middleware in sync mode under ASGI: the sync limiter decides.
+    middleware = ["redis_tb.django.RateLimitMiddleware", "djangoapp.views.sync_only_middleware"]
+    with override_settings(MIDDLEWARE=middleware, REDIS_TB=conf(redis_server, [{"NAME": "ip", "PER_HOUR": 2}])):
+        c = DjangoAsyncClient()
+        codes = [(await c.get("/async/items/1")).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        assert get_rate_limit().sync_limiter().stats.checks == 3
+
+
+def test_bad_settings_fail_when_django_loads_the_middleware(redis_server: RedisServer) -> None:
+    with override_settings(REDIS_TB={"URL": redis_server.url, "POLICIES": [{"NAME": "x"}]}):
+        with pytest.raises(ImproperlyConfigured, match="exactly one of"):
+            DjangoClient().get("/items/1")
 
 
 def test_layered_policies_are_one_mtake_and_a_refusal_burns_nothing(redis_server: RedisServer, tb: Client) -> None:

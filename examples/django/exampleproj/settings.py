@@ -2,7 +2,8 @@
 
 Environment: REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES
 (comma-separated CIDRs of your load balancers; default none: X-Forwarded-For is
-then never read), RATE_LIMIT=off (the same project without the middleware).
+then never read), REDIS_TB_TIMEOUT (seconds, default 0.05), RATE_LIMIT=off (the
+same project without the middleware).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ REDIS_TB = {
     "TRUSTED_PROXIES": [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c],
     # Redis down: let requests through (the login view overrides this: fail closed)
     "FAIL_OPEN": True,
+    # seconds a Redis call may take before the failure mode applies (default 50 ms)
+    "TIMEOUT": float(os.environ.get("REDIS_TB_TIMEOUT", "0.05")),
     # our own 5xx do not count against callers
     "REFUND_ON": range(500, 600),
     # never limited: health checks and the Prometheus scrape (URL names)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from redis_tb import per_minute
@@ -84,3 +86,12 @@ def exempt(request: HttpRequest) -> JsonResponse:
 @rate_limit("own", per_hour=1)
 def exempt_own(request: HttpRequest) -> JsonResponse:
     return _report(request)
+
+
+def sync_only_middleware(get_response: Any) -> Any:
+    """A plain function middleware: sync only (Django's default)."""
+
+    def middleware(request: HttpRequest) -> Any:
+        return get_response(request)
+
+    return middleware

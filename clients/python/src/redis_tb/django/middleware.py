@@ -52,6 +52,7 @@ class RateLimitMiddleware:
     async_capable = True
 
     def __init__(self, get_response: GetResponse) -> None:
+        get_rate_limit()  # settings.REDIS_TB checked when Django loads the middleware
         self.get_response = get_response
         self.is_async = iscoroutinefunction(get_response)
         # process_view is an instance attribute so its kind matches the middleware's:

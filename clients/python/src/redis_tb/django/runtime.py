@@ -296,8 +296,14 @@ class DjangoRateLimit:
 
     def startup(self) -> None:
         """The module check: raises ModuleNotLoadedError when Redis answers without
-        the module; an unreachable Redis is only logged."""
-        self.sync_limiter().startup()
+        the module; an unreachable Redis is only logged. On its own connection with
+        at least 1 s to answer (as the async path's startup allows), so a loaded
+        machine's slow first reply does not pass for an unreachable Redis."""
+        client = Client.from_url(self.config.url, timeout=max(self.config.timeout, 1.0))
+        try:
+            SyncRateLimiter(client, **self.options()).startup()
+        finally:
+            client.close()
 
     def close(self) -> None:
         if self._sync_client is not None:
