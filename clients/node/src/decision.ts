@@ -19,6 +19,26 @@ export interface PolicyResult {
   shadow: boolean;
 }
 
+/** The public surface of a {@link Decision} (what request/response objects are typed with). */
+export interface DecisionView {
+  readonly outcome: Outcome;
+  readonly allowed: boolean;
+  readonly results: readonly PolicyResult[];
+  readonly error: unknown;
+  readonly shadowLimited: readonly string[];
+  readonly fromCache: boolean;
+  readonly charged: boolean;
+  refunded: boolean;
+  readonly limited: boolean;
+  readonly storeError: boolean;
+  readonly cached: boolean;
+  readonly violated: string[];
+  readonly remaining: number | undefined;
+  readonly retryAfter: number | undefined;
+  readonly resetAfter: number | undefined;
+  refund(): Promise<boolean>;
+}
+
 export type Refunder = (decision: Decision) => Promise<boolean>;
 
 export interface DecisionInit {
@@ -39,7 +59,7 @@ export interface DecisionInit {
  * (empty for a store error or when no policy applied; for a deny-cache hit, the cached
  * violated policies only).
  */
-export class Decision {
+export class Decision implements DecisionView {
   readonly outcome: Outcome;
   readonly allowed: boolean;
   readonly results: readonly PolicyResult[];

@@ -11,7 +11,7 @@
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
-import type { Decision } from './decision.js';
+import type { Decision, DecisionView } from './decision.js';
 import { PROBLEM_TYPE, type ProblemBody, problem, storeErrorProblem } from './headers.js';
 import type { RateLimiter } from './limiter.js';
 import type { Policy } from './policy.js';
@@ -133,7 +133,7 @@ declare global {
   namespace Express {
     interface Locals {
       /** redis-tb's decision for this request */
-      rateLimit?: Decision;
+      rateLimit?: DecisionView;
     }
   }
 }

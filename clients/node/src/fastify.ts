@@ -10,7 +10,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
-import type { Decision } from './decision.js';
+import type { Decision, DecisionView } from './decision.js';
 import { PROBLEM_TYPE, type ProblemBody, problem, storeErrorProblem } from './headers.js';
 import type { RateLimiter } from './limiter.js';
 import type { Policy } from './policy.js';
@@ -18,7 +18,7 @@ import type { Policy } from './policy.js';
 declare module 'fastify' {
   interface FastifyRequest {
     /** redis-tb's decision for this request (null: not checked) */
-    rateLimit: Decision | null;
+    rateLimit: DecisionView | null;
   }
 }
 

@@ -4,7 +4,7 @@ export {
   ModuleNotLoadedError, RedisTbError, RedisTbTimeoutError, SchedulerWaitTooLongError, UnexpectedReplyError,
 } from './errors.js';
 export type { Bucket, MultiReply, ReserveReply, TbReply, ThrottleReply, WindowMode } from './replies.js';
-export { Decision, type Outcome, type PolicyResult } from './decision.js';
+export { Decision, type DecisionView, type Outcome, type PolicyResult } from './decision.js';
 export { DenyCache, type DenyCacheOptions } from './denycache.js';
 export {
   PROBLEM_TYPE, SF_INT_MAX, decisionHeaders, legacyHeaders, problem, quota, ratelimit, ratelimitPolicy,
