@@ -82,16 +82,17 @@ def tb_server() -> Iterator[int]:
     if not MODULE.exists():
         raise RuntimeError(f"{MODULE} is missing: build it with cargo build --release")
     log = SOCKDIR / "redis.log"
-    proc = subprocess.Popen(
-        [
-            REDIS_SERVER, "--port", str(PORT), "--bind", "127.0.0.1",
-            "--unixsocket", str(SOCK), "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "no", "--dir", str(SOCKDIR),
-            "--loadmodule", str(MODULE),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                REDIS_SERVER, "--port", str(PORT), "--bind", "127.0.0.1",
+                "--unixsocket", str(SOCK), "--unixsocketperm", "700",
+                "--save", "", "--appendonly", "no", "--dir", str(SOCKDIR),
+                "--loadmodule", str(MODULE),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:
