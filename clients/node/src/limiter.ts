@@ -31,7 +31,9 @@ export interface Logger {
 export interface LimiterStats {
   /** requests checked against Redis (or meant to be) */
   checks: number;
+  /** requests admitted by Redis (charged) */
   allowed: number;
+  /** requests refused with 429 (deny-cache hits included) */
   limited: number;
   /** Redis calls that failed: connection errors, timeouts, error replies */
   storeErrors: number;
@@ -39,7 +41,7 @@ export interface LimiterStats {
   degraded: number;
   refunds: number;
   refundErrors: number;
-  /** shadow policies that refused (one per policy per request) */
+  /** requests that a shadow policy refused (they went on, or an enforced policy refused them too) */
   shadowLimited: number;
   /** requests refused by the local deny cache */
   denyCacheHits: number;
@@ -294,11 +296,12 @@ export class RateLimiter<Req = AnyRequest> {
       });
     }
     const shadowRefused = results.filter((r) => !r.allowed && r.shadow);
+    if (shadowRefused.length) this.stats.shadowLimited += 1;
     for (const r of shadowRefused) this.noteShadow(r.name);
     const enforced = results.filter((r) => !r.allowed && !r.shadow);
     if (!enforced.length) {
-      // Only shadow policies refused: nothing was charged (all or nothing), the request goes on.
-      this.stats.allowed += 1;
+      // Only shadow policies refused: nothing was charged (all or nothing), the request
+      // goes on. Not counted in stats.allowed (Redis admitted nothing), as in Rust.
       return new Decision({
         outcome: 'allowed', allowed: true, results, charged: false, shadowLimited: shadowRefused.map((r) => r.name),
       });
@@ -321,7 +324,6 @@ export class RateLimiter<Req = AnyRequest> {
   }
 
   private noteShadow(policy: string): void {
-    this.stats.shadowLimited += 1;
     this.metrics?.shadowLimited(this.name, policy);
     const now = performance.now();
     const s = this.shadowLog.get(policy) ?? { last: -Infinity, count: 0 };

@@ -15,6 +15,7 @@ after(async () => { await server?.stop(); });
 
 const makers = [
   ...CLIENTS,
+  ['node-redis RESP3', (port) => nodeRedis(port, { RESP: 3 })],
   ['sendCommand function', async (port) => {
     const c = await nodeRedis(port);
     const fn = (args) => c.sendCommand(args);

@@ -170,6 +170,18 @@ for (const [clientName, makeClient] of CLIENTS) {
       assert.deepEqual(sfItems(head.headers['ratelimit']), [['all', { r: 96, t: 3 }]], 'HEAD /items/:id is its own route, not GET');
     });
 
+    test('hash tag: <prefix>:{<tag>}:<policy>:<identity>, route braces replaced', async () => {
+      await start({ prefix: 'api', hashTag: (req) => req.get('x-user') ?? null }, {
+        policies: [perMinute('ip', 10), perMinute('item', 5, { routes: ['GET /items/:id'], perRoute: true })],
+      });
+      await request(`${http.url}/items/1`, { headers: { 'x-user': 'u42' } });
+      await request(`${http.url}/items/1`);
+      const keys = (await tb.send(['KEYS', 'api:*'])).map(String).sort();
+      assert.deepEqual(keys, ['api:ip:127.0.0.1', 'api:item:GET /items/:id:127.0.0.1', 'api:{u42}:ip:127.0.0.1', 'api:{u42}:item:GET /items/:id:127.0.0.1']);
+      const limiter = new RateLimiter(redis);
+      assert.equal(limiter.key('p', 'id', { route: 'GET /items/{id}', tag: 't' }), 'rl:{t}:p:GET /items/<id>:id');
+    });
+
     test('limitUnmatched: route-less policies apply to unmatched requests', async () => {
       await start({}, { policies: [perMinute('all', 10), perMinute('item', 3, { routes: ['GET /items/:id'] })], limitUnmatched: true });
       const r = await request(`${http.url}/nope`);
@@ -282,6 +294,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
     await request(`${http.url}/items/1`);
     assert.deepEqual(log.lines, ["redis-tb: shadow policy 'beta' would have limited a request (1 since the last line)"]);
     assert.equal(limiter.stats.shadowLimited, 2);
+    assert.equal(limiter.stats.allowed, 1, "a shadow-limited request was not admitted by Redis");
     const refund = await request(`${http.url}/refund`);
     assert.deepEqual([refund.json.first, refund.json.shadowLimited], [false, ['beta']], 'refund of a shadow-limited request is a no-op');
     const m = scrape((await request(`${http.url}/metrics`)).body);
@@ -408,6 +421,19 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
     } finally {
       await httpB.close();
     }
+  });
+
+  test('an IPv6 TCP peer is grouped by /64', async (t) => {
+    const limiter = new RateLimiter(redis, { clock: fixedClock, logger: memoryLogger() });
+    try {
+      http = await listenExpress(buildApp(limiter, { policies: [perMinute('ip', 10)] }), '::1');
+    } catch (err) {
+      t.skip(`no IPv6 loopback here: ${err.message}`);
+      return;
+    }
+    const r = await request(`${http.url}/items/1`);
+    assert.equal(r.status, 200);
+    assert.deepEqual((await tb.send(['KEYS', 'rl:*'])).map(String), ['rl:ip:::/64']);
   });
 
   test('deny cache never holds shadow refusals', async () => {
