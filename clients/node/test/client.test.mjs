@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import {
   ModuleNotLoadedError, RateLimiter, RedisTbError, TbClient, UnexpectedReplyError,
 } from 'redis-tb';
-import { CLIENTS, RedisServer, closeClient, freePort, memoryLogger, nodeRedis } from './helpers.mjs';
+import { CLIENTS, RedisServer, closeClient, freePort, memoryLogger, nodeRedis, nodeRedisV4 } from './helpers.mjs';
 
 const NOW = 1764456268.5;
 
@@ -16,6 +16,7 @@ after(async () => { await server?.stop(); });
 const makers = [
   ...CLIENTS,
   ['node-redis RESP3', (port) => nodeRedis(port, { RESP: 3 })],
+  ['node-redis v4', nodeRedisV4],
   ['sendCommand function', async (port) => {
     const c = await nodeRedis(port);
     const fn = (args) => c.sendCommand(args);
@@ -149,7 +150,7 @@ describe('startup check', () => {
   before(async () => { bare = await new RedisServer({ withModule: false }).start(); });
   after(async () => { await bare?.stop(); });
 
-  for (const [name, make] of CLIENTS) {
+  for (const [name, make] of [...CLIENTS, ['node-redis v4', nodeRedisV4]]) {
     test(`a server without the module fails loudly (${name})`, async () => {
       const c = await make(bare.port);
       try {

@@ -9,7 +9,7 @@ import {
 } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
 import { PromMetrics } from 'redis-tb/prometheus';
-import { CLIENTS, RedisServer, closeClient, commandCalls, memoryLogger, request, sleep } from './helpers.mjs';
+import { CLIENTS, RedisServer, closeClient, commandCalls, memoryLogger, nodeRedisV4, request, sleep } from './helpers.mjs';
 import { listenExpress, scrape, sfItems } from './http-helpers.mjs';
 
 const NOW = 1764456268.5;
@@ -446,7 +446,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   });
 });
 
-for (const [clientName, makeClient] of CLIENTS) {
+for (const [clientName, makeClient] of [...CLIENTS, ['node-redis v4', nodeRedisV4]]) {
   test(`express fail-open and fail-closed with Redis killed and restarted (${clientName})`, async () => {
     const own = await new RedisServer().start();
     const redis = await makeClient(own.port);

@@ -137,3 +137,12 @@ export async function commandCalls(client, command) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** node-redis v4 (the `redis-v4` alias of redis@4), for the tests that cover both majors. */
+export async function nodeRedisV4(port, extra = {}) {
+  const { createClient: createV4 } = await import('redis-v4');
+  const c = createV4({ socket: { host: '127.0.0.1', port, reconnectStrategy: () => 50 }, disableOfflineQueue: true, ...extra });
+  c.on('error', () => {});
+  await c.connect();
+  return c;
+}
