@@ -24,6 +24,8 @@ export interface AppConfig {
   redis: RedisLike;
   /** CIDRs of your load balancers; only their X-Forwarded-For is believed */
   trustedProxies?: string[];
+  /** the bound on each Redis call (default 50 ms, the library's) */
+  timeoutMs?: number;
 }
 
 // -- who is calling ----------------------------------------------------------------
@@ -81,9 +83,9 @@ export function buildApp(config: AppConfig) {
   const registry = new Registry();
   const metrics = new PromMetrics({ registry });
   const clientIp = new ClientIp({ trustedProxies: config.trustedProxies ?? [] });
-  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api' });
+  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
-  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false });
+  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs });
 
   const app = express();
   app.disable('x-powered-by');

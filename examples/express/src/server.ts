@@ -1,7 +1,8 @@
 /**
  * Serves the example: `node dist/src/server.js`. Environment: REDIS_URL (default
  * redis://127.0.0.1:6379), TRUSTED_PROXIES (comma-separated CIDRs of your load balancers;
- * only then is X-Forwarded-For read), PORT (default 3000; 0 picks a free one), HOST
+ * only then is X-Forwarded-For read), REDIS_TB_TIMEOUT_MS (the bound on each Redis call,
+ * default 50), PORT (default 3000; 0 picks a free one), HOST
  * (default 127.0.0.1).
  */
 import { createClient } from 'redis';
@@ -9,6 +10,7 @@ import { ModuleNotLoadedError } from 'redis-tb';
 import { buildApp } from './app.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const timeoutMs = process.env.REDIS_TB_TIMEOUT_MS ? Number(process.env.REDIS_TB_TIMEOUT_MS) : undefined;
 const trustedProxies = (process.env.TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 const port = Number(process.env.PORT ?? 3000);
 const host = process.env.HOST ?? '127.0.0.1';
@@ -28,7 +30,7 @@ redis.on('error', (err: Error) => {
 const connected = redis.connect().catch(() => undefined);
 await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
 
-const { app, limiter, strict } = buildApp({ redis, trustedProxies });
+const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs });
 try {
   await limiter.startup(); // a server without the module stops the app here, clearly
   await strict.startup();

@@ -1,0 +1,49 @@
+/**
+ * Serves the example: `node dist/src/server.js`. Environment: REDIS_URL (default
+ * redis://127.0.0.1:6379), TRUSTED_PROXIES (comma-separated CIDRs of your load balancers),
+ * REDIS_TB_TIMEOUT_MS (the bound on each Redis call, default 50), PORT (default 3000; 0 picks a free one), HOST (default 127.0.0.1).
+ */
+import { createClient } from 'redis';
+import { ModuleNotLoadedError } from 'redis-tb';
+import { buildApp } from './app.js';
+
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const timeoutMs = process.env.REDIS_TB_TIMEOUT_MS ? Number(process.env.REDIS_TB_TIMEOUT_MS) : undefined;
+const trustedProxies = (process.env.TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+
+// No offline queue: while Redis is down a command fails at once and the limiter's
+// failure mode answers, instead of the command being sent (and charged) later.
+const redis = createClient({ url: redisUrl, disableOfflineQueue: true });
+let lastErrorLog = 0;
+redis.on('error', (err: Error) => {
+  if (Date.now() - lastErrorLog >= 1000) {
+    lastErrorLog = Date.now();
+    console.warn(`redis: ${err.message || err.name} (reconnecting)`);
+  }
+});
+// An unreachable Redis does not stop the app: it may start before Redis does.
+const connected = redis.connect().catch(() => undefined);
+await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
+
+const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs });
+try {
+  await limiter.startup(); // a server without the module stops the app here
+  await strict.startup();
+} catch (err) {
+  if (err instanceof ModuleNotLoadedError) {
+    console.error(err.message);
+    process.exit(1);
+  }
+  throw err;
+}
+
+const address = await app.listen({ port: Number(process.env.PORT ?? 3000), host: process.env.HOST ?? '127.0.0.1' });
+console.log(`listening on ${address}`);
+const stop = (): void => {
+  void app.close().finally(() => {
+    redis.destroy();
+    process.exit(0);
+  });
+};
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);

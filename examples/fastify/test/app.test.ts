@@ -1,0 +1,169 @@
+// The Fastify example end to end: the app as its own process against a real redis-server
+// with the module; requests from 127.0.0.2 (the trusted proxy) carry X-Forwarded-For.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { counter, item, scrape, sf } from './helpers.js';
+import { AppProcess, RedisServer, type Reply, type RequestOptions, request, sleep } from './support.js';
+
+const PROXY = '127.0.0.2';
+const ALICE = { 'x-api-key': 'key-alice' }; // pro
+const BOB = { 'x-api-key': 'key-bob' }; // free
+const CAROL = { 'x-api-key': 'key-carol' }; // free
+
+// A loaded CI machine can take longer than the default 50 ms bound to answer a TB.MTAKE,
+// which would send that request down the fail-open path; the tests check the limits, so
+// they give Redis 2 s. (The outage tests stop Redis: refused connections fail at once.)
+const SLOW_MACHINE = { REDIS_TB_TIMEOUT_MS: '2000' };
+
+let redis: RedisServer;
+let app: AppProcess;
+
+function as(ip: string) {
+  return (path: string, opts: RequestOptions = {}): Promise<Reply> =>
+    request(app.url, path, { ...opts, localAddress: PROXY, headers: { 'x-forwarded-for': ip, ...(opts.headers ?? {}) } });
+}
+
+before(async () => {
+  redis = await RedisServer.start();
+  app = await new AppProcess('dist/src/server.js', { REDIS_URL: redis.url, TRUSTED_PROXIES: `${PROXY}/32`, ...SLOW_MACHINE }).start();
+});
+
+after(async () => {
+  await app?.stop();
+  await redis?.stop();
+});
+
+describe('fastify example, Redis up', () => {
+  test('layers and plan tiers in the headers; /metrics and unknown paths are not limited', async () => {
+    const c = as('198.51.100.1');
+    const pro = await c('/items/1', { headers: ALICE });
+    const free = await c('/items/1', { headers: BOB });
+    const anonymous = await c('/items/1');
+    for (const r of [pro, free, anonymous]) assert.equal(r.status, 200);
+    assert.deepEqual(sf(pro.headers['ratelimit-policy']), [['ip', { q: 10, w: 1 }], ['user', { q: 5000, w: 3600 }]]);
+    assert.deepEqual(sf(free.headers['ratelimit-policy']), [['ip', { q: 10, w: 1 }], ['user', { q: 100, w: 3600 }]]);
+    assert.deepEqual(sf(anonymous.headers['ratelimit-policy']), [['ip', { q: 10, w: 1 }]]);
+    assert.deepEqual(item(free.headers.ratelimit, 'user'), { r: 99, t: 36 });
+    assert.ok(Number(item(anonymous.headers.ratelimit, 'ip').r) <= 7, 'three requests from one address (10 per second back)');
+    const metrics = await c('/metrics');
+    assert.equal(metrics.headers['ratelimit-policy'], undefined);
+    const missing = await c('/nope');
+    assert.equal(missing.status, 404);
+    assert.equal(missing.headers['ratelimit-policy'], undefined);
+  });
+
+  test('the ip layer refuses with 429 problem+json; the refusal spends nothing on the user layer', async () => {
+    const c = as('198.51.100.2');
+    const replies = await Promise.all(Array.from({ length: 25 }, () => c('/items/2', { headers: CAROL })));
+    const ok = replies.filter((r) => r.status === 200).length;
+    const refused = replies.filter((r) => r.status === 429);
+    assert.ok(ok >= 10 && refused.length > 0, `${ok} passed, ${refused.length} refused`);
+    const r = refused[0]!;
+    assert.equal(r.headers['content-type'], 'application/problem+json');
+    const body = r.json();
+    assert.deepEqual(
+      { type: body.type, title: body.title, status: body.status, violated: body.violated_policies },
+      { type: 'about:blank', title: 'Too Many Requests', status: 429, violated: ['ip'] },
+    );
+    assert.equal(r.headers['retry-after'], String(Math.max(1, Math.ceil(body.retry_after))));
+    // carol's hourly bucket: charged for the admitted requests only, and this one
+    const check = await as('198.51.100.3')('/items/3', { headers: CAROL });
+    assert.equal(item(check.headers.ratelimit, 'user').r, 100 - ok - 1);
+  });
+
+  test('endpoint policy with a refund in the handler and one for our own 500', async () => {
+    const c = as('198.51.100.4');
+    assert.equal((await c('/orders', { method: 'POST', body: { item_id: 1, quantity: 0 }, headers: BOB })).status, 422);
+    assert.equal((await c('/orders', { method: 'POST', body: { item_id: 13, quantity: 1 }, headers: BOB })).status, 500);
+    const left: unknown[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await c('/orders', { method: 'POST', body: { item_id: 1, quantity: 1 }, headers: BOB });
+      assert.equal(r.status, 201);
+      left.push(item(r.headers.ratelimit, 'orders').r);
+    }
+    assert.deepEqual(left, [4, 3, 2, 1, 0], 'the 422 and the 500 were refunded');
+    const refused = await c('/orders', { method: 'POST', body: { item_id: 1, quantity: 1 }, headers: BOB });
+    assert.equal(refused.status, 429);
+    assert.deepEqual(refused.json().violated_policies, ['orders']);
+    assert.match(refused.json().detail, /^rate limit exceeded for 'orders': retry after \d+ s$/);
+  });
+
+  test('the decision in a handler: slow_down when a bucket is nearly empty', async () => {
+    const c = as('198.51.100.5');
+    const first = await c('/items/4');
+    assert.equal(first.json().slow_down, false);
+    const burst = await Promise.all(Array.from({ length: 9 }, () => c('/items/4')));
+    assert.ok(burst.some((r) => r.status === 429 || r.json().slow_down === true));
+  });
+
+  test('the login context has its own limiter', async () => {
+    const c = as('198.51.100.6');
+    const left: unknown[] = [];
+    for (let i = 0; i < 5; i++) left.push((await c('/login', { method: 'POST', body: {} })).json().attempts_left);
+    assert.deepEqual(left, [4, 3, 2, 1, 0]);
+    const refused = await c('/login', { method: 'POST', body: {} });
+    assert.equal(refused.status, 429);
+    assert.deepEqual(refused.json().violated_policies, ['login']);
+  });
+
+  test('/metrics scraped and parsed: per-policy counters of both limiters', async () => {
+    const families = await scrape(app.url);
+    assert.ok(counter(families, 'redis_tb_allowed_total', { limiter: 'api', policy: 'ip' }) >= 10);
+    assert.ok(counter(families, 'redis_tb_limited_total', { limiter: 'api', policy: 'ip' }) >= 1);
+    assert.equal(counter(families, 'redis_tb_limited_total', { limiter: 'api', policy: 'orders' }), 1);
+    assert.equal(counter(families, 'redis_tb_refunded_total', { limiter: 'api', policy: 'orders' }), 2);
+    assert.equal(counter(families, 'redis_tb_allowed_total', { limiter: 'login', policy: 'login' }), 5);
+    assert.equal(counter(families, 'redis_tb_limited_total', { limiter: 'login', policy: 'login' }), 1);
+    const hist = families.find((f) => f.name === 'redis_tb_redis_call_duration_seconds');
+    assert.equal(hist?.type, 'HISTOGRAM');
+  });
+});
+
+describe('fastify example, Redis stopped and restarted', () => {
+  test('API fails open without headers, login fails closed with 503; limiting resumes', async () => {
+    const c = as('198.51.100.20');
+    await redis.stop();
+    const open = await c('/items/5');
+    assert.equal(open.status, 200);
+    assert.equal(open.headers['ratelimit-policy'], undefined);
+    assert.equal(open.headers.ratelimit, undefined);
+    const closed = await c('/login', { method: 'POST', body: {} });
+    assert.equal(closed.status, 503);
+    assert.equal(closed.headers['retry-after'], '1');
+    assert.equal(closed.headers['content-type'], 'application/problem+json');
+    assert.deepEqual(closed.json(), {
+      type: 'about:blank', title: 'Service Unavailable', status: 503,
+      detail: "the rate limiter's store is unavailable; retry shortly",
+    });
+    const families = await scrape(app.url);
+    assert.ok(counter(families, 'redis_tb_degraded_total', { limiter: 'api' }) >= 1);
+    assert.ok(counter(families, 'redis_tb_store_errors_total', { limiter: 'login' }) >= 1);
+
+    await redis.start();
+    const deadline = Date.now() + 20_000;
+    let back: Reply | undefined;
+    while (Date.now() < deadline) {
+      back = await c('/items/6');
+      if (back.headers.ratelimit !== undefined) break;
+      await sleep(100);
+    }
+    assert.ok(back?.headers.ratelimit, `limiting resumed: ${app.output.slice(-2000)}`);
+    const again = await Promise.all(Array.from({ length: 25 }, () => c('/items/7')));
+    assert.ok(again.some((r) => r.status === 429));
+    const login = await as('198.51.100.21')('/login', { method: 'POST', body: {} });
+    assert.equal(login.status, 200);
+  });
+});
+
+describe('fastify example, startup', () => {
+  test('a Redis without the module stops the app with the startup message', async () => {
+    const bare = await RedisServer.start(false);
+    try {
+      const p = new AppProcess('dist/src/server.js', { REDIS_URL: bare.url }).spawnOnly();
+      assert.equal(await p.exited(), 1);
+      assert.match(p.output, new RegExp(`redis-tb module not loaded on 127\\.0\\.0\\.1:${bare.port}: load libredis_tb\\.so with loadmodule`));
+    } finally {
+      await bare.stop();
+    }
+  });
+});
