@@ -405,6 +405,15 @@ async def test_decorator_without_the_middleware(redis_server: RedisServer, tb: C
             assert [DjangoClient().get("/decofail").status_code for _ in range(7)] == [500] * 7
 
 
+def test_async_view_decorator_under_wsgi_takes_the_sync_path(redis_server: RedisServer, tb: Client) -> None:
+    # Under WSGI an async view runs in a throwaway event loop: no redis.asyncio there.
+    with override_settings(MIDDLEWARE=[], REDIS_TB=conf(redis_server, [])):
+        c = DjangoClient()
+        assert [c.get("/adeco").status_code for _ in range(3)] == [200, 200, 429]
+        rl = get_rate_limit()
+        assert rl.sync_limiter().stats.checks == 3 and len(rl._async) == 0
+
+
 def test_decorator_with_policy_objects_fails_closed(tb: Client) -> None:
     dead = f"redis://127.0.0.1:{free_port()}/0"
     with override_settings(REDIS_TB={"URL": dead, "POLICIES": [{"NAME": "ip", "PER_HOUR": 100}]}):

@@ -20,9 +20,10 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, TypeVar, cast
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 
+from ..limiter import BaseLimiter
 from ..policy import CostFunc, KeyFunc, Limit, Policy
 from .conf import _func
 from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, get_rate_limit, route_of
@@ -116,10 +117,21 @@ def rate_limit(
                     return await view(request, *args, **kwargs)
                 rl = get_rate_limit()
                 earlier = getattr(request, ATTR, None)
-                limiter, decision = await rl.check_async(
-                    request, view_limit.policies, route_of(request), fail_open
-                )
-                refused = rl.record(request, limiter, decision, is_async=True)
+                limiter: BaseLimiter
+                if "wsgi.input" in request.META:
+                    # An async view under WSGI runs in a short-lived event loop of its
+                    # own (async_to_sync): redis.asyncio connections would not outlive
+                    # it, so the check takes the sync path, in the request's thread.
+                    limiter, decision = await sync_to_async(rl.check_sync)(
+                        request, view_limit.policies, route_of(request), fail_open
+                    )
+                    on_loop = False
+                else:
+                    limiter, decision = await rl.check_async(
+                        request, view_limit.policies, route_of(request), fail_open
+                    )
+                    on_loop = True
+                refused = rl.record(request, limiter, decision, is_async=on_loop)
                 if refused is not None:
                     if isinstance(earlier, RequestDecision):
                         await earlier.arefund()  # a refusal burns nothing
