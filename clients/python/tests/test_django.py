@@ -266,6 +266,17 @@ def test_route_and_url_name_policies_and_per_route_keys(redis_server: RedisServe
         assert r.status_code == 404 and "RateLimit" not in r.headers
 
 
+def test_hash_tag_forwarded_header_and_braces_of_a_regex_route(redis_server: RedisServer, tb: Client) -> None:
+    policies = [{"NAME": "re", "PER_HOUR": 10, "URL_NAMES": ["legacy"], "PER_ROUTE": True}]
+    extra = {"HASH_TAG": lambda request: "tenant-1", "TRUSTED_PROXIES": ["10.0.0.0/8"], "FORWARDED_HEADER": "forwarded"}
+    with override_settings(REDIS_TB=conf(redis_server, policies, **extra)):
+        r = DjangoClient().get(
+            "/legacy/12", REMOTE_ADDR="10.0.0.1", HTTP_FORWARDED='for=198.51.100.1, for="[2001:db8::1]:443"'
+        )
+    # a Redis Cluster hash tag's braces are the only ones in the key: the route's are <>
+    assert body(r)["keys"] == ["rl:{tenant-1}:re:GET /^legacy/(?P<item_id>[0-9]<1,4>)$:2001:db8::/64"]
+
+
 def test_limit_unmatched_charges_404s(redis_server: RedisServer, tb: Client) -> None:
     policies = [{"NAME": "all", "PER_HOUR": 2}, {"NAME": "routed", "PER_HOUR": 1, "URL_NAMES": ["item"]}]
     with override_settings(REDIS_TB=conf(redis_server, policies, LIMIT_UNMATCHED=True)):
