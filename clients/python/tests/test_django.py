@@ -444,7 +444,8 @@ def test_decorator_with_policy_objects_fails_closed(tb: Client) -> None:
 async def test_fail_open_and_fail_closed(asynchronous: bool, caplog: pytest.LogCaptureFixture) -> None:
     dead = f"redis://127.0.0.1:{free_port()}/0"
     for fail_open, status in ((True, 200), (False, 503)):
-        settings_ = {"URL": dead, "FAIL_OPEN": fail_open, "POLICIES": [{"NAME": "ip", "PER_HOUR": 1}]}
+        # a long cool-down: the three requests surely fall inside it, however slow the machine
+        settings_ = {"URL": dead, "FAIL_OPEN": fail_open, "COOLDOWN": 600, "POLICIES": [{"NAME": "ip", "PER_HOUR": 1}]}
         with override_settings(REDIS_TB=settings_), caplog.at_level(logging.WARNING, "redis_tb"):
             if asynchronous:
                 ac = DjangoAsyncClient()
