@@ -134,7 +134,9 @@ def test_layers_and_plan_tiers_in_one_header(stack: Stack) -> None:
     assert sf(free.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1}), ("user", {"q": 100, "w": 3600})]
     assert sf(staff.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1})]
     assert sf(anonymous.headers["RateLimit-Policy"]) == [("ip", {"q": 10, "w": 1})]
-    assert [p["r"] for _, p in sf(free.headers["RateLimit"])] == [8, 99]
+    (_, ip), (_, user) = sf(free.headers["RateLimit"])
+    # the second request from this address; the ip bucket refills a token per 0.1 s
+    assert user["r"] == 99 and ip["r"] in (8, 9)
     assert pro.json() == {"id": 1, "name": "item 1", "slow_down": False}
 
 
