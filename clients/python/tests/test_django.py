@@ -288,12 +288,17 @@ def test_limit_unmatched_charges_404s(redis_server: RedisServer, tb: Client) -> 
 
 def test_exclude_and_exempt(redis_server: RedisServer, tb: Client) -> None:
     policies = [{"NAME": "all", "PER_HOUR": 1}]
-    with override_settings(REDIS_TB=conf(redis_server, policies, EXCLUDE=["fail", "GET shop/orders/<int:order_id>"])):
+    excluded = ["fail", "refund", "GET shop/orders/<int:order_id>"]
+    with override_settings(REDIS_TB=conf(redis_server, policies, EXCLUDE=excluded)):
         c = DjangoClient()
         for _ in range(3):
             assert c.get("/fail").status_code == 503
             assert c.get("/shop/orders/1").status_code == 200
-            assert c.get("/exempt").status_code == 200
+            r = c.get("/exempt")
+            assert r.status_code == 200 and "RateLimit" not in r.headers
+            # request.rate_limit is there all the same: not limited, refund a no-op
+            assert body(r)["outcome"] == "not_limited"
+            assert body(c.get("/refund"))["refunded"] == [False, False]
         # exempt from the configured policies, its own @rate_limit still applies
         assert [c.get("/exempt-own").status_code for _ in range(2)] == [200, 429]
         assert tb.redis.exists("rl:all:127.0.0.1") == 0

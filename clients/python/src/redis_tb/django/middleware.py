@@ -39,7 +39,8 @@ class RateLimitMiddleware:
       ``RateLimit-Policy`` / ``RateLimit``); the view is not called.
     - Redis failing: FAIL_OPEN (default) lets the request through without headers;
       ``"FAIL_OPEN": False`` answers 503 with ``Retry-After: 1``.
-    - ``request.rate_limit`` is the decision: ``request.rate_limit.refund()`` (sync
+    - ``request.rate_limit`` is the decision (``not_limited`` when no policy applied,
+      the view is excluded or the URL matched no pattern): ``request.rate_limit.refund()`` (sync
       views) / ``await request.rate_limit.arefund()`` (async views) gives the tokens
       back; ``"REFUND_ON": range(500, 600)`` does it for the app's own 5xx.
     - Requests that resolve to no URL pattern are not limited unless
@@ -108,13 +109,14 @@ class RateLimitMiddleware:
         if self.is_async:
             return self.__acall__(request)
         setattr(request, SEEN, True)
+        setattr(request, ATTR, RequestDecision.not_limited())  # always there for views
         try:
             response: HttpResponseBase = self.get_response(request)
         except BaseException:
             self._refund_after_error_sync(request)
             raise
         rl = get_rate_limit()
-        if getattr(request, ATTR, None) is None and self._unmatched(request):
+        if self._unmatched(request):
             # LIMIT_UNMATCHED: no pattern matched, so process_view never ran
             limiter, decision = rl.check_sync(request, rl.policies_unmatched(), None)
             refused = rl.record(request, limiter, decision, is_async=False)
@@ -129,6 +131,7 @@ class RateLimitMiddleware:
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         setattr(request, SEEN, True)
+        setattr(request, ATTR, RequestDecision.not_limited())  # always there for views
         get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
         try:
             response = await get_response(request)
@@ -136,7 +139,7 @@ class RateLimitMiddleware:
             await self._refund_after_error_async(request)
             raise
         rl = get_rate_limit()
-        if getattr(request, ATTR, None) is None and self._unmatched(request):
+        if self._unmatched(request):
             limiter, decision = await rl.check_async(request, rl.policies_unmatched(), None)
             refused = rl.record(request, limiter, decision, is_async=True)
             if refused is not None:

@@ -199,6 +199,12 @@ class RequestDecision:
                 done = await sync_to_async(d.refund_sync)() or done
         return done
 
+    @classmethod
+    def not_limited(cls) -> RequestDecision:
+        """What ``request.rate_limit`` is before (or without) a check: no policy
+        applied; ``refund()`` is a no-op returning False."""
+        return cls(Decision(Outcome.NOT_LIMITED, True), False)
+
     def __repr__(self) -> str:
         return repr(self.decision)
 
@@ -375,9 +381,11 @@ class DjangoRateLimit:
             # who knows the path), and the 429 shows this check's headers only.
             setattr(request, ATTR, RequestDecision(decision, is_async))
             return _problem_response(rejection)
-        if isinstance(earlier, RequestDecision):
+        if isinstance(earlier, RequestDecision) and earlier.results:
             setattr(request, ATTR, earlier.merged(decision, is_async))
-        else:
+        elif isinstance(earlier, RequestDecision) and earlier.store_error:
+            setattr(request, ATTR, earlier.merged(decision, is_async))
+        else:  # nothing earlier, or the middleware's placeholder (no policy applied)
             setattr(request, ATTR, RequestDecision(decision, is_async))
         return None
 
