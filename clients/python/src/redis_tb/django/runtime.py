@@ -28,7 +28,7 @@ from ..deny_cache import DenyCache
 from ..limiter import BaseLimiter, RateLimiter, SyncRateLimiter
 from ..metrics import Metrics, PrometheusMetrics
 from ..policy import Policy
-from .conf import Config, DjangoPolicy, parse_config
+from .conf import Config, parse_config
 
 __all__ = [
     "DjangoRateLimit",
