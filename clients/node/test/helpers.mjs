@@ -131,7 +131,7 @@ export function memoryLogger() {
 
 /** INFO commandstats calls of one command on a server (0 when never called). */
 export async function commandCalls(client, command) {
-  const info = await client.sendCommand(['INFO', 'commandstats']);
+  const info = 'isCluster' in client ? await client.call('INFO', 'commandstats') : await client.sendCommand(['INFO', 'commandstats']);
   const m = new RegExp(`^cmdstat_${command.toLowerCase().replace('.', '\\.')}:calls=(\\d+)`, 'm').exec(String(info));
   return m ? Number(m[1]) : 0;
 }
