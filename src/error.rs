@@ -1,7 +1,7 @@
 //! Every error text the module replies with, in one place. Each starts with a Redis error
 //! code, and reuses Redis's own wording where Redis has one.
 
-use crate::fields::Mode;
+use crate::algo::window::Mode;
 
 /// An error a command replies with. The texts are NUL-terminated for the C API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

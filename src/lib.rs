@@ -15,25 +15,18 @@
     )
 )]
 
-mod api;
-pub mod args;
-pub mod bucket;
+// The layers, bottom up: `algo` (pure math), `error` (every reply text), `parse` (bytes to
+// values), `binding` (the Redis module API, all unsafe), `commands` (one handler each).
+pub mod algo;
+mod binding;
 mod commands;
 pub mod error;
-pub mod expiry;
-pub mod fields;
-pub mod num;
-mod reply;
-mod stats;
-mod store;
-mod store_log;
-pub mod throttle;
-pub mod window;
+pub mod parse;
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
-use stats::CommandStats;
+use binding::stats::CommandStats;
 
 use redis_module::raw::{
     self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion,
@@ -90,8 +83,8 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 /// Redis calls it once, after which no command of ours runs.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn RedisModule_OnUnload(_ctx: *mut RedisModuleCtx) -> c_int {
-    if let Some(api) = api::api() {
-        store::deinit(api);
+    if let Some(api) = binding::api::api() {
+        binding::store::deinit(api);
     }
     OK
 }
@@ -376,7 +369,7 @@ fn init_module(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> bool {
-    let api = match api::resolve() {
+    let api = match binding::api::resolve() {
         Ok(api) => api,
         Err(missing) => {
             log_warning(&format!("tb: this server lacks {missing}; not loading"));
@@ -392,7 +385,7 @@ fn init_module(
             return false;
         }
     };
-    store::init(api);
+    binding::store::init(api);
     // Keys are opened for writing, but only a take that writes modifies one: signal WATCH
     // and client-side caching ourselves, once for a key we wrote (store.rs), instead of
     // Redis doing it on every close (a denied take or a query would abort transactions
@@ -426,7 +419,7 @@ fn init_module(
 /// categories. Logs and returns false when the server refuses.
 fn register(
     ctx: *mut RedisModuleCtx,
-    api: &api::Api,
+    api: &binding::api::Api,
     def: &CommandDef,
     name: &CStr,
     handler: CommandFunc,
@@ -468,7 +461,7 @@ fn register(
 /// The module's load arguments (`loadmodule /path/libredis_tb.so CL.THROTTLE`): each must
 /// name an alias; an unknown one is returned so the load fails with a clear log line.
 fn load_arguments(
-    api: &api::Api,
+    api: &binding::api::Api,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> Result<Vec<String>, String> {
@@ -480,7 +473,7 @@ fn load_arguments(
     let args = unsafe { std::slice::from_raw_parts(argv, count) };
     args.iter()
         .map(|&s| {
-            let text = String::from_utf8_lossy(store::string_bytes(api, s)).into_owned();
+            let text = String::from_utf8_lossy(binding::store::string_bytes(api, s)).into_owned();
             let known = COMMANDS
                 .iter()
                 .filter_map(|def| def.alias.as_ref())
@@ -494,7 +487,7 @@ fn load_arguments(
 /// DOCS / COMMAND GETKEYS, cluster routing and ACL key patterns all see the keys.
 fn set_command_info(
     ctx: *mut RedisModuleCtx,
-    api: &api::Api,
+    api: &binding::api::Api,
     def: &CommandDef,
     name: &CStr,
 ) -> bool {
@@ -586,7 +579,7 @@ fn command_args(
 
 /// Adds the `ratelimit` ACL category (Redis 7.4+), so `ACL SETUSER u +@ratelimit` grants
 /// exactly this module's commands. Older servers lack the API; that is not an error.
-fn add_acl_category(ctx: *mut RedisModuleCtx, api: &api::Api) -> bool {
+fn add_acl_category(ctx: *mut RedisModuleCtx, api: &binding::api::Api) -> bool {
     let Some(add) = api.add_acl_category else {
         return false;
     };
@@ -604,7 +597,7 @@ const ACL_CATEGORY: &CStr = c"ratelimit";
 /// module command categories, and calling a missing one is what breaks loading there).
 fn set_acl_categories(
     ctx: *mut RedisModuleCtx,
-    api: &api::Api,
+    api: &binding::api::Api,
     def: &CommandDef,
     name: &CStr,
     own_category: bool,
@@ -630,7 +623,9 @@ fn set_acl_categories(
 
 /// `INFO tb`: per-command counters and the module version.
 unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let Some(api) = api::api() else { return };
+    let Some(api) = binding::api::api() else {
+        return;
+    };
     // SAFETY: ctx is the live info context; all strings are NUL-terminated.
     unsafe {
         (api.info_add_section)(ctx, c"".as_ptr());

@@ -17,13 +17,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw::{RedisModuleCtx, RedisModuleString};
 
-use crate::api::{Api, api};
-use crate::bucket::{Decision, State};
+use crate::algo::bucket::{Decision, State};
+use crate::algo::num::{NumText, ceil_micros, format_f64, format_micros, is_plain_decimal};
+use crate::binding::api::{Api, api};
+use crate::binding::reply::{self, Replier};
+use crate::binding::stats::{CommandStats, Outcome};
+use crate::binding::store::{Access, BucketKey, string_bytes};
 use crate::error::TbError;
-use crate::num::{NumText, ceil_micros, format_f64, format_micros, is_plain_decimal};
-use crate::reply::{self, Replier};
-use crate::stats::{CommandStats, Outcome};
-use crate::store::{Access, BucketKey, string_bytes};
 
 /// A command's logic: the call in, the outcome to count out (the reply is written by the
 /// body; an error is replied by `dispatch`).
@@ -93,7 +93,7 @@ pub fn declare_counted_keys(
     let argv = arguments(argv, argc);
     // A bad numkeys declares no keys; the call itself then replies the error.
     let count = argv.get(1).and_then(|s| {
-        crate::args::mtake_layout(string_bytes(api, *s), argv.len().saturating_sub(2)).ok()
+        crate::parse::args::mtake_layout(string_bytes(api, *s), argv.len().saturating_sub(2)).ok()
     });
     if let Some(layout) = count {
         for pos in 2..2 + layout.keys {

@@ -2,12 +2,12 @@
 //! limits in one all-or-nothing call. Every key is checked (type, stored state) before any
 //! is written, so an error or a short bucket anywhere leaves every bucket as it was.
 
-use crate::args::{has_duplicates, mtake_layout, parse_now, parse_triples};
-use crate::bucket::{self, Part};
+use crate::algo::bucket::{self, Part};
+use crate::algo::num::format_f64;
+use crate::binding::stats::Outcome;
+use crate::binding::store::{Access, BucketKey};
 use crate::error::TbError;
-use crate::num::format_f64;
-use crate::stats::Outcome;
-use crate::store::{Access, BucketKey};
+use crate::parse::args::{has_duplicates, mtake_layout, parse_now, parse_triples};
 
 use super::{Call, Clock, store};
 

@@ -1,11 +1,11 @@
 //! TB.PEEK key capacity rate [now]: the bucket as it stands and whether one token could be
 //! taken. Opens the key read-only and writes nothing, so it also runs on replicas.
 
-use crate::args::parse_peek;
-use crate::bucket;
+use crate::algo::bucket;
+use crate::binding::stats::Outcome;
+use crate::binding::store::Access;
 use crate::error::TbError;
-use crate::stats::Outcome;
-use crate::store::Access;
+use crate::parse::args::parse_peek;
 
 use super::{Call, Clock, on_bucket};
 

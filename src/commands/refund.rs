@@ -1,11 +1,11 @@
 //! TB.REFUND key capacity rate n [now]: give n tokens back (never above capacity) for a
 //! request that was admitted and then not served.
 
-use crate::args::parse_take;
-use crate::bucket;
+use crate::algo::bucket;
+use crate::binding::stats::Outcome;
+use crate::binding::store::Access;
 use crate::error::TbError;
-use crate::stats::Outcome;
-use crate::store::Access;
+use crate::parse::args::parse_take;
 
 use super::{Call, Clock, on_bucket};
 

@@ -1,11 +1,11 @@
 //! TB.RESERVE key capacity rate n max_wait [now]: "wait" rather than "reject": take the
 //! tokens now, or go into debt for them if they will be there within max_wait.
 
-use crate::args::parse_reserve;
-use crate::bucket;
+use crate::algo::bucket;
+use crate::binding::stats::Outcome;
+use crate::binding::store::Access;
 use crate::error::TbError;
-use crate::stats::Outcome;
-use crate::store::Access;
+use crate::parse::args::parse_reserve;
 
 use super::{Call, Clock, on_bucket};
 

@@ -1,10 +1,10 @@
 //! TB.TAKE key capacity rate n [now]: refill, then take n tokens if they are there.
 
-use crate::args::parse_take;
-use crate::bucket;
+use crate::algo::bucket;
+use crate::binding::stats::Outcome;
+use crate::binding::store::Access;
 use crate::error::TbError;
-use crate::stats::Outcome;
-use crate::store::Access;
+use crate::parse::args::parse_take;
 
 use super::{Call, Clock, on_bucket};
 

@@ -2,11 +2,11 @@
 //! CL.THROTTLE, arguments and reply, on TB.TAKE's bucket and the server's clock (also
 //! registered as CL.THROTTLE when the module is loaded with that argument).
 
-use crate::args::parse_throttle;
+use crate::algo::throttle::{cell_reply, throttle};
+use crate::binding::stats::Outcome;
+use crate::binding::store::Access;
 use crate::error::TbError;
-use crate::stats::Outcome;
-use crate::store::Access;
-use crate::throttle::{cell_reply, throttle};
+use crate::parse::args::parse_throttle;
 
 use super::{Call, Clock, settle};
 

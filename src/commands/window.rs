@@ -4,15 +4,16 @@
 
 use redis_module::raw::RedisModuleString;
 
-use crate::args::parse_window;
-use crate::bucket::Decision;
+use crate::algo::bucket::Decision;
+use crate::algo::num::{NumText, format_f64};
+use crate::algo::window::Mode;
+use crate::algo::window::{self, Window};
+use crate::binding::stats::Outcome;
+use crate::binding::store::{Access, BucketKey};
+use crate::binding::store_log::LogKey;
 use crate::error::{Field, TbError};
-use crate::fields::{Layout, Mode, WindowFields, decode_fixed, decode_sliding, format_counts};
-use crate::num::{NumText, format_f64};
-use crate::stats::Outcome;
-use crate::store::{Access, BucketKey};
-use crate::store_log::LogKey;
-use crate::window::{self, Window};
+use crate::parse::args::parse_window;
+use crate::parse::fields::{Layout, WindowFields, decode_fixed, decode_sliding, format_counts};
 
 use super::{Call, Clock};
 
@@ -133,7 +134,7 @@ fn log(
         // that is later (`d.add_at` is the time of this very score, never converted back).
         let now_score = window::log_score(now);
         let score = set.newest_score().map_or(now_score, |s| s.max(now_score));
-        let first = crate::window::Entries::count(&set).saturating_sub(d.removed) as u64;
+        let first = crate::algo::window::Entries::count(&set).saturating_sub(d.removed) as u64;
         set.write(d.removed, score, first, d.add);
         set.expire_in(clock.server_ms(), d.expires_at - now);
     }

@@ -6,10 +6,10 @@ use std::os::raw::c_int;
 
 use redis_module::raw::{REDISMODULE_CTX_FLAGS_RESP3, RedisModuleCtx};
 
-use crate::api::Api;
-use crate::bucket::Decision;
+use crate::algo::bucket::Decision;
+use crate::algo::num::{NumText, format_f64};
+use crate::binding::api::Api;
 use crate::error::{TbError, arity_text};
-use crate::num::{NumText, format_f64};
 
 pub const OK: c_int = 0;
 

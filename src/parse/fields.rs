@@ -2,10 +2,10 @@
 //! state, and which hash holds which kind. Pure, so every byte sequence someone else may
 //! have written is tested without a server.
 
-use crate::bucket::{State, valid_stored_tokens, valid_time};
+use crate::algo::bucket::{State, valid_stored_tokens, valid_time};
+use crate::algo::num::{NumText, format_f64, parse_f64};
+use crate::algo::window::{Fixed, Mode, Sliding, valid_count};
 use crate::error::{Field, TbError};
-use crate::num::{NumText, format_f64, parse_f64};
-use crate::window::{Fixed, Sliding, valid_count};
 
 /// A FIXED or SLIDING window's hash fields as stored (`None`: absent, or not read because
 /// the fields read already tell the mode), and whether the hash holds a token bucket's
@@ -122,14 +122,6 @@ fn start_and_count(f: &WindowFields<'_>) -> Result<Option<(f64, f64)>, TbError> 
     Ok(Some((start, count)))
 }
 
-/// The window algorithms a key may hold (TB.WINDOW's mode).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Fixed,
-    Sliding,
-    Log,
-}
-
 /// Decodes the `tokens` and `last_refill_time` field values (`None`: field absent).
 ///
 /// Neither field: a new bucket (the hash may hold other fields, which are not ours). One
@@ -153,8 +145,8 @@ pub fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::{Limit, take};
-    use crate::num::format_f64;
+    use crate::algo::bucket::{Limit, take};
+    use crate::algo::num::format_f64;
     use proptest::prelude::*;
 
     #[test]
@@ -290,8 +282,8 @@ mod tests {
         /// every valid count, integral or not.
         #[test]
         fn counts_read_back_exactly(
-            count in prop_oneof![Just(0.0), Just(crate::bucket::MAX_AMOUNT), Just(5e-324), 0.0..crate::bucket::MAX_AMOUNT, 0.0..1e-3f64],
-            previous in prop_oneof![Just(0.0), Just(crate::bucket::MAX_AMOUNT), Just(1.2345678901234567e-5), 0.0..crate::bucket::MAX_AMOUNT],
+            count in prop_oneof![Just(0.0), Just(crate::algo::bucket::MAX_AMOUNT), Just(5e-324), 0.0..crate::algo::bucket::MAX_AMOUNT, 0.0..1e-3f64],
+            previous in prop_oneof![Just(0.0), Just(crate::algo::bucket::MAX_AMOUNT), Just(1.2345678901234567e-5), 0.0..crate::algo::bucket::MAX_AMOUNT],
         ) {
             prop_assume!(valid_count(count) && valid_count(previous));
             let text = format_counts(count, previous);
@@ -342,7 +334,7 @@ mod tests {
             tokens in proptest::option::of(nasty_text()), last in proptest::option::of(nasty_text()),
         ) {
             let args = [capacity.as_slice(), rate.as_slice(), n.as_slice(), now.as_slice()];
-            let Ok(a) = crate::args::parse_take(&args) else { return Ok(()) };
+            let Ok(a) = crate::parse::args::parse_take(&args) else { return Ok(()) };
             let Ok(stored) = decode(tokens.as_deref(), last.as_deref()) else { return Ok(()) };
             let d = take(a.limit, a.n, a.now.unwrap_or(0.0), stored);
             for v in [d.remaining, d.retry_after, d.reset_after] {
@@ -397,17 +389,17 @@ mod tests {
 
         #[test]
         fn fuzz_extreme_accepted_parameters_keep_the_invariants(
-            capacity in prop_oneof![Just(1e-300), Just(5e-324), Just(crate::bucket::MAX_AMOUNT), 1e-9..1e15f64],
-            rate in prop_oneof![Just(crate::bucket::MIN_RATE), Just(crate::bucket::MAX_AMOUNT), 1e-9..1e15f64],
-            n in prop_oneof![Just(0.0), Just(5e-324), Just(crate::bucket::MAX_AMOUNT), 0.0..1e15f64],
-            now in prop_oneof![Just(0.0), Just(crate::bucket::MAX_TIME.next_down()), 0.0..crate::bucket::MAX_TIME],
+            capacity in prop_oneof![Just(1e-300), Just(5e-324), Just(crate::algo::bucket::MAX_AMOUNT), 1e-9..1e15f64],
+            rate in prop_oneof![Just(crate::algo::bucket::MIN_RATE), Just(crate::algo::bucket::MAX_AMOUNT), 1e-9..1e15f64],
+            n in prop_oneof![Just(0.0), Just(5e-324), Just(crate::algo::bucket::MAX_AMOUNT), 0.0..1e15f64],
+            now in prop_oneof![Just(0.0), Just(crate::algo::bucket::MAX_TIME.next_down()), 0.0..crate::algo::bucket::MAX_TIME],
             steps in proptest::collection::vec((0.0..1e9f64, prop_oneof![Just(0.0), Just(1.0), 0.0..1e15f64]), 1..20),
         ) {
             let limit = Limit { capacity, rate };
             let mut stored = take(limit, n, now, None).new_state;
             let mut t = now;
             for (dt, m) in steps {
-                t = (t + dt).min(crate::bucket::MAX_TIME.next_down());
+                t = (t + dt).min(crate::algo::bucket::MAX_TIME.next_down());
                 let d = take(limit, m, t, stored);
                 prop_assert!(d.remaining.is_finite() && d.retry_after.is_finite() && d.reset_after.is_finite());
                 if let Some(s) = d.new_state {

@@ -9,7 +9,7 @@
 //! and only the reply is redis-cell's: `[limited, limit, remaining, retry_after,
 //! reset_after]`, five integers.
 
-use crate::bucket::{self, Decision, Limit, State};
+use crate::algo::bucket::{self, Decision, Limit, State};
 
 /// What redis-cell replies, from one of our decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

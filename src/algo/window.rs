@@ -8,7 +8,15 @@
 //! stored window, LOG records it at its newest entry), so a client with a slow clock never
 //! gets more than the limit.
 
-use crate::bucket::{MAX_AMOUNT, MAX_TIME, valid_time};
+use crate::algo::bucket::{MAX_AMOUNT, MAX_TIME, valid_time};
+
+/// The window algorithms a key may hold (TB.WINDOW's mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Fixed,
+    Sliding,
+    Log,
+}
 
 /// Shortest window accepted, in seconds. Below the resolution of an epoch time (about
 /// 2.4e-7 s today, 3e-5 s near `MAX_TIME`) a window is narrower than one step of the clock;
@@ -576,13 +584,13 @@ pub fn clamp_entry(e: f64) -> f64 {
 /// the caller will come back at and nudged up if rounding falls short. Every caller's `ok`
 /// is monotone: windows only move forward and entries only leave.
 fn wait_for(now: f64, guess: f64, ok: impl Fn(f64) -> bool) -> f64 {
-    crate::bucket::settle_wait(now, guess, ok)
+    crate::algo::bucket::settle_wait(now, guess, ok)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::ulp;
+    use crate::algo::bucket::ulp;
     use proptest::prelude::*;
 
     /// An epoch time with a fraction, as a client's clock gives.
@@ -1966,7 +1974,7 @@ mod accuracy {
             String::new(),
             "Produced by `cargo test --release --lib window_accuracy_report -- --ignored --nocapture`"
                 .to_string(),
-            "(src/window.rs). Synthetic, seeded traffic (xorshift64*): every run prints the same figures."
+            "(src/algo/window.rs). Synthetic, seeded traffic (xorshift64*): every run prints the same figures."
                 .to_string(),
             "Each row replays 24 h of one source, one request at a time, at epoch-second times,".to_string(),
             "through both pure decision functions; `load` is offered requests / limit per window.".to_string(),

@@ -2,11 +2,11 @@
 //! every byte sequence a client can send is tested directly. Each command's parser names
 //! its arguments in its errors and accepts TB.TAKE's ranges.
 
-use crate::bucket::{Limit, MAX_AMOUNT, MIN_RATE, valid_time};
+use crate::algo::bucket::{Limit, MAX_AMOUNT, MIN_RATE, valid_time};
+use crate::algo::num::parse_f64;
+use crate::algo::window::Mode;
+use crate::algo::window::{MAX_WINDOW, MIN_WINDOW, Window};
 use crate::error::{Arg, TbError};
-use crate::fields::Mode;
-use crate::num::parse_f64;
-use crate::window::{MAX_WINDOW, MIN_WINDOW, Window};
 
 /// The most entries one LOG call may add: each admitted request is a sorted-set member,
 /// and one call must not block the server adding millions of them.
@@ -377,7 +377,7 @@ mod tests {
         let t = parse_throttle(&bytes(&["15", "30", "60"])).unwrap();
         assert_eq!(
             t.limit,
-            crate::bucket::Limit {
+            crate::algo::bucket::Limit {
                 capacity: 16.0,
                 rate: 0.5
             }
@@ -497,7 +497,7 @@ mod tests {
         let p = parse_peek(&bytes(&["10", "2"])).unwrap();
         assert_eq!(
             p.limit,
-            crate::bucket::Limit {
+            crate::algo::bucket::Limit {
                 capacity: 10.0,
                 rate: 2.0
             }
@@ -527,7 +527,7 @@ mod tests {
                 }
             }
             if let Ok(r) = parse_reserve(&refs) {
-                let d = crate::bucket::reserve(r.limit, r.n, r.max_wait, r.now.unwrap_or(1.0), None);
+                let d = crate::algo::bucket::reserve(r.limit, r.n, r.max_wait, r.now.unwrap_or(1.0), None);
                 prop_assert!(d.remaining.is_finite() && d.retry_after.is_finite());
             }
             let _ = parse_peek(&refs);
@@ -543,7 +543,7 @@ mod tests {
                 prop_assert!(a.limit.capacity > 0.0 && a.limit.capacity <= MAX_AMOUNT);
                 prop_assert!(a.limit.rate >= MIN_RATE && a.n >= 0.0);
                 // Whatever was accepted drives the math to finite answers.
-                let d = crate::bucket::take(a.limit, a.n, a.now.unwrap_or(1.0), None);
+                let d = crate::algo::bucket::take(a.limit, a.n, a.now.unwrap_or(1.0), None);
                 prop_assert!(d.remaining.is_finite() && d.reset_after.is_finite());
             }
         }
@@ -555,7 +555,7 @@ mod tests {
         ) {
             let args = [c.as_bytes(), r.as_bytes(), n.as_bytes(), now.as_bytes()];
             if let Ok(a) = parse_take(&args) {
-                let d = crate::bucket::take(a.limit, a.n, a.now.unwrap_or(0.0), None);
+                let d = crate::algo::bucket::take(a.limit, a.n, a.now.unwrap_or(0.0), None);
                 prop_assert!(d.retry_after.is_finite());
             }
         }

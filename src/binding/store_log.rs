@@ -12,11 +12,11 @@ use std::os::raw::c_int;
 
 use redis_module::raw::{REDISMODULE_NOTIFY_ZSET, RedisModuleCtx, RedisModuleString};
 
-use crate::api::Api;
+use crate::algo::num::{format_f64, format_whole};
+use crate::algo::window::{Entries, clamp_entry, log_time, valid_entry};
+use crate::binding::api::Api;
+use crate::binding::store::{Access, Key, Kind, OwnedString};
 use crate::error::TbError;
-use crate::num::{format_f64, format_whole};
-use crate::store::{Access, Key, Kind, OwnedString};
-use crate::window::{Entries, clamp_entry, log_time, valid_entry};
 
 /// An open LOG key.
 pub struct LogKey<'a> {
@@ -368,7 +368,7 @@ impl Entries for LogKey<'_> {
         // Every score whose time is after t is above this: an empty range above it means
         // nothing is after t, without reading an entry (the usual call: its own time is
         // the latest); otherwise its last entry is the newest.
-        let lo = crate::window::log_score_at_or_before(t);
+        let lo = crate::algo::window::log_score_at_or_before(t);
         match self.read_newest_above(lo) {
             None => {
                 self.newest.set(Newest::NotAfter(t));

@@ -18,11 +18,12 @@ use redis_module::raw::{
     RedisModuleCtx, RedisModuleKey, RedisModuleString,
 };
 
-use crate::api::Api;
-use crate::bucket::State;
+use crate::algo::bucket::State;
+use crate::algo::expiry::ExpiryPlan;
+use crate::algo::window::Mode;
+use crate::binding::api::Api;
 use crate::error::{Field, TbError};
-use crate::expiry::ExpiryPlan;
-use crate::fields::{self, Mode, WindowFields};
+use crate::parse::fields::{self, WindowFields};
 
 const HASH_NONE: c_int = 0;
 const NO_EXPIRE: i64 = -1;
@@ -196,7 +197,7 @@ impl<'a> Key<'a> {
     /// Keeps the key at least `seconds` longer on the server's clock (`server_ms`), and not
     /// wildly longer: `expiry::plan` against the current expiry, then `apply_expiry`.
     pub fn expire_in(&self, server_ms: i64, seconds: f64) {
-        self.apply_expiry(crate::expiry::plan(self.expiry(), server_ms, seconds));
+        self.apply_expiry(crate::algo::expiry::plan(self.expiry(), server_ms, seconds));
     }
 
     /// Applies an expiry plan, with the notification and replication EXPIRE-family

@@ -1,0 +1,15 @@
+//! The pure algorithms: plain Rust with time passed in, no Redis types, nothing imported
+//! from above this folder (only `num` and each other). Every rule here is unit- and
+//! property-tested without a server.
+//!
+//! - `bucket`: the token bucket of TB.TAKE, TB.MTAKE, TB.RESERVE, TB.PEEK, TB.REFUND
+//! - `window`: TB.WINDOW's FIXED, SLIDING and LOG windows
+//! - `throttle`: redis-cell's CL.THROTTLE mapped onto a bucket
+//! - `expiry`: when a key's TTL is set, kept or dropped
+//! - `num`: strict number parsing and shortest round-trip formatting
+
+pub mod bucket;
+pub mod expiry;
+pub mod num;
+pub mod throttle;
+pub mod window;
