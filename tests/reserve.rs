@@ -797,3 +797,46 @@ fn info_counts_reserve_calls_allowed_denied_and_errors() {
     assert_eq!(tb_counters(&mut c, "reserve"), [6, 2, 2, 2]);
     assert_eq!(tb_counters(&mut c, "take"), [0, 0, 0, 0]);
 }
+
+#[test]
+fn reserve_refuses_a_wait_half_a_microsecond_over_max_wait() {
+    let s = Server::start();
+    let mut c = s.conn();
+    assert_eq!(
+        c.take("k", "1", "1", "1", Some("1000")),
+        take(true, 0.0, 0.0, 1.0)
+    );
+    let before = fingerprint(&mut c, &["k"]);
+    // The next token is 1 s away; max_wait is 0.5 µs shorter: refused, nothing written,
+    // retry when the wait has shrunk to max_wait.
+    let t = c.reserve("k", "1", "1", "1", "0.9999995", Some("1000"));
+    assert!(!t.allowed, "{t:?}");
+    assert_eq!(t.remaining, 0.0);
+    assert!((t.retry_after - 5e-7).abs() < 1e-9, "{t:?}");
+    assert_eq!(fingerprint(&mut c, &["k"]), before);
+    // A max_wait of exactly the wait books it.
+    assert_eq!(
+        c.reserve("k", "1", "1", "1", "1", Some("1000")),
+        take(true, -1.0, 1.0, 2.0)
+    );
+}
+
+#[test]
+fn reserve_on_the_server_clock_never_books_past_max_wait() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // Empty the bucket on the server clock, then ask for a wait of up to 0.9999995 s at
+    // 1 token/s: the wait is a whole second less the whole microseconds elapsed since the
+    // take, so it is booked only once one has passed, and never reported above max_wait
+    // (the server clock's rounding up to whole microseconds must not push it over).
+    for i in 0..200 {
+        let key = format!("s{i}");
+        assert!(c.take(&key, "1", "1", "1", None).allowed);
+        let t = c.reserve(&key, "1", "1", "1", "0.9999995", None);
+        if t.allowed {
+            assert!(t.retry_after <= 0.9999995, "{t:?}");
+        } else {
+            assert!(t.retry_after > 0.0 && t.retry_after <= 1e-6, "{t:?}");
+        }
+    }
+}
