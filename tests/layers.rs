@@ -51,7 +51,11 @@ fn check_layer(dir: &str, allowed: &[&str]) -> Vec<String> {
     let mut problems = Vec::new();
     for file in files {
         let text = fs::read_to_string(&file).expect("a readable source file");
-        let shown = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         for name in crate_paths(&text) {
             if !allowed.contains(&name.as_str()) {
                 problems.push(format!("{shown} names crate::{name}"));
