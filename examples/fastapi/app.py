@@ -6,7 +6,8 @@ Prometheus metrics on /metrics and the local deny cache.
 Run: see README.md beside this file. Configuration by environment:
 REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES (comma-separated
 CIDRs of your load balancers; default none), RATE_LIMIT=off (serve the same app
-without the limiter, for bench_overhead.py).
+without the limiter), REDIS_TIMEOUT (seconds per Redis call, default 0.05; the
+tests raise it so that a busy test machine does not turn into store errors).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from redis_tb.metrics import PrometheusMetrics
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TRUSTED_PROXIES = [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c]
 LIMITED = os.environ.get("RATE_LIMIT", "on") != "off"
+TIMEOUT = float(os.environ.get("REDIS_TIMEOUT", "0.05"))
 
 # -- who is calling -------------------------------------------------------------
 # A stand-in for your auth: API key -> (user id, plan).
@@ -98,9 +100,10 @@ POLICIES = [
 
 # Metrics in a registry of the app's own, served on /metrics.
 registry = CollectorRegistry()
-client = AsyncClient.from_url(REDIS_URL)  # 50 ms timeouts, no retries
+client = AsyncClient.from_url(REDIS_URL, timeout=TIMEOUT)  # 50 ms timeouts, no retries
 limiter = RateLimiter(
     client,
+    timeout=TIMEOUT,
     client_ip=ClientIP(TRUSTED_PROXIES),
     metrics=PrometheusMetrics(registry, limiter="api"),
     # Repeat offenders are refused locally until their Retry-After runs out, without
@@ -111,6 +114,7 @@ limiter = RateLimiter(
 # Logins fail CLOSED: if Redis is down, refuse (503) rather than allow guessing.
 strict = RateLimiter(
     client,
+    timeout=TIMEOUT,
     client_ip=ClientIP(TRUSTED_PROXIES),
     fail_open=False,
     metrics=PrometheusMetrics(registry, limiter="login"),

@@ -27,7 +27,7 @@ def sf(value: str) -> list[tuple[object, dict[str, object]]]:
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, Uvicorn]]:
     store = RedisServer().start()
-    env = {"REDIS_URL": store.url, "TRUSTED_PROXIES": f"{PROXY}/32"}
+    env = {"REDIS_URL": store.url, "TRUSTED_PROXIES": f"{PROXY}/32", "REDIS_TIMEOUT": "5"}
     apps = {
         "limited": Uvicorn("app:app", HERE, env),
         "plain": Uvicorn("app:app", HERE, {**env, "RATE_LIMIT": "off"}),

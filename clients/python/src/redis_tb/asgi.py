@@ -20,8 +20,9 @@ from .headers import (
     problem_body,
     store_error_problem,
 )
+from .keys import ClientIP
 from .limiter import RateLimiter
-from .policy import Policy, route_set
+from .policy import Limit, Policy, route_set
 
 __all__ = ["RateLimitMiddleware", "route_template"]
 
@@ -115,6 +116,14 @@ class RateLimitMiddleware:
         self._refund_on: Callable[[int], bool] = (
             refund_on if callable(refund_on) else frozenset(refund_on).__contains__
         )
+        # A Starlette Request is built only for user functions (key/limit/cost/tier,
+        # hash_tag); the default identity reads the peer and headers off the scope.
+        self._needs_request = limiter.hash_tag is not None or any(
+            (p.key is not None and not isinstance(p.key, ClientIP))
+            or not isinstance(p.limit, Limit)
+            or callable(p.cost)
+            for p in self.policies
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -124,8 +133,16 @@ class RateLimitMiddleware:
         if (route is None and not self.limit_unmatched) or route in self.exclude:
             await self.app(scope, receive, send)
             return
+        client = scope.get("client")
+        peer = client[0] if client else None
+
+        def header_values(name: str) -> list[str]:
+            key = name.encode("latin-1")
+            return [v.decode("latin-1") for k, v in scope["headers"] if k == key]
+
         # No receive: key functions see headers and the peer, never the body.
-        decision = await self.limiter.check(Request(scope), self.policies, route)
+        request = Request(scope) if self._needs_request else scope
+        decision = await self.limiter.check(request, self.policies, route, peer=peer, headers=header_values)
         scope.setdefault("state", {})["rate_limit"] = decision
         headers = self.limiter.headers(decision)
         if decision.outcome is Outcome.LIMITED:

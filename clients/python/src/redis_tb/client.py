@@ -9,21 +9,26 @@ twice, and retries pile load on a Redis that is already struggling).
 
 from __future__ import annotations
 
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import redis
 import redis.asyncio
+import redis.exceptions
 from redis.backoff import NoBackoff
 
 from .replies import (
     Bucket,
+    IncompleteReply,
     MultiReply,
+    RespError,
     Reply,
+    UnexpectedReplyError,
     mtake_args,
     parse_multi_reply,
     parse_reply,
     peek_args,
     refund_args,
+    read_resp,
     reserve_args,
     take_args,
 )
@@ -58,11 +63,107 @@ def _module_missing(info: Any) -> bool:
     return not isinstance(info, (list, tuple)) or not info or info[0] is None
 
 
+def _repack(value: Any) -> bytes:
+    """A reply redis-py parsed, written back as RESP (the rare fallback path only)."""
+    if isinstance(value, list):
+        return b"*%d\r\n" % len(value) + b"".join(_repack(v) for v in value)
+    if isinstance(value, bool):
+        return b":1\r\n" if value else b":0\r\n"
+    if isinstance(value, int):
+        return b":%d\r\n" % value
+    if isinstance(value, float):
+        return b",%s\r\n" % repr(value).encode()
+    if isinstance(value, str):
+        value = value.encode()
+    if isinstance(value, bytes):
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+    if value is None:
+        return b"_\r\n"
+    raise UnexpectedReplyError(f"unexpected value in a reply: {value!r}")
+
+
+def _error(conn: Any, message: str) -> BaseException:
+    """An error reply as redis-py's own exception class for it."""
+    parser = getattr(conn, "_parser", None)
+    parse_error = getattr(parser, "parse_error", None)
+    if parse_error is not None:
+        return cast(BaseException, parse_error(message))
+    return redis.exceptions.ResponseError(message.removeprefix("ERR "))
+
+
 class AsyncClient:
     """The five commands over ``redis.asyncio``; every method is one round trip."""
 
     def __init__(self, redis_client: redis.asyncio.Redis) -> None:
         self.redis = redis_client
+        # Connections the request path keeps for itself (taken from redis-py's pool
+        # once, given back by aclose): no pool lock, health probe or callbacks per call.
+        self._idle: list[Any] = []
+        self._raw = True
+
+    async def call_packed(self, packed: bytes, read: Callable[[bytes], Any] = read_resp) -> Any:
+        """Send one pre-encoded command and read its one reply: ``read(bytes)`` parses it
+        (default :func:`read_resp`: lists, ints, floats, bytes) and raises
+        :class:`IncompleteReply` until all of it is there. The limiter's hot path.
+
+        An error reply raises redis-py's exception for it; a broken or cancelled
+        exchange (timeout) disconnects the connection, which reconnects on next use.
+        """
+        if not self._raw:
+            return await self._call_packed_slow(packed, read)
+        idle = self._idle
+        if idle:
+            conn = idle.pop()
+        else:
+            pool: Any = self.redis.connection_pool
+            conn = await pool.get_connection()
+            if not (hasattr(conn, "_writer") and hasattr(conn, "_reader")):
+                # A connection class without asyncio streams: redis-py's own path from now on.
+                self._raw = False
+                await pool.release(conn)
+                return await self._call_packed_slow(packed, read)
+        try:
+            writer = conn._writer
+            if writer is None:
+                await conn.connect()
+                writer = conn._writer
+            reader = conn._reader
+            writer.write(packed)
+            data = await reader.read(65536)
+            while True:
+                if not data:
+                    raise redis.exceptions.ConnectionError("Connection closed by server.")
+                try:
+                    value = read(data)
+                    break
+                except IncompleteReply:
+                    more = await reader.read(65536)
+                    if not more:
+                        raise redis.exceptions.ConnectionError("Connection closed by server.") from None
+                    data += more
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            idle.append(conn)
+            raise
+        idle.append(conn)
+        if type(value) is RespError:
+            raise _error(conn, value)
+        return value
+
+    async def _call_packed_slow(self, packed: bytes, read: Callable[[bytes], Any]) -> Any:
+        pool: Any = self.redis.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command([packed])
+            value = await conn.read_response()
+            if read is not read_resp:  # redis-py parsed it: the reader wants bytes
+                value = read(_repack(value))
+            return value
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
 
     async def _call(self, args: list[Any]) -> Any:
         # redis-py's execute_command is untyped; the reply is parsed right after.
@@ -140,6 +241,9 @@ class AsyncClient:
             raise ModuleNotLoadedError(self.server)
 
     async def aclose(self) -> None:
+        pool: Any = self.redis.connection_pool
+        while self._idle:
+            await pool.release(self._idle.pop())
         await self.redis.aclose()
 
 
@@ -151,6 +255,20 @@ class Client:
 
     def _call(self, args: list[Any]) -> Any:
         return cast(Any, self.redis).execute_command(*args)
+
+    def call_packed(self, packed: bytes) -> Any:
+        """Send one pre-encoded command and read its reply (redis-py's parser)."""
+        pool: Any = self.redis.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([packed])
+            return conn.read_response()
+        except BaseException as exc:
+            if not isinstance(exc, redis.exceptions.ResponseError):
+                conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> Client:

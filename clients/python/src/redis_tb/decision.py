@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NamedTuple
 
 __all__ = ["Decision", "Outcome", "PolicyResult"]
 
@@ -23,9 +22,9 @@ class Outcome(str, enum.Enum):
     NOT_LIMITED = "not_limited"
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyResult:
-    """One policy's bucket after this request (allowed), or as it stands (refused)."""
+class PolicyResult(NamedTuple):
+    """One policy's bucket after this request (allowed), or as it stands (refused).
+    Immutable (a named tuple: cheap to build on every request)."""
 
     name: str
     key: str

@@ -84,11 +84,16 @@ def window(capacity: float, rate: float) -> int:
 
 def remaining_units(remaining: float) -> int:
     """``r``: max(0, floor(remaining))."""
+    if 0.0 <= remaining < SF_INT_MAX:
+        return int(remaining)  # floor, for a number >= 0
     return _sf_int(math.floor(min(max(remaining, 0.0), SF_INT_MAX)))
 
 
 def reset_seconds(reset_after: float) -> int:
     """``t``: ceil(reset_after), 0 when the bucket is full."""
+    if 0.0 <= reset_after < SF_INT_MAX:
+        whole = int(reset_after)
+        return whole if whole == reset_after else whole + 1  # ceil, for a number >= 0
     return _sf_int(math.ceil(min(max(reset_after, 0.0), SF_INT_MAX)))
 
 
@@ -101,32 +106,43 @@ def retry_after_seconds(retry_after: float) -> int | None:
 
 
 
-@functools.lru_cache(maxsize=1024)
-def _policy_field(shapes: tuple[tuple[str, float, float], ...]) -> str:
+# The serializer (http_sfv) writes each policy's item once; a request only picks the
+# cached strings. An sf-list is its members joined by ", ", and an sf-integer
+# parameter is ";<key>=<decimal digits>", so the per-request RateLimit items are the
+# cached "<name>" item plus two integers already clamped to the sf range.
+
+
+@functools.lru_cache(maxsize=4096)
+def _policy_item(name: str, capacity: float, rate: float) -> str:
+    item = Item(name)
+    item.params["q"] = quota(capacity)
+    item.params["w"] = window(capacity, rate)
     out = List()
-    for name, capacity, rate in shapes:
-        item = Item(name)
-        item.params["q"] = quota(capacity)
-        item.params["w"] = window(capacity, rate)
-        out.append(item)
+    out.append(item)
     return str(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _state_prefix(name: str) -> str:
+    out = List()
+    out.append(Item(name))
+    return str(out) + ";r="
 
 
 def ratelimit_policy(results: Sequence[PolicyResult]) -> str:
     """``RateLimit-Policy: "perhour";q=1000;w=3600, "persec";q=10;w=1``"""
-    # The same few policy shapes come back on every request: serialize each once.
-    return _policy_field(tuple((r.name, r.capacity, r.rate) for r in results))
+    if len(results) == 1:
+        r = results[0]
+        return _policy_item(r.name, r.capacity, r.rate)
+    return ", ".join([_policy_item(r.name, r.capacity, r.rate) for r in results])
 
 
 def ratelimit(results: Sequence[PolicyResult]) -> str:
     """``RateLimit: "perhour";r=42;t=18, "persec";r=9;t=1``"""
-    out = List()
-    for r in results:
-        item = Item(r.name)
-        item.params["r"] = remaining_units(r.remaining)
-        item.params["t"] = reset_seconds(r.reset_after)
-        out.append(item)
-    return str(out)
+    return ", ".join([
+        f"{_state_prefix(r.name)}{remaining_units(r.remaining)};t={reset_seconds(r.reset_after)}"
+        for r in results
+    ])
 
 
 def legacy_headers(
@@ -167,10 +183,12 @@ def decision_headers(
     results = decision.results
     if not results:
         return []
-    if any(r.shadow for r in results):
-        results = tuple(r for r in results if not r.shadow)
-        if not results:
-            return []
+    for r in results:
+        if r.shadow:
+            results = tuple(r for r in results if not r.shadow)
+            if not results:
+                return []
+            break
     headers = [
         ("RateLimit-Policy", ratelimit_policy(results)),
         ("RateLimit", ratelimit(results)),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import socket
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 __all__ = ["ClientIP", "HeaderGetter", "IPAddress", "IPNetwork", "parse_address"]
@@ -110,6 +111,15 @@ def _forwarded_for(element: str) -> str | None:
     return None
 
 
+def _v4(text: str) -> int | None:
+    """A plain dotted-quad IPv4 address as an int (inet_pton is strict: no leading
+    zeros, no ports, no spaces), else None (the general parser decides)."""
+    try:
+        return int.from_bytes(socket.inet_pton(socket.AF_INET, text), "big")
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 class ClientIP:
     """A key function: the client's address, grouped (``"203.0.113.7"``,
     ``"2001:db8:1:2::/64"``), or None when the peer address is unknown (a Unix socket
@@ -142,6 +152,10 @@ class ClientIP:
         self.header: Header = header
         self.ipv4_prefix = ipv4_prefix
         self.ipv6_prefix = ipv6_prefix
+        # The fast path of :meth:`of`: trusted IPv4 networks as (network, mask) ints.
+        self._v4_nets = tuple(
+            (int(n.network_address), int(n.netmask)) for n in self.trusted if n.version == 4
+        )
 
     def is_trusted(self, addr: IPAddress) -> bool:
         return any(addr in net for net in self.trusted)
@@ -184,9 +198,37 @@ class ClientIP:
         addr = self.client_address(peer, header_values)
         return None if addr is None else self.group(addr)
 
+    def _v4_trusted(self, x: int) -> bool:
+        for net, mask in self._v4_nets:
+            if x & mask == net:
+                return True
+        return False
+
     def of(self, peer: str | None, headers: HeaderGetter) -> str | None:
         """The identity from what a framework adapter supplies: the TCP peer address
-        and a getter of header values (read only when the peer is a trusted proxy)."""
+        and a getter of header values (read only when the peer is a trusted proxy).
+
+        The same answer as :meth:`identity`; plain IPv4 addresses (the peer, and the
+        entries of a one-line ``X-Forwarded-For``) take a fast path of integer
+        compares, anything else the general parser."""
+        x = None if peer is None else _v4(peer)
+        if x is not None and peer is not None:
+            if not self._v4_trusted(x):
+                return peer if self.ipv4_prefix == 32 else self.group(ipaddress.IPv4Address(x))
+            values = headers(self.header)
+            if self.header == "x-forwarded-for" and len(values) == 1 and '"' not in values[0]:
+                hop: str = peer
+                for entry in reversed(values[0].split(",")):
+                    entry = entry.strip()
+                    h = _v4(entry)
+                    if h is None:
+                        break  # not a plain IPv4 entry: the general walk decides
+                    hop = entry
+                    if not self._v4_trusted(h):
+                        return hop if self.ipv4_prefix == 32 else self.group(ipaddress.IPv4Address(h))
+                else:  # every hop trusted: the leftmost
+                    return self.group(ipaddress.IPv4Address(_v4(hop) or 0)) if self.ipv4_prefix != 32 else hop
+            return self.identity(peer, values)
         if self.trusted:
             addr = parse_address(peer) if peer else None
             if addr is not None and self.is_trusted(addr):

@@ -74,7 +74,7 @@ from .headers import decision_headers, problem, problem_body, store_error_proble
 from .keys import ClientIP, HeaderGetter
 from .metrics import Metrics
 from .policy import Limit, Policy
-from .replies import Bucket, MultiReply, UnexpectedReplyError
+from .replies import Bucket, UnexpectedReplyError, encode_arg, mtake_reader, mtake_values
 
 __all__ = ["BaseLimiter", "HashTagFunc", "LimiterStats", "RateLimiter", "Rejection", "SyncRateLimiter"]
 
@@ -133,13 +133,18 @@ def _route_part(route: str) -> str:
     return route.replace("{", "<").replace("}", ">")
 
 
-@dataclass(frozen=True, slots=True)
 class _Plan:
-    policy: Policy
-    key: str
-    capacity: float
-    rate: float
-    cost: float
+    """One policy's charge for one request (internal; built on every request)."""
+
+    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow")
+
+    def __init__(self, policy: Policy, key: str, capacity: float, rate: float, cost: float, shadow: bool) -> None:
+        self.policy = policy
+        self.key = key
+        self.capacity = capacity
+        self.rate = rate
+        self.cost = cost
+        self.shadow = shadow
 
 
 #: the plan builder yields awaitables it needs resolved and returns the plans
@@ -220,6 +225,9 @@ class BaseLimiter:
         self._last_log = float("-inf")
         self._unlogged = 0
         self._shadow_log: dict[str, tuple[float, int]] = {}
+        # Encoded once: "<prefix>:<policy>:" and each (capacity, rate, cost) shape.
+        self._key_heads: dict[str, str] = {}
+        self._shapes: dict[tuple[float, float, float], bytes] = {}
 
     @property
     def store_errors(self) -> int:
@@ -302,8 +310,14 @@ class BaseLimiter:
                 if _pending(cost):
                     cost = yield cost
                 cost = p.checked_cost(cost)
-            key = self.key(p.name, identity, route=route if p.per_route else None, tag=tag)
-            plans.append(_Plan(p, key, limit.capacity, limit.rate, cost))
+            if tag is None and not p.per_route:
+                head = self._key_heads.get(p.name)
+                if head is None:
+                    head = self._key_heads[p.name] = f"{self.prefix}:{p.name}:"
+                key = head + identity
+            else:
+                key = self.key(p.name, identity, route=route if p.per_route else None, tag=tag)
+            plans.append(_Plan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow))
         if len(plans) > 1 and len({pl.key for pl in plans}) != len(plans):
             raise ValueError("two policies of one request map to the same key: give them distinct names")
         return plans
@@ -329,7 +343,7 @@ class BaseLimiter:
         now = cache.clock()
         hits: list[PolicyResult] = []
         for pl in plans:
-            if pl.policy.shadow:
+            if pl.shadow:
                 continue
             e = cache.lookup(pl.key, pl.capacity, pl.rate, pl.cost, now)
             if e is not None:
@@ -348,23 +362,46 @@ class BaseLimiter:
                 m.deny_cache_hit(r.name)
         return Decision(Outcome.LIMITED, False, tuple(hits), cached=True)
 
+    def _command(self, plans: list[_Plan]) -> bytes:
+        """TB.MTAKE of these plans, RESP-encoded; each shape's numbers encoded once."""
+        now = None if self.clock is None else self.clock()
+        n = len(plans)
+        parts = [b"*%d\r\n$8\r\nTB.MTAKE\r\n" % (2 + 4 * n + (now is not None)), encode_arg(n)]
+        shapes = self._shapes
+        for pl in plans:
+            key = pl.key.encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(key), key))
+        for pl in plans:
+            shape = (pl.capacity, pl.rate, pl.cost)
+            enc = shapes.get(shape)
+            if enc is None:
+                if len(shapes) >= 4096:  # per-request limits or costs: keep it bounded
+                    shapes.clear()
+                enc = shapes[shape] = encode_arg(pl.capacity) + encode_arg(pl.rate) + encode_arg(pl.cost)
+            parts.append(enc)
+        if now is not None:
+            parts.append(encode_arg(now))
+        return b"".join(parts)
+
     def _probe_begin(self) -> bool:
         probe = self._open_until != 0.0
         if probe:
             self._probing = True
         return probe
 
-    def _after_error(self, exc: BaseException, started: float) -> Decision:
-        if self.metrics is not None:
+    def _after_error(self, exc: BaseException, started: float | None) -> Decision:
+        if self.metrics is not None and started is not None:
             self.metrics.redis_call(time.perf_counter() - started)
         self._failed(exc)
         return self._degraded(exc)
 
-    def _after_reply(self, plans: list[_Plan], reply: MultiReply, started: float) -> Decision:
+    def _after_reply(
+        self, plans: list[_Plan], values: tuple[bool, list[tuple[bool, float, float, float]]], started: float
+    ) -> Decision:
         if self.metrics is not None:
             self.metrics.redis_call(time.perf_counter() - started)
         self._open_until = 0.0
-        return self._decision(plans, reply)
+        return self._decision(plans, values[0], values[1])
 
     def _now(self) -> float | None:
         return None if self.clock is None else self.clock()
@@ -375,25 +412,15 @@ class BaseLimiter:
         # Cooling down after a failure: skip Redis; afterwards one probe at a time.
         return time.monotonic() >= self._open_until and not self._probing
 
-    def _decision(self, plans: list[_Plan], reply: MultiReply) -> Decision:
-        everything_shadow = self.shadow
-        results = tuple(
-            PolicyResult(
-                name=pl.policy.name,
-                key=pl.key,
-                capacity=pl.capacity,
-                rate=pl.rate,
-                cost=pl.cost,
-                allowed=r.allowed,
-                remaining=r.remaining,
-                retry_after=r.retry_after,
-                reset_after=r.reset_after,
-                shadow=everything_shadow or pl.policy.shadow,
-            )
-            for pl, r in zip(plans, reply.keys)
-        )
+    def _decision(
+        self, plans: list[_Plan], allowed: bool, per_key: list[tuple[bool, float, float, float]]
+    ) -> Decision:
+        results = tuple([
+            PolicyResult(pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, r[0], r[1], r[2], r[3], pl.shadow)
+            for pl, r in zip(plans, per_key)
+        ])
         m = self.metrics
-        if reply.allowed:
+        if allowed:
             self.stats.allowed += 1
             if m is not None:
                 for r in results:
@@ -549,6 +576,7 @@ class RateLimiter(BaseLimiter):
     def __init__(self, client: AsyncClient | redis.asyncio.Redis, **options: Any) -> None:
         super().__init__(**options)
         self.client = client if isinstance(client, AsyncClient) else AsyncClient(client)
+        self._readers: dict[int, Callable[[bytes], Any]] = {}
 
     async def startup(self) -> None:
         """Call in the app's lifespan: fail fast when the module is missing.
@@ -602,17 +630,22 @@ class RateLimiter(BaseLimiter):
         early = self._before_call(plans)
         if early is not None:
             return early
-        probe = self._probe_begin()
+        command = self._command(plans)
+        probe = self._open_until != 0.0
+        if probe:
+            self._probing = True
         started = time.perf_counter()
         try:
-            buckets = [Bucket(pl.key, pl.capacity, pl.rate, pl.cost) for pl in plans]
-            reply = await _bounded(self.client.mtake(buckets, now=self._now()), self.timeout)
+            reader = self._readers.get(len(plans))
+            if reader is None:
+                reader = self._readers[len(plans)] = mtake_reader(len(plans))
+            values = await _bounded(self.client.call_packed(command, reader), self.timeout)
         except _STORE_ERRORS as exc:
             return self._after_error(exc, started)
         finally:
             if probe:
                 self._probing = False
-        return self._after_reply(plans, reply, started)
+        return self._after_reply(plans, values, started)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         return Decision(Outcome.ALLOWED, True, results, refunder=self._refund)
@@ -692,17 +725,17 @@ class SyncRateLimiter(BaseLimiter):
         early = self._before_call(plans)
         if early is not None:
             return early
+        command = self._command(plans)
         probe = self._probe_begin()
         started = time.perf_counter()
         try:
-            buckets = [Bucket(pl.key, pl.capacity, pl.rate, pl.cost) for pl in plans]
-            reply = self.client.mtake(buckets, now=self._now())
+            values = mtake_values(self.client.call_packed(command), len(plans))
         except _STORE_ERRORS as exc:
             return self._after_error(exc, started)
         finally:
             if probe:
                 self._probing = False
-        return self._after_reply(plans, reply, started)
+        return self._after_reply(plans, values, started)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         return Decision(Outcome.ALLOWED, True, results, sync_refunder=self._refund)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
-__all__ = ["Bucket", "MultiReply", "Reply", "UnexpectedReplyError"]
+__all__ = ["Bucket", "IncompleteReply", "MultiReply", "Reply", "RespError", "UnexpectedReplyError", "read_resp"]
 
 
 class UnexpectedReplyError(ValueError):
@@ -139,3 +139,155 @@ def peek_args(key: str, capacity: float, rate: float, now: float | None) -> list
 
 def refund_args(key: str, capacity: float, rate: float, n: float, now: float | None) -> list[Any]:
     return ["TB.REFUND", key, capacity, rate, n, *_now_args(now)]
+
+
+# -- the request path's own encoding and RESP reading ---------------------------------
+# The limiter sends TB.MTAKE pre-encoded (the shapes of its policies are encoded once)
+# and reads the reply with the reader below: one read for the whole reply instead of
+# one await per line, no response callbacks. Both RESP2 (doubles as bulk strings) and
+# RESP3 (doubles) are read.
+
+
+class IncompleteReply(Exception):
+    """The bytes so far end before the reply does: read more."""
+
+
+def encode_arg(value: str | bytes | float) -> bytes:
+    """One RESP bulk string, numbers written as redis-py writes them (``repr``)."""
+    if isinstance(value, str):
+        data = value.encode()
+    elif isinstance(value, bytes):
+        data = value
+    else:
+        data = repr(value).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def _walk(lines: list[bytes], i: int) -> tuple[Any, int]:
+    line = lines[i]
+    kind = line[:1]
+    if kind == b"*":
+        n = int(line[1:])
+        i += 1
+        if n < 0:
+            return None, i
+        out = []
+        for _ in range(n):
+            value, i = _walk(lines, i)
+            out.append(value)
+        return out, i
+    if kind == b",":
+        return float(line[1:]), i + 1
+    if kind == b":":
+        return int(line[1:]), i + 1
+    if kind == b"$":
+        n = int(line[1:])
+        if n < 0:
+            return None, i + 1
+        payload = lines[i + 1]
+        if len(payload) != n:
+            raise UnexpectedReplyError("a bulk string with a line break in a TB reply")
+        return payload, i + 2
+    if kind == b"+":
+        return line[1:], i + 1
+    if kind == b"-":
+        return RespError(line[1:].decode("utf-8", "replace")), i + 1
+    if kind == b"_":
+        return None, i + 1
+    if kind == b"#":
+        return line[1:] == b"t", i + 1
+    raise UnexpectedReplyError(f"unexpected RESP type {line[:20]!r} in a TB reply")
+
+
+class RespError(str):
+    """An error reply (``-ERR ...``), as text."""
+
+
+def read_resp(data: bytes) -> Any:
+    """The one reply in ``data`` (raises :class:`IncompleteReply` when it is not all
+    there yet, :class:`UnexpectedReplyError` for what a TB command never answers)."""
+    if not data.endswith(b"\r\n"):
+        raise IncompleteReply
+    lines = data.split(b"\r\n")
+    lines.pop()
+    try:
+        value, end = _walk(lines, 0)
+    except IndexError:
+        raise IncompleteReply from None
+    except ValueError as exc:
+        raise UnexpectedReplyError(f"malformed RESP in a TB reply: {exc}") from None
+    if end != len(lines):
+        raise UnexpectedReplyError("more than one reply where one was expected")
+    return value
+
+
+def mtake_values(raw: Any, numkeys: int) -> tuple[bool, list[tuple[bool, float, float, float]]]:
+    """TB.MTAKE's reply (as redis-py or :func:`read_resp` returns it) as
+    ``(allowed, [(allowed, remaining, retry_after, reset_after), ...])``."""
+    if not isinstance(raw, list) or len(raw) != 5:
+        raise UnexpectedReplyError(f"expected a 5-element TB.MTAKE reply, got {raw!r}")
+    per_key = raw[4]
+    if not isinstance(per_key, list) or len(per_key) != numkeys:
+        raise UnexpectedReplyError(f"expected {numkeys} per-key replies, got {per_key!r}")
+    try:
+        out = [(float(k[0]) == 1, float(k[1]), float(k[2]), float(k[3])) for k in per_key if len(k) == 4]
+        allowed = float(raw[0]) == 1
+    except (TypeError, ValueError) as exc:
+        raise UnexpectedReplyError(f"not a number in a TB.MTAKE reply: {raw!r}") from exc
+    if len(out) != numkeys:
+        raise UnexpectedReplyError(f"expected 4 numbers per key in TB.MTAKE's reply, got {raw!r}")
+    for k in out:
+        if k[1] != k[1] or k[2] != k[2] or k[3] != k[3]:
+            raise UnexpectedReplyError(f"NaN in a TB.MTAKE reply: {raw!r}")
+    return allowed, out
+
+
+def mtake_reader(numkeys: int) -> Callable[[bytes], Any]:
+    """A reader of TB.MTAKE's reply for ``numkeys`` keys, straight from the bytes:
+    ``(allowed, [(allowed, remaining, retry_after, reset_after), ...])``, or a
+    :class:`RespError`. The usual shapes (RESP3 doubles, RESP2 bulk strings) are read
+    by position after checking every type marker; anything else goes through
+    :func:`read_resp` (which also says when the reply is incomplete)."""
+    resp3_lines = 7 + 5 * numkeys  # with the empty string after the last CRLF
+    resp2_lines = 10 + 8 * numkeys
+    count = b"*%d" % numkeys
+
+    def read(data: bytes) -> Any:
+        lines = data.split(b"\r\n")
+        n = len(lines)
+        try:
+            if n == resp3_lines and lines[0] == b"*5" and lines[5] == count and not lines[-1]:
+                per_key = []
+                for base in range(6, 6 + 5 * numkeys, 5):
+                    head, a, rem, wait, reset = lines[base : base + 5]
+                    if head != b"*4" or a[:1] != b":" or rem[:1] != b"," or wait[:1] != b"," or reset[:1] != b",":
+                        raise UnexpectedReplyError
+                    per_key.append((a == b":1", float(rem[1:]), float(wait[1:]), float(reset[1:])))
+                if lines[1][:1] == b":":
+                    return _checked(lines[1] == b":1", per_key)
+            elif n == resp2_lines and lines[0] == b"*5" and lines[8] == count and not lines[-1]:
+                per_key = []
+                for base in range(9, 9 + 8 * numkeys, 8):
+                    head, a, _, rem, _, wait, _, reset = lines[base : base + 8]
+                    if head != b"*4" or a[:1] != b":" or lines[base + 2][:1] != b"$" or lines[base + 4][:1] != b"$" or lines[base + 6][:1] != b"$":
+                        raise UnexpectedReplyError
+                    per_key.append((a == b":1", float(rem), float(wait), float(reset)))
+                if lines[1][:1] == b":":
+                    return _checked(lines[1] == b":1", per_key)
+        except (UnexpectedReplyError, ValueError):
+            pass  # the general reader decides, and says what is wrong
+        value = read_resp(data)
+        if isinstance(value, RespError):
+            return value
+        return mtake_values(value, numkeys)
+
+    return read
+
+
+def _checked(
+    allowed: bool, per_key: list[tuple[bool, float, float, float]]
+) -> tuple[bool, list[tuple[bool, float, float, float]]]:
+    for k in per_key:
+        if k[1] != k[1] or k[2] != k[2] or k[3] != k[3]:
+            raise UnexpectedReplyError(f"NaN in a TB.MTAKE reply: {per_key!r}")
+    return allowed, per_key
