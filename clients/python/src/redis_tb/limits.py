@@ -43,9 +43,15 @@ import time
 from typing import Any, NoReturn, Sequence, cast
 
 import redis
-from limits.errors import ConfigurationError
-from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
-from limits.storage.base import TimestampedSlidingWindow
+
+try:
+    from limits.errors import ConfigurationError
+    from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+    from limits.storage.base import TimestampedSlidingWindow
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        "redis_tb.limits needs the limits library: pip install 'redis-tb[limits]'"
+    ) from exc
 
 __all__ = [
     "PREFIX",
