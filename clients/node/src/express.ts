@@ -5,7 +5,8 @@
  * yet: the middleware resolves the route the way the router will, walking the app's
  * router stack (`app.router` on Express 5, `app._router` on Express 4) with the request's
  * path and method, descending into mounted Routers and joining their mount paths with the
- * matched route's path: `'GET /users/:uid/items/:id'`. The first route that matches the
+ * matched route's path: `'GET /users/:uid/items/:id'` (Express 4 keeps no mount template: its
+ * parameters are put back by name). The first route that matches the
  * path and handles the method is the one Express runs. The same middleware may also be
  * put on a route (`app.get(path, mw, handler)`); a request is checked once.
  */
@@ -38,8 +39,9 @@ interface LayerLike {
   matchers?: Array<(path: string) => false | { path: string }>;
   rawPath?: unknown;
   slash?: boolean;
-  match?: (path: string) => boolean;
-  path?: string;
+  // Express 4
+  regexp?: RegExp & { fast_slash?: boolean; fast_star?: boolean };
+  keys?: Array<{ name: string | number }>;
 }
 
 const CHECKED = Symbol.for('redis-tb.express.checked');
@@ -48,10 +50,19 @@ function pathText(p: unknown): string {
   return typeof p === 'string' ? p : String(p);
 }
 
-/** The matched part of `path` for a layer, and which of its paths matched; null: no match. */
-function matchLayer(layer: LayerLike, path: string): { matched: string; index: number } | null {
+interface LayerMatch {
+  /** the part of the path the layer matched */
+  matched: string;
+  /** which of the layer's paths matched (Express 5 path arrays) */
+  index: number;
+  /** Express 4: the matched part with its parameters put back as `:name` */
+  template?: string;
+}
+
+/** The matched part of `path` for a layer; null: no match. Never writes to the layer. */
+function matchLayer(layer: LayerLike, path: string): LayerMatch | null {
   if (Array.isArray(layer.matchers)) {
-    // Express 5 (router 2.x): pure matchers, no state written on the layer
+    // Express 5 (router 2.x): pure matchers
     if (layer.slash) return { matched: '', index: 0 };
     for (let i = 0; i < layer.matchers.length; i++) {
       const m = layer.matchers[i]!(path);
@@ -59,10 +70,29 @@ function matchLayer(layer: LayerLike, path: string): { matched: string; index: n
     }
     return null;
   }
-  if (typeof layer.match === 'function') {
-    // Express 4: match() stores the matched path on the layer (Express itself calls
-    // match() again before it uses a layer, so this is safe on one thread)
-    return layer.match(path) ? { matched: layer.path ?? '', index: 0 } : null;
+  const re = layer.regexp;
+  if (re instanceof RegExp) {
+    // Express 4: the layer's regexp, as Layer.prototype.match runs it
+    if (re.fast_slash) return { matched: '', index: 0, template: '' };
+    if (re.fast_star) return { matched: path, index: 0, template: '*' };
+    re.lastIndex = 0;
+    const m = re.exec(path);
+    if (!m) return null;
+    // Express 4 keeps no mount template: put each parameter's name back in place of the
+    // segment that holds its value, left to right.
+    const segments = m[0].split('/');
+    let at = 1;
+    const keys = layer.keys ?? [];
+    for (let i = 1; i < m.length; i++) {
+      const value = m[i];
+      const key = keys[i - 1];
+      if (value === undefined || key === undefined) continue;
+      const found = segments.indexOf(value, at);
+      if (found < 0) continue;
+      segments[found] = `:${key.name}`;
+      at = found + 1;
+    }
+    return { matched: m[0], index: 0, template: segments.join('/') };
   }
   return null;
 }
@@ -90,7 +120,7 @@ function resolve(stack: readonly LayerLike[], path: string, method: string, pref
     }
     const sub = layer.handle?.stack;
     if (Array.isArray(sub)) {
-      let mount = templateOf(layer.rawPath, m.index, m.matched);
+      let mount = templateOf(layer.rawPath, m.index, m.template ?? m.matched);
       if (mount === '/') mount = '';
       let rest = path.slice(m.matched.length);
       if (!rest.startsWith('/')) rest = `/${rest}`;
@@ -111,6 +141,8 @@ export function routeTemplate(req: Request): string | null {
     router = app._router;
   }
   const stack = router?.stack;
+  // (Express 4: app._router exists once a route or middleware was added; the stack is read
+  // as it is at each request, so routes added later are found too.)
   if (!Array.isArray(stack)) return null;
   const url = req.originalUrl ?? req.url;
   const q = url.indexOf('?');

@@ -19,8 +19,8 @@ const fixedClock = () => NOW;
 // mode. The 50 ms default itself is tested in limiter.test.mjs with a paused server.
 const ANSWER_TIMEOUT_MS = 5000;
 
-function buildApp(limiter, options, { metricsRegistry } = {}) {
-  const app = express();
+function buildApp(limiter, options, { metricsRegistry, expressLib = express } = {}) {
+  const app = expressLib();
   app.set('env', 'test'); // the default error handler does not print the thrown test error
   app.use(rateLimit(limiter, options));
   const summary = (res) => {
@@ -37,7 +37,7 @@ function buildApp(limiter, options, { metricsRegistry } = {}) {
     const second = await res.locals.rateLimit.refund();
     res.json({ first, second, ...summary(res) });
   });
-  const users = express.Router({ mergeParams: true });
+  const users = expressLib.Router({ mergeParams: true });
   users.get('/posts/:pid', (req, res) => res.json(summary(res)));
   app.use('/users/:uid', users);
   if (metricsRegistry) {
@@ -502,3 +502,35 @@ for (const [clientName, makeClient] of [...CLIENTS, ['node-redis v4', nodeRedisV
     }
   });
 }
+
+test('Express 4: the route template from app._router, mount parameters put back', async () => {
+  const { default: express4 } = await import('express-v4');
+  const redis = await CLIENTS[1][1](server.port);
+  const tb = new TbClient(redis);
+  await tb.send(['FLUSHALL']);
+  const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() });
+  const http = await listenExpress(buildApp(limiter, {
+    policies: [
+      perMinute('item', 3, { routes: ['GET /items/:id'], perRoute: true }),
+      perMinute('posts', 3, { routes: ['GET /users/:uid/posts/:pid'], perRoute: true }),
+      perMinute('fail', 5, { routes: ['GET /fail', 'GET /throw'] }),
+    ],
+    refundOn: [500],
+  }, { expressLib: express4 }));
+  try {
+    const a = await request(`${http.url}/items/1`);
+    assert.deepEqual(sfItems(a.headers['ratelimit']), [['item', { r: 2, t: 20 }]]);
+    const b = await request(`${http.url}/users/42/posts/42`);
+    assert.deepEqual(sfItems(b.headers['ratelimit']), [['posts', { r: 2, t: 20 }]]);
+    assert.deepEqual((await tb.send(['KEYS', 'rl:*'])).map(String).sort(),
+      ['rl:item:GET /items/:id:127.0.0.1', 'rl:posts:GET /users/:uid/posts/:pid:127.0.0.1']);
+    assert.equal((await request(`${http.url}/nope`)).headers['ratelimit'], undefined);
+    assert.equal((await request(`${http.url}/fail`)).status, 500);
+    assert.equal((await request(`${http.url}/throw`)).status, 500);
+    assert.equal((await tb.peek('rl:fail:127.0.0.1', 5, 5 / 60, { now: NOW })).remaining, 5, '5xx refunded under Express 4 too');
+    assert.equal(limiter.stats.refunds, 2);
+  } finally {
+    await http.close();
+    await closeClient(redis);
+  }
+});
