@@ -115,6 +115,9 @@ pub enum BuildError {
     /// The key prefix must be non-empty and contain no `{`, `}` or whitespace.
     #[error("key prefix {0:?} must be non-empty, without braces or whitespace")]
     InvalidPrefixText(String),
+    /// The limiter name (the `limiter` metrics label) must not be empty.
+    #[error("limiter name {0:?} must not be empty")]
+    InvalidLimiterName(String),
     /// No policy: the layer would do nothing.
     #[error("a rate-limit layer needs at least one policy")]
     NoPolicies,

@@ -37,7 +37,7 @@ pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// `X-RateLimit-Remaining` (legacy).
 pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-/// `X-RateLimit-Reset` (legacy, delta seconds).
+/// `X-RateLimit-Reset` (legacy: a Unix time, or delta seconds; see [`LegacyReset`]).
 pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// `q`: the quota a client may use at once.
@@ -90,15 +90,39 @@ fn to_sf_int(x: f64) -> i64 {
     }
 }
 
-/// Legacy `X-RateLimit-*` values, for the policy with the smallest remaining.
+/// What `X-RateLimit-Reset` carries when the legacy headers are on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LegacyReset {
+    /// A Unix timestamp in whole seconds, `ceil(now + reset_after)` on the app server's
+    /// wall clock: what GitHub sends and most clients of `X-RateLimit-*` expect. The default.
+    #[default]
+    UnixTime,
+    /// Seconds from now, the same number as `t` in `RateLimit`.
+    DeltaSeconds,
+}
+
+/// Legacy `X-RateLimit-*` values, for the enforced policy with the smallest remaining
+/// (ties: the first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LegacyHeaders {
     /// `X-RateLimit-Limit` = q.
     pub limit: i64,
     /// `X-RateLimit-Remaining` = r.
     pub remaining: i64,
-    /// `X-RateLimit-Reset` = t (delta seconds).
+    /// `X-RateLimit-Reset`: a Unix time or t, as [`LegacyReset`] says.
     pub reset: i64,
+}
+
+/// `X-RateLimit-Reset` as a Unix time: `ceil(now_unix + reset_after)`.
+pub fn unix_reset(now_unix: f64, reset_after: f64) -> i64 {
+    to_sf_int((now_unix + reset_after.max(0.0)).ceil()).max(0)
+}
+
+/// Seconds since the Unix epoch on this machine's wall clock (0 if it is before 1970).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The header values for one decision.
@@ -114,15 +138,33 @@ pub struct RateLimitHeaders {
     pub retry_after: Option<u64>,
 }
 
-/// The headers for `decision`; `None` when it has no policy result (a store error, or no
-/// policy applied to the request): then no rate-limit header is sent.
-pub fn rate_limit_headers(decision: &Decision, legacy: bool) -> Option<RateLimitHeaders> {
-    if decision.policies.is_empty() {
-        return None;
-    }
+/// The headers for `decision`; `None` when it has no enforced policy result (a store
+/// error, no policy applied to the request, or only shadow policies): then no rate-limit
+/// header is sent. Shadow policies are left out of every header: a client must not slow
+/// down for a limit that is not enforced. `legacy`: also `X-RateLimit-*`.
+pub fn rate_limit_headers(
+    decision: &Decision,
+    legacy: Option<LegacyReset>,
+) -> Option<RateLimitHeaders> {
+    let now = match legacy {
+        Some(LegacyReset::UnixTime) => unix_now(),
+        _ => 0.0,
+    };
+    rate_limit_headers_at(decision, legacy, now)
+}
+
+/// [`rate_limit_headers`] with the wall clock given (`now_unix`, seconds since the epoch),
+/// for `LegacyReset::UnixTime`.
+pub fn rate_limit_headers_at(
+    decision: &Decision,
+    legacy: Option<LegacyReset>,
+    now_unix: f64,
+) -> Option<RateLimitHeaders> {
     let mut policy = ListSerializer::new();
     let mut rate_limit = ListSerializer::new();
-    for p in &decision.policies {
+    let mut lowest: Option<&crate::decision::PolicyResult> = None;
+    let mut any = false;
+    for p in decision.policies.iter().filter(|p| !p.shadow) {
         // Names are validated tokens when the layer is built; a name that is not a valid
         // sf-string still never reaches the wire.
         let Ok(name) = StringRef::from_str(&p.name) else {
@@ -136,24 +178,26 @@ pub fn rate_limit_headers(decision: &Decision, legacy: bool) -> Option<RateLimit
         ) else {
             continue;
         };
+        any = true;
         policy.bare_item(name).parameter(Q, q).parameter(W, w);
         rate_limit.bare_item(name).parameter(R, r).parameter(T, t);
-    }
-    let legacy = if legacy {
-        let mut lowest: Option<&crate::decision::PolicyResult> = None;
-        for p in &decision.policies {
-            if lowest.is_none_or(|l| p.remaining < l.remaining) {
-                lowest = Some(p);
-            }
+        if lowest.is_none_or(|l| p.remaining < l.remaining) {
+            lowest = Some(p);
         }
+    }
+    if !any {
+        return None;
+    }
+    let legacy = legacy.and_then(|mode| {
         lowest.map(|p| LegacyHeaders {
             limit: quota(p.capacity),
             remaining: remaining(p.remaining),
-            reset: reset(p.reset_after),
+            reset: match mode {
+                LegacyReset::UnixTime => unix_reset(now_unix, p.reset_after),
+                LegacyReset::DeltaSeconds => reset(p.reset_after),
+            },
         })
-    } else {
-        None
-    };
+    });
     let retry = if decision.status == Status::Limited {
         retry_after(decision.retry_after)
     } else {
@@ -217,11 +261,14 @@ mod tests {
             remaining,
             retry_after: retry,
             reset_after: reset,
+            shadow: false,
         }
     }
 
     fn decision(status: Status, retry_after: f64, policies: Vec<PolicyResult>) -> Decision {
         Decision {
+            shadow_limited: Vec::new(),
+            from_cache: false,
             status,
             allowed: status == Status::Allowed,
             remaining: policies
@@ -270,7 +317,7 @@ mod tests {
             0.0,
             vec![result("persec", 10.0, 10.0, 8.7, 0.0, 0.13)],
         );
-        let h = rate_limit_headers(&d, false).unwrap();
+        let h = rate_limit_headers(&d, None).unwrap();
         assert_eq!(h.rate_limit, r#""persec";r=8;t=1"#);
         assert_eq!(
             parse(&h.rate_limit),
@@ -285,7 +332,7 @@ mod tests {
         r.cost = 6.0;
         let d = decision(Status::Limited, -1.0, vec![r]);
         assert!(d.never());
-        let h = rate_limit_headers(&d, false).unwrap();
+        let h = rate_limit_headers(&d, None).unwrap();
         assert_eq!(h.retry_after, None);
         assert_eq!(h.policy, r#""perhour";q=5;w=3600"#);
         assert_eq!(h.rate_limit, r#""perhour";r=5;t=0"#);
@@ -298,7 +345,7 @@ mod tests {
             0.0,
             vec![result("perip", 100.0, 1.0, 100.0, 0.0, 0.0)],
         );
-        let h = rate_limit_headers(&d, true).unwrap();
+        let h = rate_limit_headers(&d, Some(LegacyReset::DeltaSeconds)).unwrap();
         assert_eq!(h.rate_limit, r#""perip";r=100;t=0"#);
         assert_eq!(h.policy, r#""perip";q=100;w=100"#);
         assert_eq!(
@@ -334,7 +381,7 @@ mod tests {
             0.25,
             vec![result("persec", 2.0, 4.0, 0.0, 0.25, 0.5)],
         );
-        assert_eq!(rate_limit_headers(&d, false).unwrap().retry_after, Some(1));
+        assert_eq!(rate_limit_headers(&d, None).unwrap().retry_after, Some(1));
     }
 
     #[test]
@@ -348,7 +395,7 @@ mod tests {
                 result("orders", 3.0, 3.0 / 60.0, 0.0, 18.2, 60.0),
             ],
         );
-        let h = rate_limit_headers(&d, true).unwrap();
+        let h = rate_limit_headers(&d, Some(LegacyReset::DeltaSeconds)).unwrap();
         assert_eq!(
             h.policy,
             r#""perhour";q=1000;w=3600, "persec";q=10;w=1, "orders";q=3;w=60"#
@@ -414,7 +461,7 @@ mod tests {
                 1e20,
             )],
         );
-        let h = rate_limit_headers(&d, false).unwrap();
+        let h = rate_limit_headers(&d, None).unwrap();
         let parsed = parse(&h.policy);
         assert_eq!(
             parsed[0].1,
@@ -430,7 +477,10 @@ mod tests {
 
     #[test]
     fn store_error_sends_no_headers() {
-        assert_eq!(rate_limit_headers(&Decision::store_error(true), true), None);
+        assert_eq!(
+            rate_limit_headers(&Decision::store_error(true), Some(LegacyReset::UnixTime)),
+            None
+        );
     }
 
     #[test]
@@ -441,12 +491,66 @@ mod tests {
             vec![result("persec", 1.0, 0.5, 0.0, 2.5, 2.5)],
         );
         let mut map = HeaderMap::new();
-        rate_limit_headers(&d, true).unwrap().apply(&mut map);
+        rate_limit_headers(&d, Some(LegacyReset::DeltaSeconds))
+            .unwrap()
+            .apply(&mut map);
         assert_eq!(map["ratelimit-policy"], r#""persec";q=1;w=2"#);
         assert_eq!(map["ratelimit"], r#""persec";r=0;t=3"#);
         assert_eq!(map["retry-after"], "3");
         assert_eq!(map["x-ratelimit-limit"], "1");
         assert_eq!(map["x-ratelimit-remaining"], "0");
         assert_eq!(map["x-ratelimit-reset"], "3");
+    }
+
+    #[test]
+    fn legacy_reset_is_a_unix_time_by_default_or_delta_seconds() {
+        assert_eq!(LegacyReset::default(), LegacyReset::UnixTime);
+        let d = decision(
+            Status::Allowed,
+            0.0,
+            vec![
+                result("a", 10.0, 1.0, 7.0, 0.0, 3.0),
+                result("b", 100.0, 1.0, 2.5, 0.0, 97.5),
+            ],
+        );
+        let now = 1_764_460_000.25;
+        let unix = rate_limit_headers_at(&d, Some(LegacyReset::UnixTime), now).unwrap();
+        // The policy with the smallest remaining: b. ceil(now + 97.5).
+        assert_eq!(
+            unix.legacy,
+            Some(LegacyHeaders {
+                limit: 100,
+                remaining: 2,
+                reset: 1_764_460_098
+            })
+        );
+        let delta = rate_limit_headers_at(&d, Some(LegacyReset::DeltaSeconds), now).unwrap();
+        assert_eq!(delta.legacy.map(|l| l.reset), Some(98));
+        assert_eq!(rate_limit_headers_at(&d, None, now).unwrap().legacy, None);
+        // A full bucket resets now.
+        assert_eq!(unix_reset(now, 0.0), 1_764_460_001);
+        assert_eq!(unix_reset(1000.0, 0.0), 1000);
+        let wall = unix_now();
+        assert!(wall > 1.7e9, "{wall}");
+    }
+
+    #[test]
+    fn shadow_policies_have_no_header_items() {
+        let mut shadow = result("user", 5.0, 5.0, 0.0, 4.0, 1.0);
+        shadow.shadow = true;
+        shadow.allowed = false;
+        let d = decision(
+            Status::Allowed,
+            0.0,
+            vec![result("ip", 10.0, 10.0, 9.0, 0.0, 0.1), shadow.clone()],
+        );
+        let h = rate_limit_headers(&d, Some(LegacyReset::DeltaSeconds)).unwrap();
+        assert_eq!(h.policy, r#""ip";q=10;w=1"#);
+        assert_eq!(h.rate_limit, r#""ip";r=9;t=1"#);
+        // Legacy headers describe the enforced policy even though the shadow one has less.
+        assert_eq!(h.legacy.map(|l| l.remaining), Some(9));
+        // Only shadow policies: no header at all.
+        let d = decision(Status::Allowed, 0.0, vec![shadow]);
+        assert_eq!(rate_limit_headers(&d, Some(LegacyReset::UnixTime)), None);
     }
 }

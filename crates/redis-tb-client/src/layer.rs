@@ -10,19 +10,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::BoxError;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tower::{Layer, Service};
 
-use crate::client::{Charge, TbClient, check_n, check_shape};
-use crate::decision::{Decision, Status};
+use crate::client::{Charge, MultiReply, TbClient, check_n, check_shape};
+use crate::decision::{Decision, PolicyResult, Status};
+use crate::deny_cache::{DenyCache, Entry};
 use crate::error::{BuildError, Error};
-use crate::headers::rate_limit_headers;
+use crate::headers::{LegacyReset, rate_limit_headers};
 use crate::ip::{ClientIpConfig, ForwardedHeader};
 use crate::policy::{BoxFuture, Policy, matched_route, valid_name};
+use crate::telemetry::{LimiterMetrics, PolicyMetrics};
 
 type TagFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type StatusFn = dyn Fn(StatusCode) -> bool + Send + Sync;
@@ -43,17 +46,30 @@ pub enum FailureMode {
 /// (TB.REFUND on every policy it was charged on) after the handler returns. In the request
 /// extensions of every request the layer lets through (a no-op when nothing was charged).
 #[derive(Clone, Debug, Default)]
-pub struct RefundHandle(Arc<AtomicBool>);
+pub struct RefundHandle {
+    requested: Arc<AtomicBool>,
+    charged: bool,
+}
 
 impl RefundHandle {
-    /// Ask for the refund.
-    pub fn refund(&self) {
-        self.0.store(true, Ordering::Relaxed);
+    fn charged() -> RefundHandle {
+        RefundHandle {
+            requested: Arc::default(),
+            charged: true,
+        }
+    }
+
+    /// Ask for the refund. Returns whether there is anything to give back: `false` when
+    /// the request was not charged (no policy applied, a store error, or only shadow
+    /// policies refused it, so TB.MTAKE took nothing).
+    pub fn refund(&self) -> bool {
+        self.requested.store(true, Ordering::Relaxed);
+        self.charged
     }
 
     /// Whether a refund was asked for.
     pub fn is_requested(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.requested.load(Ordering::Relaxed)
     }
 }
 
@@ -70,6 +86,8 @@ struct Counters {
     degraded: AtomicU64,
     refunds: AtomicU64,
     refund_errors: AtomicU64,
+    shadow_limited: AtomicU64,
+    deny_cache_hits: AtomicU64,
 }
 
 impl Metrics {
@@ -103,7 +121,21 @@ impl Metrics {
     pub fn refund_errors(&self) -> u64 {
         self.0.refund_errors.load(Ordering::Relaxed)
     }
+    /// Requests that a shadow policy refused (they went on, or an enforced policy refused
+    /// them too).
+    pub fn shadow_limited(&self) -> u64 {
+        self.0.shadow_limited.load(Ordering::Relaxed)
+    }
+    /// Requests refused by the local deny cache, without a Redis call (also counted in
+    /// [`Metrics::limited`]).
+    pub fn deny_cache_hits(&self) -> u64 {
+        self.0.deny_cache_hits.load(Ordering::Relaxed)
+    }
 }
+
+/// How much of an unread request body the layer reads before answering 429 or 503 itself.
+const DRAIN_LIMIT: usize = 64 * 1024;
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// Builds a [`RateLimitLayer`]: `RateLimitLayer::builder(client).policy(..).build()?`.
 #[must_use]
@@ -118,9 +150,14 @@ pub struct RateLimitBuilder {
     hash_tag: Option<Arc<TagFn>>,
     failure_mode: FailureMode,
     cooldown: Duration,
-    legacy_headers: bool,
+    legacy_headers: Option<LegacyReset>,
     refund_on: Option<Arc<StatusFn>>,
     limit_unmatched: bool,
+    name: String,
+    shadow: bool,
+    deny_cache: usize,
+    drain_limit: usize,
+    drain_wait: Duration,
 }
 
 impl fmt::Debug for RateLimitBuilder {
@@ -201,9 +238,48 @@ impl RateLimitBuilder {
         self
     }
 
-    /// Also send `X-RateLimit-Limit/Remaining/Reset` (default off).
-    pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.legacy_headers = on;
+    /// Also send `X-RateLimit-Limit/Remaining/Reset` (default off), for the enforced
+    /// policy with the smallest remaining: `.legacy_headers(LegacyReset::UnixTime)` (Reset
+    /// is a Unix time, `ceil(now + reset_after)` on this server's wall clock) or
+    /// `LegacyReset::DeltaSeconds` (Reset = `t`). `None` turns them off.
+    pub fn legacy_headers(mut self, reset: impl Into<Option<LegacyReset>>) -> Self {
+        self.legacy_headers = reset.into();
+        self
+    }
+
+    /// The limiter's name: the `limiter` label of its metrics (default `default`).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// Every policy in shadow mode (see [`Policy::shadow`]): charged as usual, refusals
+    /// only counted and logged, no rate-limit headers. Default off.
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.shadow = on;
+        self
+    }
+
+    /// Local deny cache of at most `max_entries` buckets (default 0: off). After Redis
+    /// refuses a request, each enforced violated bucket is remembered until its
+    /// `retry_after`; a later request needing it (same limit, same or larger cost) gets
+    /// the same 429 from memory, without a Redis call. It never admits what Redis would
+    /// refuse, but it keeps refusing after a refund made on ANOTHER instance (or a key
+    /// deleted by hand) until that time: opting in is a conscious choice. A refund through
+    /// this layer clears the bucket's entry.
+    pub fn deny_cache(mut self, max_entries: usize) -> Self {
+        self.deny_cache = max_entries;
+        self
+    }
+
+    /// Before answering 429 or 503 itself, the layer reads (and drops) the request body up
+    /// to `limit` bytes within `wait` (default 64 KiB, 1 s), so that the connection can
+    /// carry the client's next request. A larger or slower body gets `Connection: close`
+    /// instead: the server then closes the connection after the response, and the client
+    /// knows not to reuse it.
+    pub fn drain_body(mut self, limit: usize, wait: Duration) -> Self {
+        self.drain_limit = limit;
+        self.drain_wait = wait;
         self
     }
 
@@ -225,7 +301,7 @@ impl RateLimitBuilder {
     }
 
     /// Checks the configuration and builds the layer.
-    pub fn build(self) -> Result<RateLimitLayer, BuildError> {
+    pub fn build(mut self) -> Result<RateLimitLayer, BuildError> {
         if self.policies.is_empty() {
             return Err(BuildError::NoPolicies);
         }
@@ -261,11 +337,32 @@ impl RateLimitBuilder {
             .header(self.forwarded_header)
             .ipv4_prefix(self.ipv4_prefix)?
             .ipv6_prefix(self.ipv6_prefix)?;
+        if self.name.is_empty() {
+            return Err(BuildError::InvalidLimiterName(self.name));
+        }
         let needs_peer = self.policies.iter().any(|p| p.key.uses_client_ip());
+        let name: Arc<str> = Arc::from(self.name.as_str());
+        for p in &mut self.policies {
+            p.shadow |= self.shadow;
+        }
+        let runtime = self
+            .policies
+            .iter()
+            .map(|p| PolicyRuntime {
+                metrics: PolicyMetrics::register(&name, &p.name),
+                shadow_log: LogLimiter::new(),
+            })
+            .collect();
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 client: self.client,
                 policies: self.policies,
+                runtime,
+                telemetry: LimiterMetrics::register(&name),
+                name,
+                deny_cache: (self.deny_cache > 0).then(|| DenyCache::new(self.deny_cache)),
+                drain_limit: self.drain_limit,
+                drain_wait: self.drain_wait,
                 prefix: self.prefix,
                 ip,
                 needs_peer,
@@ -312,15 +409,30 @@ impl RateLimitLayer {
             hash_tag: None,
             failure_mode: FailureMode::FailOpen,
             cooldown: Duration::from_secs(1),
-            legacy_headers: false,
+            legacy_headers: None,
             refund_on: None,
             limit_unmatched: false,
+            name: "default".to_owned(),
+            shadow: false,
+            deny_cache: 0,
+            drain_limit: DRAIN_LIMIT,
+            drain_wait: DRAIN_WAIT,
         }
     }
 
     /// The layer's counters.
     pub fn metrics(&self) -> Metrics {
         self.shared.metrics.clone()
+    }
+
+    /// The limiter's name (the `limiter` label of its metrics).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Entries in the local deny cache (0 when it is off).
+    pub fn deny_cache_len(&self) -> usize {
+        self.shared.deny_cache.as_ref().map_or(0, DenyCache::len)
     }
 }
 
@@ -355,7 +467,8 @@ where
     S: Service<Request<B>> + Clone + Send + 'static,
     S::Response: IntoResponse,
     S::Future: Send + 'static,
-    B: Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
 {
     type Response = Response;
     type Error = S::Error;
@@ -377,12 +490,19 @@ where
 struct Shared {
     client: TbClient,
     policies: Vec<Policy>,
+    /// Per policy, same order: metrics handles and the shadow log limiter.
+    runtime: Vec<PolicyRuntime>,
+    telemetry: LimiterMetrics,
+    name: Arc<str>,
+    deny_cache: Option<DenyCache>,
+    drain_limit: usize,
+    drain_wait: Duration,
     prefix: String,
     ip: ClientIpConfig,
     needs_peer: bool,
     hash_tag: Option<Arc<TagFn>>,
     failure_mode: FailureMode,
-    legacy_headers: bool,
+    legacy_headers: Option<LegacyReset>,
     refund_on: Option<Arc<StatusFn>>,
     limit_unmatched: bool,
     metrics: Metrics,
@@ -390,10 +510,15 @@ struct Shared {
     log: LogLimiter,
 }
 
-/// The buckets one request is charged on, with the shapes for its decision.
+struct PolicyRuntime {
+    metrics: PolicyMetrics,
+    shadow_log: LogLimiter,
+}
+
+/// The buckets one request is charged on, and the index of each one's policy.
 struct Plan {
     charges: Vec<Charge>,
-    names: Vec<Arc<str>>,
+    policy: Vec<usize>,
 }
 
 impl Shared {
@@ -401,6 +526,8 @@ impl Shared {
     where
         S: Service<Request<B>>,
         S::Response: IntoResponse,
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
     {
         let (mut parts, body) = req.into_parts();
         let plan = self.plan(&mut parts).await;
@@ -414,17 +541,21 @@ impl Shared {
         }
         self.metrics.0.checks.fetch_add(1, Ordering::Relaxed);
 
+        if let Some(decision) = self.cached_refusal(&plan) {
+            let resp = self.limited_response(&decision);
+            return Ok(self.refuse(resp, body).await);
+        }
+
         let decision = if self.breaker.admit() {
-            match self.client.mtake(&plan.charges).await {
+            let started = Instant::now();
+            let result = self.client.mtake(&plan.charges).await;
+            self.telemetry
+                .call_duration
+                .record(started.elapsed().as_secs_f64());
+            match result {
                 Ok(reply) => {
                     self.breaker.success();
-                    let shapes = plan
-                        .names
-                        .iter()
-                        .zip(&plan.charges)
-                        .map(|(name, c)| (name.clone(), c.key.clone(), c.capacity, c.rate, c.n))
-                        .collect();
-                    Decision::from_reply(&reply, shapes)
+                    self.decide(plan_results(&plan, &reply, &self.policies), &plan.policy)
                 }
                 Err(e) => {
                     self.failed(&e, "TB.MTAKE");
@@ -437,10 +568,13 @@ impl Shared {
 
         match decision.status {
             Status::Limited => {
-                self.metrics.0.limited.fetch_add(1, Ordering::Relaxed);
-                Ok(self.limited_response(&decision))
+                self.remember(&decision);
+                let resp = self.limited_response(&decision);
+                Ok(self.refuse(resp, body).await)
             }
-            Status::StoreError if !decision.allowed => Ok(unavailable_response()),
+            Status::StoreError if !decision.allowed => {
+                Ok(self.refuse(unavailable_response(), body).await)
+            }
             Status::StoreError | Status::NotLimited => {
                 parts.extensions.insert(decision);
                 parts.extensions.insert(RefundHandle::default());
@@ -448,8 +582,12 @@ impl Shared {
                 Ok(resp.into_response())
             }
             Status::Allowed => {
-                self.metrics.0.allowed.fetch_add(1, Ordering::Relaxed);
-                let refund = RefundHandle::default();
+                let charged = decision.charged();
+                let refund = if charged {
+                    RefundHandle::charged()
+                } else {
+                    RefundHandle::default()
+                };
                 let headers = rate_limit_headers(&decision, self.legacy_headers);
                 parts.extensions.insert(decision);
                 parts.extensions.insert(refund.clone());
@@ -457,9 +595,11 @@ impl Shared {
                     .call(Request::from_parts(parts, body))
                     .await?
                     .into_response();
-                let auto = self.refund_on.as_ref().is_some_and(|f| f(resp.status()));
-                if refund.is_requested() || auto {
-                    self.refund(&plan.charges).await;
+                if charged {
+                    let auto = self.refund_on.as_ref().is_some_and(|f| f(resp.status()));
+                    if refund.is_requested() || auto {
+                        self.refund(&plan).await;
+                    }
                 }
                 if let Some(h) = headers {
                     h.apply(resp.headers_mut());
@@ -469,20 +609,146 @@ impl Shared {
         }
     }
 
+    /// Counts a Redis decision (per policy: allowed, limited, shadow-limited) and logs
+    /// shadow refusals.
+    fn decide(&self, decision: Decision, policy_index: &[usize]) -> Decision {
+        let results = decision.policies.iter().zip(policy_index);
+        match decision.status {
+            Status::Allowed if decision.charged() => {
+                self.metrics.0.allowed.fetch_add(1, Ordering::Relaxed);
+                for (_, &i) in results.clone() {
+                    self.runtime[i].metrics.allowed.increment(1);
+                }
+            }
+            Status::Limited => {
+                self.metrics.0.limited.fetch_add(1, Ordering::Relaxed);
+                for (_, &i) in results.clone().filter(|(p, _)| !p.allowed && !p.shadow) {
+                    self.runtime[i].metrics.limited.increment(1);
+                }
+            }
+            _ => {}
+        }
+        if !decision.shadow_limited.is_empty() {
+            self.metrics
+                .0
+                .shadow_limited
+                .fetch_add(1, Ordering::Relaxed);
+            for (p, &i) in results.filter(|(p, _)| !p.allowed && p.shadow) {
+                let rt = &self.runtime[i];
+                rt.metrics.shadow_limited.increment(1);
+                if let Some(held_back) = rt.shadow_log.admit() {
+                    tracing::warn!(
+                        target: "redis_tb",
+                        "redis-tb: shadow policy '{}' would have limited a request ({} since the last line)",
+                        p.name,
+                        held_back + 1
+                    );
+                }
+            }
+        }
+        decision
+    }
+
+    /// A refusal from the local deny cache, if one of the plan's enforced buckets is
+    /// remembered as refused (same limit, a cost at least as large, not expired).
+    fn cached_refusal(&self, plan: &Plan) -> Option<Decision> {
+        let cache = self.deny_cache.as_ref()?;
+        let now = Instant::now();
+        let wanted = plan
+            .charges
+            .iter()
+            .zip(&plan.policy)
+            .enumerate()
+            .filter(|(_, (_, i))| !self.policies[**i].shadow)
+            .map(|(j, (c, _))| (j, c.key.as_str(), c.capacity, c.rate, c.n));
+        let hits = cache.lookup(wanted, now);
+        if hits.is_empty() {
+            return None;
+        }
+        self.metrics.0.limited.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .0
+            .deny_cache_hits
+            .fetch_add(1, Ordering::Relaxed);
+        let mut policies = Vec::with_capacity(hits.len());
+        for (j, e) in hits {
+            let (c, i) = (&plan.charges[j], plan.policy[j]);
+            let rt = &self.runtime[i];
+            rt.metrics.deny_cache_hits.increment(1);
+            rt.metrics.limited.increment(1);
+            policies.push(PolicyResult {
+                name: self.policies[i].name.clone(),
+                key: c.key.clone(),
+                capacity: c.capacity,
+                rate: c.rate,
+                cost: c.n,
+                allowed: false,
+                remaining: 0.0,
+                retry_after: e.deny_until.saturating_duration_since(now).as_secs_f64(),
+                reset_after: e.reset_at.saturating_duration_since(now).as_secs_f64(),
+                shadow: false,
+            });
+        }
+        let mut decision = Decision::from_results(policies);
+        decision.from_cache = true;
+        Some(decision)
+    }
+
+    /// Remembers a Redis refusal's enforced violated buckets in the deny cache (those a
+    /// wait can cure: `retry_after > 0`).
+    fn remember(&self, decision: &Decision) {
+        let Some(cache) = &self.deny_cache else {
+            return;
+        };
+        let now = Instant::now();
+        for p in decision.violated().filter(|p| p.retry_after > 0.0) {
+            let (Ok(wait), Ok(full)) = (
+                Duration::try_from_secs_f64(p.retry_after),
+                Duration::try_from_secs_f64(p.reset_after.max(0.0)),
+            ) else {
+                continue;
+            };
+            let (Some(deny_until), Some(reset_at)) = (now.checked_add(wait), now.checked_add(full))
+            else {
+                continue;
+            };
+            cache.insert(
+                &p.key,
+                Entry::new(p.capacity, p.rate, p.cost, deny_until, reset_at),
+            );
+        }
+    }
+
+    /// A response the layer makes itself (429, 503): first read what the client sends
+    /// of the body (a little, briefly), so that the connection can be reused; if the
+    /// body is too large or too slow, say `Connection: close` instead.
+    async fn refuse<B>(&self, mut resp: Response, body: B) -> Response
+    where
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        if !drain(body, self.drain_limit, self.drain_wait).await {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
+    }
+
     /// Resolves the client address and the applicable policies' keys, limits and costs.
     async fn plan(&self, parts: &mut Parts) -> Plan {
         let mut plan = Plan {
             charges: Vec::new(),
-            names: Vec::new(),
+            policy: Vec::new(),
         };
         let route = matched_route(parts);
         if route.is_none() && !self.limit_unmatched {
             return plan;
         }
-        let applicable: Vec<&Policy> = self
+        let applicable: Vec<(usize, &Policy)> = self
             .policies
             .iter()
-            .filter(|p| p.applies(&parts.method, route.as_deref()))
+            .enumerate()
+            .filter(|(_, p)| p.applies(&parts.method, route.as_deref()))
             .collect();
         if applicable.is_empty() {
             return plan;
@@ -501,7 +767,7 @@ impl Shared {
         }
         let parts: &Parts = parts;
         let tag = self.hash_tag.as_ref().and_then(|f| f(parts));
-        for p in applicable {
+        for (i, p) in applicable {
             let Some(identity) = p.key.identity(parts).await else {
                 continue;
             };
@@ -527,13 +793,14 @@ impl Shared {
                 rate: limit.rate,
                 n: p.cost_for(parts),
             });
-            plan.names.push(p.name.clone());
+            plan.policy.push(i);
         }
         plan
     }
 
     fn store_error_decision(&self) -> Decision {
         self.metrics.0.degraded.fetch_add(1, Ordering::Relaxed);
+        self.telemetry.degraded.increment(1);
         Decision::store_error(self.failure_mode == FailureMode::FailOpen)
     }
 
@@ -541,6 +808,7 @@ impl Shared {
     /// (unreachable, slow, module gone), and logs at most one line per second.
     fn failed(&self, e: &Error, what: &str) {
         let errors = self.metrics.0.store_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        self.telemetry.store_errors.increment(1);
         let unknown_command = matches!(e, Error::Server { source, .. }
             if source.to_string().to_ascii_lowercase().contains("unknown command"));
         // An error reply (a bad per-request limit, CROSSSLOT, WRONGTYPE) concerns this
@@ -588,8 +856,14 @@ impl Shared {
         );
     }
 
-    async fn refund(&self, charges: &[Charge]) {
-        let given: Vec<Charge> = charges.iter().filter(|c| c.n > 0.0).cloned().collect();
+    async fn refund(&self, plan: &Plan) {
+        let given: Vec<(Charge, usize)> = plan
+            .charges
+            .iter()
+            .zip(&plan.policy)
+            .filter(|(c, _)| c.n > 0.0)
+            .map(|(c, &i)| (c.clone(), i))
+            .collect();
         if given.is_empty() {
             return;
         }
@@ -598,9 +872,22 @@ impl Shared {
             self.metrics.0.refund_errors.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match self.client.refund_many(&given).await {
+        let charges: Vec<Charge> = given.iter().map(|(c, _)| c.clone()).collect();
+        let started = Instant::now();
+        let result = self.client.refund_many(&charges).await;
+        self.telemetry
+            .call_duration
+            .record(started.elapsed().as_secs_f64());
+        match result {
             Ok(_) => {
                 self.metrics.0.refunds.fetch_add(1, Ordering::Relaxed);
+                for (c, i) in &given {
+                    self.runtime[*i].metrics.refunded.increment(1);
+                    // Tokens came back: a remembered refusal of this bucket may be wrong now.
+                    if let Some(cache) = &self.deny_cache {
+                        cache.remove(&c.key);
+                    }
+                }
             }
             Err(e) => {
                 self.metrics.0.refund_errors.fetch_add(1, Ordering::Relaxed);
@@ -655,6 +942,49 @@ impl Shared {
         }
         resp
     }
+}
+
+/// The decision's per-policy results: TB.MTAKE's per-bucket replies with the plan's
+/// shapes and the policies' shadow flags.
+fn plan_results(plan: &Plan, reply: &MultiReply, policies: &[Policy]) -> Decision {
+    let results = plan
+        .charges
+        .iter()
+        .zip(&plan.policy)
+        .zip(&reply.buckets)
+        .map(|((c, &i), b)| PolicyResult {
+            name: policies[i].name.clone(),
+            key: c.key.clone(),
+            capacity: c.capacity,
+            rate: c.rate,
+            cost: c.n,
+            allowed: b.allowed,
+            remaining: b.remaining,
+            retry_after: b.retry_after,
+            reset_after: b.reset_after,
+            shadow: policies[i].shadow,
+        })
+        .collect();
+    Decision::from_results(results)
+}
+
+/// Reads and drops a request body of at most `limit` bytes within `wait`; `false` when
+/// the body is larger, slower, or broken (the connection should then be closed).
+async fn drain<B>(body: B, limit: usize, wait: Duration) -> bool
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    if body.is_end_stream() {
+        return true;
+    }
+    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return false;
+    }
+    matches!(
+        tokio::time::timeout(wait, axum::body::to_bytes(Body::new(body), limit)).await,
+        Ok(Ok(_))
+    )
 }
 
 /// A number as Python's `%g` writes it (6 significant digits, no trailing zeros), so
@@ -873,11 +1203,13 @@ mod tests {
 
     #[test]
     fn refund_handle_is_shared_by_clones() {
-        let h = RefundHandle::default();
+        let h = RefundHandle::charged();
         let c = h.clone();
         assert!(!h.is_requested());
-        c.refund();
+        assert!(c.refund(), "a charged request has tokens to give back");
         assert!(h.is_requested());
+        // Nothing charged (not limited, store error, refused by a shadow policy only).
+        assert!(!RefundHandle::default().refund());
     }
 
     #[test]

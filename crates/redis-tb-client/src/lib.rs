@@ -33,17 +33,20 @@
 
 mod client;
 mod decision;
+mod deny_cache;
 mod error;
 pub mod headers;
 pub mod ip;
 mod layer;
 mod policy;
+pub mod telemetry;
 
 pub use client::{
     Charge, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient,
 };
 pub use decision::{Decision, PolicyResult, Status};
 pub use error::{BuildError, Error};
+pub use headers::LegacyReset;
 pub use ip::{ClientIp, ClientIpConfig, ForwardedHeader};
 pub use layer::{FailureMode, Metrics, RateLimit, RateLimitBuilder, RateLimitLayer, RefundHandle};
 pub use policy::{BoxFuture, Key, Limit, Policy, Route};

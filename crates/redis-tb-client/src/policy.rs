@@ -167,6 +167,7 @@ pub struct Policy {
     cost: Cost,
     pub(crate) routes: Vec<Route>,
     pub(crate) per_route: bool,
+    pub(crate) shadow: bool,
 }
 
 impl fmt::Debug for Policy {
@@ -184,6 +185,7 @@ impl fmt::Debug for Policy {
         };
         d.field("routes", &self.routes)
             .field("per_route", &self.per_route)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }
@@ -199,6 +201,7 @@ impl Policy {
             cost: Cost::Fixed(1.0),
             routes: Vec::new(),
             per_route: false,
+            shadow: false,
         }
     }
 
@@ -278,6 +281,22 @@ impl Policy {
     pub fn per_route(mut self) -> Policy {
         self.per_route = true;
         self
+    }
+
+    /// Shadow mode (default off): the policy is checked and charged exactly as when
+    /// enforced (the same single TB.MTAKE, all or nothing), but when it refuses, the request
+    /// goes on: the refusal is counted (`redis_tb_shadow_limited_total`), logged at most
+    /// once per second, and listed in [`crate::Decision::shadow_limited`]. Shadow policies
+    /// have no `RateLimit-Policy` / `RateLimit` / `X-RateLimit-*` items. Switching a policy
+    /// between shadow and enforced is this flag alone: same keys, same buckets.
+    pub fn shadow(mut self, on: bool) -> Policy {
+        self.shadow = on;
+        self
+    }
+
+    /// Whether the policy is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 
     /// The policy's name.

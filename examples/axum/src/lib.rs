@@ -1,12 +1,16 @@
 //! An axum app rate-limited by redis-tb: layered policies (per client IP per second, per
 //! user per hour with plan tiers, an endpoint policy on `POST /orders`), a cost per request
-//! (`GET /export?rows=N`), a refund (a 404 is not counted), and the decision used in a
-//! handler. `main.rs` serves it; the tests and the overhead benchmark build it in-process.
+//! (`GET /export?rows=N`), a refund (a 404 is not counted), the decision used in a
+//! handler, shadow policies, the local deny cache, and Prometheus metrics at `/metrics`
+//! (the `metrics` facade with `metrics-exporter-prometheus`). `main.rs` serves it; the
+//! tests and the overhead benchmark build it in-process.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{Extension, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, Uri};
@@ -14,9 +18,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use redis_tb_client::telemetry::{CALL_DURATION_BUCKETS, REDIS_CALL_DURATION_SECONDS};
 use redis_tb_client::{
-    BuildError, Decision, FailureMode, Key, Limit, Metrics, Policy, RateLimitLayer, RefundHandle,
-    Status, TbClient,
+    BuildError, Decision, FailureMode, Key, LegacyReset, Limit, Policy, RateLimitLayer,
+    RefundHandle, Status, TbClient,
 };
 use serde_json::{Value, json};
 
@@ -40,10 +46,17 @@ pub struct Config {
     pub failure_mode: FailureMode,
     /// Proxies whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<String>,
-    /// Also send `X-RateLimit-*`.
-    pub legacy_headers: bool,
+    /// Also send `X-RateLimit-*` (`X-RateLimit-Reset` a Unix time or delta seconds).
+    pub legacy_headers: Option<LegacyReset>,
     /// Skip Redis this long after a failure.
     pub cooldown: Duration,
+    /// Policies (by name: `ip`, `user`, `orders`) in shadow mode: charged and counted,
+    /// never refusing.
+    pub shadow_policies: Vec<String>,
+    /// Local deny cache size (0: off).
+    pub deny_cache: usize,
+    /// The limiter's name: the `limiter` label of its metrics.
+    pub name: String,
 }
 
 impl Default for Config {
@@ -56,8 +69,11 @@ impl Default for Config {
             rows_per_token: 100.0,
             failure_mode: FailureMode::FailOpen,
             trusted_proxies: Vec::new(),
-            legacy_headers: false,
+            legacy_headers: None,
             cooldown: Duration::from_secs(1),
+            shadow_policies: Vec::new(),
+            deny_cache: 0,
+            name: "default".to_owned(),
         }
     }
 }
@@ -110,14 +126,38 @@ fn user_of(parts: &Parts) -> Option<User> {
     parts.extensions.get::<User>().cloned()
 }
 
+/// The process-wide Prometheus recorder behind the `metrics` facade, installed on first
+/// use. `None` if another recorder was installed first (then `/metrics` is empty).
+pub fn prometheus() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                // Histogram buckets are the exporter's business: the limiter's are these.
+                .set_buckets_for_metric(
+                    Matcher::Full(REDIS_CALL_DURATION_SECONDS.to_owned()),
+                    &CALL_DURATION_BUCKETS,
+                )
+                .ok()?
+                .install_recorder()
+                .ok()
+        })
+        .as_ref()
+}
+
 /// The limiter: three policies, checked together in one TB.MTAKE per request.
 pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, BuildError> {
+    // The recorder first: the layer registers its counters when it is built.
+    let _ = prometheus();
     let (free, pro) = (config.user_free, config.user_pro);
     let rows_per_token = config.rows_per_token;
+    let shadow = |name: &str| config.shadow_policies.iter().any(|s| s == name);
     RateLimitLayer::builder(client)
         // Per client address (behind trusted proxies only), every route.
         .policy(
-            Policy::new("ip", config.ip).cost_fn(move |parts| export_cost(parts, rows_per_token)),
+            Policy::new("ip", config.ip)
+                .cost_fn(move |parts| export_cost(parts, rows_per_token))
+                .shadow(shadow("ip")),
         )
         // Per user, limit by plan; anonymous requests skip it (the key is None).
         .policy(
@@ -133,7 +173,8 @@ pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, Buil
                         Plan::Pro => pro,
                     })
                 })
-                .cost_fn(move |parts| export_cost(parts, rows_per_token)),
+                .cost_fn(move |parts| export_cost(parts, rows_per_token))
+                .shadow(shadow("user")),
         )
         // An endpoint policy: only POST /orders (the route template, not the raw path).
         .policy(
@@ -144,12 +185,15 @@ pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, Buil
                     user_of(parts)
                         .map(|u| format!("user-{}", u.id))
                         .or_else(|| client.map(|c| format!("ip-{}", c.identity)))
-                })),
+                }))
+                .shadow(shadow("orders")),
         )
         .trusted_proxies(&config.trusted_proxies)
         .failure_mode(config.failure_mode)
         .cooldown(config.cooldown)
         .legacy_headers(config.legacy_headers)
+        .deny_cache(config.deny_cache)
+        .name(&config.name)
         .build()
 }
 
@@ -172,42 +216,46 @@ fn export_rows(uri: &Uri) -> u64 {
 }
 
 /// The app. `limiter: None` serves the same routes without rate limiting (for the
-/// overhead benchmark). `metrics` is served at `/metrics` when given.
+/// overhead benchmark). `/metrics` serves the process's metrics in the Prometheus text
+/// format (not limited).
 pub fn app(limiter: Option<RateLimitLayer>) -> Router {
-    let metrics = limiter.as_ref().map(RateLimitLayer::metrics);
-    let mut limited = Router::new()
+    app_with(|limited| match limiter {
+        Some(layer) => limited.layer(layer),
+        None => limited,
+    })
+}
+
+/// The app with `limit` applied to the limited routes (the overhead benchmark puts other
+/// layers there: one bare Redis PING per request, for instance).
+pub fn app_with(limit: impl FnOnce(Router) -> Router) -> Router {
+    let limited = Router::new()
         .route("/", get(|| async { "hello" }))
         .route("/items/{id}", get(get_item))
         .route("/orders", post(create_order))
         .route("/export", get(export));
-    if let Some(layer) = limiter {
-        limited = limited.layer(layer);
-    }
     // Layers added later run first: auth sets the User before the limiter reads it.
-    limited = limited.layer(middleware::from_fn(auth));
+    let limited = limit(limited).layer(middleware::from_fn(auth));
     // Routes added after the layers are not limited.
-    limited.route("/health", get(|| async { "ok" })).route(
-        "/metrics",
-        get(move || async move { metrics_text(metrics.as_ref()) }),
-    )
+    limited
+        .route("/health", get(|| async { "ok" }))
+        .route("/metrics", get(metrics_text))
 }
 
-fn metrics_text(metrics: Option<&Metrics>) -> String {
-    match metrics {
-        None => String::new(),
-        Some(m) => format!(
-            "ratelimit_checks {}\nratelimit_allowed {}\nratelimit_limited {}\n\
-             ratelimit_store_errors {}\nratelimit_degraded {}\nratelimit_refunds {}\n\
-             ratelimit_refund_errors {}\n",
-            m.checks(),
-            m.allowed(),
-            m.limited(),
-            m.store_errors(),
-            m.degraded(),
-            m.refunds(),
-            m.refund_errors()
-        ),
-    }
+/// `GET /metrics`: the Prometheus text exposition format.
+async fn metrics_text() -> Response {
+    let text = prometheus().map_or_else(String::new, |h| {
+        // Publishes the metric descriptions (HELP lines); histograms drain on render.
+        h.run_upkeep();
+        h.render()
+    });
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 /// The decision as JSON, for the handlers' bodies.
@@ -223,6 +271,7 @@ pub fn decision_json(decision: Option<&Decision>) -> Value {
     };
     json!({
         "status": status,
+        "shadow_limited": d.shadow_limited.iter().map(|n| &**n).collect::<Vec<_>>(),
         "remaining": if d.remaining.is_finite() { json!(d.remaining) } else { Value::Null },
         "policies": d.policies.iter().map(|p| json!({
             "name": &*p.name,
@@ -232,6 +281,7 @@ pub fn decision_json(decision: Option<&Decision>) -> Value {
             "cost": p.cost,
             "remaining": p.remaining,
             "reset_after": p.reset_after,
+            "shadow": p.shadow,
         })).collect::<Vec<_>>(),
     })
 }
@@ -265,11 +315,20 @@ async fn get_item(
     .into_response()
 }
 
-async fn create_order(decision: Option<Extension<Decision>>) -> Response {
+/// `POST /orders` reads its body (the order), even though this demo stores nothing: a
+/// handler that answers without reading a body the client is still sending makes hyper
+/// drop the keep-alive connection after the response, without `Connection: close`, and
+/// the client's next request on it fails. (`Bytes` reads it whole, up to axum's default
+/// 2 MB limit; larger bodies get 413.)
+async fn create_order(decision: Option<Extension<Decision>>, body: Bytes) -> Response {
     let decision = decision.map(|Extension(d)| d);
     (
         StatusCode::CREATED,
-        Json(json!({"order": "created", "rate_limit": decision_json(decision.as_ref())})),
+        Json(json!({
+            "order": "created",
+            "bytes": body.len(),
+            "rate_limit": decision_json(decision.as_ref()),
+        })),
     )
         .into_response()
 }

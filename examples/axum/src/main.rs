@@ -1,5 +1,7 @@
 //! Serves the example app: `REDIS_URL` (default `redis://127.0.0.1:6379/`), `LISTEN`
-//! (default `127.0.0.1:3000`), `TRUSTED_PROXIES` (comma-separated CIDRs), `FAIL_CLOSED=1`.
+//! (default `127.0.0.1:3000`), `TRUSTED_PROXIES` (comma-separated CIDRs), `FAIL_CLOSED=1`,
+//! `SHADOW_POLICIES` (comma-separated policy names: `ip,user,orders`), `DENY_CACHE`
+//! (max entries; 0 or unset: off), `LEGACY_HEADERS` (`unix` or `delta`).
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -7,7 +9,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use redis_tb_axum_example::{Config, app, limiter};
-use redis_tb_client::{ClientConfig, FailureMode, TbClient};
+use redis_tb_client::{ClientConfig, FailureMode, LegacyReset, TbClient};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -31,16 +33,23 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let mut config = Config::default();
     if let Ok(proxies) = std::env::var("TRUSTED_PROXIES") {
-        config.trusted_proxies = proxies
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect();
+        config.trusted_proxies = list(&proxies);
     }
     if std::env::var("FAIL_CLOSED").is_ok_and(|v| v == "1") {
         config.failure_mode = FailureMode::FailClosed;
     }
+    if let Ok(names) = std::env::var("SHADOW_POLICIES") {
+        config.shadow_policies = list(&names);
+    }
+    if let Ok(n) = std::env::var("DENY_CACHE") {
+        config.deny_cache = n.trim().parse()?;
+    }
+    config.legacy_headers = match std::env::var("LEGACY_HEADERS").as_deref() {
+        Ok("unix") => Some(LegacyReset::UnixTime),
+        Ok("delta") => Some(LegacyReset::DeltaSeconds),
+        Ok("") | Err(_) => None,
+        Ok(other) => return Err(format!("LEGACY_HEADERS={other:?}: use unix or delta").into()),
+    };
     // Fails here, at startup, when the server runs without the module. An unreachable
     // Redis is only logged: the app starts, and the failure mode applies until it answers.
     let client = TbClient::start(&url, ClientConfig::default()).await?;
@@ -53,4 +62,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     Ok(())
+}
+
+fn list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

@@ -27,20 +27,26 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     module: bool,
+    cpu: Option<usize>,
 }
 
 impl RedisServer {
     /// Starts `REDIS_SERVER` (default `redis-server`) with the module loaded.
     pub fn start() -> io::Result<RedisServer> {
-        RedisServer::start_with(true)
+        RedisServer::start_with(true, None)
+    }
+
+    /// Starts it with the module, pinned to one CPU with `taskset -c <cpu>` (benchmarks).
+    pub fn start_pinned(cpu: usize) -> io::Result<RedisServer> {
+        RedisServer::start_with(true, Some(cpu))
     }
 
     /// Starts a server without the module (to test the startup check).
     pub fn start_without_module() -> io::Result<RedisServer> {
-        RedisServer::start_with(false)
+        RedisServer::start_with(false, None)
     }
 
-    fn start_with(module: bool) -> io::Result<RedisServer> {
+    fn start_with(module: bool, cpu: Option<usize>) -> io::Result<RedisServer> {
         if module && !module_path().exists() {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -58,6 +64,7 @@ impl RedisServer {
                 child: None,
                 port,
                 module,
+                cpu,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -69,7 +76,14 @@ impl RedisServer {
 
     fn spawn(&mut self) -> io::Result<()> {
         let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
-        let mut cmd = Command::new(&bin);
+        let mut cmd = match self.cpu {
+            Some(cpu) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &cpu.to_string(), &bin]);
+                c
+            }
+            None => Command::new(&bin),
+        };
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", &std::env::temp_dir().display().to_string()]);
@@ -250,6 +264,53 @@ impl HttpConn {
         req.push_str("\r\n");
         self.stream.get_mut().write_all(req.as_bytes()).await?;
         self.read_response().await
+    }
+
+    /// Sends one request with a body the way some clients do: the head in one write, then
+    /// `gap`, then the body in another write (two TCP segments); reads the response.
+    pub async fn request_split(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        gap: Duration,
+    ) -> io::Result<HttpResponse> {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        self.stream.get_mut().write_all(head.as_bytes()).await?;
+        self.stream.get_mut().flush().await?;
+        tokio::time::sleep(gap).await;
+        self.stream.get_mut().write_all(body).await?;
+        self.read_response().await
+    }
+
+    /// Sends raw bytes (a request head without its body, say).
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.get_mut().write_all(bytes).await
+    }
+
+    /// Reads one response.
+    pub async fn response(&mut self) -> io::Result<HttpResponse> {
+        self.read_response().await
+    }
+
+    /// Whether the server closed the connection: reads until EOF (or a reset), `false` if
+    /// more data arrives first.
+    pub async fn closed_by_server(&mut self) -> io::Result<bool> {
+        let mut buf = [0u8; 1];
+        match self.stream.read(&mut buf).await {
+            Ok(0) => Ok(true),
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Ok(true),
+            Err(e) => Err(e),
+        }
     }
 
     async fn read_line(&mut self) -> io::Result<String> {

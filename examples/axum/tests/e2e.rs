@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redis_tb_axum_example::support::{HttpConn, HttpResponse, RedisServer, Served, request, serve};
 use redis_tb_axum_example::{Config, app, limiter};
-use redis_tb_client::{ClientConfig, Error, FailureMode, Limit, Metrics, TbClient};
+use redis_tb_client::headers::unix_now;
+use redis_tb_client::{ClientConfig, Error, FailureMode, LegacyReset, Limit, Metrics, TbClient};
 use serde_json::Value;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -53,13 +54,27 @@ fn num(v: &Value) -> f64 {
 async fn burst_to_the_limit_then_429_with_every_header_value() -> TestResult {
     let redis = RedisServer::start()?;
     let config = Config {
-        legacy_headers: true,
+        legacy_headers: Some(LegacyReset::UnixTime),
         ..hourly(3.0)
     };
     let (app, _) = start(&redis, config).await?;
     let mut conn = HttpConn::connect(app.addr).await?;
+    // X-RateLimit-Reset is a Unix time: ceil(now + reset_after) on the server's clock,
+    // somewhere between the clock before and after the request.
+    let unix_reset_within = |r: &HttpResponse, reset_after: f64, before: f64, after: f64| {
+        let v: f64 = r
+            .header("x-ratelimit-reset")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        assert!(
+            v >= (before + reset_after).ceil() && v <= (after + reset_after).ceil(),
+            "X-RateLimit-Reset {v} not ceil(now + {reset_after}) for now in [{before}, {after}]"
+        );
+    };
     for k in 1..=3i64 {
+        let before = unix_now();
         let r = conn.request("GET", "/items/7", &[]).await?;
+        let after = unix_now();
         assert_eq!(r.status, 200, "{r:?}");
         let body = json(&r);
         let p = &body["rate_limit"]["policies"][0];
@@ -84,7 +99,7 @@ async fn burst_to_the_limit_then_429_with_every_header_value() -> TestResult {
             r.header("x-ratelimit-remaining"),
             Some((3 - k).to_string().as_str())
         );
-        assert_eq!(r.header("x-ratelimit-reset"), Some(t.to_string().as_str()));
+        unix_reset_within(&r, reset, before, after);
         assert_eq!(r.header("retry-after"), None);
         assert_eq!(
             body["last_request_in_quota"],
@@ -93,7 +108,9 @@ async fn burst_to_the_limit_then_429_with_every_header_value() -> TestResult {
         );
     }
 
+    let before = unix_now();
     let r = conn.request("GET", "/items/7", &[]).await?;
+    let after = unix_now();
     assert_eq!(r.status, 429, "{r:?}");
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     let problem = json(&r);
@@ -117,7 +134,8 @@ async fn burst_to_the_limit_then_429_with_every_header_value() -> TestResult {
         .unwrap_or(-1);
     assert!(t > 3540 && t <= 3600, "{rl}");
     assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
-    assert_eq!(r.header("x-ratelimit-reset"), Some(t.to_string().as_str()));
+    // t was rounded up from reset_after: the Unix reset is within a second of now + t.
+    unix_reset_within(&r, t as f64 - 1.0, before, after + 1.0);
 
     // The refusal took nothing.
     let peek = client(&redis)
@@ -125,6 +143,28 @@ async fn burst_to_the_limit_then_429_with_every_header_value() -> TestResult {
         .peek("rl:ip:127.0.0.1", 3.0, 3.0 / 3600.0)
         .await?;
     assert!(peek.remaining >= 0.0 && peek.remaining < 0.05, "{peek:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_reset_in_delta_seconds_is_t_and_legacy_headers_are_off_by_default() -> TestResult {
+    let redis = RedisServer::start()?;
+    let config = Config {
+        legacy_headers: Some(LegacyReset::DeltaSeconds),
+        ..hourly(3.0)
+    };
+    let (app, _) = start(&redis, config).await?;
+    let r = request(app.addr, "GET", "/items/7", &[]).await?;
+    let rl = r.header("ratelimit").unwrap_or_default().to_owned();
+    let t = rl.strip_prefix(r#""ip";r=2;t="#).ok_or(rl.clone())?;
+    assert_eq!(r.header("x-ratelimit-reset"), Some(t));
+    assert_eq!(r.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("2"));
+    let (app, _) = start(&redis, hourly(3.0)).await?;
+    let r = request(app.addr, "GET", "/items/7", &[]).await?;
+    assert!(r.header("ratelimit").is_some());
+    assert_eq!(r.header("x-ratelimit-reset"), None);
+    assert_eq!(r.header("x-ratelimit-limit"), None);
     Ok(())
 }
 
@@ -310,6 +350,7 @@ async fn redis_stopped_mid_run_fails_open_with_a_counter_then_recovers() -> Test
     let mut redis = RedisServer::start()?;
     let config = Config {
         cooldown: Duration::from_millis(200),
+        name: "e2e-fail-open".to_owned(),
         ..hourly(100.0)
     };
     let (app, metrics) = start(&redis, config).await?;
@@ -339,7 +380,12 @@ async fn redis_stopped_mid_run_fails_open_with_a_counter_then_recovers() -> Test
     );
     assert_eq!(metrics.limited(), 0);
     let m = request(app.addr, "GET", "/metrics", &[]).await?;
-    assert!(m.body.contains("ratelimit_degraded 5\n"), "{}", m.body);
+    assert!(
+        m.body
+            .contains("redis_tb_degraded_total{limiter=\"e2e-fail-open\"} 5\n"),
+        "{}",
+        m.body
+    );
 
     // Back up (empty): after the cooldown one request probes and reconnects.
     redis.restart()?;

@@ -1,9 +1,10 @@
 //! The store-error log line: written through `tracing`, naming the server, the error and the
-//! failure mode, at most one per second however many requests fail. (A test binary of its
-//! own: it installs the global subscriber.)
+//! failure mode, at most one per second however many requests fail; and the shadow-policy
+//! line, at most one per second per policy. (A test binary of its own: it installs the
+//! global subscriber, shared by its tests.)
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis_tb_axum_example::support::{RedisServer, request, serve};
@@ -32,15 +33,25 @@ impl Captured {
     }
 }
 
+/// The process's subscriber, writing into one buffer for every test of this binary.
+fn captured() -> Captured {
+    static CAPTURED: OnceLock<Captured> = OnceLock::new();
+    CAPTURED
+        .get_or_init(|| {
+            let captured = Captured::default();
+            let writer = captured.clone();
+            let _ = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .try_init();
+            captured
+        })
+        .clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_errors_log_one_clear_line_per_second() -> Result<(), Box<dyn std::error::Error>> {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .try_init()
-        .map_err(|e| e.to_string())?;
+    let captured = captured();
 
     let mut redis = RedisServer::start()?;
     let config = ClientConfig {
@@ -100,5 +111,59 @@ async fn store_errors_log_one_clear_line_per_second() -> Result<(), Box<dyn std:
         "names the mode: {first}"
     );
     assert!(first.contains("store errors so far: 1"), "{first}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_refusals_log_one_line_per_second_per_policy()
+-> Result<(), Box<dyn std::error::Error>> {
+    let captured = captured();
+    let redis = RedisServer::start()?;
+    let client = TbClient::connect_with(
+        &redis.url(),
+        ClientConfig {
+            call_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            startup_timeout: Duration::from_secs(10),
+        },
+    )
+    .await?;
+    let config = Config {
+        ip: Limit::per_hour(1.0),
+        shadow_policies: vec!["ip".to_owned()],
+        ..Config::default()
+    };
+    let layer = limiter(client, &config)?;
+    let metrics = layer.metrics();
+    let served = serve(app(Some(layer))).await?;
+    let start = Instant::now();
+    // The first takes the only token; the other 20 would have been limited.
+    for _ in 0..21 {
+        assert_eq!(
+            request(served.addr, "GET", "/items/1", &[]).await?.status,
+            200
+        );
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(metrics.shadow_limited(), 20);
+    let text = captured.text();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("redis-tb: shadow policy 'ip'"))
+        .collect();
+    assert!(!lines.is_empty(), "no shadow line in {text:?}");
+    assert!(
+        lines.len() as f64 <= 1.0 + elapsed.ceil(),
+        "{} lines in {elapsed:.2} s: {text}",
+        lines.len()
+    );
+    assert!(lines[0].contains(" WARN "), "{}", lines[0]);
+    assert!(
+        lines[0].ends_with(
+            "redis-tb: shadow policy 'ip' would have limited a request (1 since the last line)"
+        ),
+        "{}",
+        lines[0]
+    );
     Ok(())
 }

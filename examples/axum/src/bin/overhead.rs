@@ -1,12 +1,23 @@
-//! The limiter's overhead: requests/s of the example app with the rate-limit layer against
-//! the same app without it, served side by side in this process, measured in interleaved
-//! rounds (ABBA order) by a closed-loop load of keep-alive HTTP/1.1 connections; reported
-//! as the median of the per-round ratios. Writes bench/results/integrations-rust.md.
+//! The limiter's cost per request, against its own floor. Four variants of the example
+//! app are served side by side in this process and loaded in turn, in rounds whose order
+//! alternates, by a closed-loop load of keep-alive HTTP/1.1 connections on `GET /`:
+//!
+//! - `none`: no limiter;
+//! - `ping`: one bare Redis `PING` per request on a multiplexed connection of the same
+//!   `redis` crate (the floor: one round trip to Redis, nothing else);
+//! - `one`: the rate-limit layer with one policy (`ip`);
+//! - `three`: the layer with three policies (`ip`, `user`, `all`) in one TB.MTAKE.
+//!
+//! Reported per round as ratios (`one / ping` is the layer against its floor), then the
+//! median over rounds. The process (apps and load) runs on CPU 0 with one tokio worker,
+//! redis-server is pinned to CPU 1 with `taskset`. Writes bench/results/integrations-rust.md.
 //!
 //! `cargo run --release -p redis-tb-axum-example --bin overhead`
-//! Environment: `OVERHEAD_SECONDS` per phase (3), `OVERHEAD_ROUNDS` (5),
-//! `OVERHEAD_CONNECTIONS` (32), `OVERHEAD_OUT` (the report path), plus `REDIS_SERVER` and
-//! `REDIS_TB_MODULE` as for the tests.
+//! Environment: `OVERHEAD_SECONDS` per phase (2), `OVERHEAD_ROUNDS` (6),
+//! `OVERHEAD_CONNECTIONS` (16), `OVERHEAD_OUT` (the report path), `OVERHEAD_PIN=0` to not
+//! pin, `OVERHEAD_ONLY=<variant>` to serve and load one variant for a profiler
+//! (`OVERHEAD_SECONDS` long, no report), plus `REDIS_SERVER` and `REDIS_TB_MODULE` as for
+//! the tests.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -15,9 +26,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis_tb_axum_example::support::{HttpConn, RedisServer, serve};
-use redis_tb_axum_example::{Config, app, limiter};
-use redis_tb_client::{Limit, TbClient};
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use redis_tb_axum_example::support::{HttpConn, RedisServer, Served, serve};
+use redis_tb_axum_example::{app, app_with};
+use redis_tb_client::redis::aio::MultiplexedConnection;
+use redis_tb_client::{Key, Policy, RateLimitLayer, TbClient};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -104,11 +119,89 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<()> {
-    let secs: f64 = env_or("OVERHEAD_SECONDS", 3.0);
-    let rounds: usize = env_or("OVERHEAD_ROUNDS", 5);
-    let connections: usize = env_or("OVERHEAD_CONNECTIONS", 32);
+/// One bare `PING` per request on a shared multiplexed connection, then the handler.
+async fn ping(conn: MultiplexedConnection, req: Request, next: Next) -> Response {
+    let mut conn = conn;
+    let pong: std::result::Result<String, _> = redis_tb_client::redis::cmd("PING")
+        .query_async(&mut conn)
+        .await;
+    match pong {
+        Ok(_) => next.run(req).await,
+        Err(e) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("PING failed: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+const VARIANTS: [&str; 4] = ["none", "ping", "one", "three"];
+
+/// Limits no request reaches: every request is admitted, so every variant answers 200.
+const HUGE: f64 = 1e9;
+
+async fn serve_variant(name: &str, url: &str) -> Result<(Served, Option<RateLimitLayer>)> {
+    let layer = |policies: Vec<Policy>| async move {
+        let mut b = RateLimitLayer::builder(TbClient::connect(url).await?);
+        for p in policies {
+            b = b.policy(p);
+        }
+        Ok::<_, Box<dyn std::error::Error>>(b.build()?)
+    };
+    Ok(match name {
+        "none" => (serve(app(None)).await?, None),
+        "ping" => {
+            let conn = redis_tb_client::redis::Client::open(url)?
+                .get_multiplexed_async_connection()
+                .await?;
+            let router = app_with(move |r| {
+                r.layer(middleware::from_fn(move |req, next| {
+                    ping(conn.clone(), req, next)
+                }))
+            });
+            (serve(router).await?, None)
+        }
+        "one" => {
+            let l = layer(vec![Policy::per_second("ip", HUGE)]).await?;
+            (serve(app(Some(l.clone()))).await?, Some(l))
+        }
+        _ => {
+            let l = layer(vec![
+                Policy::per_second("ip", HUGE),
+                Policy::per_second("user", HUGE)
+                    .key(Key::header(axum::http::header::AUTHORIZATION)),
+                Policy::per_second("all", HUGE).key(Key::fixed("everyone")),
+            ])
+            .await?;
+            (serve(app(Some(l.clone()))).await?, Some(l))
+        }
+    })
+}
+
+fn main() -> Result<()> {
+    let pin = std::env::var("OVERHEAD_PIN").map_or(true, |v| v != "0")
+        && std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    if pin {
+        // Before any other thread exists: the runtime's threads inherit CPU 0.
+        let status = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", "0", &std::process::id().to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(format!("taskset failed: {status}").into());
+        }
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?
+        .block_on(run(pin))
+}
+
+async fn run(pin: bool) -> Result<()> {
+    let secs: f64 = env_or("OVERHEAD_SECONDS", 2.0);
+    let rounds: usize = env_or("OVERHEAD_ROUNDS", 6);
+    let connections: usize = env_or("OVERHEAD_CONNECTIONS", 16);
     let out = std::env::var("OVERHEAD_OUT").unwrap_or_else(|_| {
         format!(
             "{}/../../bench/results/integrations-rust.md",
@@ -116,67 +209,71 @@ async fn main() -> Result<()> {
         )
     });
 
-    // Other work on the machine skews both apps alike (the rounds interleave), but say so.
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let redis = RedisServer::start()?;
+    let redis = if pin {
+        RedisServer::start_pinned(1)?
+    } else {
+        RedisServer::start()?
+    };
     let version = redis.command(&["INFO", "server"])?;
     let version = version
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("?")
         .to_owned();
-    // Limits no request reaches: every request is admitted, so both apps do the same work
-    // apart from the limiter (a refused request would be cheaper, not dearer).
-    let config = Config {
-        ip: Limit::per_second(1e9),
-        user_free: Limit::per_second(1e9),
-        user_pro: Limit::per_second(1e9),
-        ..Config::default()
-    };
-    let client = TbClient::connect(&redis.url()).await?;
-    let client_config = client.config().clone();
-    let layer = limiter(client, &config)?;
-    let metrics = layer.metrics();
-    let with = serve(app(Some(layer))).await?;
-    let without = serve(app(None)).await?;
+    let url = redis.url();
 
-    // Warm-up: connections, allocator, Redis keys.
-    load(with.addr, "/", connections, 1.0).await?;
-    load(without.addr, "/", connections, 1.0).await?;
-
-    // `/` answers a constant, so only the limiter differs; `/items/7` also serializes the
-    // decision into its body (the example's handler reads it), a cost of using the limiter.
-    let scenarios = [
-        ("/", "`GET /`: a constant answer (the limiter's own cost)"),
-        (
-            "/items/7",
-            "`GET /items/7`: the handler reads the decision and echoes it as JSON",
-        ),
-    ];
-    let mut results = Vec::new();
-    for (path, label) in scenarios {
-        let mut rows = Vec::new();
-        for round in 0..rounds {
-            // ABBA: alternate which app goes first, so drift does not favour one.
-            let (w, wo) = if round % 2 == 0 {
-                let w = load(with.addr, path, connections, secs).await?;
-                (w, load(without.addr, path, connections, secs).await?)
-            } else {
-                let wo = load(without.addr, path, connections, secs).await?;
-                (load(with.addr, path, connections, secs).await?, wo)
-            };
-            let ratio = w.rps() / wo.rps();
-            eprintln!(
-                "GET {path} round {}: with limiter {:.0} req/s, without {:.0} req/s, ratio {:.3}",
-                round + 1,
-                w.rps(),
-                wo.rps(),
-                ratio
-            );
-            rows.push((round + 1, w, wo, ratio));
-        }
-        results.push((path, label, rows));
+    if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
+        let (served, _) = serve_variant(&only, &url).await?;
+        let p = load(served.addr, "/", connections, secs).await?;
+        eprintln!("{only}: {:.0} req/s ({} non-200)", p.rps(), p.other);
+        return Ok(());
     }
+
+    let mut served = Vec::new();
+    for v in VARIANTS {
+        served.push(serve_variant(v, &url).await?);
+    }
+    // Warm-up: connections, allocator, Redis keys.
+    for (s, _) in &served {
+        load(s.addr, "/", connections, 1.0).await?;
+    }
+
+    // rows[round][variant]
+    let mut rows: Vec<Vec<Phase>> = Vec::new();
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..VARIANTS.len()).collect();
+        order.rotate_left(round % VARIANTS.len());
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let mut phases = vec![Phase::default(); VARIANTS.len()];
+        for &i in &order {
+            phases[i] = load(served[i].0.addr, "/", connections, secs).await?;
+        }
+        eprintln!(
+            "round {}: {}",
+            round + 1,
+            VARIANTS
+                .iter()
+                .zip(&phases)
+                .map(|(v, p)| format!("{v} {:.0}", p.rps()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        rows.push(phases);
+    }
+
+    let idx = |name: &str| VARIANTS.iter().position(|v| *v == name).unwrap_or(0);
+    let ratio = |a: &str, b: &str| {
+        median(
+            rows.iter()
+                .map(|r| r[idx(a)].rps() / r[idx(b)].rps())
+                .collect(),
+        )
+    };
+    let med = |a: &str| median(rows.iter().map(|r| r[idx(a)].rps()).collect());
+    let us = |a: &str, b: &str| (1.0 / med(a) - 1.0 / med(b)) * 1e6;
 
     let profile = if cfg!(debug_assertions) {
         "dev (unoptimized)"
@@ -184,60 +281,90 @@ async fn main() -> Result<()> {
         "release"
     };
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mut md = String::new();
-    md.push_str("# Rust integration: the limiter's overhead per request\n\n");
-    md.push_str(
-        "Requests/s of the example app (`examples/axum`) with the `redis-tb-client` rate-limit \
-         layer against the same app without it. Written by \
-         `cargo run --release -p redis-tb-axum-example --bin overhead`.\n\n",
-    );
-    md.push_str("| route | median ratio (with / without) | median req/s with | median req/s without | added per request |\n|---|---:|---:|---:|---:|\n");
-    for (_, label, rows) in &results {
-        let med = median(rows.iter().map(|r| r.3).collect());
-        let med_with = median(rows.iter().map(|r| r.1.rps()).collect());
-        let med_without = median(rows.iter().map(|r| r.2.rps()).collect());
-        let per_request_us = (1.0 / med_with - 1.0 / med_without) * 1e6;
-        md.push_str(&format!(
-            "| {label} | **{med:.3}** | {med_with:.0} | {med_without:.0} | {per_request_us:.0} µs |\n"
-        ));
-    }
-    for (path, _, rows) in &results {
-        md.push_str(&format!(
-            "\nRounds of `GET {path}`:\n\n| round | with limiter (req/s) | without (req/s) | ratio |\n|---:|---:|---:|---:|\n"
-        ));
-        for (round, w, wo, ratio) in rows {
-            md.push_str(&format!(
-                "| {round} | {:.0} | {:.0} | {ratio:.3} |\n",
-                w.rps(),
-                wo.rps()
-            ));
-        }
-    }
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let non_200: u64 = results
+    let non_200: u64 = rows.iter().flatten().map(|p| p.other).sum();
+    let (store_errors, degraded) = served
         .iter()
-        .flat_map(|(_, _, rows)| rows.iter().map(|r| r.1.other + r.2.other))
-        .sum();
+        .filter_map(|(_, l)| l.as_ref().map(RateLimitLayer::metrics))
+        .fold((0, 0), |(e, d), m| (e + m.store_errors(), d + m.degraded()));
+
+    let mut md = String::new();
+    md.push_str("# Rust integration: the limiter's cost per request\n\n");
+    md.push_str(
+        "Requests/s of the example app (`examples/axum`, `GET /`, a constant answer) in four \
+         variants served side by side: no limiter; one bare Redis `PING` per request (the \
+         floor: one round trip to Redis on the same kind of connection, nothing else); the \
+         `redis-tb-client` layer with one policy; the layer with three policies (one \
+         TB.MTAKE). Written by `cargo run --release -p redis-tb-axum-example --bin overhead`.\n\n",
+    );
+    md.push_str("| comparison | median of per-round ratios |\n|---|---:|\n");
+    for (a, b, label) in [
+        (
+            "one",
+            "ping",
+            "**one policy / one PING** (the layer against its floor)",
+        ),
+        ("three", "ping", "three policies / one PING"),
+        ("three", "one", "three policies / one policy"),
+        (
+            "ping",
+            "none",
+            "one PING / no limiter (what a Redis round trip costs)",
+        ),
+        ("one", "none", "one policy / no limiter"),
+    ] {
+        md.push_str(&format!("| {label} | {:.3} |\n", ratio(a, b)));
+    }
     md.push_str(&format!(
-        "\nSetup: one process serves both apps (axum 0.8, tokio with 2 worker threads) and \
-         runs the load: {connections} keep-alive HTTP/1.1 connections sending requests with \
+        "\nMedian req/s: none {:.0}, ping {:.0}, one {:.0}, three {:.0}. Added per request \
+         over the PING floor: one policy {:.1} µs, three policies {:.1} µs; the PING itself \
+         adds {:.1} µs over no limiter.\n",
+        med("none"),
+        med("ping"),
+        med("one"),
+        med("three"),
+        us("one", "ping"),
+        us("three", "ping"),
+        us("ping", "none"),
+    ));
+    md.push_str("\n| round | order | none | ping | one | three | one / ping |\n|---:|---|---:|---:|---:|---:|---:|\n");
+    for (round, phases) in rows.iter().enumerate() {
+        let mut order: Vec<usize> = (0..VARIANTS.len()).collect();
+        order.rotate_left(round % VARIANTS.len());
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let order = order
+            .iter()
+            .map(|&i| VARIANTS[i])
+            .collect::<Vec<_>>()
+            .join(" ");
+        md.push_str(&format!(
+            "| {} | {order} | {:.0} | {:.0} | {:.0} | {:.0} | {:.3} |\n",
+            round + 1,
+            phases[0].rps(),
+            phases[1].rps(),
+            phases[2].rps(),
+            phases[3].rps(),
+            phases[2].rps() / phases[1].rps()
+        ));
+    }
+    let pinning = if pin {
+        "this process (the four apps and the load generator, one tokio worker thread) on CPU 0, \
+         redis-server on CPU 1 (`taskset`)"
+    } else {
+        "not pinned (`OVERHEAD_PIN=0`)"
+    };
+    md.push_str(&format!(
+        "\nSetup: {connections} keep-alive HTTP/1.1 connections sending `GET /` with \
          `Authorization: Bearer alice-token` back to back, {secs} s per phase, {rounds} rounds \
-         per route in ABBA order, after a 1 s warm-up of each app. Each limited request checks \
-         two policies (`ip` and `user`) in one TB.MTAKE over one multiplexed connection to \
-         redis-server {version} (module loaded, persistence off) on loopback; the limits are \
-         set so high that every request is admitted, so both apps answer 200. Client \
-         timeouts: call {:?}, connect {:?}. Build profile: {profile}. Machine: {cores} cores, \
-         shared by the load generator, both apps and redis-server: the app without the limiter \
-         does almost nothing per request, so the ratio mostly prices the extra loopback \
-         round trip to Redis on the same two cores.\n\n\
-         During the run: {} Redis calls failed (a timeout or connection error), {} \
-         requests were decided by the failure mode (fail-open: passed unlimited, without a \
-         Redis call, counted in the \"with\" rate); non-200 answers: {non_200}. Load average (1, 5, 15 min) before the run: \
-         {}, after: {}.\n",
-        client_config.call_timeout,
-        client_config.connect_timeout,
-        metrics.store_errors(),
-        metrics.degraded(),
+         in an order that rotates and reverses from round to round, after a 1 s warm-up of \
+         each variant. CPUs: {pinning}; {cores} cores on the machine. redis-server {version} \
+         (module loaded, persistence off) on loopback. Limits so high that every request is \
+         admitted, so every variant answers 200 (non-200 answers: {non_200}; failed Redis \
+         calls: {store_errors}; requests decided by the failure mode: {degraded}). Build \
+         profile: {profile}. Load average (1, 5, 15 min) before the run: {}, after: {} \
+         (the machine is shared: the ratios compare variants measured in the same rounds).\n",
         first_three(&load_before),
         first_three(&load_after),
     ));

@@ -1,0 +1,122 @@
+//! Prometheus-style metrics through the `metrics` facade crate: the layer records, the
+//! application picks the exporter (`metrics-exporter-prometheus` in the example). Labels
+//! are `limiter` (the layer's name) and `policy` only, never a client identity, so the
+//! number of series stays bounded by configuration.
+//!
+//! Handles are registered when the layer is built: install the recorder (the exporter)
+//! before building the layer, or the layer records into the no-op recorder.
+
+use std::sync::Arc;
+
+use metrics::{Counter, Histogram, Unit};
+
+/// `redis_tb_allowed_total{limiter,policy}`: +1 per applied policy of a charged request.
+pub const ALLOWED_TOTAL: &str = "redis_tb_allowed_total";
+/// `redis_tb_limited_total{limiter,policy}`: +1 per enforced policy that refused a
+/// request answered with 429 (by Redis or by the deny cache).
+pub const LIMITED_TOTAL: &str = "redis_tb_limited_total";
+/// `redis_tb_shadow_limited_total{limiter,policy}`: +1 per shadow policy that refused.
+pub const SHADOW_LIMITED_TOTAL: &str = "redis_tb_shadow_limited_total";
+/// `redis_tb_refunded_total{limiter,policy}`: +1 per policy whose tokens a refund gave back.
+pub const REFUNDED_TOTAL: &str = "redis_tb_refunded_total";
+/// `redis_tb_deny_cache_hits_total{limiter,policy}`: +1 per request the local deny cache
+/// refused, for the policy whose cached refusal answered it.
+pub const DENY_CACHE_HITS_TOTAL: &str = "redis_tb_deny_cache_hits_total";
+/// `redis_tb_store_errors_total{limiter}`: failed Redis calls (errors, timeouts).
+pub const STORE_ERRORS_TOTAL: &str = "redis_tb_store_errors_total";
+/// `redis_tb_degraded_total{limiter}`: requests decided by the failure mode.
+pub const DEGRADED_TOTAL: &str = "redis_tb_degraded_total";
+/// `redis_tb_redis_call_duration_seconds{limiter}`: each Redis call of the layer
+/// (TB.MTAKE and refunds), failed and timed-out calls included.
+pub const REDIS_CALL_DURATION_SECONDS: &str = "redis_tb_redis_call_duration_seconds";
+
+/// The histogram buckets of [`REDIS_CALL_DURATION_SECONDS`], in seconds. Histogram
+/// buckets belong to the exporter: with `metrics-exporter-prometheus`, pass them with
+/// `PrometheusBuilder::set_buckets_for_metric(Matcher::Full(REDIS_CALL_DURATION_SECONDS
+/// .into()), &CALL_DURATION_BUCKETS)`.
+pub const CALL_DURATION_BUCKETS: [f64; 9] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
+
+/// One policy's counters.
+pub(crate) struct PolicyMetrics {
+    pub(crate) allowed: Counter,
+    pub(crate) limited: Counter,
+    pub(crate) shadow_limited: Counter,
+    pub(crate) refunded: Counter,
+    pub(crate) deny_cache_hits: Counter,
+}
+
+/// The layer's own series.
+pub(crate) struct LimiterMetrics {
+    pub(crate) store_errors: Counter,
+    pub(crate) degraded: Counter,
+    pub(crate) call_duration: Histogram,
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        ALLOWED_TOTAL,
+        Unit::Count,
+        "Applied policies of requests redis-tb admitted and charged"
+    );
+    metrics::describe_counter!(
+        LIMITED_TOTAL,
+        Unit::Count,
+        "Enforced policies that refused a request (answered 429)"
+    );
+    metrics::describe_counter!(
+        SHADOW_LIMITED_TOTAL,
+        Unit::Count,
+        "Shadow policies that would have refused a request"
+    );
+    metrics::describe_counter!(
+        REFUNDED_TOTAL,
+        Unit::Count,
+        "Policies whose tokens a refund gave back"
+    );
+    metrics::describe_counter!(
+        DENY_CACHE_HITS_TOTAL,
+        Unit::Count,
+        "Requests refused by the local deny cache without a Redis call"
+    );
+    metrics::describe_counter!(
+        STORE_ERRORS_TOTAL,
+        Unit::Count,
+        "Failed Redis calls of the rate limiter (errors, timeouts)"
+    );
+    metrics::describe_counter!(
+        DEGRADED_TOTAL,
+        Unit::Count,
+        "Requests decided by the rate limiter's failure mode"
+    );
+    metrics::describe_histogram!(
+        REDIS_CALL_DURATION_SECONDS,
+        Unit::Seconds,
+        "Duration of the rate limiter's Redis calls (TB.MTAKE, refunds)"
+    );
+}
+
+impl LimiterMetrics {
+    pub(crate) fn register(limiter: &Arc<str>) -> LimiterMetrics {
+        describe();
+        let l = limiter.to_string();
+        LimiterMetrics {
+            store_errors: metrics::counter!(STORE_ERRORS_TOTAL, "limiter" => l.clone()),
+            degraded: metrics::counter!(DEGRADED_TOTAL, "limiter" => l.clone()),
+            call_duration: metrics::histogram!(REDIS_CALL_DURATION_SECONDS, "limiter" => l),
+        }
+    }
+}
+
+impl PolicyMetrics {
+    pub(crate) fn register(limiter: &Arc<str>, policy: &str) -> PolicyMetrics {
+        let counter = |name: &'static str| metrics::counter!(name, "limiter" => limiter.to_string(), "policy" => policy.to_owned());
+        PolicyMetrics {
+            allowed: counter(ALLOWED_TOTAL),
+            limited: counter(LIMITED_TOTAL),
+            shadow_limited: counter(SHADOW_LIMITED_TOTAL),
+            refunded: counter(REFUNDED_TOTAL),
+            deny_cache_hits: counter(DENY_CACHE_HITS_TOTAL),
+        }
+    }
+}
