@@ -631,3 +631,87 @@ fn peek_on_a_replica_answers_with_the_masters_state_and_creates_nothing() {
     assert_eq!(dumps(&mut rc), replica_before);
     assert_eq!(repl_offset(&mut c), offset_before);
 }
+
+#[test]
+fn a_key_whose_time_to_full_outgrows_any_ttl_loses_it_on_the_master_its_replicas_and_the_aof() {
+    let mut master = start_aof_server("always");
+    let with = start_replica(&master, true);
+    let without_module = start_replica(&master, false);
+    let mut stream = ReplStream::attach(&master);
+    let mut c = master.conn();
+    let expire_of = |c: &mut Conn, key: &str| c.cmd(&["PEXPIRETIME", key]).int();
+    // Two buckets with an ordinary TTL (time to full 1 s).
+    for key in ["forever", "back"] {
+        assert!(Take::from_reply(&c.q(&format!("TB.TAKE {key} 10 1 1"))).allowed);
+        assert!(expire_of(&mut c, key) > 0, "{key} has no TTL");
+    }
+    c.q("SET marker:1 1");
+    stream.until_marker("marker:1");
+    // The same keys as buckets of 1e15 at 0.001/s: full again in about 1e18 s, far beyond
+    // the largest TTL kept (1e15 ms, about 31,700 years). The TTL must go: an expiry
+    // would hand out a full bucket long before it is full.
+    for key in ["forever", "back"] {
+        let t = Take::from_reply(&c.q(&format!("TB.TAKE {key} 1e15 0.001 1")));
+        assert!(t.allowed && t.reset_after > 1e17, "{t:?}");
+        assert_eq!(expire_of(&mut c, key), -1, "{key} kept its TTL");
+    }
+    c.q("SET marker:2 1");
+    let effects = stream.until_marker("marker:2");
+    for key in ["forever", "back"] {
+        assert!(
+            effects.iter().any(|e| e[0] == "PERSIST" && e[1] == key),
+            "no PERSIST {key}: {effects:?}"
+        );
+        assert!(
+            !effects.iter().any(|e| e[0] == "PEXPIREAT" && e[1] == key),
+            "{effects:?}"
+        );
+    }
+    // A key without a TTL whose time to full is still beyond it: nothing about the expiry
+    // is replicated again.
+    assert!(Take::from_reply(&c.q("TB.TAKE forever 1e15 0.001 1")).allowed);
+    c.q("SET marker:3 1");
+    let effects = stream.until_marker("marker:3");
+    assert!(
+        effects
+            .iter()
+            .all(|e| e[0] != "PERSIST" && e[0] != "PEXPIREAT"),
+        "{effects:?}"
+    );
+    // Back to a small bucket: the TTL returns.
+    assert!(Take::from_reply(&c.q("TB.TAKE back 10 1 1")).allowed);
+    assert!(expire_of(&mut c, "back") > 0);
+    c.q("SET marker:4 1");
+    let effects = stream.until_marker("marker:4");
+    assert!(
+        effects
+            .iter()
+            .any(|e| e[0] == "PEXPIREAT" && e[1] == "back"),
+        "{effects:?}"
+    );
+    // Replicas, with and without the module, hold the same bytes and the same (absent) TTL.
+    let (compared, _) = assert_replicas_hold_the_masters_bytes(
+        &mut c,
+        &[
+            (&with, "replica with the module"),
+            (&without_module, "replica without it"),
+        ],
+    );
+    assert!(compared.contains_key(b"forever".as_slice()));
+    for replica in [&with, &without_module] {
+        assert_eq!(expire_of(&mut replica.conn(), "forever"), -1);
+    }
+    // kill -9, then the AOF replayed: the TTL stays gone, with and without the module.
+    let want = dumps(&mut c);
+    drop(c);
+    drop(stream);
+    master.restart(true);
+    let mut c = master.conn();
+    assert_eq!(dumps(&mut c), want, "after restart with the module");
+    assert_eq!(expire_of(&mut c, "forever"), -1);
+    drop(c);
+    master.restart(false);
+    let mut c = master.conn();
+    assert_eq!(dumps(&mut c), want, "after restart without the module");
+    assert_eq!(expire_of(&mut c, "forever"), -1);
+}
