@@ -12,7 +12,7 @@ help:
 	@echo "make          build $(MODULE)"
 	@echo "make run      build, then start redis-server on redis.conf.example (port 6380)"
 	@echo "make test     the whole test suite (unit, property, integration against a real redis-server), then make test-examples"
-	@echo "make test-examples  the integrations: Python package + FastAPI and shell examples, Rust client + axum example, end to end"
+	@echo "make test-examples  the integrations end to end: Python (FastAPI, Flask/slowapi, Django, shell), Rust (axum), Node (Express, Fastify)"
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
@@ -41,10 +41,15 @@ test: build
 
 # The integrations, end to end against a real redis-server with the module and real HTTP
 # servers: the Python package (a venv at .venv/python with pinned dependencies) with the
-# FastAPI and shell examples, and the Rust client crate with the axum example.
+# FastAPI, Flask/slowapi (the `limits` storages and limits' own suite), Django and shell
+# examples; the Rust client crate with the axum example; the Node package (npm ci from its
+# lockfile) with the Express and Fastify examples.
 test-examples: build
 	clients/python/run-tests.sh
 	cargo test -p redis-tb-client -p redis-tb-axum-example
+	clients/node/run-tests.sh
+	examples/express/run-tests.sh
+	examples/fastify/run-tests.sh
 
 unit:
 	cargo test --release --lib
