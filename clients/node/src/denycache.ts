@@ -4,10 +4,9 @@
  * that would certainly be refused too (same key, same capacity and rate, a cost at least
  * as large) without calling Redis. It only short-circuits refusals: it never admits.
  *
- * Bounded: at most `maxEntries` entries. A Map keeps them in insertion order, which is
- * also the order of their deny-until for equal waits: on insert into a full cache the
- * oldest few entries are checked and expired ones dropped, then the oldest is evicted.
- * Every operation is O(1).
+ * Bounded: at most `maxEntries` entries. When full, the entry with the earliest deny-until
+ * goes: expired entries first, then the one that expires soonest (as in Python). A binary
+ * heap of (deny-until, key) with lazy deletion: O(log n) per insert, O(1) per lookup.
  */
 
 export interface DenyCacheOptions {
@@ -25,9 +24,12 @@ export interface DenyEntry {
   resetAt: number;
 }
 
+type HeapItem = [denyUntil: number, key: string, entry: DenyEntry];
+
 export class DenyCache {
   readonly maxEntries: number;
   private readonly entries = new Map<string, DenyEntry>();
+  private heap: HeapItem[] = [];
 
   constructor(options: DenyCacheOptions) {
     if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) {
@@ -53,19 +55,14 @@ export class DenyCache {
   }
 
   remember(key: string, entry: DenyEntry, now: number): void {
-    this.entries.delete(key);
-    if (this.entries.size >= this.maxEntries) {
-      let checked = 0;
-      for (const [k, e] of this.entries) {
-        if (checked++ >= 8) break;
-        if (now >= e.denyUntil) this.entries.delete(k);
-      }
-      if (this.entries.size >= this.maxEntries) {
-        const oldest = this.entries.keys().next();
-        if (!oldest.done) this.entries.delete(oldest.value);
-      }
+    void now;
+    if (!this.entries.has(key)) {
+      while (this.entries.size >= this.maxEntries) this.evictSoonest();
     }
     this.entries.set(key, entry);
+    this.push([entry.denyUntil, key, entry]);
+    // stale heap items (replaced or dropped entries) are skipped lazily; keep them bounded
+    if (this.heap.length > 2 * this.maxEntries + 16) this.rebuild();
   }
 
   drop(key: string): void {
@@ -74,5 +71,56 @@ export class DenyCache {
 
   clear(): void {
     this.entries.clear();
+    this.heap = [];
+  }
+
+  private evictSoonest(): void {
+    for (;;) {
+      const top = this.pop();
+      if (top === undefined) return;
+      if (this.entries.get(top[1]) === top[2]) {
+        this.entries.delete(top[1]);
+        return;
+      }
+    }
+  }
+
+  private rebuild(): void {
+    this.heap = [];
+    for (const [key, entry] of this.entries) this.push([entry.denyUntil, key, entry]);
+  }
+
+  private push(item: HeapItem): void {
+    const h = this.heap;
+    h.push(item);
+    let i = h.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (h[parent]![0] <= h[i]![0]) break;
+      [h[parent], h[i]] = [h[i]!, h[parent]!];
+      i = parent;
+    }
+  }
+
+  private pop(): HeapItem | undefined {
+    const h = this.heap;
+    if (!h.length) return undefined;
+    const top = h[0]!;
+    const last = h.pop()!;
+    if (h.length) {
+      h[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < h.length && h[l]![0] < h[m]![0]) m = l;
+        if (r < h.length && h[r]![0] < h[m]![0]) m = r;
+        if (m === i) break;
+        [h[m], h[i]] = [h[i]!, h[m]!];
+        i = m;
+      }
+    }
+    return top;
   }
 }

@@ -80,20 +80,25 @@ describe('header arithmetic', () => {
 });
 
 describe('deny cache', () => {
-  test('bounded: expired entries go first, then the oldest', () => {
+  test('bounded: expired entries go first, then the one expiring soonest', () => {
     const cache = new DenyCache({ maxEntries: 3 });
     const e = (until) => ({ policy: 'p', capacity: 1, rate: 1, cost: 1, denyUntil: until, resetAt: until });
-    cache.remember('a', e(100), 0);
+    cache.remember('a', e(300), 0);
     cache.remember('b', e(10), 0);
-    cache.remember('c', e(100), 0);
-    cache.remember('d', e(100), 50); // b expired at 10: dropped, a kept
+    cache.remember('c', e(200), 0);
+    cache.remember('d', e(400), 50); // b expired at 10: it goes
     assert.equal(cache.size, 3);
-    assert.ok(cache.lookup('a', 1, 1, 1, 50));
     assert.equal(cache.lookup('b', 1, 1, 1, 50), null);
-    cache.remember('e', e(100), 60); // none expired: the oldest (a) goes
+    cache.remember('e', e(500), 60); // none expired: c (200) expires soonest
     assert.equal(cache.size, 3);
-    assert.equal(cache.lookup('a', 1, 1, 1, 60), null);
-    assert.ok(cache.lookup('e', 1, 1, 1, 60));
+    assert.equal(cache.lookup('c', 1, 1, 1, 60), null);
+    for (const k of ['a', 'd', 'e']) assert.ok(cache.lookup(k, 1, 1, 1, 60), k);
+    cache.remember('a', e(900), 70); // replacing an entry evicts nothing
+    cache.remember('f', e(600), 70); // the stale heap item of a (300) is skipped: d (400) goes
+    assert.deepEqual(['a', 'd', 'e', 'f'].map((k) => Boolean(cache.lookup(k, 1, 1, 1, 70))), [true, false, true, true]);
+    for (let i = 0; i < 1000; i++) cache.remember(`k${i}`, e(1000 + i), 80);
+    assert.equal(cache.size, 3, 'never above maxEntries');
+    assert.ok(cache.lookup('k999', 1, 1, 1, 80));
   });
 
   test('only the same limit and a cost at least as large', () => {
