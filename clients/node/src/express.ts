@@ -44,8 +44,6 @@ interface LayerLike {
   keys?: Array<{ name: string | number }>;
 }
 
-const CHECKED = Symbol.for('redis-tb.express.checked');
-
 function pathText(p: unknown): string {
   return typeof p === 'string' ? p : String(p);
 }
@@ -178,6 +176,9 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
   const limitUnmatched = options.limitUnmatched ?? false;
   const exclude = excludeSet(options.exclude);
   const refundOn = refundPredicate(options.refundOn);
+  // This middleware instance checks a request once, however often it is on its path
+  // (app-wide and on the route); another instance (other policies) checks it again.
+  const CHECKED = Symbol('redis-tb.express.checked');
 
   return async function redisTbRateLimit(req: Request, res: Response, next: NextFunction): Promise<void> {
     const marked = req as unknown as Record<symbol, boolean>;
