@@ -261,6 +261,13 @@ impl TbClient {
         self.multi_reply(&v, charges.len())
     }
 
+    /// TB.MTAKE from a command the caller encoded (the layer, with its policies' numbers
+    /// formatted once): `keys` buckets, arguments already checked.
+    pub(crate) async fn mtake_encoded(&self, cmd: &Cmd, keys: usize) -> Result<MultiReply, Error> {
+        let v = self.call(cmd).await?;
+        self.multi_reply(&v, keys)
+    }
+
     /// `TB.PEEK key capacity rate`: the bucket as it stands; writes nothing.
     pub async fn peek(&self, key: &str, capacity: f64, rate: f64) -> Result<Reply, Error> {
         check_shape(capacity, rate)?;

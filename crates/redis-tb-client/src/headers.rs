@@ -16,10 +16,12 @@
 //! would send clients back too early). Integers are capped at the structured-field maximum,
 //! 999,999,999,999,999.
 
+use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
 
-use crate::decision::{Decision, Status};
+use crate::decision::{Decision, PolicyResult, Status};
+use crate::policy::Limit;
 
 /// Largest integer a structured field may carry.
 pub const SF_INTEGER_MAX: i64 = 999_999_999_999_999;
@@ -211,7 +213,125 @@ pub fn rate_limit_headers_at(
     })
 }
 
+/// One policy's header pieces, serialized once when the layer is built: its name as an
+/// sf-string, and its whole `RateLimit-Policy` item for its fixed limit (a per-request
+/// limit is serialized per request).
+#[derive(Clone, Debug)]
+pub(crate) struct PolicyHeader {
+    name: sfv::String,
+    fixed: Option<(f64, f64, String)>,
+}
+
+impl PolicyHeader {
+    /// `None` when the name is not a valid sf-string (never for a validated policy name).
+    pub(crate) fn new(name: &str, fixed: Option<Limit>) -> Option<PolicyHeader> {
+        let mut header = PolicyHeader {
+            name: sfv::String::from_string(name.to_owned()).ok()?,
+            fixed: None,
+        };
+        if let Some(l) = fixed {
+            let mut item = String::new();
+            header.policy_item(l.capacity, l.rate, &mut item)?;
+            header.fixed = Some((l.capacity, l.rate, item));
+        }
+        Some(header)
+    }
+
+    /// Appends `"name";q=..;w=..` (from the cache when the limit is the fixed one).
+    fn policy_item(&self, capacity: f64, rate: f64, out: &mut String) -> Option<()> {
+        if let Some((c, r, item)) = &self.fixed
+            && *c == capacity
+            && *r == rate
+        {
+            out.push_str(item);
+            return Some(());
+        }
+        let q = Integer::try_from(quota(capacity)).ok()?;
+        let w = Integer::try_from(window(capacity, rate)).ok()?;
+        let _ = ItemSerializer::with_buffer(out)
+            .bare_item(&*self.name)
+            .parameter(Q, q)
+            .parameter(W, w)
+            .finish();
+        Some(())
+    }
+}
+
+/// The layer's headers for a decision from Redis: [`rate_limit_headers_at`] with the
+/// policies' pieces serialized once (`items[j]` belongs to `decision.policies[j]`).
+pub(crate) fn layer_headers(
+    decision: &Decision,
+    items: &[&PolicyHeader],
+    legacy: Option<LegacyReset>,
+) -> Option<RateLimitHeaders> {
+    let mut policy = String::with_capacity(32 * items.len());
+    let mut rate_limit = String::with_capacity(24 * items.len());
+    let mut lowest: Option<&PolicyResult> = None;
+    for (p, h) in decision.policies.iter().zip(items) {
+        if p.shadow {
+            continue;
+        }
+        let (Ok(r), Ok(t)) = (
+            Integer::try_from(remaining(p.remaining)),
+            Integer::try_from(reset(p.reset_after)),
+        ) else {
+            continue;
+        };
+        let mark = policy.len();
+        if !policy.is_empty() {
+            policy.push_str(", ");
+        }
+        if h.policy_item(p.capacity, p.rate, &mut policy).is_none() {
+            policy.truncate(mark);
+            continue;
+        }
+        if !rate_limit.is_empty() {
+            rate_limit.push_str(", ");
+        }
+        let _ = ItemSerializer::with_buffer(&mut rate_limit)
+            .bare_item(&*h.name)
+            .parameter(R, r)
+            .parameter(T, t)
+            .finish();
+        if lowest.is_none_or(|l| p.remaining < l.remaining) {
+            lowest = Some(p);
+        }
+    }
+    let lowest = lowest?;
+    let legacy = legacy.map(|mode| LegacyHeaders {
+        limit: quota(lowest.capacity),
+        remaining: remaining(lowest.remaining),
+        reset: match mode {
+            LegacyReset::UnixTime => unix_reset(unix_now(), lowest.reset_after),
+            LegacyReset::DeltaSeconds => reset(lowest.reset_after),
+        },
+    });
+    let retry = if decision.status == Status::Limited {
+        retry_after(decision.retry_after)
+    } else {
+        None
+    };
+    Some(RateLimitHeaders {
+        policy,
+        rate_limit,
+        legacy,
+        retry_after: retry,
+    })
+}
+
 impl RateLimitHeaders {
+    /// Moves the headers into `map` (replacing any the handler set), without copying the
+    /// serialized fields.
+    pub fn apply_owned(self, map: &mut HeaderMap) {
+        if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(self.policy)) {
+            map.insert(RATELIMIT_POLICY.clone(), v);
+        }
+        if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(self.rate_limit)) {
+            map.insert(RATELIMIT.clone(), v);
+        }
+        Self::apply_rest(self.legacy, self.retry_after, map);
+    }
+
     /// Writes the headers into `map` (replacing any the handler set).
     pub fn apply(&self, map: &mut HeaderMap) {
         // Serializer output is visible ASCII, so these conversions do not fail; if one
@@ -222,7 +342,11 @@ impl RateLimitHeaders {
         if let Ok(v) = HeaderValue::from_str(&self.rate_limit) {
             map.insert(RATELIMIT.clone(), v);
         }
-        if let Some(l) = self.legacy {
+        Self::apply_rest(self.legacy, self.retry_after, map);
+    }
+
+    fn apply_rest(legacy: Option<LegacyHeaders>, retry_after: Option<u64>, map: &mut HeaderMap) {
+        if let Some(l) = legacy {
             map.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(l.limit));
             map.insert(
                 X_RATELIMIT_REMAINING.clone(),
@@ -230,7 +354,7 @@ impl RateLimitHeaders {
             );
             map.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(l.reset));
         }
-        if let Some(s) = self.retry_after {
+        if let Some(s) = retry_after {
             map.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(s));
         }
     }
@@ -552,5 +676,54 @@ mod tests {
         // Only shadow policies: no header at all.
         let d = decision(Status::Allowed, 0.0, vec![shadow]);
         assert_eq!(rate_limit_headers(&d, Some(LegacyReset::UnixTime)), None);
+    }
+
+    #[test]
+    fn the_layer_path_writes_exactly_what_the_list_serializer_writes() {
+        let fixed = Limit::new(10.0, 10.0);
+        let items = [
+            PolicyHeader::new("ip", Some(fixed)).unwrap(),
+            PolicyHeader::new("user", None).unwrap(),
+            PolicyHeader::new("orders", Some(Limit::per_minute(11.0))).unwrap(),
+        ];
+        let refs: Vec<&PolicyHeader> = items.iter().collect();
+        let cases = [
+            (10.0, 10.0, 9.5, 0.05),
+            (1000.0, 1000.0 / 3600.0, 0.0, 3599.2),
+            (11.0, 11.0 / 60.0, 1e20, 1e20),
+        ];
+        for shadow_second in [false, true] {
+            for (status, retry) in [(Status::Allowed, 0.0), (Status::Limited, 2.5)] {
+                let mut policies = vec![
+                    result("ip", 10.0, 10.0, cases[0].2, retry, cases[0].3),
+                    result(
+                        "user", cases[1].0, cases[1].1, cases[1].2, retry, cases[1].3,
+                    ),
+                    result(
+                        "orders", cases[2].0, cases[2].1, cases[2].2, 0.0, cases[2].3,
+                    ),
+                ];
+                policies[1].shadow = shadow_second;
+                let d = decision(status, retry, policies);
+                for legacy in [None, Some(LegacyReset::DeltaSeconds)] {
+                    assert_eq!(
+                        layer_headers(&d, &refs, legacy),
+                        rate_limit_headers(&d, legacy),
+                        "{d:?}"
+                    );
+                }
+            }
+        }
+        // A per-request limit that differs from the cached fixed one is serialized anew.
+        let d = decision(
+            Status::Allowed,
+            0.0,
+            vec![result("ip", 20.0, 5.0, 3.0, 0.0, 1.0)],
+        );
+        let h = layer_headers(&d, &refs[..1], None).unwrap();
+        assert_eq!(h.policy, r#""ip";q=20;w=4"#);
+        let mut map = HeaderMap::new();
+        h.apply_owned(&mut map);
+        assert_eq!(map["ratelimit"], r#""ip";r=3;t=1"#);
     }
 }

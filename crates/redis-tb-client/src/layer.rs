@@ -18,13 +18,13 @@ use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tower::{Layer, Service};
 
-use crate::client::{Charge, MultiReply, TbClient, check_n, check_shape};
+use crate::client::{Charge, MultiReply, TbClient, check_n, check_shape, num};
 use crate::decision::{Decision, PolicyResult, Status};
 use crate::deny_cache::{DenyCache, Entry};
 use crate::error::{BuildError, Error};
-use crate::headers::{LegacyReset, rate_limit_headers};
+use crate::headers::{LegacyReset, PolicyHeader, layer_headers, rate_limit_headers};
 use crate::ip::{ClientIpConfig, ForwardedHeader};
-use crate::policy::{BoxFuture, Policy, matched_route, valid_name};
+use crate::policy::{BoxFuture, Limit, Policy, matched_route, valid_name};
 use crate::telemetry::{LimiterMetrics, PolicyMetrics};
 
 type TagFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
@@ -345,14 +345,19 @@ impl RateLimitBuilder {
         for p in &mut self.policies {
             p.shadow |= self.shadow;
         }
-        let runtime = self
-            .policies
-            .iter()
-            .map(|p| PolicyRuntime {
+        let mut runtime = Vec::with_capacity(self.policies.len());
+        for p in &self.policies {
+            let fixed = p.fixed_limit();
+            runtime.push(PolicyRuntime {
                 metrics: PolicyMetrics::register(&name, &p.name),
                 shadow_log: LogLimiter::new(),
-            })
-            .collect();
+                key_head: format!("{}:{}:", self.prefix, p.name),
+                fixed: fixed.map(|l| (l, num(l.capacity), num(l.rate))),
+                cost: p.fixed_cost().map(|c| (c, num(c))),
+                header: PolicyHeader::new(&p.name, fixed)
+                    .ok_or_else(|| BuildError::InvalidPolicyName(p.name.to_string()))?,
+            });
+        }
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 client: self.client,
@@ -510,9 +515,18 @@ struct Shared {
     log: LogLimiter,
 }
 
+/// What the layer prepares once per policy for the request path.
 struct PolicyRuntime {
     metrics: PolicyMetrics,
     shadow_log: LogLimiter,
+    /// `<prefix>:<name>:` (keys without a hash tag).
+    key_head: String,
+    /// The fixed limit with its capacity and rate as TB.MTAKE arguments.
+    fixed: Option<(Limit, String, String)>,
+    /// The fixed cost as an argument.
+    cost: Option<(f64, String)>,
+    /// The policy's header name and `RateLimit-Policy` item.
+    header: PolicyHeader,
 }
 
 /// The buckets one request is charged on, and the index of each one's policy.
@@ -542,13 +556,16 @@ impl Shared {
         self.metrics.0.checks.fetch_add(1, Ordering::Relaxed);
 
         if let Some(decision) = self.cached_refusal(&plan) {
-            let resp = self.limited_response(&decision);
+            let resp = self.limited_response(&decision, None);
             return Ok(self.refuse(resp, body).await);
         }
 
         let decision = if self.breaker.admit() {
             let started = Instant::now();
-            let result = self.client.mtake(&plan.charges).await;
+            let result = match self.mtake_command(&plan) {
+                Ok(cmd) => self.client.mtake_encoded(&cmd, plan.charges.len()).await,
+                Err(e) => Err(e),
+            };
             self.telemetry
                 .call_duration
                 .record(started.elapsed().as_secs_f64());
@@ -569,7 +586,7 @@ impl Shared {
         match decision.status {
             Status::Limited => {
                 self.remember(&decision);
-                let resp = self.limited_response(&decision);
+                let resp = self.limited_response(&decision, Some(&plan));
                 Ok(self.refuse(resp, body).await)
             }
             Status::StoreError if !decision.allowed => {
@@ -588,7 +605,7 @@ impl Shared {
                 } else {
                     RefundHandle::default()
                 };
-                let headers = rate_limit_headers(&decision, self.legacy_headers);
+                let headers = self.headers(&decision, &plan);
                 parts.extensions.insert(decision);
                 parts.extensions.insert(refund.clone());
                 let mut resp = inner
@@ -602,7 +619,7 @@ impl Shared {
                     }
                 }
                 if let Some(h) = headers {
-                    h.apply(resp.headers_mut());
+                    h.apply_owned(resp.headers_mut());
                 }
                 Ok(resp)
             }
@@ -741,16 +758,12 @@ impl Shared {
             policy: Vec::new(),
         };
         let route = matched_route(parts);
+        let route = route.as_ref().map(|r| r.as_str());
         if route.is_none() && !self.limit_unmatched {
             return plan;
         }
-        let applicable: Vec<(usize, &Policy)> = self
-            .policies
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.applies(&parts.method, route.as_deref()))
-            .collect();
-        if applicable.is_empty() {
+        let applies = |p: &Policy| p.applies(&parts.method, route);
+        if !self.policies.iter().any(applies) {
             return plan;
         }
         match parts.extensions.get::<ConnectInfo<SocketAddr>>() {
@@ -767,14 +780,17 @@ impl Shared {
         }
         let parts: &Parts = parts;
         let tag = self.hash_tag.as_ref().and_then(|f| f(parts));
-        for (i, p) in applicable {
+        for (i, p) in self.policies.iter().enumerate() {
+            if !applies(p) {
+                continue;
+            }
             let Some(identity) = p.key.identity(parts).await else {
                 continue;
             };
             let Some(limit) = p.limit_for(parts) else {
                 continue;
             };
-            let identity = match (&route, p.per_route) {
+            let identity = match (route, p.per_route) {
                 // A '{' in a key starts a Redis Cluster hash tag: keep the template's out.
                 (Some(route), true) => format!(
                     "{} {}:{identity}",
@@ -785,7 +801,13 @@ impl Shared {
             };
             let key = match &tag {
                 Some(tag) => format!("{}:{{{tag}}}:{}:{identity}", self.prefix, p.name),
-                None => format!("{}:{}:{identity}", self.prefix, p.name),
+                None => {
+                    let head = &self.runtime[i].key_head;
+                    let mut key = String::with_capacity(head.len() + identity.len());
+                    key.push_str(head);
+                    key.push_str(&identity);
+                    key
+                }
             };
             plan.charges.push(Charge {
                 key,
@@ -896,7 +918,57 @@ impl Shared {
         }
     }
 
-    fn limited_response(&self, decision: &Decision) -> Response {
+    /// The rate-limit headers of a Redis decision, from the policies' prepared pieces.
+    fn headers(
+        &self,
+        decision: &Decision,
+        plan: &Plan,
+    ) -> Option<crate::headers::RateLimitHeaders> {
+        let items: Vec<&PolicyHeader> = plan
+            .policy
+            .iter()
+            .map(|&i| &self.runtime[i].header)
+            .collect();
+        layer_headers(decision, &items, self.legacy_headers)
+    }
+
+    /// `TB.MTAKE n key.. (capacity rate cost)..`, with the fixed limits' and costs' numbers
+    /// formatted once at build time; per-request ones are checked and formatted here.
+    fn mtake_command(&self, plan: &Plan) -> Result<redis::Cmd, Error> {
+        let n = plan.charges.len();
+        let mut cmd = redis::Cmd::with_capacity(
+            1 + 4 * n,
+            16 + plan.charges.iter().map(|c| c.key.len() + 32).sum::<usize>(),
+        );
+        cmd.arg("TB.MTAKE").arg(n);
+        for c in &plan.charges {
+            cmd.arg(c.key.as_str());
+        }
+        for (c, &i) in plan.charges.iter().zip(&plan.policy) {
+            let rt = &self.runtime[i];
+            match &rt.fixed {
+                Some((l, capacity, rate)) if l.capacity == c.capacity && l.rate == c.rate => {
+                    cmd.arg(capacity.as_str()).arg(rate.as_str());
+                }
+                _ => {
+                    check_shape(c.capacity, c.rate)?;
+                    cmd.arg(num(c.capacity)).arg(num(c.rate));
+                }
+            }
+            match &rt.cost {
+                Some((cost, text)) if *cost == c.n => {
+                    cmd.arg(text.as_str());
+                }
+                _ => {
+                    check_n(c.n)?;
+                    cmd.arg(num(c.n));
+                }
+            }
+        }
+        Ok(cmd)
+    }
+
+    fn limited_response(&self, decision: &Decision, plan: Option<&Plan>) -> Response {
         let violated = decision.violated_names();
         let never: Vec<_> = decision
             .violated()
@@ -937,8 +1009,12 @@ impl Shared {
             "retry_after": retry_after,
         });
         let mut resp = problem(StatusCode::TOO_MANY_REQUESTS, &body);
-        if let Some(h) = rate_limit_headers(decision, self.legacy_headers) {
-            h.apply(resp.headers_mut());
+        let headers = match plan {
+            Some(plan) => self.headers(decision, plan),
+            None => rate_limit_headers(decision, self.legacy_headers),
+        };
+        if let Some(h) = headers {
+            h.apply_owned(resp.headers_mut());
         }
         resp
     }

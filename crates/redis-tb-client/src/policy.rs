@@ -348,12 +348,9 @@ impl Policy {
     }
 }
 
-/// The route template axum matched, if any.
-pub(crate) fn matched_route(parts: &Parts) -> Option<String> {
-    parts
-        .extensions
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
+/// The route template axum matched, if any (a cheap clone of a shared string).
+pub(crate) fn matched_route(parts: &Parts) -> Option<MatchedPath> {
+    parts.extensions.get::<MatchedPath>().cloned()
 }
 
 /// Whether `name` is a policy-name token: `[a-z0-9_-]+`.
