@@ -658,3 +658,44 @@ async fn hash_tags_unmatched_requests_and_automatic_refunds() -> TestResult {
     assert!(all.remaining >= 98.0 && all.remaining < 98.05, "{all:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_request_limit_out_of_range_is_a_store_error_not_a_panic() -> TestResult {
+    use axum::Router;
+    use axum::extract::Extension;
+    use axum::routing::get;
+    use redis_tb_client::{Decision, Policy, RateLimitLayer};
+
+    let redis = RedisServer::start()?;
+    let layer = RateLimitLayer::builder(client(&redis).await?)
+        .policy(Policy::per_hour("ok", 10.0))
+        // A limit function that returns nonsense for one request: capacity 0.
+        .policy(
+            Policy::per_hour("tier", 10.0)
+                .limit_fn(|parts| (parts.uri.path() == "/bad").then_some(Limit::new(0.0, 1.0))),
+        )
+        .build()?;
+    let metrics = layer.metrics();
+    async fn status(Extension(d): Extension<Decision>) -> String {
+        format!("{:?} {}", d.status, d.policies.len())
+    }
+    let app = serve(
+        Router::new()
+            .route("/bad", get(status))
+            .route("/good", get(status))
+            .layer(layer),
+    )
+    .await?;
+    let r = request(app.addr, "GET", "/bad", &[]).await?;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "StoreError 0"),
+        "fail-open"
+    );
+    assert_eq!(metrics.store_errors(), 1);
+    // Nothing was sent to Redis, and the breaker stays closed for the others.
+    assert_eq!(redis.command(&["EXISTS", "rl:ok:127.0.0.1"])?, ":0\r\n");
+    let r = request(app.addr, "GET", "/good", &[]).await?;
+    assert_eq!((r.status, r.body.as_str()), (200, "Allowed 1"));
+    Ok(())
+}

@@ -126,3 +126,26 @@ async fn control_a_handler_ignoring_the_body_loses_the_connection() -> TestResul
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fail_closed_503_keeps_the_connection_too() -> TestResult {
+    let mut redis = RedisServer::start()?;
+    let config = Config {
+        failure_mode: redis_tb_client::FailureMode::FailClosed,
+        ..Config::default()
+    };
+    let app = serve(app(Some(limiter(client(&redis).await?, &config)?))).await?;
+    redis.stop();
+    let mut conn = HttpConn::connect(app.addr).await?;
+    let r = conn
+        .request_split("POST", "/orders", &[], ORDER, GAP)
+        .await?;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(r.header("connection"), None);
+    let next = conn.request("GET", "/health", &[]).await?;
+    assert_eq!(
+        next.status, 200,
+        "second request on the connection after the 503"
+    );
+    Ok(())
+}
