@@ -9,8 +9,9 @@ For each strategy, limit (100 and 1,000 per minute) and storage, in alternating 
   half full), headers on (flask-limiter reads the window after each hit);
 - Redis CPU per request: the server's INFO cpu (used_cpu_sys + used_cpu_user) delta over
   the same requests, divided by them;
-- bytes per limited key: a key hit up to its limit through limits' strategy API, then
-  MEMORY USAGE ... SAMPLES 0 (both of the upstream sliding window's keys summed).
+- bytes per limited key: one client's keys through limits' strategy API (the moving
+  window full at its limit; the sliding window counter with both windows), MEMORY USAGE
+  ... SAMPLES 0 summed over its keys.
 
 Writes bench/results/integrations-limits.md. Usage (repo root, module built):
     python examples/flask/bench_storage.py [--requests 3000] [--rounds 3]
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 import redis
-from limits import RateLimitItemPerMinute
+from limits import RateLimitItem, RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.storage import storage_from_string
 from limits.strategies import STRATEGIES
 
@@ -120,16 +121,30 @@ def throughput(server: RedisServer, scheme: str, strategy: str, limit: int, requ
 
 
 def key_bytes(server: RedisServer, scheme: str, strategy: str, limit: int) -> int:
+    """Bytes of one client's keys at the limit. The moving window: a key hit `limit` times.
+    The sliding window counter: in steady state, with both windows (limits' Redis storage
+    then holds two keys): `limit / 2` hits, one window later one more (2-second windows,
+    as the bytes do not depend on the window's length)."""
     r = redis.Redis(port=server.port)
     r.flushall()
     storage = storage_from_string(f"{scheme}://127.0.0.1:{server.port}/0")
     limiter = STRATEGIES[strategy](storage)
-    item = RateLimitItemPerMinute(limit)
-    for _ in range(limit):
+    if strategy == "moving-window":
+        item: RateLimitItem = RateLimitItemPerMinute(limit)
+        for _ in range(limit):
+            if not limiter.hit(item, "k"):
+                raise RuntimeError(f"{scheme} {strategy}: refused under the limit")
+        if limiter.hit(item, "k"):
+            raise RuntimeError(f"{scheme} {strategy}: admitted over the limit")
+    else:
+        item = RateLimitItemPerSecond(limit, 2)
+        if not limiter.hit(item, "k", cost=limit // 2):
+            raise RuntimeError(f"{scheme} {strategy}: refused under the limit")
+        time.sleep(2.1)
         if not limiter.hit(item, "k"):
             raise RuntimeError(f"{scheme} {strategy}: refused under the limit")
-    if limiter.hit(item, "k"):
-        raise RuntimeError(f"{scheme} {strategy}: admitted over the limit")
+        if len(r.keys("*")) not in (1, 2):
+            raise RuntimeError(f"{scheme} {strategy}: unexpected keys {r.keys('*')}")
     total = 0
     for key in r.keys("*"):
         total += int(r.memory_usage(key, samples=0) or 0)
@@ -145,6 +160,7 @@ def main() -> None:
     args = ap.parse_args()
     server = RedisServer().start()
     rows = []
+    rounds_log: list[str] = []
     try:
         load_before = os.getloadavg()
         for strategy in ("moving-window", "sliding-window-counter"):
@@ -159,7 +175,9 @@ def main() -> None:
                         a, b = throughput(server, scheme, strategy, limit, args.requests, rnd)
                         rps[name].append(a)
                         us[name].append(b)
-                        print(f"{strategy} limit {limit} {name} round {rnd}: {a:.0f} req/s, {b:.1f} us Redis CPU/request", flush=True)
+                        line = f"{strategy} limit {limit} {name} round {rnd}: {a:.0f} req/s, {b:.1f} us Redis CPU/request"
+                        rounds_log.append(line)
+                        print(line, flush=True)
                 mem = {name: key_bytes(server, scheme, strategy, limit) for name, scheme in STORAGES.items()}
                 rows.append((strategy, limit, {k: statistics.median(v) for k, v in rps.items()},
                              {k: statistics.median(v) for k, v in us.items()}, mem))
@@ -177,7 +195,7 @@ def main() -> None:
         f"worker x {THREADS} threads, flask-limiter {version('flask-limiter')}, limits {version('limits')}, "
         f"headers on; {THREADS} client threads on keep-alive connections; every request under its "
         "limit. Redis CPU = INFO cpu used_cpu_sys + used_cpu_user delta / requests. Bytes per key = "
-        "MEMORY USAGE SAMPLES 0 of a key hit up to its limit (the upstream sliding window's two keys summed).",
+        "MEMORY USAGE SAMPLES 0 of one client's keys (see below).",
         "",
         f"Load average: {load_before[0]:.2f} before, {load_after[0]:.2f} after (2 cores, shared).",
         "",
@@ -193,6 +211,16 @@ def main() -> None:
     out += [
         "",
         "Ratios are redis-tb / limits: above 1x is better for req/s, below 1x is better for CPU and bytes.",
+        "Bytes: the moving window's key full at its limit (limits: a list of timestamps; redis-tb: the",
+        "TB.WINDOW LOG sorted set, a listpack up to Redis' zset-max-listpack-entries, 128 by default, then a",
+        "skiplist); the sliding window counter in steady state (limits: the current and the previous",
+        "window's counters, two keys; redis-tb: one hash).",
+        "",
+        "Every round:",
+        "",
+        "```",
+        *rounds_log,
+        "```",
         "",
     ]
     Path(args.out).write_text("\n".join(out))
