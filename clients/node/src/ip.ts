@@ -127,17 +127,16 @@ export interface Network {
 
 /** A CIDR (`10.0.0.0/8`, `2001:db8::/32`) or a single address. */
 export function parseNetwork(text: string): Network {
-  const [addr, len] = text.trim().split('/') as [string, string | undefined];
+  const [addr, len, extra] = text.trim().split('/') as [string, string | undefined, string | undefined];
   const a = parseAddress(addr);
-  if (!a || (addr.includes(':') && !a.v6 && len !== undefined)) {
-    if (!a) throw new RangeError(`not an address or CIDR: ${JSON.stringify(text)}`);
-  }
-  const full = a.v6 ? 128 : 32;
+  if (!a || extra !== undefined) throw new RangeError(`not an address or CIDR: ${JSON.stringify(text)}`);
+  const written6 = addr.includes(':'); // ::ffff:a.b.c.d/n is unmapped to IPv4 with n - 96
+  const full = written6 ? 128 : 32;
   let prefix = len === undefined ? full : Number(len);
-  if (!Number.isInteger(prefix) || prefix < 0 || prefix > (addr.includes(':') ? 128 : 32)) {
+  if (len === '' || !Number.isInteger(prefix) || prefix < 0 || prefix > full) {
     throw new RangeError(`bad prefix length in ${JSON.stringify(text)}`);
   }
-  if (addr.includes(':') && !a.v6) prefix = Math.max(0, prefix - 96); // ::ffff:a.b.c.d/120
+  if (written6 && !a.v6) prefix = Math.max(0, prefix - 96);
   return { v6: a.v6, bytes: mask(a.bytes, prefix), prefix };
 }
 

@@ -48,6 +48,10 @@ describe('addresses', () => {
     assert.equal(fwd.identity('10.0.0.1', ['for="_gazonk"']), '10.0.0.1');
     assert.equal(fwd.identity('10.0.0.1', ['proto=https;for="[2001:db8::1]:80", for=unknown']), '10.0.0.1');
     assert.throws(() => new ClientIp({ trustedProxies: ['nope'] }), RangeError);
+    assert.throws(() => new ClientIp({ trustedProxies: ['10.0.0.0/33'] }), RangeError);
+    assert.throws(() => new ClientIp({ trustedProxies: ['10.0.0.0/'] }), RangeError);
+    const mapped = new ClientIp({ trustedProxies: ['::ffff:10.0.0.0/104'] });
+    assert.equal(mapped.identity('10.1.1.1', ['1.1.1.1']), '1.1.1.1', 'a mapped CIDR is its IPv4 network');
   });
 });
 

@@ -1,7 +1,8 @@
 // Compiled (not run) by `npm run typecheck`: the shipped declarations as an ESM
 // TypeScript consumer sees them.
 import type { Request } from 'express';
-import type { FastifyRequest } from 'fastify';
+import Fastify, { type FastifyRequest } from 'fastify';
+import express from 'express';
 import {
   type Decision, type MultiReply, type TbReply, type ThrottleReply, Limit, Policy, RateLimiter, RedisTbError,
   RedisTbStore, Scheduler, TbClient, perMinute, tiered,
@@ -29,7 +30,18 @@ export async function use(): Promise<void> {
   void mw;
   void fastifyRateLimit;
   const fl = new RateLimiter<FastifyRequest>(tb);
-  void fl;
+  const app = Fastify();
+  await app.register(fastifyRateLimit, { limiter: fl, policies: [perMinute<FastifyRequest>('ip', 1)], refundOn: (s) => s >= 500 });
+  app.get('/', async (request) => {
+    const refunded: boolean | undefined = await request.rateLimit?.refund();
+    return { refunded, shadow: request.rateLimit?.shadowLimited };
+  });
+  const e = express();
+  e.use(mw);
+  e.get('/', async (_req, res) => {
+    const ok: boolean | undefined = await res.locals.rateLimit?.refund();
+    res.json({ ok, outcome: res.locals.rateLimit?.outcome });
+  });
   const d: Decision = await limiter.check({ request: {} as Request, peer: '::1', header: () => [], route: null }, policies);
   const names: string[] = d.shadowLimited.concat(d.violated);
   void names;
