@@ -368,7 +368,6 @@ export class RateLimiter<Req = AnyRequest> {
   private async refund(decision: Decision): Promise<boolean> {
     const charged = decision.results.filter((r) => r.cost > 0);
     if (!charged.length) return false;
-    for (const r of charged) this.denyCache?.drop(r.key);
     if (!this.mayCall()) {
       this.stats.refundErrors += 1;
       return false;
@@ -388,7 +387,11 @@ export class RateLimiter<Req = AnyRequest> {
     }
     this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
     this.stats.refunds += 1;
-    for (const r of charged) this.metrics?.refunded(this.name, r.name);
+    for (const r of charged) {
+      this.metrics?.refunded(this.name, r.name);
+      // Tokens came back: a remembered refusal of this bucket may be wrong now.
+      this.denyCache?.drop(r.key);
+    }
     return true;
   }
 }
