@@ -66,6 +66,14 @@ function redisCli(port, ...argv) {
   return execFileSync('redis-cli', ['-p', String(port), ...argv], { encoding: 'utf8' });
 }
 
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+/** CPU seconds (user + system) a process has used so far, from /proc. */
+function cpuSeconds(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
+}
+
 function commandCounts(port) {
   const counts = {};
   for (const line of redisCli(port, 'INFO', 'commandstats').split('\n')) {
@@ -111,13 +119,20 @@ for (let r = 0; r < rounds; r++) {
   const order = r % 2 === 0 ? variants : [...variants].reverse();
   for (const v of order) {
     const before = commandCounts(redisPort);
+    const cpu0 = cpuSeconds(apps[v].child.pid);
+    const rcpu0 = cpuSeconds(redis.pid);
     const tput = load(apps[v].port, connections, seconds, 1);
+    // CPU time per request of the app and of redis-server over the throughput run
+    // (warm-up included, as in tput.all): less sensitive to other work on the machine
+    // than requests per second are.
+    const appCpuUs = ((cpuSeconds(apps[v].child.pid) - cpu0) * 1e6) / tput.all;
+    const redisCpuUs = ((cpuSeconds(redis.pid) - rcpu0) * 1e6) / tput.all;
     const latency = load(apps[v].port, 1, latSeconds, 0.5);
     const after = commandCounts(redisPort);
     const calls = {};
     for (const [k, n] of Object.entries(after)) if (n - (before[k] ?? 0) > 0 && k !== 'info') calls[k] = n - (before[k] ?? 0);
-    results[v].push({ round: r + 1, tput, latency, calls, completed: tput.all + latency.all });
-    process.stderr.write(`round ${r + 1} ${v.padEnd(5)} ${tput.rps.toFixed(0).padStart(6)} req/s  p50 ${tput.p50_us.toFixed(0)} µs p99 ${tput.p99_us.toFixed(0)} µs | 1 conn p50 ${latency.p50_us.toFixed(0)} µs p99 ${latency.p99_us.toFixed(0)} µs | ${JSON.stringify(tput.statuses)} ${JSON.stringify(calls)}\n`);
+    results[v].push({ round: r + 1, tput, latency, calls, completed: tput.all + latency.all, appCpuUs, redisCpuUs });
+    process.stderr.write(`round ${r + 1} ${v.padEnd(5)} ${tput.rps.toFixed(0).padStart(6)} req/s  p50 ${tput.p50_us.toFixed(0)} µs p99 ${tput.p99_us.toFixed(0)} µs | app CPU ${appCpuUs.toFixed(0)} µs/req, redis ${redisCpuUs.toFixed(0)} | 1 conn p50 ${latency.p50_us.toFixed(0)} µs p99 ${latency.p99_us.toFixed(0)} µs | ${JSON.stringify(tput.statuses)} ${JSON.stringify(calls)}\n`);
   }
 }
 const loadAfter = os.loadavg();

@@ -24,6 +24,13 @@ export function ratio(results, a, b) {
   return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs), rounds: rs };
 }
 
+/** Per-round ratio of b's and a's app CPU time per request (a is cheaper when > 1), median and range. */
+export function cpuRatio(results, a, b) {
+  if (!results[a] || !results[b]) return null;
+  const rs = results[a].map((m, i) => results[b][i].appCpuUs / m.appCpuUs);
+  return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs), rounds: rs };
+}
+
 export function summary(results) {
   const s = {};
   for (const [v, ms] of Object.entries(results)) {
@@ -33,6 +40,8 @@ export function summary(results) {
       p99: median(ms.map((m) => m.tput.p99_us)),
       l50: median(ms.map((m) => m.latency.p50_us)),
       l99: median(ms.map((m) => m.latency.p99_us)),
+      cpu: median(ms.map((m) => m.appCpuUs)),
+      rcpu: median(ms.map((m) => m.redisCpuUs)),
       non200: ms.reduce((n, m) => n + Object.entries(m.tput.statuses).filter(([k]) => k !== '200').reduce((a, [, c]) => a + c, 0), 0),
       requests: ms.reduce((n, m) => n + m.tput.requests + m.latency.requests, 0),
       completed: ms.reduce((n, m) => n + (m.completed ?? 0), 0),
@@ -71,6 +80,20 @@ export function writeReport(run) {
     const isBase = v === 'none';
     L.push(`| ${NAMES[v]} | ${f0(x.rps)} | ${f2(x.rps / base.rps)}x | ${isBase ? '' : f0(1e6 / x.rps - 1e6 / base.rps)} | ${f0(x.p50)} | ${f0(x.p99)} | ${isBase ? '' : signed(x.p50 - base.p50)} | ${isBase ? '' : signed(x.p99 - base.p99)} | ${f0(x.l50)} | ${f0(x.l99)} | ${isBase ? '' : signed(x.l50 - base.l50)} | ${isBase ? '' : signed(x.l99 - base.l99)} |`);
   }
+  L.push('');
+  const cErl = cpuRatio(results, 'tb', 'erl');
+  const cPing = cpuRatio(results, 'tb', 'ping');
+  L.push(`CPU time of the app process per request (user + system from /proc over each throughput run; medians over rounds). Other work on the machine moves this much less than it moves requests per second, so it is the steadier view of what each variant costs the app; redis-server's CPU per request beside it.`);
+  L.push('');
+  L.push('| variant | app CPU per request (µs) | added vs (1) (µs) | redis-server CPU per request (µs) |');
+  L.push('|---|---:|---:|---:|');
+  for (const v of variants) {
+    const x = s[v];
+    L.push(`| ${NAMES[v]} | ${f0(x.cpu)} | ${v === 'none' ? '' : signed(x.cpu - base.cpu)} | ${f0(x.rcpu)} |`);
+  }
+  L.push('');
+  if (cErl) L.push(`App CPU per request, (2)/(3): ${f2(cErl.median)}x (rounds ${f2(cErl.min)}-${f2(cErl.max)}): above 1, redis-tb costs the app less CPU than express-rate-limit + rate-limit-redis.`);
+  if (cPing) L.push(`App CPU per request, (4)/(3): ${f2(cPing.median)}x (rounds ${f2(cPing.min)}-${f2(cPing.max)}): 1 would be the bare PING's cost.`);
   L.push('');
   L.push('Requests per second in each round (the order of the variants alternates from round to round):');
   L.push('');

@@ -50,3 +50,5 @@ const server = app.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   process.stdout.write(`listening ${server.address().port}\n`);
 });
 server.keepAliveTimeout = 60_000;
+// exit normally on SIGINT, so `node --cpu-prof` (bench/profile.mjs) writes its profile
+process.on('SIGINT', () => process.exit(0));
