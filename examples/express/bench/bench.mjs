@@ -137,6 +137,13 @@ for (let r = 0; r < rounds; r++) {
 }
 const loadAfter = os.loadavg();
 
+// Where redis-tb's middleware spends its time, in-process (bench/micro.mjs), on the app's CPU.
+let micro = null;
+if (variants.includes('tb')) {
+  const [mcmd, margv] = pin(0, process.execPath, [path.join(here, 'micro.mjs'), '--redis', `redis://127.0.0.1:${redisPort}`]);
+  micro = execFileSync(mcmd, margv, { encoding: 'utf8' }).trim();
+}
+
 const versions = {};
 for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '@redis/client', 'redis-tb']) {
   try {
@@ -145,7 +152,7 @@ for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '
 }
 writeReport({
   out, started, results, variants, rounds, seconds, latSeconds, connections, pinning,
-  loadBefore, loadAfter, node: process.version, redisVersion, versions, cpus: os.cpus().length,
+  loadBefore, loadAfter, micro, node: process.version, redisVersion, versions, cpus: os.cpus().length,
   command: `node examples/express/bench/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
 });
 fs.writeFileSync(path.join(here, 'last-run.json'), JSON.stringify({ started, results }, null, 1));

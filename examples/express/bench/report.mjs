@@ -103,6 +103,14 @@ export function writeReport(run) {
     L.push(`| ${r + 1} | ${variants.map((v) => f0(results[v][r].tput.rps)).join(' | ')} |${tbErl ? ` ${f2(tbErl.rounds[r])} |` : ''}${tbPing ? ` ${f2(tbPing.rounds[r])} |` : ''}`);
   }
   L.push('');
+  if (run.micro) {
+    L.push("## Where redis-tb's time goes");
+    L.push('');
+    L.push("`bench/micro.mjs`, run right after the rounds on the app's CPU: each part of the middleware's request path timed in-process (best of 7 repetitions), with a fake client answering TB.MTAKE with a real server's reply, then whole round trips on node-redis measured as this process's CPU time per call. The two `(sketch)` rows do the same work a cheaper way (checked to give the same identity and the same headers), to show what changing `clients/node` would save; `node bench/profile.mjs tb` gives the `--cpu-prof` view of the running server.");
+    L.push('');
+    L.push(run.micro);
+    L.push('');
+  }
   L.push('## What was checked');
   L.push('');
   for (const v of variants) {

@@ -91,17 +91,9 @@ export function buildApp(config: AppConfig) {
   app.disable('x-powered-by');
   app.use(express.json());
 
-  // The login route is registered before the API-wide middleware, so only its own
-  // fail-closed limiter (per address and per 'login' bucket) runs for it.
-  app.post('/login', rateLimit(strict, { policies: LOGIN_POLICIES }), (req: Request, res: Response) => {
-    const decision = res.locals.rateLimit;
-    const login = decision?.results.find((r) => r.name === 'login');
-    res.json({ ok: true, attempts_left: login === undefined ? null : Math.floor(login.remaining) });
-  });
-
   app.use(rateLimit(limiter, {
     policies: POLICIES,
-    exclude: ['GET /healthz', 'GET /metrics'],
+    exclude: ['GET /healthz', 'GET /metrics', 'POST /login'], // the login has its own limiter
     refundOn: (status) => status >= 500, // our own failures do not count against callers
   }));
 
@@ -111,6 +103,14 @@ export function buildApp(config: AppConfig) {
 
   app.get('/metrics', async (_req, res) => {
     res.type(registry.contentType).send(await registry.metrics());
+  });
+
+  // The login: its own fail-closed limiter (per address and per 'login' bucket), put on
+  // the route; the API-wide middleware excludes it.
+  app.post('/login', rateLimit(strict, { policies: LOGIN_POLICIES }), (req: Request, res: Response) => {
+    const decision = res.locals.rateLimit;
+    const login = decision?.results.find((r) => r.name === 'login');
+    res.json({ ok: true, attempts_left: login === undefined ? null : Math.floor(login.remaining) });
   });
 
   app.get('/items/:id', (req: Request, res: Response) => {
