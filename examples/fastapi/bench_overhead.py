@@ -1,18 +1,24 @@
-"""The limiter's overhead per request: requests/s of the example app with the
-limiter against the same app without it (RATE_LIMIT=off).
+"""What a rate limiter costs a FastAPI app: requests per second of ``GET /items/{id}``
+(bench_app.py) with no limiter, with one bare ``await redis.ping()`` per request (the
+floor of any limiter that makes one Redis round trip), with redis-tb's middleware
+(one policy; three policies), and with slowapi on the limits library's Redis storage
+(moving window; one limit, three stacked limits). Then the refusal path: every
+request refused (429s per second) by redis-tb with and without the local deny cache,
+and by slowapi.
 
-Starts a redis-server with the module and two uvicorn servers (one process each),
-then drives them in interleaved rounds (A B, B A, ...) with a keep-alive HTTP/1.1
-load generator on raw asyncio sockets (lighter than any HTTP client library, so
-the servers, not the generator, set the pace). Every request is
-``GET /items/{n}`` through the trusted-proxy address with its own
-``X-Forwarded-For``, so the limited app checks a real spread of buckets (65,536
-client addresses) and admits every request: a 429 would be cheaper than a 200
-and flatter the limiter, so any non-200 aborts the run.
+Setup, as in issue 21: one uvicorn worker per variant pinned to CPU 0, redis-server
+(with the module) pinned to CPU 1, the load generator (16 keep-alive connections on
+raw asyncio sockets, pinned to CPU 1 too, beside Redis) sends every request from the
+trusted proxy address with its own ``X-Forwarded-For`` (65,536 client addresses; for
+the refusal variants one client). Rounds rotate the order of the variants; each
+figure is the median over rounds. A response other than the variant's expected status
+voids the run.
 
-Writes bench/results/integrations-python.md (or --out).
+    python examples/fastapi/bench_overhead.py [--seconds 10] [--rounds 5] [--steps-baseline REV] [--steps-instructions]
 
-    .venv/python/bin/python examples/fastapi/bench_overhead.py [--seconds 5] [--rounds 5]
+Writes bench/results/integrations-python.md (or --out), with the per-step costs of
+bench_steps.py (and a baseline revision's, with --steps-baseline) and the machine's
+load average.
 """
 
 from __future__ import annotations
@@ -36,16 +42,34 @@ sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
 from servers import RedisServer, Uvicorn, start_all  # noqa: E402
 
 PROXY = "127.0.0.2"
+SERVER_CPU, REDIS_CPU = 0, 1
+
+ADMIT = {
+    "none": "no limiter",
+    "ping": "one bare `await redis.ping()` per request",
+    "one": "redis-tb middleware, one policy",
+    "three": "redis-tb middleware, three policies",
+    "slowapi": "slowapi, one limit (moving window)",
+    "slowapi3": "slowapi, three stacked limits",
+}
+REFUSE = {
+    "one-refuse": "redis-tb, deny cache on (the bench app's setting)",
+    "one-refuse-nocache": "redis-tb, deny cache off (every refusal from Redis)",
+    "slowapi-refuse": "slowapi",
+}
 
 
-async def _worker(port: int, stop_at: float, start_index: int, step: int, counts: dict[str, int]) -> None:
+async def _worker(port: int, stop_at: float, start: int, step: int, expect: int, counts: dict[str, int],
+                  one_client: bool, header: bytes) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(PROXY, 0))
-    i = start_index
+    i = start
     try:
         while time.monotonic() < stop_at:
-            ip = f"198.18.{(i >> 8) & 255}.{i & 255}"
+            ip = "198.18.0.1" if one_client else f"198.18.{(i >> 8) & 255}.{i & 255}"
+            item = 1 if one_client else i & 1023  # slowapi's buckets are per path, too
             writer.write(
-                f"GET /items/{i & 1023} HTTP/1.1\r\nHost: bench\r\nX-Forwarded-For: {ip}\r\n\r\n".encode()
+                f"GET /items/{item} HTTP/1.1\r\nHost: bench\r\nX-Forwarded-For: {ip}\r\n"
+                f"X-API-Key: k{i & 63}\r\n\r\n".encode()
             )
             i += step
             head = await reader.readuntil(b"\r\n\r\n")
@@ -55,118 +79,186 @@ async def _worker(port: int, stop_at: float, start_index: int, step: int, counts
                 if line[:15].lower() == b"content-length:":
                     length = int(line[15:])
             await reader.readexactly(length)
-            if status != 200:
-                counts["other"] += 1
-            else:
-                counts["ok"] += 1
+            good = status == expect and (not header or header in head.lower())
+            if not good and counts["other"] == 0:
+                print(f"unexpected response: {head[:300]!r}", file=sys.stderr)
+            counts["ok" if good else "other"] += 1
     finally:
         writer.close()
 
 
-async def measure(port: int, seconds: float, connections: int, offset: int) -> tuple[float, int]:
+async def _load(port: int, seconds: float, connections: int, offset: int, expect: int,
+                one_client: bool, header: bytes = b"") -> tuple[float, int, int]:
+    """Requests (or refusals) per second; ``header``: a header every response must carry
+    (redis-tb's, so that a fail-open response without it voids the run)."""
     counts = {"ok": 0, "other": 0}
     started = time.monotonic()
-    stop_at = started + seconds
-    await asyncio.gather(*(_worker(port, stop_at, offset + c, connections, counts) for c in range(connections)))
-    elapsed = time.monotonic() - started
-    return counts["ok"] / elapsed, counts["other"]
+    await asyncio.gather(*(
+        _worker(port, started + seconds, offset + c, connections, expect, counts, one_client, header)
+        for c in range(connections)
+    ))
+    return counts["ok"] / (time.monotonic() - started), counts["ok"], counts["other"]
+
+
+def pin(pid: int, cpu: int) -> None:
+    subprocess.run(["taskset", "-pc", str(cpu), str(pid)], check=True, capture_output=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=5.0, help="length of one measurement")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of (limited, plain)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="length of one measurement")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--steps-baseline", help="git revision for bench_steps.py's side-by-side column")
+    ap.add_argument("--no-steps", action="store_true", help="skip bench_steps.py")
+    ap.add_argument("--steps-instructions", action="store_true",
+                    help="bench_steps.py --instructions: valgrind instruction counts per request (slow)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "integrations-python.md")
     args = ap.parse_args()
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("needs 2 CPUs: the app server on one, Redis and the load generator on the other")
 
+    started_at = datetime.datetime.now(datetime.timezone.utc)
+    loads = [os.getloadavg()]
     store = RedisServer().start()
+    assert store.proc is not None
+    pin(store.proc.pid, REDIS_CPU)
+    os.sched_setaffinity(0, {REDIS_CPU})
     env = {"REDIS_URL": store.url, "TRUSTED_PROXIES": f"{PROXY}/32"}
-    limited = Uvicorn("app:app", HERE, env)
-    plain = Uvicorn("app:app", HERE, {**env, "RATE_LIMIT": "off"})
-    rows: list[tuple[int, float, float]] = []
-    load_before = os.getloadavg()[0]
+    variants = {**ADMIT, **REFUSE}
+    apps = {v: Uvicorn("bench_app:app", HERE, {**env, "BENCH_VARIANT": v}) for v in variants}
+    results: dict[str, list[float]] = {v: [] for v in variants}
+    cpu_per_request: dict[str, list[float]] = {v: [] for v in variants}
+    offset = 0
     try:
-        start_all([limited, plain])
-        offset = 0
-        for app in (limited, plain):
-            asyncio.run(measure(app.port, args.warmup, args.connections, offset))
+        start_all(list(apps.values()))
+        for app in apps.values():
+            assert app.proc is not None
+            pin(app.proc.pid, SERVER_CPU)
+        for v, app in apps.items():
+            refuse = v in REFUSE
+            asyncio.run(_load(app.port, args.warmup, args.connections, offset, 429 if refuse else 200, refuse))
             offset += 1 << 16
+        order = list(variants)
         for rnd in range(args.rounds):
-            order = [(limited, "limited"), (plain, "plain")]
-            if rnd % 2:
-                order.reverse()
-            got: dict[str, float] = {}
-            for app, name in order:
-                rps, other = asyncio.run(measure(app.port, args.seconds, args.connections, offset))
-                offset += int(rps * args.seconds) + args.connections
+            k = rnd % len(order)
+            for v in order[k:] + order[:k]:
+                app = apps[v]
+                assert app.proc is not None
+                refuse = v in REFUSE
+                cpu0 = cpu_seconds(app.proc.pid)
+                header = b"\r\nratelimit:" if v in ("one", "three", "one-refuse", "one-refuse-nocache") else b""
+                rps, ok, other = asyncio.run(
+                    _load(app.port, args.seconds, args.connections, offset, 429 if refuse else 200, refuse, header)
+                )
+                used = cpu_seconds(app.proc.pid) - cpu0
+                offset += ok + other + args.connections
                 if other:
-                    raise SystemExit(f"{name}: {other} responses were not 200: the run is void")
-                got[name] = rps
-            rows.append((rnd + 1, got["limited"], got["plain"]))
-            print(f"round {rnd + 1}: limited {got['limited']:.0f} req/s, plain {got['plain']:.0f} req/s, "
-                  f"ratio {got['limited'] / got['plain']:.3f}", flush=True)
-        info = store.cli("INFO", "tb")
+                    raise SystemExit(f"{v}: {other} responses were not {429 if refuse else 200}: the run is void")
+                results[v].append(rps)
+                cpu_per_request[v].append(used / max(ok, 1) * 1e6)
+            print(f"round {rnd + 1}: " + ", ".join(f"{v} {results[v][-1]:.0f}" for v in variants), flush=True)
+            loads.append(os.getloadavg())
+        info = store.cli("INFO", "commandstats")
     finally:
-        limited.stop()
-        plain.stop()
+        for app in apps.values():
+            app.stop()
         store.stop()
+    loads.append(os.getloadavg())
 
-    load_after = os.getloadavg()[0]
-    ratios = [lim / pl for _, lim, pl in rows]
-    med = statistics.median(ratios)
-    lim_med = statistics.median(r[1] for r in rows)
-    pl_med = statistics.median(r[2] for r in rows)
-    per_request_us = (1 / lim_med - 1 / pl_med) * 1e6
-    takes = next((ln.split(":")[1].strip() for ln in info.splitlines() if ln.startswith("tb_mtake_calls")), "?")
+    med = {v: statistics.median(r) for v, r in results.items()}
+    cpu = {v: statistics.median(c) for v, c in cpu_per_request.items()}
+    floor = med["ping"]
+    steps: list[str] = []
+    if not args.no_steps:
+        cmd = [sys.executable, str(HERE / "bench_steps.py")]
+        if args.steps_baseline:
+            cmd += ["--baseline-rev", args.steps_baseline]
+        if args.steps_instructions:
+            cmd += ["--instructions"]
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 2)))
+        steps = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+
+    def fmt_load(x: tuple[float, float, float]) -> str:
+        return f"{x[0]:.1f}/{x[1]:.1f}/{x[2]:.1f}"
+
+    mtake_calls = next((ln.split("calls=")[1].split(",")[0] for ln in info.splitlines()
+                        if ln.startswith("cmdstat_tb.mtake:")), "0")
     redis_version = subprocess.run(
         [os.environ.get("REDIS_SERVER", "redis-server"), "--version"], capture_output=True, text=True
     ).stdout.split()[2].removeprefix("v=")
-
     lines = [
-        "# Python integration: the limiter's overhead per request",
+        "# Python integration: what the limiter costs a FastAPI app",
         "",
-        f"Written by `examples/fastapi/bench_overhead.py` on "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
+        f"Written by `examples/fastapi/bench_overhead.py` on {started_at:%Y-%m-%d %H:%M} UTC "
+        f"({args.rounds} rounds of {args.seconds:g} s per variant).",
         "",
-        f"**Median ratio, limited / unlimited requests per second: {med:.2f}x** "
-        f"(median {lim_med:.0f} req/s against {pl_med:.0f} req/s; the limiter adds about "
-        f"{per_request_us:.0f} µs of server time per request).",
+        f"**redis-tb middleware, one policy: {med['one'] / floor:.2f}x the one-PING floor** "
+        f"({med['one']:.0f} req/s against {floor:.0f}; no limiter {med['none']:.0f}). Three policies "
+        f"(one TB.MTAKE): {med['three'] / floor:.2f}x. slowapi: {med['slowapi'] / floor:.2f}x with one "
+        f"limit, {med['slowapi3'] / floor:.2f}x with three.",
         "",
-        "| round | with the limiter (req/s) | without (req/s) | ratio |",
-        "|---:|---:|---:|---:|",
-        *[f"| {n} | {lim:.0f} | {pl:.0f} | {lim / pl:.3f} |" for n, lim, pl in rows],
+        "## Admitted requests (200), median over rounds",
+        "",
+        "| variant | req/s | / one-PING floor | / no limiter | app CPU per request (µs) | rounds (req/s) |",
+        "|---|---:|---:|---:|---:|---|",
+        *[
+            f"| {label} | {med[v]:.0f} | {med[v] / floor:.2f}x | {med[v] / med['none']:.2f}x | {cpu[v]:.0f} | "
+            + ", ".join(f"{x:.0f}" for x in results[v]) + " |"
+            for v, label in ADMIT.items()
+        ],
+        "",
+        f"App CPU beyond the PING floor per request (from the uvicorn process's CPU time): "
+        f"redis-tb one policy {cpu['one'] - cpu['ping']:+.0f} µs, three policies "
+        f"{cpu['three'] - cpu['ping']:+.0f} µs, slowapi {cpu['slowapi'] - cpu['ping']:+.0f} µs.",
+        "",
+        "## Refused requests (429), median over rounds",
+        "",
+        "| variant | 429/s | app CPU per request (µs) | rounds (429/s) |",
+        "|---|---:|---:|---|",
+        *[
+            f"| {label} | {med[v]:.0f} | {cpu[v]:.0f} | " + ", ".join(f"{x:.0f}" for x in results[v]) + " |"
+            for v, label in REFUSE.items()
+        ],
+        "",
+        "## Where the time goes (bench_steps.py, in-process)",
+        "",
+        *(steps or ["(skipped)"]),
         "",
         "## Setup",
         "",
-        f"- The example app (`examples/fastapi/app.py`), one uvicorn process (h11, no access log) "
-        f"per variant; the unlimited twin is the same app with `RATE_LIMIT=off` (no middleware).",
-        f"- Request: `GET /items/{{n}}` from the trusted proxy address with a distinct "
-        f"`X-Forwarded-For` per request (65,536 client addresses): the limited app runs the peer/"
-        f"proxy walk, one policy (`ip`, 10 per second; the `user` policy is skipped for anonymous "
-        f"calls), one TB.MTAKE on a real spread of buckets, and writes both headers. Every "
-        f"response was a 200 ({takes} TB.MTAKE calls in all).",
-        f"- Load: {args.connections} keep-alive connections on raw asyncio sockets, "
-        f"{args.seconds:g} s per measurement, {args.rounds} rounds alternating which variant goes "
-        f"first, after {args.warmup:g} s of warm-up each.",
-        f"- One machine: {os.cpu_count()} cores shared by the server under test, redis-server "
-        f"{redis_version} and the load generator (nothing pinned). Python "
-        f"{platform.python_version()}, fastapi {version('fastapi')}, starlette "
-        f"{version('starlette')}, uvicorn {version('uvicorn')}, redis-py {version('redis')}. "
-        f"Load average before and after the run: {load_before:.1f} and {load_after:.1f} "
-        f"(anything above 0 is other work competing for the same cores: rounds then vary, "
-        f"and the median is the figure to read).",
-        "",
-        "The ratio depends on how much the app itself costs: a faster server (httptools, "
-        "a lighter framework) or a heavier handler moves it. The absolute cost per request "
-        "(one Redis round trip, the key functions and the header serialization) is the "
-        "number that carries over.",
+        "- `examples/fastapi/bench_app.py`: FastAPI `GET /items/{item_id}` returning a small JSON "
+        "object; one uvicorn process per variant (h11, no access log), pinned to CPU "
+        f"{SERVER_CPU}; redis-server {redis_version} with the module pinned to CPU {REDIS_CPU}, "
+        f"beside the load generator. {mtake_calls} TB.MTAKE calls in all.",
+        "- redis-tb variants run with Prometheus metrics and the local deny cache on "
+        "(`PrometheusMetrics`, `DenyCache(max_entries=10_000)`); policies `ip` (one), plus a "
+        "per-route `endpoint` and an `X-API-Key` `tenant` policy (three), limits never reached; "
+        "refusal variants: `ip` at 1 per hour, one client on one path (slowapi's keys include the path).",
+        "- slowapi: `Limiter(key_func=<X-Forwarded-For>, storage_uri=<redis>, "
+        "strategy=\"moving-window\")`, `@limiter.limit(...)` on the endpoint.",
+        f"- Load: {args.connections} keep-alive HTTP/1.1 connections on raw asyncio sockets, "
+        f"{args.warmup:g} s warm-up per variant, rounds rotating the order of the variants.",
+        f"- {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs shared with other "
+        f"work. Python {platform.python_version()}, fastapi {version('fastapi')}, starlette "
+        f"{version('starlette')}, uvicorn {version('uvicorn')}, redis-py {version('redis')}, "
+        f"slowapi {version('slowapi')}, limits {version('limits')}, prometheus_client "
+        f"{version('prometheus_client')}.",
+        f"- Load average (1/5/15 min) at the start, after each round and at the end: "
+        f"{', '.join(fmt_load(x) for x in loads)}. Anything well above 0 is other work on the same "
+        "two CPUs: absolute figures then drop and vary between rounds; the ratios within a round "
+        "are the figures to read.",
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
-    print(f"median ratio {med:.3f}; wrote {args.out}")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

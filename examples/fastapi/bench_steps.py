@@ -218,6 +218,64 @@ asyncio.run(main())
     return float(res.stdout.split()[-1])
 
 
+DRIVER = """
+import asyncio, os, sys
+sys.path.insert(0, sys.argv[3])
+os.environ["BENCH_VARIANT"] = sys.argv[1]
+import bench_app
+app = bench_app.app
+async def one(i):
+    path = "/items/%d" % (i & 1023)
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"bench"), (b"x-forwarded-for", ("198.18.%d.%d" % ((i >> 8) & 255, i & 255)).encode()),
+                         (b"x-api-key", b"k%d" % (i & 63))],
+             "client": ("127.0.0.2", 5000), "server": ("127.0.0.1", 8000)}
+    async def receive(): return {"type": "http.request", "body": b"", "more_body": False}
+    status = []
+    async def send(m):
+        if m["type"] == "http.response.start": status.append(m["status"])
+    await app(scope, receive, send)
+    if status != [200]: raise SystemExit("status %s" % status)
+async def main():
+    async with app.router.lifespan_context(app):
+        for i in range(int(sys.argv[2])): await one(i)
+asyncio.run(main())
+"""
+
+
+def instructions(src: Path, variants: list[str], small: int = 100, large: int = 600) -> dict[str, float]:
+    """Instructions per request of the app process (valgrind --tool=callgrind), from two
+    runs of ``small`` and ``large`` sequential requests (the difference cancels start-up):
+    a count other work on the machine does not change, unlike any time."""
+    sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
+    from servers import RedisServer  # noqa: PLC0415
+
+    store = RedisServer().start()
+    env = {**os.environ, "PYTHONPATH": str(src), "REDIS_URL": store.url, "TRUSTED_PROXIES": "127.0.0.2/32"}
+    out: dict[str, float] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            driver = Path(tmp) / "drive.py"
+            driver.write_text(DRIVER)
+            for v in variants:
+                counts = []
+                for n in (small, large):
+                    res = subprocess.run(
+                        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", sys.executable,
+                         str(driver), v, str(n), str(HERE)],
+                        capture_output=True, text=True, env=env, timeout=1800,
+                    )
+                    found = [ln for ln in res.stderr.splitlines() if "Collected :" in ln]
+                    if res.returncode or not found:
+                        raise SystemExit(f"callgrind {v}: {res.stderr[-2000:]}")
+                    counts.append(int(found[-1].split(":")[-1]))
+                out[v] = (counts[1] - counts[0]) / (large - small)
+    finally:
+        store.stop()
+    return out
+
+
 def run_on(src: Path | None) -> dict[str, float]:
     env = dict(os.environ)
     if src is not None:
@@ -242,25 +300,40 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baseline-rev", help="a git revision to measure side by side")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per request with valgrind (slow; immune to machine load)")
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(measure()))
         return
     columns: list[tuple[str, dict[str, float]]] = []
     load = [os.getloadavg()[0]]
+    sources: list[tuple[str, Path]] = []
     if args.baseline_rev:
         tmp = Path(tempfile.mkdtemp(prefix="redis-tb-baseline-"))
         archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline_rev, "clients/python/src"],
                                  capture_output=True, check=True).stdout
         with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
             tar.extractall(tmp, filter="data")
-        columns.append((f"at {args.baseline_rev} (µs)", run_on(tmp / "clients" / "python" / "src")))
+        sources.append((f"at {args.baseline_rev}", tmp / "clients" / "python" / "src"))
+    sources.append(("this checkout", REPO / "clients" / "python" / "src"))
+    for name, src in sources:
+        columns.append((f"{name} (µs)", run_on(src)))
         load.append(os.getloadavg()[0])
-    columns.append(("this checkout (µs)", run_on(REPO / "clients" / "python" / "src")))
-    load.append(os.getloadavg()[0])
     for line in table(columns):
         print(line)
     print(f"\nload average (1 min) before/between/after: {', '.join(f'{x:.1f}' for x in load)}")
+    if args.instructions:
+        variants = ["none", "ping", "one", "three"]
+        counts = [(name, instructions(src, variants)) for name, src in sources]
+        print("\nInstructions per request of the app process (callgrind; thousands), and the CPU-bound")
+        print("throughput they imply against the one-PING floor (ping / variant):\n")
+        print("| variant | " + " | ".join(f"{name} (k instr.)" for name, _ in counts)
+              + " | " + " | ".join(f"{name}: / PING floor" for name, _ in counts) + " |")
+        print("|---|" + "---:|" * (2 * len(counts)))
+        for v in variants:
+            print(f"| {v} | " + " | ".join(f"{c[v] / 1000:.0f}" for _, c in counts) + " | "
+                  + " | ".join(f"{c['ping'] / c[v]:.2f}x" for _, c in counts) + " |")
 
 
 if __name__ == "__main__":
