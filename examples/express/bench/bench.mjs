@@ -143,6 +143,17 @@ if (variants.includes('tb')) {
   const [mcmd, margv] = pin(0, process.execPath, [path.join(here, 'micro.mjs'), '--redis', `redis://127.0.0.1:${redisPort}`]);
   micro = execFileSync(mcmd, margv, { encoding: 'utf8' }).trim();
 }
+// and the --cpu-prof view of variant (3) under the same load (bench/profile.mjs)
+let profile = null;
+if (variants.includes('tb') && !args['no-profile']) {
+  const text = execFileSync(process.execPath, [path.join(here, 'profile.mjs'), 'tb', String(seconds), String(connections)], { encoding: 'utf8' });
+  const lines = text.split('\n');
+  const pick = (title, n) => {
+    const i = lines.findIndex((l) => l.startsWith(title));
+    return i < 0 ? [] : lines.slice(i, i + 1 + n);
+  };
+  profile = [lines[0].replace(/; profile .*$/, ''), '', ...pick('self time by package', 12), '', ...pick('inclusive time', 16)].join('\n');
+}
 
 const versions = {};
 for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '@redis/client', 'redis-tb']) {
@@ -150,11 +161,12 @@ for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '
     versions[p] = JSON.parse(fs.readFileSync(path.join(here, '..', 'node_modules', p, 'package.json'), 'utf8')).version;
   } catch { /* not installed */ }
 }
-writeReport({
+const run = {
   out, started, results, variants, rounds, seconds, latSeconds, connections, pinning,
-  loadBefore, loadAfter, micro, node: process.version, redisVersion, versions, cpus: os.cpus().length,
+  loadBefore, loadAfter, micro, profile, node: process.version, redisVersion, versions, cpus: os.cpus().length,
   command: `node examples/express/bench/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
-});
-fs.writeFileSync(path.join(here, 'last-run.json'), JSON.stringify({ started, results }, null, 1));
+};
+fs.writeFileSync(path.join(here, 'last-run.json'), JSON.stringify(run, null, 1));
+writeReport(run);
 process.stderr.write(`wrote ${path.relative(process.cwd(), out)}\n`);
 process.exit(0);

@@ -111,6 +111,27 @@ export function writeReport(run) {
     L.push(run.micro);
     L.push('');
   }
+  if (run.micro) {
+    const val = (prefix) => {
+      const line = run.micro.split('\n').find((l) => l.startsWith(`| ${prefix}`));
+      return line ? Number(line.split('|').at(-2)) : NaN;
+    };
+    const id = val('clientIp.identity'), idFast = val('  the same with an IPv4 fast path');
+    const hd = val('limiter.headers'), hdFast = val('  the same with the policy item cached');
+    const route = val('routeTemplate'), check = val('limiter.check(...) with a fake client');
+    const save = id - idFast + (hd - hdFast);
+    const gap = s.tb && s.ping ? s.tb.cpu - s.ping.cpu : NaN;
+    L.push(`Reading it: the middleware's own JavaScript is about ${f0(route + check + hd)} µs per request (route walk ${f2(route)}, check ${f2(check)} of which the client-address walk is ${f2(id)}, headers ${f2(hd)}). Two changes in \`clients/node\` would take about ${f0(save)} µs of it away: (a) \`src/ip.ts\` \`ClientIp.identity\`: an IPv4 fast path (a dotted quad parsed once to a 32-bit integer, trusted CIDRs tested with integer masks, the text kept as the identity when the prefix is /32, \`splitList\` as a plain \`split(',')\` when the header holds no quote) instead of \`Uint8Array\` parsing, a \`mask()\` allocation per CIDR test and \`formatAddress\` per request: ${f2(id)} → ${f2(idFast)} µs; (b) \`src/headers.ts\` \`decisionHeaders\`: the \`RateLimit-Policy\` value serialized once per policy shape (names, q, w) and reused, and the \`RateLimit\` items (a token name, two integers) built directly: ${f2(hd)} → ${f2(hdFast)} µs. The rest of the difference against the bare PING (app CPU (3) − (4): ${f0(gap)} µs per request in this run) is TB.MTAKE's larger command and reply in node-redis (the CPU rows above), the timer and \`Promise.race\` of \`bounded()\` per call, and the two response headers being written.`);
+    L.push('');
+  }
+  if (run.profile) {
+    L.push("`node bench/profile.mjs tb` right after (the running server under the same load, `node --cpu-prof`, startup and warm-up left out; µs per request):");
+    L.push('');
+    L.push('```');
+    L.push(run.profile);
+    L.push('```');
+    L.push('');
+  }
   L.push('## What was checked');
   L.push('');
   for (const v of variants) {
@@ -126,4 +147,12 @@ export function writeReport(run) {
   L.push(`- Machine: ${run.cpus} CPUs; ${run.pinning ? 'the app on CPU 0, redis-server and the load generator on CPU 1 (taskset)' : 'nothing pinned'}. Node ${run.node}, redis-server ${run.redisVersion}; ${Object.entries(run.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Load average (1 min) before and after the run: ${run.loadBefore[0].toFixed(2)} and ${run.loadAfter[0].toFixed(2)} (other work on the same cores makes rounds vary: read the medians and the per-round ratios, measured back to back).`);
   L.push('');
   fs.writeFileSync(out, L.join('\n'));
+}
+
+// `node bench/report.mjs bench/last-run.json [out]`: write the report again from a saved run.
+if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
+  const run = JSON.parse(fs.readFileSync(process.argv[2] ?? new URL('./last-run.json', import.meta.url), 'utf8'));
+  run.started = new Date(run.started);
+  if (process.argv[3]) run.out = process.argv[3];
+  writeReport(run);
 }
