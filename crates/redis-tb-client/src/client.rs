@@ -262,9 +262,21 @@ impl TbClient {
     }
 
     /// TB.MTAKE from a command the caller encoded (the layer, with its policies' numbers
-    /// formatted once): `keys` buckets, arguments already checked.
+    /// formatted once): `keys` buckets, arguments already checked. With one bucket the
+    /// command is TB.TAKE (the same decision; a reply half the size to parse), and its
+    /// reply is given in TB.MTAKE's shape.
     pub(crate) async fn mtake_encoded(&self, cmd: &Cmd, keys: usize) -> Result<MultiReply, Error> {
         let v = self.call(cmd).await?;
+        if keys == 1 {
+            let r = self.reply4(&v, "TB.TAKE")?;
+            return Ok(MultiReply {
+                allowed: r.allowed,
+                remaining: r.remaining,
+                retry_after: r.retry_after,
+                reset_after: r.reset_after,
+                buckets: vec![r],
+            });
+        }
         self.multi_reply(&v, keys)
     }
 

@@ -575,7 +575,12 @@ impl Shared {
                     self.decide(plan_results(&plan, &reply, &self.policies), &plan.policy)
                 }
                 Err(e) => {
-                    self.failed(&e, "TB.MTAKE");
+                    let what = if plan.charges.len() == 1 {
+                        "TB.TAKE"
+                    } else {
+                        "TB.MTAKE"
+                    };
+                    self.failed(&e, what);
                     self.store_error_decision()
                 }
             }
@@ -933,14 +938,21 @@ impl Shared {
     }
 
     /// `TB.MTAKE n key.. (capacity rate cost)..`, with the fixed limits' and costs' numbers
-    /// formatted once at build time; per-request ones are checked and formatted here.
+    /// formatted once at build time; per-request ones are checked and formatted here. A
+    /// plan of one bucket is `TB.TAKE key capacity rate cost`: the same decision, and its
+    /// reply (4 values instead of 9) is about half the parsing in the `redis` crate, the
+    /// largest cost of a check on the app's side.
     fn mtake_command(&self, plan: &Plan) -> Result<redis::Cmd, Error> {
         let n = plan.charges.len();
         let mut cmd = redis::Cmd::with_capacity(
             1 + 4 * n,
             16 + plan.charges.iter().map(|c| c.key.len() + 32).sum::<usize>(),
         );
-        cmd.arg("TB.MTAKE").arg(n);
+        if n == 1 {
+            cmd.arg("TB.TAKE");
+        } else {
+            cmd.arg("TB.MTAKE").arg(n);
+        }
         for c in &plan.charges {
             cmd.arg(c.key.as_str());
         }

@@ -26,8 +26,9 @@ pub const DENY_CACHE_HITS_TOTAL: &str = "redis_tb_deny_cache_hits_total";
 pub const STORE_ERRORS_TOTAL: &str = "redis_tb_store_errors_total";
 /// `redis_tb_degraded_total{limiter}`: requests decided by the failure mode.
 pub const DEGRADED_TOTAL: &str = "redis_tb_degraded_total";
-/// `redis_tb_redis_call_duration_seconds{limiter}`: each Redis call of the layer
-/// (TB.MTAKE and refunds), failed and timed-out calls included.
+/// `redis_tb_redis_call_duration_seconds{limiter}`: each Redis call of the layer (the
+/// check, TB.MTAKE or TB.TAKE for one policy, and refunds), failed and timed-out calls
+/// included.
 pub const REDIS_CALL_DURATION_SECONDS: &str = "redis_tb_redis_call_duration_seconds";
 
 /// The histogram buckets of [`REDIS_CALL_DURATION_SECONDS`], in seconds. Histogram

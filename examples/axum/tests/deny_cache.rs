@@ -26,15 +26,18 @@ async fn client(redis: &RedisServer) -> Result<TbClient, redis_tb_client::Error>
     TbClient::connect_with(&redis.url(), timeouts).await
 }
 
-/// TB.MTAKE calls the server has executed (INFO commandstats).
+/// Checks the server has executed (INFO commandstats): TB.MTAKE, and TB.TAKE, which the
+/// layer sends when a single policy applies.
 fn mtake_calls(redis: &RedisServer) -> Result<u64, Box<dyn std::error::Error>> {
     let info = redis.command(&["INFO", "commandstats"])?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_tb.mtake:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0))
+    let calls = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok(calls("tb.mtake") + calls("tb.take"))
 }
 
 fn body(r: &HttpResponse) -> Value {

@@ -143,7 +143,8 @@ async fn the_example_serves_per_policy_counters_and_the_call_histogram() -> Test
             .all(|x| x.labels.values().all(|v| !v.contains("127.0.0.1")))
     );
 
-    // One observation per Redis call: 5 TB.MTAKE (the cache hit made none) + 1 refund.
+    // One observation per Redis call: 5 checks (TB.TAKE: one policy applies; the cache
+    // hit made none) + 1 refund.
     let limiter_only = [("limiter", "scrape")];
     let h =
         find(&s, "redis_tb_redis_call_duration_seconds", &limiter_only).ok_or("no histogram")?;
