@@ -797,11 +797,11 @@ impl Shared {
             };
             let identity = match (route, p.per_route) {
                 // A '{' in a key starts a Redis Cluster hash tag: keep the template's out.
-                (Some(route), true) => format!(
+                (Some(route), true) => std::borrow::Cow::Owned(format!(
                     "{} {}:{identity}",
                     parts.method,
                     route.replace('{', "<").replace('}', ">")
-                ),
+                )),
                 _ => identity,
             };
             let key = match &tag {

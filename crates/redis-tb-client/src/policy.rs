@@ -1,6 +1,7 @@
 //! Named policies: a limit (fixed, or chosen per request for plan tiers), a key function
 //! (whose bucket), a cost, and the routes it applies to (route template + method).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -114,20 +115,21 @@ impl Key {
         Key(KeyKind::Async(Arc::new(move |parts| Box::pin(f(parts)))))
     }
 
-    pub(crate) async fn identity(&self, parts: &Parts) -> Option<String> {
+    /// The identity for this request, borrowed from the request (or the key) when it can be.
+    pub(crate) async fn identity<'a>(&'a self, parts: &'a Parts) -> Option<Cow<'a, str>> {
         match &self.0 {
             KeyKind::ClientIp => parts
                 .extensions
                 .get::<ClientIp>()
-                .map(|c| c.identity.clone()),
+                .map(|c| Cow::Borrowed(c.identity.as_str())),
             KeyKind::Header(name) => parts
                 .headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            KeyKind::Fixed(s) => Some(s.to_string()),
-            KeyKind::Sync(f) => f(parts),
-            KeyKind::Async(f) => f(parts).await,
+                .map(Cow::Borrowed),
+            KeyKind::Fixed(s) => Some(Cow::Borrowed(s)),
+            KeyKind::Sync(f) => f(parts).map(Cow::Owned),
+            KeyKind::Async(f) => f(parts).await.map(Cow::Owned),
         }
     }
 
@@ -411,8 +413,9 @@ mod tests {
         assert_eq!(
             Key::header(HeaderName::from_static("x-api-key"))
                 .identity(&p)
-                .await,
-            Some("k1".to_owned())
+                .await
+                .as_deref(),
+            Some("k1")
         );
         assert_eq!(
             Key::header(HeaderName::from_static("x-other"))
@@ -420,12 +423,12 @@ mod tests {
                 .await,
             None
         );
-        assert_eq!(Key::fixed("all").identity(&p).await, Some("all".to_owned()));
+        assert_eq!(Key::fixed("all").identity(&p).await.as_deref(), Some("all"));
         let k = Key::from_async_fn(|parts: &Parts| {
             let user = parts.headers.get("x-api-key").cloned();
             async move { user.map(|u| format!("user-{}", u.to_str().unwrap_or("?"))) }
         });
-        assert_eq!(k.identity(&p).await, Some("user-k1".to_owned()));
+        assert_eq!(k.identity(&p).await.as_deref(), Some("user-k1"));
         // No ConnectInfo-derived ClientIp in the extensions: no identity.
         assert_eq!(Key::client_ip().identity(&p).await, None);
     }
