@@ -3,12 +3,15 @@
 // X-Forwarded-For per request (a ring of `addresses` client addresses) so a limiter
 // works on a real spread of buckets. Latency is timed per request with hrtime (µs).
 //
-//   node loadgen.mjs <port> <connections> <seconds> <warmup seconds> [addresses] [path]
+//   node loadgen.mjs <port> <connections> <seconds> <warmup seconds> [addresses] [path] [min requests]
+// Measures for <seconds>, and on until at least [min requests] (default 100) responses
+// came back (a stalled machine would otherwise leave a measurement empty), 60 s at most.
 //
 // Prints one JSON line: {requests, all, seconds, rps, statuses, p50_us, p90_us, p99_us}.
 import net from 'node:net';
 
-const [port, connections, seconds, warmup, addresses = '65536', pathArg = '/items/'] = process.argv.slice(2);
+const [port, connections, seconds, warmup, addresses = '65536', pathArg = '/items/', minArg = '100'] = process.argv.slice(2);
+const minRequests = Number(minArg);
 const nAddr = Number(addresses);
 const ring = [];
 for (let a = 0; a < nAddr; a++) {
@@ -68,6 +71,8 @@ await new Promise((r) => setTimeout(r, Number(warmup) * 1000));
 measuring = true;
 const t0 = process.hrtime.bigint();
 await new Promise((r) => setTimeout(r, Number(seconds) * 1000));
+const cap = Date.now() + 60_000;
+while (count < minRequests && Date.now() < cap) await new Promise((r) => setTimeout(r, 50));
 measuring = false;
 const elapsed = Number(process.hrtime.bigint() - t0) / 1e9;
 stopped = true;
