@@ -68,9 +68,12 @@ Environment / flags (flags win):
   BENCH_OUT          output directory (default bench/results)    --out
   --quick            1 round, 100000 / 20000 requests: a smoke test, not a measurement
   --only ID,...      only these workloads (plus HSET and their peers): for development
-  --suite NAME       core (TB.* vs HSET, PING, Lua), issue12 (redis-cell side by side) or
-                     issue11 (TB.WINDOW vs the notes' window scripts and TB.TAKE); default
-                     all: `make bench` runs every suite. On the 2-core development machine
+  --suite NAME       core (TB.* vs HSET, PING, Lua), issue12 (redis-cell side by side),
+                     issue11 (TB.WINDOW vs the notes' window scripts and TB.TAKE) or
+                     layered (issue 18: one TB.MTAKE over three buckets vs three
+                     CL.THROTTLE, in one round trip and in three); several comma-separated
+                     (issue12,layered); default all: `make bench` runs every suite, then
+                     bench/cell_facts.py (redis-cell's behaviour, into <out>/redis-cell-facts.md). On the 2-core development machine
                      with other work running, issue11 alone took 8 min (5 rounds, 1.5 of
                      them memory), `--quick` 2 min, all suites `--quick` 3.3 min; all suites
                      at 5 rounds: roughly 20 min (estimated from those)
