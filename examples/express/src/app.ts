@@ -89,13 +89,14 @@ export function buildApp(config: AppConfig) {
 
   const app = express();
   app.disable('x-powered-by');
-  app.use(express.json());
 
   app.use(rateLimit(limiter, {
     policies: POLICIES,
     exclude: ['GET /healthz', 'GET /metrics', 'POST /login'], // the login has its own limiter
     refundOn: (status) => status >= 500, // our own failures do not count against callers
   }));
+  // Bodies are parsed after the limiter: a refused request is not read.
+  app.use(express.json());
 
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
