@@ -71,6 +71,11 @@ export function writeReport(run) {
   L.push('');
   L.push(`**(3)/(4), redis-tb against one bare PING per request: ${verdict(tbPing, 0.85)}.**`);
   L.push('');
+  if (tbErl && tbPing) {
+    const cE = cpuRatio(results, 'tb', 'erl'), cP = cpuRatio(results, 'tb', 'ping');
+    L.push(`The same comparisons by the app's CPU time per request (the steadier measure on a shared machine; a ratio above 1 means (3) is cheaper): (2)/(3) ${f2(cE.median)}x (target >= 1: ${cE.median >= 1 ? 'PASS' : 'FAIL'}), (4)/(3) ${f2(cP.median)}x (target >= 0.85: ${cP.median >= 0.85 ? 'PASS' : 'FAIL'}). Per-round ratios of requests per second spread from ${f2(Math.min(tbErl.min, tbPing.min))} to ${f2(Math.max(tbErl.max, tbPing.max))} in this run: other work on the same two cores moves single rounds by more than the differences measured, so read the medians.`);
+    L.push('');
+  }
   L.push(`Throughput with ${run.connections} keep-alive connections (medians over ${run.rounds} rounds); "added" is against (1), the same app without a limiter. "Server time added" is 1/rps − 1/rps(1): what the variant costs the app's one core per request. Latency at one connection is the time one request takes when nothing queues.`);
   L.push('');
   L.push(`| variant | req/s | vs (1) | server time added per request (µs) | p50 (µs) | p99 (µs) | added p50 | added p99 | 1 conn p50 (µs) | 1 conn p99 (µs) | added p50 | added p99 |`);
