@@ -9,8 +9,10 @@
 //! - `three`: the layer with three policies (`ip`, `user`, `all`) in one TB.MTAKE.
 //!
 //! Reported per round as ratios (`one / ping` is the layer against its floor), then the
-//! median over rounds. The process (apps and load) runs on CPU 0 with one tokio worker,
-//! redis-server is pinned to CPU 1 with `taskset`. Writes bench/results/integrations-rust.md.
+//! median over rounds. The apps run on a tokio runtime of their own (one worker thread,
+//! pinned to CPU 0), whose CPU time per request is the primary measure; the load generator
+//! runs on a second runtime (one worker, CPU 1) and redis-server is pinned to CPU 1 with
+//! `taskset`. Writes bench/results/integrations-rust.md.
 //!
 //! `cargo run --release -p redis-tb-axum-example --bin overhead`
 //! Environment: `OVERHEAD_SECONDS` per phase (2), `OVERHEAD_ROUNDS` (6),
@@ -49,7 +51,7 @@ struct Phase {
     ok: u64,
     other: u64,
     seconds: f64,
-    /// CPU time this process spent during the phase (all its threads), in seconds.
+    /// CPU time the apps' thread spent during the phase, in seconds.
     cpu: f64,
 }
 
@@ -58,32 +60,65 @@ impl Phase {
         self.ok as f64 / self.seconds
     }
 
-    /// CPU microseconds this process spent per answered request (app and load generator).
+    /// CPU microseconds the apps' thread spent per answered request.
     fn cpu_us(&self) -> f64 {
         self.cpu * 1e6 / self.ok.max(1) as f64
     }
 
-    /// Requests per CPU-second of this process: the throughput it would reach with its
+    /// Requests per CPU-second of the apps' thread: the throughput it would reach with its
     /// core to itself (what other processes on a shared machine take does not count).
     fn capacity(&self) -> f64 {
         self.ok as f64 / self.cpu.max(1e-9)
     }
 }
 
-/// Nanoseconds all threads of this process have run on a CPU (`/proc/self/task/*/schedstat`).
-fn cpu_ns() -> u64 {
+/// The apps run on their own tokio runtime, whose one worker thread has this name; the
+/// load generator runs on another runtime, so that only the apps' CPU time is measured.
+const APP_THREAD: &str = "app-worker";
+const LOAD_THREAD: &str = "load-worker";
+
+/// Thread directories (`/proc/self/task/<tid>`) of this process's threads named `name`.
+fn threads(name: &str) -> Vec<std::path::PathBuf> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
+        return Vec::new();
     };
     tasks
         .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .map(|t| t.path())
+        .filter(|p| std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim_end() == name))
+        .collect()
+}
+
+/// Nanoseconds the apps' thread has run on a CPU (`/proc/self/task/<tid>/schedstat`).
+fn cpu_ns() -> u64 {
+    threads(APP_THREAD)
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("schedstat")).ok())
         .filter_map(|s| {
             s.split_whitespace()
                 .next()
                 .and_then(|n| n.parse::<u64>().ok())
         })
         .sum()
+}
+
+/// Moves the threads named `name` to `cpu`.
+fn pin_threads(name: &str, cpu: usize) -> Result<()> {
+    for t in threads(name) {
+        let tid = t
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let status = std::process::Command::new("taskset")
+            .args(["-p", "-c", &cpu.to_string(), &tid])
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(format!("taskset {tid} failed: {status}").into());
+        }
+    }
+    Ok(())
 }
 
 /// `connections` keep-alive connections each sending `GET path` back to back for `secs`.
@@ -229,14 +264,38 @@ fn main() -> Result<()> {
             return Err(format!("taskset failed: {status}").into());
         }
     }
-    tokio::runtime::Builder::new_multi_thread()
+    let apps = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .thread_name(APP_THREAD)
         .enable_all()
-        .build()?
-        .block_on(run(pin, cores))
+        .build()?;
+    let loader = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(LOAD_THREAD)
+        .enable_all()
+        .build()?;
+    if pin {
+        // The apps keep CPU 0 to themselves; the load generator shares CPU 1 with Redis.
+        // Spawning a task makes sure the worker thread exists before it is moved.
+        loader.block_on(async { tokio::spawn(async {}).await })?;
+        pin_threads(LOAD_THREAD, 1)?;
+    }
+    loader.block_on(run(pin, cores, apps.handle().clone()))
 }
 
-async fn run(pin: bool, cores: usize) -> Result<()> {
+/// Serves a variant on the apps' runtime.
+async fn serve_on(
+    apps: &tokio::runtime::Handle,
+    name: &'static str,
+    url: &str,
+) -> Result<(Served, Option<RateLimitLayer>)> {
+    let url = url.to_owned();
+    apps.spawn(async move { serve_variant(name, &url).await.map_err(|e| e.to_string()) })
+        .await?
+        .map_err(Into::into)
+}
+
+async fn run(pin: bool, cores: usize, apps: tokio::runtime::Handle) -> Result<()> {
     let secs: f64 = env_or("OVERHEAD_SECONDS", 2.0);
     let rounds: usize = env_or("OVERHEAD_ROUNDS", 6);
     let connections: usize = env_or("OVERHEAD_CONNECTIONS", 16);
@@ -262,7 +321,11 @@ async fn run(pin: bool, cores: usize) -> Result<()> {
     let url = redis.url();
 
     if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
-        let (served, _) = serve_variant(&only, &url).await?;
+        let only = VARIANTS
+            .into_iter()
+            .find(|v| *v == only)
+            .ok_or(format!("OVERHEAD_ONLY: one of {VARIANTS:?}"))?;
+        let (served, _) = serve_on(&apps, only, &url).await?;
         let p = load(served.addr, "/", connections, secs).await?;
         eprintln!("{only}: {:.0} req/s ({} non-200)", p.rps(), p.other);
         return Ok(());
@@ -270,7 +333,7 @@ async fn run(pin: bool, cores: usize) -> Result<()> {
 
     let mut served = Vec::new();
     for v in VARIANTS {
-        served.push(serve_variant(v, &url).await?);
+        served.push(serve_on(&apps, v, &url).await?);
     }
     // Warm-up: connections, allocator, Redis keys.
     for (s, _) in &served {
@@ -344,11 +407,13 @@ async fn run(pin: bool, cores: usize) -> Result<()> {
     );
     md.push_str(
         "The machine is shared with other work, so wall-clock requests/s swing from phase to \
-         phase with what else runs on CPU 0. The primary measure is therefore the CPU time \
-         this process (the apps and the load generator) spends per answered request, from \
-         `/proc/self/task/*/schedstat` (nanoseconds on a CPU): its inverse, requests per \
-         CPU-second, is the throughput the process reaches with its core to itself. Ratios \
-         are taken per round, then the median over rounds; wall-clock ratios are given too.\n\n",
+         phase with what else runs on the machine. The primary measure is therefore the CPU \
+         time the apps' thread spends per answered request (user and kernel, from \
+         `/proc/self/task/<tid>/schedstat`, nanoseconds on a CPU): its inverse, requests per \
+         CPU-second, is the throughput the app reaches with its core to itself. The load \
+         generator runs on another thread, so its parsing of the extra response headers does \
+         not count against the layer. Ratios are taken per round, then the median over \
+         rounds; wall-clock ratios are given too.\n\n",
     );
     md.push_str("| comparison | median ratio of requests per CPU-second | median ratio of wall-clock req/s |\n|---|---:|---:|\n");
     for (a, b, label) in [
@@ -373,7 +438,7 @@ async fn run(pin: bool, cores: usize) -> Result<()> {
         ));
     }
     md.push_str(&format!(
-        "\nMedian CPU µs per request (app and load generator): none {:.1}, ping {:.1}, one \
+        "\nMedian CPU µs of the app per request: none {:.1}, ping {:.1}, one \
          {:.1}, three {:.1}. Added per request over the PING floor: one policy {:.1} µs, \
          three policies {:.1} µs; the PING itself adds {:.1} µs over no limiter. Median \
          wall-clock req/s: none {:.0}, ping {:.0}, one {:.0}, three {:.0}.\n",
@@ -413,8 +478,8 @@ async fn run(pin: bool, cores: usize) -> Result<()> {
         ));
     }
     let pinning = if pin {
-        "this process (the four apps and the load generator, one tokio worker thread) on CPU 0, \
-         redis-server on CPU 1 (`taskset`)"
+        "the apps' runtime (one worker thread serving all four variants) on CPU 0; the load \
+         generator's runtime (one worker thread) and redis-server on CPU 1 (`taskset`)"
     } else {
         "not pinned (`OVERHEAD_PIN=0`)"
     };
