@@ -135,6 +135,8 @@ def main() -> None:
     apps = {v: Uvicorn("bench_app:app", HERE, {**env, "BENCH_VARIANT": v}) for v in variants}
     results: dict[str, list[float]] = {v: [] for v in variants}
     cpu_per_request: dict[str, list[float]] = {v: [] for v in variants}
+    unexpected = {v: 0 for v in variants}
+    warnings: list[str] = []
     offset = 0
     try:
         start_all(list(apps.values()))
@@ -159,8 +161,13 @@ def main() -> None:
                 )
                 used = cpu_seconds(app.proc.pid) - cpu0
                 offset += ok + other + args.connections
-                if other:
-                    raise SystemExit(f"{v}: {other} responses were not {429 if refuse else 200}: the run is void")
+                # Only the expected responses count; others (a fail-open pass without
+                # headers after a slow Redis call on a busy machine) are reported, and
+                # more than 1% of them voids the run.
+                unexpected[v] += other
+                if other > 0.01 * (ok + other):
+                    raise SystemExit(f"{v}: {other} of {ok + other} responses were not {429 if refuse else 200}: "
+                                     "the run is void")
                 results[v].append(rps)
                 cpu_per_request[v].append(used / max(ok, 1) * 1e6)
             print(f"round {rnd + 1}: " + ", ".join(f"{v} {results[v][-1]:.0f}" for v in variants), flush=True)
@@ -168,6 +175,7 @@ def main() -> None:
         info = store.cli("INFO", "commandstats")
     finally:
         for app in apps.values():
+            warnings += [ln for ln in app.output().splitlines() if "redis-tb:" in ln]
             app.stop()
         store.stop()
     loads.append(os.getloadavg())
@@ -218,6 +226,11 @@ def main() -> None:
         f"redis-tb one policy {cpu['one'] - cpu['ping']:+.0f} µs, three policies "
         f"{cpu['three'] - cpu['ping']:+.0f} µs, slowapi {cpu['slowapi'] - cpu['ping']:+.0f} µs.",
         "",
+        f"Responses other than the expected status, in all rounds (not counted above): "
+        + ", ".join(f"{v} {n}" for v, n in unexpected.items())
+        + f". redis-tb warning lines in the app logs: {len(warnings)}"
+        + (f", e.g. `{warnings[0][:300]}`" if warnings else "") + ".",
+        "",
         "## Refused requests (429), median over rounds",
         "",
         "| variant | 429/s | app CPU per request (µs) | rounds (429/s) |",
@@ -240,7 +253,7 @@ def main() -> None:
         "- redis-tb variants run with Prometheus metrics and the local deny cache on "
         "(`PrometheusMetrics`, `DenyCache(max_entries=10_000)`); policies `ip` (one), plus a "
         "per-route `endpoint` and an `X-API-Key` `tenant` policy (three), limits never reached; "
-        "refusal variants: `ip` at 1 per hour, one client on one path (slowapi's keys include the path).",
+        "refusal variants: `ip` with capacity 1 refilled at 1e-9/s (slowapi: `1/year`), one client on one path (slowapi's keys include the path).",
         "- slowapi: `Limiter(key_func=<X-Forwarded-For>, storage_uri=<redis>, "
         "strategy=\"moving-window\")`, `@limiter.limit(...)` on the endpoint.",
         f"- Load: {args.connections} keep-alive HTTP/1.1 connections on raw asyncio sockets, "
