@@ -6,6 +6,18 @@
  * template, e.g. `/items/:id`) and `request.method`; requests matching no route
  * (404) are not limited unless `limitUnmatched`. `onSend` settles the automatic
  * refund (`refundOn`) before the response goes out. The decision is `request.rateLimit`.
+ *
+ * Registered more than once (the root and a child context, e.g. a stricter limiter on a
+ * route group), the registrations compose: a request of the child's routes is checked by
+ * each, in registration order (the root's hook first, then the child's, as Fastify runs
+ * `onRequest` hooks), and refused if either refuses. A refusal ends the request there:
+ * a later registration is not consulted and charges nothing, but an earlier one that
+ * admitted the request has charged its buckets (two registrations are two TB calls, not
+ * one all-or-nothing TB.MTAKE: put layers that must be all or nothing in one
+ * registration's `policies`). The `RateLimit-Policy` / `RateLimit` items of every
+ * registration that checked the request are listed together; `request.rateLimit` is the
+ * decision of the last one that checked it (the refusing one when refused); each
+ * registration's `refundOn` refunds its own decision.
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -35,6 +47,22 @@ function sendProblem(reply: FastifyReply, status: number, body: ProblemBody, hea
   return reply.code(status).type(PROBLEM_TYPE).send(Buffer.from(JSON.stringify(body)));
 }
 
+const LISTS = new Set(['ratelimit-policy', 'ratelimit']);
+
+/** An earlier registration's structured-field lists joined with this one's items. */
+function joined(reply: FastifyReply, headers: Array<[string, string]>): Array<[string, string]> {
+  let out = headers;
+  for (let i = 0; i < headers.length; i++) {
+    const [k, v] = headers[i]!;
+    if (!LISTS.has(k.toLowerCase())) continue;
+    const before = reply.getHeader(k);
+    if (typeof before !== 'string' || before === '') continue;
+    if (out === headers) out = headers.slice();
+    out[i] = [k, `${before}, ${v}`];
+  }
+  return out;
+}
+
 const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options) => {
   const names = options.policies.map((p) => p.name);
   if (new Set(names).size !== names.length) throw new RangeError(`policy names must be distinct: ${names.join(', ')}`);
@@ -44,7 +72,10 @@ const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options)
   const exclude = excludeSet(options.exclude);
   const refundOn = refundPredicate(options.refundOn);
 
-  app.decorateRequest('rateLimit', null);
+  // a second registration (a child context) shares the decorator the first one added
+  if (!app.hasRequestDecorator('rateLimit')) app.decorateRequest('rateLimit', null);
+  // this registration's own decision (request.rateLimit is the last registration's)
+  const OWN = Symbol('redis-tb.fastify.decision');
 
   app.addHook('onRequest', async (request, reply) => {
     const url = request.routeOptions.url;
@@ -60,16 +91,17 @@ const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options)
       policies,
     );
     request.rateLimit = decision;
+    (request as unknown as Record<symbol, Decision>)[OWN] = decision;
     const headers = limiter.headers(decision);
-    if (decision.outcome === 'limited') return sendProblem(reply, 429, problem(decision), headers);
+    if (decision.outcome === 'limited') return sendProblem(reply, 429, problem(decision), joined(reply, headers));
     if (!decision.allowed) return sendProblem(reply, 503, storeErrorProblem(), [['Retry-After', '1']]);
-    for (const [k, v] of headers) reply.header(k, v);
+    for (const [k, v] of joined(reply, headers)) reply.header(k, v);
     return undefined;
   });
 
   if (refundOn) {
     app.addHook('onSend', async (request, reply, payload) => {
-      const d = request.rateLimit;
+      const d = (request as unknown as Record<symbol, Decision | undefined>)[OWN];
       if (d && d.charged && !d.refunded && refundOn(reply.statusCode)) await d.refund();
       return payload;
     });

@@ -9,7 +9,7 @@
  * longest wait among the violated policies, absent when one can never admit (-1).
  * Shadow policies are left out of every header.
  */
-import { type Item, type List, serializeList } from 'structured-headers';
+import { type Item, serializeItem } from 'structured-headers';
 import type { Decision, PolicyResult } from './decision.js';
 
 export const SF_INT_MAX = 999_999_999_999_999;
@@ -54,24 +54,80 @@ function item(name: string, params: Record<string, number>): Item {
   return [name, new Map(Object.entries(params))];
 }
 
-const policyCache = new Map<string, string>();
+// The structured-field items are serialized by the library once and kept: a policy's
+// `RateLimit-Policy` item per shape (name, capacity, rate), and its name as an sf-string
+// (the start of its `RateLimit` item). Names are tokens of [a-z0-9_-]+ (Policy checks),
+// so the number of entries is bounded by the app's policies; the caps only guard misuse.
+const CACHE_CAP = 4096;
+
+interface PolicyItem {
+  capacity: number;
+  rate: number;
+  text: string;
+}
+
+const policyItems = new Map<string, PolicyItem[]>();
+const nameItems = new Map<string, string>();
+
+/** One policy's `RateLimit-Policy` item, `"ip";q=10;w=1`, serialized once per shape. */
+export function policyItem(name: string, capacity: number, rate: number): string {
+  let shapes = policyItems.get(name);
+  if (shapes !== undefined) {
+    for (let i = 0; i < shapes.length; i++) {
+      const s = shapes[i]!;
+      if (s.capacity === capacity && s.rate === rate) return s.text;
+    }
+  } else {
+    if (policyItems.size >= CACHE_CAP) policyItems.clear();
+    shapes = [];
+    policyItems.set(name, shapes);
+  }
+  const text = serializeItem(item(name, { q: quota(capacity), w: windowSeconds(capacity, rate) }));
+  if (shapes.length >= 64) shapes.length = 0; // limit functions with ever-changing shapes
+  shapes.push({ capacity, rate, text });
+  return text;
+}
+
+/** The policy name as the library serializes it (an sf-string: `"ip"`). */
+function nameItem(name: string): string {
+  let out = nameItems.get(name);
+  if (out === undefined) {
+    out = serializeItem([name, new Map()]);
+    if (nameItems.size >= CACHE_CAP) nameItems.clear();
+    nameItems.set(name, out);
+  }
+  return out;
+}
+
+/**
+ * One policy's `RateLimit` item, `"ip";r=9;t=1`: the library's serialization of the name
+ * followed by the two integer parameters, which are what the library writes for an
+ * sf-integer (decimal digits; r and t are whole numbers in 0..999,999,999,999,999).
+ */
+export function ratelimitItem(name: string, remaining: number, resetAfter: number): string {
+  return `${nameItem(name)};r=${remainingUnits(remaining)};t=${resetSeconds(resetAfter)}`;
+}
 
 /** `RateLimit-Policy: "ip";q=10;w=1, "user";q=100;w=3600` */
 export function ratelimitPolicy(results: readonly PolicyResult[]): string {
-  const cacheKey = results.map((r) => `${r.name} ${r.capacity} ${r.rate}`).join('\n');
-  let out = policyCache.get(cacheKey);
-  if (out === undefined) {
-    const list: List = results.map((r) => item(r.name, { q: quota(r.capacity), w: windowSeconds(r.capacity, r.rate) }));
-    out = serializeList(list);
-    if (policyCache.size >= 1024) policyCache.clear();
-    policyCache.set(cacheKey, out);
+  let out = '';
+  for (let i = 0; i < results.length; i++) {
+    const r = results[i]!;
+    const text = policyItem(r.name, r.capacity, r.rate);
+    out = i === 0 ? text : `${out}, ${text}`;
   }
   return out;
 }
 
 /** `RateLimit: "ip";r=9;t=1, "user";r=99;t=36` */
 export function ratelimit(results: readonly PolicyResult[]): string {
-  return serializeList(results.map((r) => item(r.name, { r: remainingUnits(r.remaining), t: resetSeconds(r.resetAfter) })));
+  let out = '';
+  for (let i = 0; i < results.length; i++) {
+    const r = results[i]!;
+    const text = ratelimitItem(r.name, r.remaining, r.resetAfter);
+    out = i === 0 ? text : `${out}, ${text}`;
+  }
+  return out;
 }
 
 export type LegacyReset = 'unix' | 'delta';
@@ -110,7 +166,10 @@ export function retryAfterHeader(decision: Decision): string | null {
 
 /** Every rate-limit header for a decision (empty when Redis was not consulted). */
 export function decisionHeaders(decision: Decision, opts: HeaderOptions = {}): Array<[string, string]> {
-  const shown = decision.results.filter((r) => !r.shadow);
+  const all = decision.results;
+  let anyShadow = false;
+  for (let i = 0; i < all.length; i++) if (all[i]!.shadow) anyShadow = true;
+  const shown = anyShadow ? all.filter((r) => !r.shadow) : all;
   const headers: Array<[string, string]> = [];
   if (shown.length) {
     headers.push(['RateLimit-Policy', ratelimitPolicy(shown)], ['RateLimit', ratelimit(shown)]);

@@ -11,7 +11,8 @@ export {
   remainingUnits, resetSeconds, retryAfterHeader, retryAfterSeconds, storeErrorProblem, windowSeconds,
   type HeaderOptions, type LegacyReset, type ProblemBody,
 } from './headers.js';
-export { ClientIp, formatAddress, parseAddress, type ClientIpOptions } from './ip.js';
+export { ClientIp, formatAddress, parseAddress, parseV4Int, type ClientIpOptions } from './ip.js';
+export { Deadlines } from './deadline.js';
 export { RateLimiter, type LimiterStats, type Logger, type RateLimiterOptions, type RequestContext } from './limiter.js';
 export type { LimiterMetrics } from './metrics.js';
 export {

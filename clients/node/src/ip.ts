@@ -197,12 +197,64 @@ export interface ClientIpOptions {
   ipv6Prefix?: number;
 }
 
+/**
+ * A canonical dotted quad (`203.0.113.7`: four decimal octets 0-255, no leading zeros, no
+ * spaces) as an unsigned 32-bit integer; -1 for anything else. The text of such an address
+ * is already its canonical form, so it can be the identity as it is.
+ */
+export function parseV4Int(s: string): number {
+  const n = s.length;
+  if (n < 7 || n > 15) return -1;
+  let out = 0;
+  let octet = 0;
+  let digits = 0;
+  let dots = 0;
+  for (let i = 0; i < n; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 46) {
+      if (digits === 0 || dots === 3) return -1;
+      out = out * 256 + octet;
+      octet = 0;
+      digits = 0;
+      dots++;
+    } else if (c >= 48 && c <= 57) {
+      if (digits === 1 && octet === 0) return -1; // a leading zero
+      octet = octet * 10 + (c - 48);
+      digits++;
+      if (octet > 255) return -1;
+    } else {
+      return -1;
+    }
+  }
+  if (dots !== 3 || digits === 0) return -1;
+  return out * 256 + octet;
+}
+
+function v4Text(n: number): string {
+  return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+}
+
+function v4Mask(prefix: number): number {
+  return prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
+}
+
+/** A trusted IPv4 network as integers: `(addr & mask) === net`. */
+interface Net4 {
+  net: number;
+  mask: number;
+}
+
+const MAPPED = '::ffff:';
+
 /** The default key function: the client's address, grouped; null when the peer is unknown. */
 export class ClientIp {
   readonly trusted: readonly Network[];
   readonly header: 'x-forwarded-for' | 'forwarded';
   readonly ipv4Prefix: number;
   readonly ipv6Prefix: number;
+  /** the IPv4 trusted networks as integer masks (the fast path) */
+  private readonly trusted4: readonly Net4[];
+  private readonly mask4: number;
 
   constructor(options: ClientIpOptions = {}) {
     const header = options.header ?? 'x-forwarded-for';
@@ -219,6 +271,59 @@ export class ClientIp {
     }
     this.header = header;
     this.trusted = (options.trustedProxies ?? []).map(parseNetwork);
+    this.trusted4 = this.trusted
+      .filter((n) => !n.v6)
+      .map((n) => {
+        const mask = v4Mask(n.prefix);
+        const net = (((n.bytes[0]! << 24) | (n.bytes[1]! << 16) | (n.bytes[2]! << 8) | n.bytes[3]!) & mask) >>> 0;
+        return { net, mask };
+      });
+    this.mask4 = v4Mask(this.ipv4Prefix);
+  }
+
+  private trustedV4(n: number): boolean {
+    const t = this.trusted4;
+    for (let i = 0; i < t.length; i++) if (((n & t[i]!.mask) >>> 0) === t[i]!.net) return true;
+    return false;
+  }
+
+  private groupV4(text: string, n: number): string {
+    if (this.ipv4Prefix === 32) return text;
+    return `${v4Text((n & this.mask4) >>> 0)}/${this.ipv4Prefix}`;
+  }
+
+  /**
+   * The IPv4 fast path of {@link identity}: a dotted-quad peer (or `::ffff:` + one), and an
+   * `X-Forwarded-For` of dotted quads without quotes. undefined: not that case, the general
+   * path decides (it gives the same answer for every input the fast path answers).
+   */
+  private identityV4(peer: string, headerValues: readonly string[]): string | null | undefined {
+    let text = peer;
+    let n = parseV4Int(text);
+    if (n < 0) {
+      if (!peer.startsWith(MAPPED)) return undefined;
+      text = peer.slice(MAPPED.length);
+      n = parseV4Int(text);
+      if (n < 0) return undefined;
+    }
+    if (this.trusted4.length === 0 || !this.trustedV4(n)) return this.groupV4(text, n);
+    if (headerValues.length === 0) return this.groupV4(text, n);
+    if (this.header !== 'x-forwarded-for') return undefined;
+    // right to left over the lines, then over each line's entries
+    for (let l = headerValues.length - 1; l >= 0; l--) {
+      const line = headerValues[l]!;
+      if (line.includes('"')) return undefined;
+      const hops = line.split(',');
+      for (let i = hops.length - 1; i >= 0; i--) {
+        const hop = hops[i]!.trim();
+        const h = parseV4Int(hop);
+        if (h < 0) return undefined; // IPv6, a port, garbage: the general path
+        text = hop;
+        n = h;
+        if (!this.trustedV4(h)) return this.groupV4(text, n);
+      }
+    }
+    return this.groupV4(text, n); // every hop trusted: the leftmost
   }
 
   isTrusted(a: Addr): boolean {
@@ -247,7 +352,17 @@ export class ClientIp {
     return `${formatAddress({ v6: a.v6, bytes: mask(a.bytes, prefix) })}/${prefix}`;
   }
 
+  /** The client's identity (its address at /32, its /64 network for IPv6); null: no peer. */
   identity(peer: string | undefined | null, headerValues: readonly string[]): string | null {
+    if (peer) {
+      const fast = this.identityV4(peer, headerValues);
+      if (fast !== undefined) return fast;
+    }
+    return this.identityGeneral(peer, headerValues);
+  }
+
+  /** {@link identity} by the general path only (every address form; the fast path's reference). */
+  identityGeneral(peer: string | undefined | null, headerValues: readonly string[]): string | null {
     const a = this.clientAddress(peer, this.trusted.length ? headerValues : []);
     return a === null ? null : this.group(a);
   }

@@ -9,7 +9,7 @@ import {
 } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
 import { PromMetrics } from 'redis-tb/prometheus';
-import { CLIENTS, RedisServer, closeClient, commandCalls, memoryLogger, nodeRedisV4, request, sleep } from './helpers.mjs';
+import { CLIENTS, RedisServer, checkCalls, closeClient, commandCalls, memoryLogger, nodeRedisV4, request, sleep } from './helpers.mjs';
 import { listenExpress, scrape, sfItems } from './http-helpers.mjs';
 
 const NOW = 1764456268.5;
@@ -361,7 +361,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
     assert.equal(down['redis_tb_degraded_total{limiter=down}'], 1);
     assert.equal(down['redis_tb_redis_call_duration_seconds_count'], 1, 'a failed call is observed too');
     assert.equal(m['redis_tb_store_errors_total{limiter=api}'], undefined);
-    assert.equal(m['redis_tb_redis_call_duration_seconds_count'], 5, 'four TB.MTAKE and one refund');
+    assert.equal(m['redis_tb_redis_call_duration_seconds_count'], 5, 'four checks (TB.MTAKE) and one refund');
     const labels = Object.keys(m).join(' ');
     assert.ok(!labels.includes('127.0.0.1'), 'no client identity in any label');
   });
@@ -374,13 +374,13 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
       policies: [new Policy({ name: 'ip', limit: new Limit(3, 0.1), cost: (req) => Number(req.get('x-cost') ?? 3) }), perMinute('wide', 100)],
     }, { metricsRegistry: registry }));
     assert.equal((await request(`${http.url}/items/1`)).status, 200);
-    const calls0 = await commandCalls(redis, 'tb.mtake');
+    const calls0 = await checkCalls(redis);
     const first = await request(`${http.url}/items/1`);
     assert.equal(first.status, 429);
-    assert.equal(await commandCalls(redis, 'tb.mtake'), calls0 + 1);
+    assert.equal(await checkCalls(redis), calls0 + 1);
     const hits = [];
     for (let i = 0; i < 3; i++) hits.push(await request(`${http.url}/items/1`));
-    assert.equal(await commandCalls(redis, 'tb.mtake'), calls0 + 1, 'cache hits do not call Redis');
+    assert.equal(await checkCalls(redis), calls0 + 1, 'cache hits do not call Redis');
     for (const h of hits) {
       assert.equal(h.status, 429);
       assert.deepEqual(h.json.violated_policies, ['ip']);
@@ -394,10 +394,10 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
     assert.equal(later.status, 429);
     const [was, now] = [Number(first.headers['retry-after']), Number(later.headers['retry-after'])];
     assert.ok(now < was && now >= was - 5, `Retry-After counts down: ${was} then ${now}`);
-    assert.equal(await commandCalls(redis, 'tb.mtake'), calls0 + 1);
+    assert.equal(await checkCalls(redis), calls0 + 1);
     // a smaller cost goes to Redis (which refuses it too: about 0.1-0.2 tokens are back)
     assert.equal((await request(`${http.url}/items/1`, { headers: { 'x-cost': '1' } })).status, 429);
-    assert.equal(await commandCalls(redis, 'tb.mtake'), calls0 + 2);
+    assert.equal(await checkCalls(redis), calls0 + 2);
     const m = scrape(await registry.metrics());
     assert.equal(m['redis_tb_deny_cache_hits_total{limiter=dc,policy=ip}'], 4);
     assert.equal(m['redis_tb_limited_total{limiter=dc,policy=ip}'], 6, 'two refusals by Redis, four by the cache');
@@ -414,9 +414,9 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
       assert.equal(admitted.outcome, 'allowed');
       assert.equal((await request(`${http.url}/items/1`)).status, 429, 'A: refused by Redis, cached');
       assert.equal(await admitted.refund(), true, 'B refunds: Redis has the tokens again');
-      const calls = await commandCalls(redis, 'tb.mtake');
+      const calls = await checkCalls(redis);
       assert.equal((await request(`${http.url}/items/1`)).status, 429, 'A still refuses from its cache');
-      assert.equal(await commandCalls(redis, 'tb.mtake'), calls);
+      assert.equal(await checkCalls(redis), calls);
       assert.equal((await request(`${httpB.url}/items/1`)).status, 200, 'B (no cache) is admitted: Redis would admit');
       // through A itself: a cost-1 request reaches Redis... refused there (B took the tokens)
       await tb.send(['DEL', 'rl:ip:127.0.0.1']);
@@ -444,9 +444,9 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   test('deny cache never holds shadow refusals', async () => {
     const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
     http = await listenExpress(buildApp(limiter, { policies: [new Policy({ name: 'beta', limit: new Limit(1, 0.01), shadow: true })] }));
-    const calls = await commandCalls(redis, 'tb.mtake');
+    const calls = await checkCalls(redis);
     for (let i = 0; i < 3; i++) assert.equal((await request(`${http.url}/items/1`)).status, 200);
-    assert.equal(await commandCalls(redis, 'tb.mtake'), calls + 3);
+    assert.equal(await checkCalls(redis), calls + 3);
     assert.equal(limiter.stats.denyCacheHits, 0);
   });
 });
@@ -482,7 +482,7 @@ for (const [clientName, makeClient] of [...CLIENTS, ['node-redis v4', nodeRedisV
       assert.equal(open.stats.storeErrors, 1, 'one failed call, then the cool-down skips Redis');
       assert.equal(open.stats.degraded, 6);
       assert.equal(openLog.lines.length, 1, 'one log line');
-      assert.match(openLog.lines[0], new RegExp(`^redis-tb: TB\\.MTAKE on 127\\.0\\.0\\.1:${own.port} failed \\(.*\\); failing open: requests pass unlimited, Redis skipped for 3 s; store errors so far: 1$`));
+      assert.match(openLog.lines[0], new RegExp(`^redis-tb: TB\\.TAKE on 127\\.0\\.0\\.1:${own.port} failed \\(.*\\); failing open: requests pass unlimited, Redis skipped for 3 s; store errors so far: 1$`));
       await own.start();
       let back = false;
       const until = Date.now() + 15_000;

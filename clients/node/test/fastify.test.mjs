@@ -142,6 +142,63 @@ for (const [clientName, makeClient] of CLIENTS) {
   });
 }
 
+test('fastify: registered at the root and again in a child context, the two limiters compose', async () => {
+  const redis = await CLIENTS[0][1](server.port);
+  const tb = new TbClient(redis);
+  let http;
+  try {
+    await tb.send(['FLUSHALL']);
+    const opts = { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() };
+    const wide = new RateLimiter(redis, { ...opts, prefix: 'wide' });
+    const strict = new RateLimiter(redis, { ...opts, prefix: 'strict' });
+    const app = Fastify();
+    // the root: 3 per minute on every route; the /admin group: 2 per minute more, refunding 5xx
+    await app.register(fastifyRateLimit, { limiter: wide, policies: [perMinute('ip', 3)] });
+    app.get('/items/:id', async (request) => ({ outcome: request.rateLimit?.outcome }));
+    await app.register(async (admin) => {
+      await admin.register(fastifyRateLimit, { limiter: strict, policies: [perMinute('admin', 2)], refundOn: [500] });
+      admin.get('/stats', async (request) => ({ outcome: request.rateLimit?.outcome }));
+      admin.get('/fail', async (request, reply) => reply.code(500).send({}));
+    }, { prefix: '/admin' });
+    http = await listenFastify(app);
+    const peek = async (key, cap) => (await tb.peek(key, cap, cap / 60, { now: NOW })).remaining;
+
+    // a route of the group: both checked, both items listed (the root's first)
+    const a = await request(`${http.url}/admin/stats`);
+    assert.equal(a.status, 200);
+    assert.deepEqual(sfItems(a.headers['ratelimit-policy']), [['ip', { q: 3, w: 60 }], ['admin', { q: 2, w: 60 }]]);
+    assert.deepEqual(sfItems(a.headers['ratelimit']), [['ip', { r: 2, t: 20 }], ['admin', { r: 1, t: 30 }]]);
+    // a root route: only the root's limiter
+    const i = await request(`${http.url}/items/1`);
+    assert.deepEqual(sfItems(i.headers['ratelimit']), [['ip', { r: 1, t: 40 }]]);
+    assert.deepEqual([await peek('wide:ip:127.0.0.1', 3), await peek('strict:admin:127.0.0.1', 2)], [1, 1]);
+
+    // the child's own refund on a 5xx gives back its token, not the root's
+    assert.equal((await request(`${http.url}/admin/fail`)).status, 500);
+    assert.deepEqual([await peek('wide:ip:127.0.0.1', 3), await peek('strict:admin:127.0.0.1', 2)], [0, 1]);
+
+    // the root refuses: 429 from the root, the child is not consulted (nothing charged there)
+    const r = await request(`${http.url}/admin/stats`);
+    assert.equal(r.status, 429);
+    assert.deepEqual(r.json.violated_policies, ['ip']);
+    assert.deepEqual(sfItems(r.headers['ratelimit-policy']), [['ip', { q: 3, w: 60 }]]);
+    assert.equal(await peek('strict:admin:127.0.0.1', 2), 1, 'the child limiter was not called');
+    assert.equal(strict.stats.checks, 2);
+
+    // the child refuses while the root admits: 429 from the child, the root's token spent
+    await tb.send(['DEL', 'wide:ip:127.0.0.1']);
+    assert.equal((await request(`${http.url}/admin/stats`)).status, 200);
+    const c = await request(`${http.url}/admin/stats`);
+    assert.equal(c.status, 429);
+    assert.deepEqual(c.json.violated_policies, ['admin']);
+    assert.deepEqual(sfItems(c.headers['ratelimit-policy']), [['ip', { q: 3, w: 60 }], ['admin', { q: 2, w: 60 }]]);
+    assert.equal(await peek('wide:ip:127.0.0.1', 3), 1, 'the root admitted and charged both requests');
+  } finally {
+    await http?.close();
+    await closeClient(redis);
+  }
+});
+
 test('fastify fail-open and fail-closed with Redis killed and restarted', async () => {
   const own = await new RedisServer().start();
   const redis = await CLIENTS[1][1](own.port);

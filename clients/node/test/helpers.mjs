@@ -136,6 +136,11 @@ export async function commandCalls(client, command) {
   return m ? Number(m[1]) : 0;
 }
 
+/** The limiter's checks Redis ran: TB.TAKE (one policy) plus TB.MTAKE (several). */
+export async function checkCalls(client) {
+  return (await commandCalls(client, 'tb.take')) + (await commandCalls(client, 'tb.mtake'));
+}
+
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** node-redis v4 (the `redis-v4` alias of redis@4), for the tests that cover both majors. */

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { RateLimiter, RedisTbTimeoutError, perMinute } from 'redis-tb';
-import { CLIENTS, RedisServer, closeClient, commandCalls, memoryLogger, sleep } from './helpers.mjs';
+import { CLIENTS, RedisServer, checkCalls, closeClient, memoryLogger, sleep } from './helpers.mjs';
 
 let server;
 before(async () => { server = await new RedisServer().start(); });
@@ -20,7 +20,7 @@ for (const [name, make] of CLIENTS) {
       const limiter = new RateLimiter(redis, { logger: log });
       assert.deepEqual([limiter.timeoutMs, limiter.cooldownMs, limiter.failOpen], [50, 1000, true]);
       const policies = [perMinute('ip', 10)];
-      const calls0 = await commandCalls(admin, 'tb.mtake');
+      const calls0 = await checkCalls(admin);
       await (name === 'ioredis' ? admin.call('CLIENT', 'PAUSE', '1500', 'ALL') : admin.sendCommand(['CLIENT', 'PAUSE', '1500', 'ALL']));
       const d = await limiter.check(ctx, policies);
       assert.equal(d.outcome, 'store_error');
@@ -31,7 +31,7 @@ for (const [name, make] of CLIENTS) {
       assert.equal(skipped.error, undefined, 'skipped during the cool-down: no call made');
       assert.deepEqual([limiter.stats.storeErrors, limiter.stats.degraded], [1, 2]);
       assert.equal(log.lines.length, 1);
-      assert.match(log.lines[0], /^redis-tb: TB\.MTAKE on 127\.0\.0\.1:\d+ failed \(no answer within 50 ms\); failing open: requests pass unlimited, Redis skipped for 1 s; store errors so far: 1$/);
+      assert.match(log.lines[0], /^redis-tb: TB\.TAKE on 127\.0\.0\.1:\d+ failed \(no answer within 50 ms\); failing open: requests pass unlimited, Redis skipped for 1 s; store errors so far: 1$/);
       let back;
       const until = Date.now() + 10_000;
       do {
@@ -41,7 +41,7 @@ for (const [name, make] of CLIENTS) {
       assert.equal(back.outcome, 'allowed');
       assert.equal(back.results[0].key, 'rl:ip:198.51.100.7');
       // the timed-out call ran once when the pause ended: never retried
-      const calls = (await commandCalls(admin, 'tb.mtake')) - calls0;
+      const calls = (await checkCalls(admin)) - calls0;
       assert.equal(calls, 1 + limiter.stats.allowed + (limiter.stats.storeErrors - 1));
     } finally {
       await closeClient(redis);
@@ -57,7 +57,7 @@ test('an error reply concerns one request: no cool-down', async () => {
     const limiter = new RateLimiter(redis, { logger: memoryLogger(), timeoutMs: 5000 });
     const d = await limiter.check(ctx, [perMinute('ip', 10)]);
     assert.equal(d.outcome, 'store_error');
-    assert.match(String(d.error), /TB\.MTAKE: WRONGTYPE/);
+    assert.match(String(d.error), /TB\.TAKE: WRONGTYPE/);
     const other = await limiter.check({ ...ctx, peer: '198.51.100.8' }, [perMinute('ip', 10)]);
     assert.equal(other.outcome, 'allowed', 'the next request goes to Redis at once');
   } finally {
