@@ -710,6 +710,44 @@ mod toolkit_tests {
     }
 
     #[test]
+    fn reserve_pins_the_upper_edge_of_max_wait_exactly() {
+        let l = lim(1.0, 1.0);
+        let empty = st(0.0, 1000.0);
+        // The wait is exactly 1 s: a max_wait of exactly 1 s books it.
+        let d = reserve(l, 1.0, 1.0, 1000.0, empty);
+        assert_eq!((d.allowed, d.retry_after, d.remaining), (true, 1.0, -1.0));
+        // Half a microsecond short: refused, nothing written, and the retry is when the
+        // wait has shrunk to max_wait (5e-7 s later).
+        let d = reserve(l, 1.0, 0.9999995, 1000.0, empty);
+        assert!(!d.allowed && d.new_state.is_none(), "{d:?}");
+        assert!((d.retry_after - 5e-7).abs() < 1e-9, "{d:?}");
+        assert!(reserve(l, 1.0, 0.9999995, 1000.0 + d.retry_after, empty).allowed);
+        // One float step short of the wait: still refused, and due almost at once.
+        let d = reserve(l, 1.0, 1.0f64.next_down(), 1000.0, empty);
+        assert!(!d.allowed && d.new_state.is_none(), "{d:?}");
+        assert!(d.retry_after > 0.0 && d.retry_after < 1e-9, "{d:?}");
+        // The same edge on a wait that is not a round number (3 tokens short at 7/s).
+        let l = lim(3.0, 7.0);
+        let wait = wait_until(l, st(0.0, 1000.0), 3.0, 1000.0);
+        assert!(reserve(l, 3.0, wait, 1000.0, st(0.0, 1000.0)).allowed);
+        assert!(!reserve(l, 3.0, wait.next_down(), 1000.0, st(0.0, 1000.0)).allowed);
+    }
+
+    #[test]
+    fn take_pins_the_capacity_edge_exactly() {
+        let l = lim(5.0, 1.0);
+        // n equal to capacity fits a full bucket; one float step more never fits.
+        assert!(take(l, 5.0, T0, None).allowed);
+        let d = take(l, 5.0f64.next_up(), T0, None);
+        assert_eq!((d.allowed, d.retry_after), (false, -1.0));
+        let d = reserve(l, 5.0f64.next_up(), 1e308, T0, None);
+        assert_eq!((d.allowed, d.retry_after), (false, -1.0));
+        // A bucket one float step short of n waits; exactly n is taken.
+        assert!(!take(l, 2.0, T0, st(2.0f64.next_down(), T0)).allowed);
+        assert!(take(l, 2.0, T0, st(2.0, T0)).allowed);
+    }
+
+    #[test]
     fn reserve_never_goes_deeper_than_the_largest_stored_debt() {
         let l = lim(MAX_AMOUNT, MAX_AMOUNT);
         let stored = st(-MAX_AMOUNT + 10.0, T0);
