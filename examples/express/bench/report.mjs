@@ -151,6 +151,15 @@ export function writeReport(run) {
   L.push(`- Load: \`bench/loadgen.mjs\`, a closed-loop HTTP/1.1 keep-alive generator on raw sockets timing each request with hrtime; per variant and round ${run.seconds} s at ${run.connections} connections after 1 s of warm-up, then ${run.latSeconds} s at one connection.`);
   L.push(`- Machine: ${run.cpus} CPUs; ${run.pinning ? 'the app on CPU 0, redis-server and the load generator on CPU 1 (taskset)' : 'nothing pinned'}. Node ${run.node}, redis-server ${run.redisVersion}; ${Object.entries(run.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Load average (1 min) before and after the run: ${run.loadBefore[0].toFixed(2)} and ${run.loadAfter[0].toFixed(2)} (other work on the same cores makes rounds vary: read the medians and the per-round ratios, measured back to back).`);
   L.push('');
+  // keep the deny-cache flood section (bench/flood.mjs) of the report being replaced
+  let flood = '';
+  if (fs.existsSync(out)) {
+    const prev = fs.readFileSync(out, 'utf8');
+    const begin = prev.indexOf('<!-- flood:begin');
+    const end = prev.indexOf('<!-- flood:end -->');
+    if (begin >= 0 && end > begin) flood = prev.slice(begin, end + '<!-- flood:end -->'.length);
+  }
+  if (flood) L.push(flood, '');
   fs.writeFileSync(out, L.join('\n'));
 }
 

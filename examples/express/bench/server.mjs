@@ -14,6 +14,7 @@ const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const LIMIT = 1_000_000; // per second per address: never reached, so every answer is a 200
 
 const app = express();
+let limiter = null;
 app.disable('x-powered-by');
 app.set('trust proxy', 'loopback');
 
@@ -37,7 +38,9 @@ if (variant === 'erl') {
   app.use((req, res, next) => { client.ping().then(() => next(), next); });
 } else if (variant === 'tb') {
   const { tbMiddleware } = await import('./tb-variant.mjs');
-  app.use(await tbMiddleware(redisUrl, LIMIT));
+  const middleware = await tbMiddleware(redisUrl, LIMIT);
+  app.use(middleware);
+  limiter = middleware.limiter;
 } else if (variant !== 'none') {
   throw new Error(`unknown VARIANT ${variant}`);
 }
@@ -45,6 +48,8 @@ if (variant === 'erl') {
 app.get('/items/:id', (req, res) => {
   res.json({ id: req.params.id, name: `item ${req.params.id}` });
 });
+// flood.mjs reads the limiter's counters (not limited: excluded in tb-variant.mjs)
+if (process.env.TB_STATS && limiter) app.get('/_stats', (req, res) => res.json(limiter.stats));
 
 const server = app.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   process.stdout.write(`listening ${server.address().port}\n`);
