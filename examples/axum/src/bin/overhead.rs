@@ -318,7 +318,14 @@ async fn run(pin: bool, cores: usize, apps: tokio::runtime::Handle) -> Result<()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("?")
         .to_owned();
-    let url = redis.url();
+    // OVERHEAD_RESP3=1: every variant's connection speaks RESP3 (`HELLO 3`), where the
+    // module's numbers are doubles rather than bulk strings.
+    let resp3 = std::env::var("OVERHEAD_RESP3").is_ok_and(|v| v == "1");
+    let url = if resp3 {
+        format!("{}?protocol=resp3", redis.url())
+    } else {
+        redis.url()
+    };
 
     if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
         let only = VARIANTS
@@ -488,11 +495,16 @@ async fn run(pin: bool, cores: usize, apps: tokio::runtime::Handle) -> Result<()
          `Authorization: Bearer alice-token` back to back, {secs} s per phase, {rounds} rounds \
          in an order that rotates and reverses from round to round, after a 1 s warm-up of \
          each variant. CPUs: {pinning}; {cores} cores on the machine. redis-server {version} \
-         (module loaded, persistence off) on loopback. Limits so high that every request is \
+         (module loaded, persistence off) on loopback, protocol {}. Limits so high that every request is \
          admitted, so every variant answers 200 (non-200 answers: {non_200}; failed Redis \
          calls: {store_errors}; requests decided by the failure mode: {degraded}). Build \
          profile: {profile}. Load average (1, 5, 15 min) before the run: {}, after: {} \
          (the machine is shared: the ratios compare variants measured in the same rounds).\n",
+        if resp3 {
+            "RESP3 (`OVERHEAD_RESP3=1`)"
+        } else {
+            "RESP2"
+        },
         first_three(&load_before),
         first_three(&load_after),
     ));
