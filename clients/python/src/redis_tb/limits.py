@@ -201,7 +201,33 @@ def module_loaded(reply: Any) -> bool:
     return True
 
 
-class RedisTBStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
+class StorageBasics:
+    """What the sync and the asyncio storage share whatever their client: the errors
+    ``limits`` wraps, the key prefix, the module check's command, the untyped command
+    handle. Listed before ``limits``' ``Storage`` base so that it provides
+    ``base_exceptions``."""
+
+    key_prefix: str
+    storage: Any  # redis.Redis or redis.asyncio.Redis
+
+    @property
+    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
+        return redis.exceptions.RedisError
+
+    def _key(self, key: str) -> str:
+        return prefixed(self.key_prefix, key)
+
+    def _check_args(self) -> list[Any]:
+        # n = 0 reads and writes nothing: an answer means the server is up with TB.WINDOW
+        return window_args(self._key("redis-tb:check"), 1, 1, 0, time.time(), "SLIDING")
+
+    @property
+    def _cmd(self) -> Any:
+        # redis-py's execute_command is untyped; every reply is checked where it is read
+        return self.storage
+
+
+class RedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """``limits`` storage on redis-tb's TB.WINDOW (``redis+tb://``, ``rediss+tb://``,
     ``redis+tb+unix://``).
 
@@ -231,22 +257,6 @@ class RedisTBStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, 
             self.storage = redis.Redis(connection_pool=connection_pool, **options)
         else:
             self.storage = redis.Redis.from_url(redis_url(uri, SYNC_SCHEMES), **options)
-
-    @property
-    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
-        return redis.exceptions.RedisError
-
-    def _key(self, key: str) -> str:
-        return prefixed(self.key_prefix, key)
-
-    def _check_args(self) -> list[Any]:
-        # n = 0 reads and writes nothing: an answer means the server is up with TB.WINDOW
-        return window_args(self._key("redis-tb:check"), 1, 1, 0, time.time(), "SLIDING")
-
-    @property
-    def _cmd(self) -> Any:
-        # redis-py's execute_command is untyped; every reply is checked where it is read
-        return self.storage
 
     # fixed window: limits' own counter semantics
 

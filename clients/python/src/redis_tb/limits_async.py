@@ -18,11 +18,11 @@ from limits.storage.base import TimestampedSlidingWindow
 from .limits import (
     PREFIX,
     SLIDING_FIELDS,
+    StorageBasics,
     allowed_from_reply,
     log_cutoff,
     module_loaded,
     moving_window_from_replies,
-    prefixed,
     raise_not_a_counter,
     redis_url,
     reset_scan_pattern,
@@ -39,7 +39,7 @@ ASYNC_SCHEMES = {
 }
 
 
-class AsyncRedisTBStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
+class AsyncRedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """``limits.aio`` storage on redis-tb's TB.WINDOW (``async+redis+tb://``,
     ``async+rediss+tb://``, ``async+redis+tb+unix://``).
 
@@ -75,22 +75,6 @@ class AsyncRedisTBStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupp
             self.storage = redis.asyncio.Redis(connection_pool=connection_pool, **options)
         else:
             self.storage = redis.asyncio.Redis.from_url(redis_url(uri, ASYNC_SCHEMES), **options)
-
-    @property
-    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
-        return redis.exceptions.RedisError
-
-    def _key(self, key: str) -> str:
-        return prefixed(self.key_prefix, key)
-
-    def _check_args(self) -> list[Any]:
-        # n = 0 reads and writes nothing: an answer means the server is up with TB.WINDOW
-        return window_args(self._key("redis-tb:check"), 1, 1, 0, time.time(), "SLIDING")
-
-    @property
-    def _cmd(self) -> Any:
-        # redis-py's execute_command is untyped; every reply is checked where it is read
-        return self.storage
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pipe = self.storage.pipeline(transaction=True)

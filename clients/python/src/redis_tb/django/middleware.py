@@ -24,7 +24,8 @@ from typing import Any, Awaitable, Callable
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, get_rate_limit
+from ..policy import Policy
+from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, DjangoRateLimit, RequestDecision, ViewLimit, get_rate_limit
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -70,24 +71,30 @@ class RateLimitMiddleware:
     def _process_view_sync(
         self, request: HttpRequest, view: Callable[..., Any], args: Any, kwargs: Any
     ) -> HttpResponseBase | None:
-        rl = get_rate_limit()
-        own: ViewLimit | None = getattr(view, VIEW_ATTR, None)
-        if getattr(view, "rate_limit_exempt", False):
-            return None  # a @rate_limit on it then checks its own policies alone
-        selected = rl.select(request, own)
+        selected = self._selected(request, view)
         if selected is None:
-            return None  # a @rate_limit view then checks its own policies
-        route, policies = selected
-        if own is not None:
-            setattr(request, CHECKED, own)
-        limiter, decision = rl.check_sync(
-            request, policies, route, None if own is None else own.fail_open
-        )
+            return None
+        rl, route, policies, fail_open = selected
+        limiter, decision = rl.check_sync(request, policies, route, fail_open)
         return rl.record(request, limiter, decision, is_async=False)
 
     async def _process_view_async(
         self, request: HttpRequest, view: Callable[..., Any], args: Any, kwargs: Any
     ) -> HttpResponseBase | None:
+        selected = self._selected(request, view)
+        if selected is None:
+            return None
+        rl, route, policies, fail_open = selected
+        limiter, decision = await rl.check_async(request, policies, route, fail_open)
+        return rl.record(request, limiter, decision, is_async=True)
+
+    @staticmethod
+    def _selected(
+        request: HttpRequest, view: Callable[..., Any]
+    ) -> tuple[DjangoRateLimit, str | None, tuple[Policy, ...], bool | None] | None:
+        """What ``process_view`` checks (both kinds): the runtime, the route, the
+        policies and the view's own FAIL_OPEN; None when the middleware leaves the
+        request alone."""
         rl = get_rate_limit()
         own: ViewLimit | None = getattr(view, VIEW_ATTR, None)
         if getattr(view, "rate_limit_exempt", False):
@@ -98,10 +105,7 @@ class RateLimitMiddleware:
         route, policies = selected
         if own is not None:
             setattr(request, CHECKED, own)
-        limiter, decision = await rl.check_async(
-            request, policies, route, None if own is None else own.fail_open
-        )
-        return rl.record(request, limiter, decision, is_async=True)
+        return rl, route, policies, None if own is None else own.fail_open
 
     # -- around the view ---------------------------------------------------------
 
