@@ -106,8 +106,10 @@ def measure() -> dict[str, float]:  # runs in the subprocess, on whichever redis
                     return done.value
             out["identity"] = best(lambda: lim.client_ip.of("127.0.0.2", getter))
         else:
+            before: Any = lim  # a revision before _plan_steps, whose _plans is gone now
+
             def plans_of() -> Any:
-                coro = lim._plans(request, policies, route)
+                coro = before._plans(request, policies, route)
                 try:
                     coro.send(None)
                 except StopIteration as done:

@@ -127,9 +127,11 @@ def test_metrics_shadow_policy_and_deny_cache_scraped_over_http(servers: dict[st
     app = servers["limited"]
     before = scrape(app)
     with client(app, "198.51.100.6") as c:
+        stats0 = c.get("/stats").json()
         # search-strict (shadow, 20 per minute) refuses the 6th search of 4 pages; the
         # enforced search policy (60) never does: every search is a 200
         searches = [c.get("/search", params={"q": "x", "size": 200}) for _ in range(6)]
+        stats1 = c.get("/stats").json()
         # the enforced 'ip' policy (10 per second) refuses; the repeats come from the cache
         codes = [c.get("/items/1").status_code for _ in range(30)]
         stats = c.get("/stats").json()
@@ -138,6 +140,11 @@ def test_metrics_shadow_policy_and_deny_cache_scraped_over_http(servers: dict[st
     # the shadow refusal charged nothing (all or nothing): 'search' went 56, 52, 48, 44, 40, 40
     assert [dict(sf(r.headers["RateLimit"]))["search"]["r"] for r in searches] == [56, 52, 48, 44, 40, 40]
     assert 429 in codes
+    # stats.allowed counts the requests Redis admitted (as in Rust and Node): every check
+    # between the two /stats reads but the search only the shadow policy refused
+    grown = {k: stats1[k] - stats0[k] for k in stats0}
+    assert grown["shadow_limited"] == 1 and grown["limited"] == 0 and grown["degraded"] == 0
+    assert grown["allowed"] == grown["checks"] - 1
     after = scrape(app)
 
     def grew(name: str, **labels: str) -> float:

@@ -479,13 +479,32 @@ def test_shadow_policy_charges_like_enforced_but_lets_requests_through(redis_ser
     with override_settings(REDIS_TB=conf(redis_server, policies, METRICS=registry)):
         c = DjangoClient()
         rs = [c.get("/items/1") for _ in range(4)]
+        stats = get_rate_limit().sync_limiter().stats
     assert [r.status_code for r in rs] == [200] * 4
     assert [body(r)["shadow_limited"] for r in rs] == [[], [], ["watch"], ["watch"]]
+    # allowed counts what Redis admitted (as Rust and Node do)
+    assert (stats.allowed, stats.shadow_limited, stats.limited) == (2, 2, 0)
     assert all(r.headers["RateLimit-Policy"] == '"ip";q=100;w=3600' for r in rs)  # shadow left out
     # all or nothing: the shadow refusals spent nothing on the ip layer either
     assert 98 <= tb.peek("rl:ip:127.0.0.1", 100, 100 / 3600).remaining < 99
     value = registry.get_sample_value
     assert value("redis_tb_shadow_limited_total", {"limiter": "default", "policy": "watch"}) == 2
+    assert value("redis_tb_allowed_total", {"limiter": "default", "policy": "watch"}) == 2
+    assert value("redis_tb_allowed_total", {"limiter": "default", "policy": "ip"}) == 2
+
+
+async def test_shadow_refusals_are_not_counted_as_allowed_on_the_async_path(redis_server: RedisServer, tb: Client) -> None:
+    policies = [{"NAME": "ip", "PER_HOUR": 100}, {"NAME": "watch", "PER_HOUR": 2, "SHADOW": True}]
+    registry = CollectorRegistry()
+    with override_settings(REDIS_TB=conf(redis_server, policies, METRICS=registry)):
+        ac = DjangoAsyncClient()
+        rs: list[Any] = [await ac.get("/async/items/1") for _ in range(4)]
+        stats = get_rate_limit().async_limiter().stats
+    assert [r.status_code for r in rs] == [200] * 4
+    assert [body(r)["shadow_limited"] for r in rs] == [[], [], ["watch"], ["watch"]]
+    assert (stats.allowed, stats.shadow_limited, stats.limited) == (2, 2, 0)
+    value = registry.get_sample_value
+    assert value("redis_tb_allowed_total", {"limiter": "default", "policy": "ip"}) == 2
     assert value("redis_tb_allowed_total", {"limiter": "default", "policy": "watch"}) == 2
 
 

@@ -50,6 +50,9 @@ async def test_counters_per_policy_and_the_call_histogram(redis_server: RedisSer
         return value(registry, name, limiter="api", policy=policy)
 
     assert [v("redis_tb_allowed_total", p) for p in ("ip", "user", "watch")] == [3, 3, 2]
+    # the same in the limiter's stats: three requests admitted (charged), two went on
+    # through a shadow refusal uncharged, two got a 429
+    assert (lim.stats.allowed, lim.stats.shadow_limited, lim.stats.limited) == (3, 3, 2)
     assert v("redis_tb_shadow_limited_total", "watch") == 3
     assert v("redis_tb_limited_total", "user") == 2 and v("redis_tb_limited_total", "watch") == 0
     assert v("redis_tb_limited_total", "ip") == 0

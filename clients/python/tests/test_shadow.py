@@ -8,7 +8,10 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from redis_tb import AsyncClient, Client, DenyCache, Limit, Outcome, Policy, RateLimiter, per_hour
+from prometheus_client import CollectorRegistry
+
+from redis_tb import AsyncClient, Client, DenyCache, Limit, Outcome, Policy, RateLimiter, SyncRateLimiter, per_hour
+from redis_tb.metrics import PrometheusMetrics
 from servers import RedisServer
 
 PEER: dict[str, Any] = {"peer": "203.0.113.9"}
@@ -52,6 +55,8 @@ async def test_shadow_refusal_lets_the_request_through_uncharged(
     # nothing was charged, so there is nothing to refund
     assert not await got[2].refund()
     assert limiter.stats.shadow_limited == 3 and limiter.stats.limited == 0
+    # allowed counts what Redis admitted (as Rust and Node do): the two charged requests
+    assert limiter.stats.allowed == 2 and limiter.stats.checks == 5
     # the headers describe the enforced policy only
     names = dict(limiter.headers(got[3]))
     assert names["RateLimit-Policy"] == '"ip";q=100;w=3600' and "Retry-After" not in names
@@ -99,3 +104,23 @@ async def test_shadow_refusals_never_enter_the_deny_cache(redis_server: RedisSer
         await lim.check(Req(), [tight(shadow=True)], **PEER)
     assert len(cache) == 0 and lim.stats.deny_cache_hits == 0 and lim.stats.shadow_limited == 2
     await lim.aclose()
+
+
+def test_sync_path_counts_only_charged_requests_as_allowed(redis_server: RedisServer) -> None:
+    registry = CollectorRegistry()
+    lim = SyncRateLimiter(
+        Client.from_url(redis_server.url, timeout=5), timeout=5, metrics=PrometheusMetrics(registry, limiter="s")
+    )
+    lim.client.redis.flushall()
+    policies = [per_hour("ip", 100), tight(shadow=True)]
+    got = [lim.check(Req(), policies, **PEER) for _ in range(4)]
+    assert [d.outcome for d in got] == [Outcome.ALLOWED] * 4
+    assert [d.shadow_limited for d in got] == [(), (), ("tight",), ("tight",)]
+    assert (lim.stats.allowed, lim.stats.shadow_limited, lim.stats.limited) == (2, 2, 0)
+
+    def allowed_total(policy: str) -> float | None:
+        return registry.get_sample_value("redis_tb_allowed_total", {"limiter": "s", "policy": policy})
+
+    # tokens were taken only for the two admitted requests, on both policies
+    assert allowed_total("ip") == 2 and allowed_total("tight") == 2
+    lim.close()

@@ -114,7 +114,10 @@ class LimiterStats:
 
     #: requests checked against Redis (or meant to be)
     checks: int = 0
+    #: requests Redis admitted (their tokens were taken); a request that only shadow
+    #: policies refused goes on uncharged and is counted in ``shadow_limited`` instead
     allowed: int = 0
+    #: requests refused (429) by Redis or by the deny cache
     limited: int = 0
     #: Redis calls that failed: connection errors, timeouts, error replies
     store_errors: int = 0
@@ -122,7 +125,8 @@ class LimiterStats:
     degraded: int = 0
     refunds: int = 0
     refund_errors: int = 0
-    #: requests that a shadow policy refused (they went on unless an enforced one refused too)
+    #: requests that a shadow policy refused (they went on, uncharged, unless an enforced
+    #: one refused too)
     shadow_limited: int = 0
     #: requests refused by the local deny cache (also counted in ``limited``)
     deny_cache_hits: int = 0
@@ -149,6 +153,31 @@ class _Plan:
 
 #: the plan builder yields awaitables it needs resolved and returns the plans
 _PlanSteps = Generator[Any, Any, list[_Plan]]
+
+
+async def _resolved(steps: _PlanSteps) -> list[_Plan]:
+    """The plans, awaiting what the user functions returned (the async path)."""
+    try:
+        pending = steps.send(None)
+        while True:
+            pending = steps.send(await pending)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _resolved_sync(steps: _PlanSteps) -> list[_Plan]:
+    """The plans on the sync path, where a user function may not return an awaitable."""
+    try:
+        pending = steps.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    steps.close()
+    if inspect.iscoroutine(pending):
+        pending.close()  # never awaited: no "coroutine was never awaited" warning
+    raise TypeError(
+        f"a key, limit, cost, tier or hash_tag function returned an awaitable ({pending!r}) "
+        "on the synchronous path: make it a plain function"
+    )
 
 
 def _no_headers(name: str) -> Sequence[str]:
@@ -441,8 +470,9 @@ class BaseLimiter:
                 for r in violated:
                     cache.add(r.key, r.capacity, r.rate, r.cost, r.retry_after, r.reset_after, now)
             return Decision(Outcome.LIMITED, False, results, shadow_limited=shadowed)
-        # Only shadow policies refused: the request goes on, uncharged (all or nothing).
-        self.stats.allowed += 1
+        # Only shadow policies refused: the request goes on, uncharged (all or nothing),
+        # so it is not counted in ``allowed`` (nor in redis_tb_allowed_total): nothing was
+        # taken. It is in ``shadow_limited``, as in the Rust and Node integrations.
         return Decision(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
@@ -559,16 +589,9 @@ class RateLimiter(BaseLimiter):
     """Checks a request against policies in one TB.MTAKE, all or nothing (asyncio).
 
     ``client``: an :class:`AsyncClient` or a ``redis.asyncio.Redis`` (prefer
-    :meth:`AsyncClient.from_url`: tight socket timeouts, no retries).
-    ``client_ip``: the default key function (peer IP; pass
-    ``ClientIP(trusted_proxies=[...])`` behind proxies).
-    ``prefix``: keys are ``<prefix>:<policy>:<identity>``, or
-    ``<prefix>:{<tag>}:<policy>:<identity>`` with ``hash_tag`` (a function of the
-    request). On Redis Cluster, layered policies need one hash tag per request
-    (e.g. the user id or the client IP) so that their keys share a slot.
-    ``clock``: None (default) uses the Redis server's clock, the one clock every
-    app server agrees on; a function returning epoch seconds passes ``now``.
-    ``shadow``: every policy of this limiter in shadow mode (observe only).
+    :meth:`AsyncClient.from_url`: tight socket timeouts, no retries). The other
+    options (``prefix``, ``client_ip``, ``hash_tag``, ``clock``, ``shadow``,
+    ``metrics``, ``deny_cache``...) are :class:`BaseLimiter`'s.
     """
 
     client: AsyncClient
@@ -595,22 +618,6 @@ class RateLimiter(BaseLimiter):
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def _plans(
-        self,
-        request: Any,
-        policies: Sequence[Policy],
-        route: str | None,
-        peer: Any = _NO_PEER,
-        headers: HeaderGetter | None = None,
-    ) -> list[_Plan]:
-        steps = self._plan_steps(request, policies, route, peer, headers)
-        try:
-            pending = steps.send(None)
-            while True:
-                pending = steps.send(await pending)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
     async def check(
         self,
         request: Any,
@@ -626,14 +633,12 @@ class RateLimiter(BaseLimiter):
         ``headers`` feed the default identity (see the module docstring); left out,
         they are read from a Starlette ``request``.
         """
-        plans = await self._plans(request, policies, route, peer, headers)
+        plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
         early = self._before_call(plans)
         if early is not None:
             return early
         command = self._command(plans)
-        probe = self._open_until != 0.0
-        if probe:
-            self._probing = True
+        probe = self._probe_begin()
         started = time.perf_counter()
         try:
             reader = self._readers.get(len(plans))
@@ -690,27 +695,6 @@ class SyncRateLimiter(BaseLimiter):
     def close(self) -> None:
         self.client.close()
 
-    def _plans(
-        self,
-        request: Any,
-        policies: Sequence[Policy],
-        route: str | None,
-        peer: Any = _NO_PEER,
-        headers: HeaderGetter | None = None,
-    ) -> list[_Plan]:
-        steps = self._plan_steps(request, policies, route, peer, headers)
-        try:
-            pending = steps.send(None)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        steps.close()
-        if inspect.iscoroutine(pending):
-            pending.close()  # never awaited: no "coroutine was never awaited" warning
-        raise TypeError(
-            f"a key, limit, cost, tier or hash_tag function returned an awaitable ({pending!r}) "
-            "on the synchronous path: make it a plain function"
-        )
-
     def check(
         self,
         request: Any,
@@ -721,7 +705,7 @@ class SyncRateLimiter(BaseLimiter):
         headers: HeaderGetter | None = None,
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
-        plans = self._plans(request, policies, route, peer, headers)
+        plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
         early = self._before_call(plans)
         if early is not None:
             return early
