@@ -12,7 +12,11 @@ several variants chosen by ``BENCH_VARIANT`` (one uvicorn process each):
   (moving window), one limit / three stacked limits;
 - ``one-refuse`` / ``one-refuse-nocache`` / ``slowapi-refuse``: every request refused
   (one client over a limit of one request, refilled over years): redis-tb with and
-  without the deny cache, slowapi (``1/year``).
+  without the deny cache, slowapi (``1/year``);
+- ``flood`` / ``flood-nocache`` (bench_flood.py): redis-tb with one ``ip`` policy of
+  capacity ``BENCH_CAPACITY`` (default 10) refilled at ``BENCH_RATE`` per second
+  (default 1), with and without the deny cache, and ``GET /_stats`` (not limited): the
+  limiter's counters.
 
 Configuration: ``REDIS_URL``, ``TRUSTED_PROXIES`` (the load generator's address, so
 ``X-Forwarded-For`` carries the client; slowapi's key function reads the same header),
@@ -22,6 +26,7 @@ default would turn slow calls into fail-open passes, which are not what is measu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -90,15 +95,16 @@ class PingEveryRequest:
 
 if VARIANT == "ping":
     app.add_middleware(PingEveryRequest, url=REDIS_URL)
-elif VARIANT in ("one", "three", "one-refuse", "one-refuse-nocache"):
+elif VARIANT in ("one", "three", "one-refuse", "one-refuse-nocache", "flood", "flood-nocache"):
     registry = CollectorRegistry()
     limiter = RateLimiter(
         AsyncClient.from_url(REDIS_URL, timeout=TIMEOUT),
         timeout=TIMEOUT,
         client_ip=ClientIP(TRUSTED),
         metrics=PrometheusMetrics(registry, limiter="bench"),
-        deny_cache=None if VARIANT == "one-refuse-nocache" else DenyCache(max_entries=10_000),
+        deny_cache=None if VARIANT.endswith("-nocache") else DenyCache(max_entries=10_000),
     )
+    exclude: tuple[str, ...] = ()
     policies: list[Policy]
     if VARIANT == "three":
         policies = [
@@ -108,9 +114,18 @@ elif VARIANT in ("one", "three", "one-refuse", "one-refuse-nocache"):
         ]
     elif VARIANT == "one":
         policies = [per_minute("ip", BIG)]
+    elif VARIANT.startswith("flood"):
+        capacity = float(os.environ.get("BENCH_CAPACITY", "10"))
+        policies = [Policy("ip", Limit(capacity, float(os.environ.get("BENCH_RATE", "1"))))]
+        exclude = ("GET /_stats",)
+
+        @app.get("/_stats")
+        async def stats() -> dict[str, int]:
+            return dataclasses.asdict(limiter.stats)
+
     else:
         # one token that never comes back within a run, whatever the clock does
         policies = [Policy("ip", Limit(1, 1e-9))]
-    app.add_middleware(RateLimitMiddleware, limiter=limiter, policies=policies)
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, policies=policies, exclude=exclude)
 elif VARIANT != "none" and not VARIANT.startswith("slowapi"):
     raise SystemExit(f"unknown BENCH_VARIANT {VARIANT!r}")

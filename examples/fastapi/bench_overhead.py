@@ -59,7 +59,7 @@ REFUSE = {
 }
 
 
-async def _worker(port: int, stop_at: float, start: int, step: int, expect: int, counts: dict[str, int],
+async def _worker(port: int, stop_at: float, start: int, step: int, expect: int | None, counts: dict[str, int],
                   one_client: bool, header: bytes) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(PROXY, 0))
     i = start
@@ -79,25 +79,51 @@ async def _worker(port: int, stop_at: float, start: int, step: int, expect: int,
                 if line[:15].lower() == b"content-length:":
                     length = int(line[15:])
             await reader.readexactly(length)
-            good = status == expect and (not header or header in head.lower())
+            good = (expect is None or status == expect) and (not header or header in head.lower())
             if not good and counts["other"] == 0:
                 print(f"unexpected response: {head[:300]!r}", file=sys.stderr)
             counts["ok" if good else "other"] += 1
+            counts[str(status)] = counts.get(str(status), 0) + 1
     finally:
         writer.close()
 
 
-async def _load(port: int, seconds: float, connections: int, offset: int, expect: int,
-                one_client: bool, header: bytes = b"") -> tuple[float, int, int]:
-    """Requests (or refusals) per second; ``header``: a header every response must carry
-    (redis-tb's, so that a fail-open response without it voids the run)."""
-    counts = {"ok": 0, "other": 0}
+async def _load(port: int, seconds: float, connections: int, offset: int, expect: int | None,
+                one_client: bool, header: bytes = b"", counts: dict[str, int] | None = None
+                ) -> tuple[float, int, int]:
+    """Requests (or refusals) per second; ``expect``: the status every response must
+    have (None: any); ``header``: a header every response must carry (redis-tb's, so that
+    a fail-open response without it voids the run). ``counts``, when given, gets the
+    number of responses per status (``"200"``, ``"429"``...) besides ``ok``/``other``."""
+    if counts is None:
+        counts = {}
+    counts.update(ok=0, other=0)
     started = time.monotonic()
     await asyncio.gather(*(
         _worker(port, started + seconds, offset + c, connections, expect, counts, one_client, header)
         for c in range(connections)
     ))
     return counts["ok"] / (time.monotonic() - started), counts["ok"], counts["other"]
+
+
+FLOOD_BEGIN = "<!-- flood:begin"
+FLOOD_END = "<!-- flood:end -->"
+
+
+def with_flood_section(text: str, section: str) -> str:
+    """``text`` with its flood section (bench_flood.py's, between FLOOD_BEGIN and
+    FLOOD_END) replaced by ``section``, or ``section`` appended."""
+    begin, end = text.find(FLOOD_BEGIN), text.find(FLOOD_END)
+    if begin >= 0 and end > begin:
+        return text[:begin] + section + text[end + len(FLOOD_END):]
+    return text.rstrip() + "\n\n" + section + "\n"
+
+
+def flood_section(path: Path) -> str:
+    """The flood section of the results file at ``path`` ("" when it has none)."""
+    text = path.read_text() if path.exists() else ""
+    begin, end = text.find(FLOOD_BEGIN), text.find(FLOOD_END)
+    return text[begin:end + len(FLOOD_END)] if begin >= 0 and end > begin else ""
 
 
 def pin(pid: int, cpu: int) -> None:
@@ -270,7 +296,8 @@ def main() -> None:
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
+    kept = flood_section(args.out)  # bench_flood.py's section stays
+    args.out.write_text(with_flood_section("\n".join(lines), kept) if kept else "\n".join(lines))
     print("\n".join(lines))
 
 
