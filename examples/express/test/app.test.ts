@@ -4,8 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
-import { counter, item, scrape, sf } from './helpers.js';
-import { AppProcess, RedisServer, type Reply, type RequestOptions, request, sleep } from './support.js';
+import { AppProcess, RedisServer, type Reply, type RequestOptions, counter, item, request, scrape, sf, sleep } from 'redis-tb-node-test-support';
 
 const PROXY = '127.0.0.2';
 const ALICE = { 'x-api-key': 'key-alice' }; // pro

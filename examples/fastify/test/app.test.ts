@@ -2,8 +2,7 @@
 // with the module; requests from 127.0.0.2 (the trusted proxy) carry X-Forwarded-For.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { counter, item, scrape, sf } from './helpers.js';
-import { AppProcess, RedisServer, type Reply, type RequestOptions, request, sleep } from './support.js';
+import { AppProcess, RedisServer, type Reply, type RequestOptions, counter, item, request, scrape, sf, sleep } from 'redis-tb-node-test-support';
 
 const PROXY = '127.0.0.2';
 const ALICE = { 'x-api-key': 'key-alice' }; // pro

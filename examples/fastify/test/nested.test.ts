@@ -8,8 +8,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { createClient } from 'redis';
 import { RateLimiter, TbClient, perMinute } from 'redis-tb';
 import { fastifyRateLimit } from 'redis-tb/fastify';
-import { sf } from './helpers.js';
-import { RedisServer, request } from './support.js';
+import { RedisServer, request, sf } from 'redis-tb-node-test-support';
 
 let server: RedisServer;
 let redis: ReturnType<typeof createClient>;

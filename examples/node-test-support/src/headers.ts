@@ -1,7 +1,10 @@
-// Reading the example's answers: structured-field headers and the Prometheus scrape.
-import parsePrometheusTextFormat, { type MetricFamily } from 'parse-prometheus-text-format';
+// Reading an example's answers: structured-field headers and the Prometheus scrape.
+import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { parseList, type Item } from 'structured-headers';
-import { type Reply, request } from './support.js';
+import { type Reply, request } from './processes.js';
+import type { MetricFamily } from './prometheus.js';
+
+export type { MetricFamily, Sample } from './prometheus.js';
 
 /** A RateLimit / RateLimit-Policy header as [name, {params}] pairs, in order. */
 export function sf(value: string | string[] | undefined): Array<[string, Record<string, unknown>]> {

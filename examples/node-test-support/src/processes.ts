@@ -1,4 +1,4 @@
-// Real processes for the end-to-end tests: a redis-server with the module on a free
+// Real processes for the examples' end-to-end tests: a redis-server with the module on a free
 // loopback port (stoppable and restartable on the same port), the example app as its own
 // process, and a small HTTP client that can choose its source address (127.0.0.2 is the
 // trusted proxy of the app under test).
@@ -7,11 +7,13 @@ import { once } from 'node:events';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-/** The example's folder (this file runs from dist/test/). */
-export const exampleDir = path.resolve(here, '../..');
+/**
+ * The example under test: the working directory, as `npm test` and run-example-tests.sh
+ * run the tests from the example's folder (this package is a copy in its node_modules).
+ */
+export const exampleDir = process.cwd();
+/** The module redis-server loads: REDIS_TB_MODULE, relative to the example's folder. */
 export const modulePath = path.resolve(exampleDir, process.env.REDIS_TB_MODULE ?? '../../target/release/libredis_tb.so');
 
 export async function freePort(): Promise<number> {
@@ -93,15 +95,10 @@ export class AppProcess {
   output = '';
   constructor(readonly script: string, readonly env: Record<string, string>) {}
 
+  /** Starts the app and waits for its `listening on <url>` line. */
   async start(): Promise<this> {
-    this.child = spawn(process.execPath, [path.join(exampleDir, this.script)], {
-      cwd: exampleDir,
-      env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...this.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    this.child.stdout?.on('data', (d: Buffer) => { this.output += d.toString(); });
-    this.child.stderr?.on('data', (d: Buffer) => { this.output += d.toString(); });
-    const m = await waitFor(this.child, /listening on (http:\/\/\S+)/, this.script);
+    const child = this.spawnOnly().child as ChildProcess;
+    const m = await waitFor(child, /listening on (http:\/\/\S+)/, this.script);
     this.url = m[1] as string;
     return this;
   }
@@ -117,6 +114,7 @@ export class AppProcess {
     return code;
   }
 
+  /** Starts the app without waiting for it (its output collects in `output`). */
   spawnOnly(): this {
     this.child = spawn(process.execPath, [path.join(exampleDir, this.script)], {
       cwd: exampleDir,

@@ -1,0 +1,3 @@
+// The end-to-end test support the Express and Fastify examples share.
+export * from './processes.js';
+export * from './headers.js';
