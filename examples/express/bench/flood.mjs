@@ -181,7 +181,7 @@ for (const r of runs) {
   L.push(`| ${r.connections} | ${r.name} | ${f0(r.rps)} | ${r.load.statuses['200'] ?? 0} | ${r.load.statuses['429'] ?? 0} | ${f1(r.redisPerSec)} | ${r.tbCalls} | ${r.stats.allowed} | ${r.refusedByRedis} | ${r.stats.denyCacheHits} |`);
 }
 L.push('');
-L.push(`(The 200/429 columns count the measured ${seconds} s; the other counts include the requests in flight at its edges. Redis commands/s = every command Redis ran during the flood but the script's INFO/FLUSHALL, over the measured time.)`);
+L.push(`(The 200/429 columns count the measured ${seconds} s; the other counts include the requests in flight at its edges. Redis commands/s = every command Redis ran during the flood but the script's INFO/FLUSHALL, over the measured time. The Redis counts are exact; the app's requests per second are one run each on a shared 2-core machine, where back-to-back runs of the same case were seen to differ by 2-3x: read them as an indication.)`);
 L.push('');
 const one = runs.filter((r) => r.connections === 1);
 if (one.length === 2) {
