@@ -2,11 +2,12 @@
 //! round trip per call, a tight timeout on every call, and a lazy reconnect after the
 //! connection breaks (never a retry of the call itself).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Value};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, ProtocolVersion, RedisError, Value};
 
 use crate::error::Error;
 
@@ -108,6 +109,12 @@ pub struct TbClient {
 
 struct Inner {
     client: redis::Client,
+    /// The same client speaking RESP2, when `client` asks for RESP3 only because the URL
+    /// named no protocol: used from the first time a server refuses `HELLO 3` (Redis 5 and
+    /// older) on.
+    resp2_fallback: Option<redis::Client>,
+    /// Set once the server refused `HELLO 3`: connect with `resp2_fallback` from then on.
+    use_fallback: AtomicBool,
     addr: String,
     config: ClientConfig,
     conn: RwLock<Option<MultiplexedConnection>>,
@@ -125,15 +132,20 @@ impl std::fmt::Debug for TbClient {
 
 impl TbClient {
     /// Connects to `url` (`redis://host:port/db`) with the default timeouts and checks that
-    /// the module is loaded.
+    /// the module is loaded. The connection speaks RESP3 (`HELLO 3`, Redis 6+ and Valkey),
+    /// whose replies carry the module's numbers as doubles, cheaper to read than RESP2's
+    /// bulk strings, unless the URL names a protocol (`?protocol=resp2`); a server without
+    /// `HELLO` gets RESP2.
     pub async fn connect(url: &str) -> Result<TbClient, Error> {
         TbClient::connect_with(url, ClientConfig::default()).await
     }
 
     /// Connects to `url` with `config`; see [`TbClient::connect_client`].
     pub async fn connect_with(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
-        let client = open_url(url)?;
-        TbClient::connect_client(client, config).await
+        let (client, fallback) = open_url(url)?;
+        let tb = TbClient::lazy_with_fallback(client, fallback, config);
+        tb.connect_checked().await?;
+        Ok(tb)
     }
 
     /// Connects with a configured `redis::Client` (TLS, auth, RESP3...) and checks that the
@@ -144,20 +156,25 @@ impl TbClient {
         config: ClientConfig,
     ) -> Result<TbClient, Error> {
         let tb = TbClient::lazy(client, config);
-        let startup = tb.inner.config.startup_timeout;
-        let conn = tb.open(startup).await?;
-        tb.store(Some(conn));
-        tb.check_module_within(startup).await?;
+        tb.connect_checked().await?;
         Ok(tb)
+    }
+
+    async fn connect_checked(&self) -> Result<(), Error> {
+        let startup = self.inner.config.startup_timeout;
+        let conn = self.open(startup).await?;
+        self.store(Some(conn));
+        self.check_module_within(startup).await
     }
 
     /// Like [`TbClient::connect_with`], but an unreachable Redis is not an error: it is
     /// logged, and the client connects on first use (the layer's failure mode covers the
     /// requests until then), so the app can start before Redis does. A server that
-    /// answers without the module is still [`Error::ModuleNotLoaded`].
+    /// answers without the module is still [`Error::ModuleNotLoaded`]. RESP3 unless the URL
+    /// names a protocol, as for [`TbClient::connect`].
     pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
-        let client = open_url(url)?;
-        let tb = TbClient::lazy(client, config);
+        let (client, fallback) = open_url(url)?;
+        let tb = TbClient::lazy_with_fallback(client, fallback, config);
         let startup = tb.inner.config.startup_timeout;
         let checked = match tb.open(startup).await {
             Ok(conn) => {
@@ -181,12 +198,23 @@ impl TbClient {
         }
     }
 
-    /// A client that connects on first use; no I/O here, no module check.
+    /// A client that connects on first use; no I/O here, no module check. The protocol is
+    /// the one `client` was configured with.
     pub fn lazy(client: redis::Client, config: ClientConfig) -> TbClient {
+        TbClient::lazy_with_fallback(client, None, config)
+    }
+
+    fn lazy_with_fallback(
+        client: redis::Client,
+        resp2_fallback: Option<redis::Client>,
+        config: ClientConfig,
+    ) -> TbClient {
         let addr = client.get_connection_info().addr().to_string();
         TbClient {
             inner: Arc::new(Inner {
                 client,
+                resp2_fallback,
+                use_fallback: AtomicBool::new(false),
                 addr,
                 config,
                 conn: RwLock::new(None),
@@ -203,6 +231,19 @@ impl TbClient {
     /// The timeouts in use.
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// The protocol new connections speak: RESP3 unless the URL (or the `redis::Client`)
+    /// asked for RESP2, or the server refused `HELLO 3`.
+    pub fn protocol(&self) -> ProtocolVersion {
+        self.redis_client().get_connection_info().redis_settings().protocol()
+    }
+
+    fn redis_client(&self) -> &redis::Client {
+        match &self.inner.resp2_fallback {
+            Some(c) if self.inner.use_fallback.load(Ordering::Relaxed) => c,
+            _ => &self.inner.client,
+        }
     }
 
     /// `Ok` when the module's commands are there (`COMMAND INFO tb.mtake` has an entry).
@@ -418,11 +459,25 @@ impl TbClient {
             .set_connection_timeout(Some(limit))
             // Calls are bounded by tokio::time::timeout around each one instead.
             .set_response_timeout(None);
+        let deadline = tokio::time::Instant::now() + limit;
         let fut = self
-            .inner
-            .client
+            .redis_client()
             .get_multiplexed_async_connection_with_config(&config);
-        match tokio::time::timeout(limit, fut).await {
+        let mut result = tokio::time::timeout_at(deadline, fut).await;
+        if let (Ok(Err(e)), Some(resp2)) = (&result, &self.inner.resp2_fallback)
+            && refuses_hello(e)
+            && !self.inner.use_fallback.swap(true, Ordering::Relaxed)
+        {
+            // A server before Redis 6 has no HELLO: RESP2 from now on, within the same limit.
+            tracing::info!(
+                target: "redis_tb",
+                "redis-tb: {} does not support RESP3 (no HELLO); using RESP2",
+                self.inner.addr
+            );
+            let fut = resp2.get_multiplexed_async_connection_with_config(&config);
+            result = tokio::time::timeout_at(deadline, fut).await;
+        }
+        match result {
             Err(_) => Err(self.timeout(limit)),
             Ok(Ok(c)) => Ok(c),
             Ok(Err(source)) => Err(Error::Connection {
@@ -476,11 +531,41 @@ impl TbClient {
     }
 }
 
-fn open_url(url: &str) -> Result<redis::Client, Error> {
-    redis::Client::open(url).map_err(|source| Error::InvalidUrl {
+/// The client for `url`: RESP3 when the URL names no protocol (with a RESP2 twin for a
+/// server without `HELLO`), else the protocol it names.
+fn open_url(url: &str) -> Result<(redis::Client, Option<redis::Client>), Error> {
+    let invalid = |source| Error::InvalidUrl {
         url: url.to_owned(),
         source,
-    })
+    };
+    let client = redis::Client::open(url).map_err(invalid)?;
+    if names_protocol(url) {
+        return Ok((client, None));
+    }
+    let info = client.get_connection_info().clone();
+    let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    let resp3 = redis::Client::open(info.set_redis_settings(resp3)).map_err(invalid)?;
+    Ok((resp3, Some(client)))
+}
+
+/// A server that does not know `HELLO` (Redis 5 and older, or a server where it was
+/// renamed away): `redis` classifies Redis 5's wording; Redis 6+ words it differently.
+fn refuses_hello(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::RESP3NotSupported
+        || (matches!(e.kind(), ErrorKind::Server(_))
+            && e.detail().is_some_and(|d| {
+                let d = d.to_ascii_lowercase();
+                d.starts_with("unknown command") && d.contains("hello")
+            }))
+}
+
+/// Whether the URL's query has a `protocol` parameter (`?protocol=resp2`).
+fn names_protocol(url: &str) -> bool {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let query = query.split_once('#').map_or(query, |(q, _)| q);
+    query
+        .split('&')
+        .any(|kv| kv.split_once('=').map_or(kv, |(k, _)| k) == "protocol")
 }
 
 /// Decodes `[allowed, remaining, retry_after, reset_after]` (RESP2 bulk texts or RESP3
@@ -674,6 +759,29 @@ mod tests {
         assert_eq!(num(10.0), "10");
         assert_eq!(num(-0.0), "0");
         assert_eq!(num(MAX_NUMBER), "9007199254740992");
+    }
+
+    #[test]
+    fn resp3_unless_the_url_names_a_protocol() -> Result<(), Error> {
+        let protocol = |url: &str| -> Result<_, Error> {
+            let (c, fallback) = open_url(url)?;
+            let tb = TbClient::lazy_with_fallback(c, fallback, ClientConfig::default());
+            Ok((tb.protocol(), tb.inner.resp2_fallback.is_some()))
+        };
+        assert_eq!(protocol("redis://127.0.0.1:1/")?, (ProtocolVersion::RESP3, true));
+        assert_eq!(protocol("redis://127.0.0.1:1/0?x=1")?, (ProtocolVersion::RESP3, true));
+        for url in [
+            "redis://127.0.0.1:1/?protocol=resp2",
+            "redis://127.0.0.1:1/?x=1&protocol=2",
+        ] {
+            assert_eq!(protocol(url)?, (ProtocolVersion::RESP2, false), "{url}");
+        }
+        assert_eq!(
+            protocol("redis://127.0.0.1:1/?protocol=resp3")?,
+            (ProtocolVersion::RESP3, false)
+        );
+        assert!(!names_protocol("redis://127.0.0.1:1/#protocol=2"));
+        Ok(())
     }
 
     #[tokio::test]

@@ -28,6 +28,7 @@ pub struct RedisServer {
     port: u16,
     module: bool,
     cpu: Option<usize>,
+    args: Vec<String>,
 }
 
 impl RedisServer {
@@ -46,7 +47,17 @@ impl RedisServer {
         RedisServer::start_with(false, None)
     }
 
+    /// Starts it with the module and extra configuration (`["--rename-command", "HELLO",
+    /// ""]` makes it answer like a server from before RESP3).
+    pub fn start_with_args(args: &[&str]) -> io::Result<RedisServer> {
+        RedisServer::start_full(true, None, args)
+    }
+
     fn start_with(module: bool, cpu: Option<usize>) -> io::Result<RedisServer> {
+        RedisServer::start_full(module, cpu, &[])
+    }
+
+    fn start_full(module: bool, cpu: Option<usize>, args: &[&str]) -> io::Result<RedisServer> {
         if module && !module_path().exists() {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -65,6 +76,7 @@ impl RedisServer {
                 port,
                 module,
                 cpu,
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -90,6 +102,7 @@ impl RedisServer {
         if self.module {
             cmd.arg("--loadmodule").arg(module_path());
         }
+        cmd.args(&self.args);
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use redis_tb_axum_example::support::RedisServer;
+use redis_tb_client::redis::ProtocolVersion;
 use redis_tb_client::{Charge, ClientConfig, Error, TbClient};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -184,5 +185,106 @@ async fn start_tolerates_an_unreachable_redis_but_not_a_missing_module() -> Test
         .err()
         .ok_or("started")?;
     assert!(matches!(err, Error::ModuleNotLoaded { .. }), "{err:?}");
+    Ok(())
+}
+
+/// The `resp=` field of this server's client connections other than the asker's own
+/// (`CLIENT LIST`): which protocol the client really speaks.
+fn protocols_on_the_wire(redis: &RedisServer) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let list = redis.command(&["CLIENT", "LIST"])?;
+    Ok(list
+        .lines()
+        .filter(|l| !l.contains("cmd=client|list"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("resp=")))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The same calls over `url`: replies whose numbers must not depend on the protocol.
+async fn same_calls(url: &str) -> Result<(TbClient, Vec<(bool, f64, f64)>), Error> {
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+        startup_timeout: Duration::from_secs(10),
+    };
+    let tb = TbClient::connect_with(url, config).await?;
+    let tag = if tb.protocol() == ProtocolVersion::RESP2 {
+        "2"
+    } else {
+        "3"
+    };
+    let key = |k: &str| format!("{k}-{tag}");
+    let mut out = Vec::new();
+    // Fractional numbers (1/3 of a token, a rate of 1e-9) and -1 (never).
+    let r = tb.take(&key("t"), 10.0, 1e-9, 1.0 / 3.0).await?;
+    out.push((r.allowed, r.remaining, r.retry_after));
+    let r = tb.take(&key("t"), 10.0, 1e-9, 11.0).await?;
+    out.push((r.allowed, r.remaining, r.retry_after));
+    let charges = [
+        Charge {
+            key: key("a"),
+            capacity: 2.5,
+            rate: 1e-9,
+            n: 2.0,
+        },
+        Charge {
+            key: key("b"),
+            capacity: 1.0,
+            rate: 1e-9,
+            n: 2.0,
+        },
+    ];
+    let m = tb.mtake(&charges).await?;
+    out.push((m.allowed, m.remaining, m.retry_after));
+    for b in &m.buckets {
+        out.push((b.allowed, b.remaining, b.retry_after));
+    }
+    let p = tb.peek(&key("t"), 10.0, 1e-9).await?;
+    out.push((p.allowed, p.remaining, p.retry_after));
+    Ok((tb, out))
+}
+
+#[tokio::test]
+async fn resp3_by_default_resp2_when_the_url_asks_and_the_same_replies() -> TestResult {
+    let redis = RedisServer::start()?;
+    let (tb3, replies3) = same_calls(&redis.url()).await?;
+    assert_eq!(tb3.protocol(), ProtocolVersion::RESP3);
+    assert_eq!(protocols_on_the_wire(&redis)?, ["3"]);
+    drop(tb3);
+
+    let redis2 = RedisServer::start()?;
+    let (tb2, replies2) = same_calls(&format!("{}?protocol=resp2", redis2.url())).await?;
+    assert_eq!(tb2.protocol(), ProtocolVersion::RESP2);
+    assert_eq!(protocols_on_the_wire(&redis2)?, ["2"]);
+
+    // The buckets refill (1e-9 token/s) between calls: the same numbers up to that.
+    assert_eq!(replies3.len(), replies2.len());
+    for (a, b) in replies3.iter().zip(&replies2) {
+        assert_eq!((a.0, a.2), (b.0, b.2), "{replies3:?} vs {replies2:?}");
+        assert!((a.1 - b.1).abs() < 1e-9, "{replies3:?} vs {replies2:?}");
+    }
+    assert_eq!(replies3[0], (true, 10.0 - 1.0 / 3.0, 0.0));
+    assert_eq!((replies3[1].0, replies3[1].2), (false, -1.0));
+    assert!(!replies3[2].0, "b cannot give 2 of 1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_without_hello_gets_resp2() -> TestResult {
+    // HELLO renamed away: the server answers like one from before RESP3 (Redis 5).
+    let redis = RedisServer::start_with_args(&["--rename-command", "HELLO", ""])?;
+    let (tb, replies) = same_calls(&redis.url()).await?;
+    assert_eq!(tb.protocol(), ProtocolVersion::RESP2);
+    assert_eq!(protocols_on_the_wire(&redis)?, ["2"]);
+    assert_eq!(replies[0], (true, 10.0 - 1.0 / 3.0, 0.0));
+    // And a URL that insists on RESP3 is refused rather than silently downgraded.
+    let err = TbClient::connect_with(
+        &format!("{}?protocol=resp3", redis.url()),
+        ClientConfig::default(),
+    )
+    .await
+    .err()
+    .ok_or("connected with RESP3 to a server without HELLO")?;
+    assert!(matches!(err, Error::Connection { .. }), "{err:?}");
     Ok(())
 }
