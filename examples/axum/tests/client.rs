@@ -288,3 +288,47 @@ async fn a_server_without_hello_gets_resp2() -> TestResult {
     assert!(matches!(err, Error::Connection { .. }), "{err:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_layer_decides_the_same_over_resp2_and_resp3() -> TestResult {
+    use redis_tb_axum_example::support::{HttpConn, serve};
+    use redis_tb_axum_example::{Config, app, limiter};
+    use redis_tb_client::Limit;
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+        startup_timeout: Duration::from_secs(10),
+    };
+    let redis = RedisServer::start()?;
+    let mut seen = Vec::new();
+    for (url, protocol) in [
+        (format!("{}?protocol=resp2", redis.url()), "2"),
+        (redis.url(), "3"),
+    ] {
+        redis.command(&["FLUSHALL"])?;
+        let tb = TbClient::connect_with(&url, config.clone()).await?;
+        let app_config = Config {
+            ip: Limit::per_hour(2.0),
+            ..Config::default()
+        };
+        let served = serve(app(Some(limiter(tb, &app_config)?))).await?;
+        let mut conn = HttpConn::connect(served.addr).await?;
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let r = conn.request("GET", "/", &[]).await?;
+            answers.push((
+                r.status,
+                r.header("ratelimit").map(str::to_owned),
+                r.header("retry-after").map(str::to_owned),
+            ));
+        }
+        assert!(protocols_on_the_wire(&redis)?.iter().any(|p| p == protocol));
+        seen.push(answers);
+    }
+    assert_eq!(seen[0], seen[1]);
+    let statuses: Vec<u16> = seen[0].iter().map(|a| a.0).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(seen[0][0].1.as_deref(), Some("\"ip\";r=1;t=1800"));
+    assert_eq!(seen[0][2].2.as_deref(), Some("1800"));
+    Ok(())
+}
