@@ -17,174 +17,28 @@
 //! `cargo run --release -p redis-tb-axum-example --bin overhead`
 //! Environment: `OVERHEAD_SECONDS` per phase (2), `OVERHEAD_ROUNDS` (6),
 //! `OVERHEAD_CONNECTIONS` (16), `OVERHEAD_OUT` (the report path), `OVERHEAD_PIN=0` to not
-//! pin, `OVERHEAD_ONLY=<variant>` to serve and load one variant for a profiler
+//! pin, `OVERHEAD_PROTOCOL=resp2` for a layer URL that asks for RESP2 (default: no protocol
+//! in the URL, so RESP3; the PING floor speaks the same), `OVERHEAD_ONLY=<variant>` to
+//! serve and load one variant for a profiler
 //! (`OVERHEAD_SECONDS` long, no report), plus `REDIS_SERVER` and `REDIS_TB_MODULE` as for
 //! the tests.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use redis_tb_axum_example::support::{HttpConn, RedisServer, Served, serve};
+use redis_tb_axum_example::bench::{
+    Phase, Result, Runtimes, env_or, load, load_average, median, report_path,
+};
+use redis_tb_axum_example::support::{Served, serve};
 use redis_tb_axum_example::{app, app_with};
 use redis_tb_client::redis::aio::MultiplexedConnection;
 use redis_tb_client::{ClientConfig, Key, Policy, RateLimitLayer, TbClient};
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Counts of one phase.
-#[derive(Clone, Copy, Debug, Default)]
-struct Phase {
-    ok: u64,
-    other: u64,
-    seconds: f64,
-    /// CPU time the apps' thread spent during the phase, in seconds.
-    cpu: f64,
-}
-
-impl Phase {
-    fn rps(&self) -> f64 {
-        self.ok as f64 / self.seconds
-    }
-
-    /// CPU microseconds the apps' thread spent per answered request.
-    fn cpu_us(&self) -> f64 {
-        self.cpu * 1e6 / self.ok.max(1) as f64
-    }
-
-    /// Requests per CPU-second of the apps' thread: the throughput it would reach with its
-    /// core to itself (what other processes on a shared machine take does not count).
-    fn capacity(&self) -> f64 {
-        self.ok as f64 / self.cpu.max(1e-9)
-    }
-}
-
-/// The apps run on their own tokio runtime, whose one worker thread has this name; the
-/// load generator runs on another runtime, so that only the apps' CPU time is measured.
-const APP_THREAD: &str = "app-worker";
-const LOAD_THREAD: &str = "load-worker";
-
-/// Thread directories (`/proc/self/task/<tid>`) of this process's threads named `name`.
-fn threads(name: &str) -> Vec<std::path::PathBuf> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .map(|t| t.path())
-        .filter(|p| std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim_end() == name))
-        .collect()
-}
-
-/// Nanoseconds the apps' thread has run on a CPU (`/proc/self/task/<tid>/schedstat`).
-fn cpu_ns() -> u64 {
-    threads(APP_THREAD)
-        .iter()
-        .filter_map(|t| std::fs::read_to_string(t.join("schedstat")).ok())
-        .filter_map(|s| {
-            s.split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum()
-}
-
-/// Moves the threads named `name` to `cpu`.
-fn pin_threads(name: &str, cpu: usize) -> Result<()> {
-    for t in threads(name) {
-        let tid = t
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        let status = std::process::Command::new("taskset")
-            .args(["-p", "-c", &cpu.to_string(), &tid])
-            .stdout(std::process::Stdio::null())
-            .status()?;
-        if !status.success() {
-            return Err(format!("taskset {tid} failed: {status}").into());
-        }
-    }
-    Ok(())
-}
-
-/// `connections` keep-alive connections each sending `GET path` back to back for `secs`.
-async fn load(
-    addr: SocketAddr,
-    path: &'static str,
-    connections: usize,
-    secs: f64,
-) -> Result<Phase> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let ok = Arc::new(AtomicU64::new(0));
-    let other = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..connections {
-        let (stop, ok, other) = (stop.clone(), ok.clone(), other.clone());
-        let mut conn = HttpConn::connect(addr).await?;
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match conn
-                    .request("GET", path, &[("authorization", "Bearer alice-token")])
-                    .await
-                {
-                    Ok(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
-                    Ok(_) => other.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => break,
-                };
-            }
-        }));
-    }
-    let start = Instant::now();
-    let cpu_start = cpu_ns();
-    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (ok_at_stop, other_at_stop) = (ok.load(Ordering::Relaxed), other.load(Ordering::Relaxed));
-    let cpu = cpu_ns().saturating_sub(cpu_start) as f64 / 1e9;
-    let seconds = start.elapsed().as_secs_f64();
-    for t in tasks {
-        let _ = t.await;
-    }
-    Ok(Phase {
-        ok: ok_at_stop,
-        other: other_at_stop,
-        seconds,
-        cpu,
-    })
-}
-
-fn first_three(loadavg: &str) -> String {
-    loadavg
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
-}
+const AUTH: &[(&str, &str)] = &[("authorization", "Bearer alice-token")];
 
 /// One bare `PING` per request on a shared multiplexed connection, then the handler.
 async fn ping(conn: MultiplexedConnection, req: Request, next: Next) -> Response {
@@ -207,7 +61,11 @@ const VARIANTS: [&str; 4] = ["none", "ping", "one", "three"];
 /// Limits no request reaches: every request is admitted, so every variant answers 200.
 const HUGE: f64 = 1e9;
 
-async fn serve_variant(name: &str, url: &str) -> Result<(Served, Option<RateLimitLayer>)> {
+async fn serve_variant(
+    name: &str,
+    url: &str,
+    ping_url: &str,
+) -> Result<(Served, Option<RateLimitLayer>)> {
     let layer = |policies: Vec<Policy>| async move {
         // A generous call timeout: on a shared machine a slow reply must not turn into a
         // store error (a fail-open request skips Redis and would flatter the layer).
@@ -224,7 +82,7 @@ async fn serve_variant(name: &str, url: &str) -> Result<(Served, Option<RateLimi
     Ok(match name {
         "none" => (serve(app(None)).await?, None),
         "ping" => {
-            let conn = redis_tb_client::redis::Client::open(url)?
+            let conn = redis_tb_client::redis::Client::open(ping_url)?
                 .get_multiplexed_async_connection()
                 .await?;
             let router = app_with(move |r| {
@@ -252,35 +110,8 @@ async fn serve_variant(name: &str, url: &str) -> Result<(Served, Option<RateLimi
 }
 
 fn main() -> Result<()> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pin = std::env::var("OVERHEAD_PIN").map_or(true, |v| v != "0") && cores >= 2;
-    if pin {
-        // Before any other thread exists: the runtime's threads inherit CPU 0.
-        let status = std::process::Command::new("taskset")
-            .args(["-a", "-p", "-c", "0", &std::process::id().to_string()])
-            .stdout(std::process::Stdio::null())
-            .status()?;
-        if !status.success() {
-            return Err(format!("taskset failed: {status}").into());
-        }
-    }
-    let apps = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(APP_THREAD)
-        .enable_all()
-        .build()?;
-    let loader = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(LOAD_THREAD)
-        .enable_all()
-        .build()?;
-    if pin {
-        // The apps keep CPU 0 to themselves; the load generator shares CPU 1 with Redis.
-        // Spawning a task makes sure the worker thread exists before it is moved.
-        loader.block_on(async { tokio::spawn(async {}).await })?;
-        pin_threads(LOAD_THREAD, 1)?;
-    }
-    loader.block_on(run(pin, cores, apps.handle().clone()))
+    let rt = Runtimes::new("OVERHEAD_PIN")?;
+    rt.loader.block_on(run(&rt))
 }
 
 /// Serves a variant on the apps' runtime.
@@ -288,63 +119,65 @@ async fn serve_on(
     apps: &tokio::runtime::Handle,
     name: &'static str,
     url: &str,
+    ping_url: &str,
 ) -> Result<(Served, Option<RateLimitLayer>)> {
-    let url = url.to_owned();
-    apps.spawn(async move { serve_variant(name, &url).await.map_err(|e| e.to_string()) })
+    let (url, ping_url) = (url.to_owned(), ping_url.to_owned());
+    apps.spawn(async move {
+        serve_variant(name, &url, &ping_url)
+            .await
+            .map_err(|e| e.to_string())
+    })
         .await?
         .map_err(Into::into)
 }
 
-async fn run(pin: bool, cores: usize, apps: tokio::runtime::Handle) -> Result<()> {
+async fn run(rt: &Runtimes) -> Result<()> {
+    let apps = rt.apps.handle().clone();
     let secs: f64 = env_or("OVERHEAD_SECONDS", 2.0);
     let rounds: usize = env_or("OVERHEAD_ROUNDS", 6);
     let connections: usize = env_or("OVERHEAD_CONNECTIONS", 16);
-    let out = std::env::var("OVERHEAD_OUT").unwrap_or_else(|_| {
-        format!(
-            "{}/../../bench/results/integrations-rust.md",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    });
+    let out = report_path();
 
-    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let redis = if pin {
-        RedisServer::start_pinned(1)?
-    } else {
-        RedisServer::start()?
-    };
+    let load_before = load_average();
+    let redis = rt.redis()?;
     let version = redis.command(&["INFO", "server"])?;
     let version = version
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("?")
         .to_owned();
-    // OVERHEAD_RESP3=1: every variant's connection speaks RESP3 (`HELLO 3`), where the
-    // module's numbers are doubles rather than bulk strings.
-    let resp3 = std::env::var("OVERHEAD_RESP3").is_ok_and(|v| v == "1");
-    let url = if resp3 {
-        format!("{}?protocol=resp3", redis.url())
+    // OVERHEAD_PROTOCOL=resp2: the layer's URL asks for RESP2 (`?protocol=resp2`); by
+    // default it names no protocol, and the client speaks RESP3. The PING floor's
+    // connection always speaks the layer's protocol.
+    let resp2 = std::env::var("OVERHEAD_PROTOCOL").is_ok_and(|v| v == "resp2");
+    let (url, ping_url) = if resp2 {
+        let url = format!("{}?protocol=resp2", redis.url());
+        (url.clone(), url)
     } else {
-        redis.url()
+        (redis.url(), format!("{}?protocol=resp3", redis.url()))
     };
-
     if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
         let only = VARIANTS
             .into_iter()
             .find(|v| *v == only)
             .ok_or(format!("OVERHEAD_ONLY: one of {VARIANTS:?}"))?;
-        let (served, _) = serve_on(&apps, only, &url).await?;
-        let p = load(served.addr, "/", connections, secs).await?;
-        eprintln!("{only}: {:.0} req/s ({} non-200)", p.rps(), p.other);
+        let (served, _) = serve_on(&apps, only, &url, &ping_url).await?;
+        let p = load(served.addr, "/", AUTH, connections, secs).await?;
+        eprintln!(
+            "{only}: {:.0} req/s ({} non-200)",
+            p.rps(),
+            p.other + p.limited
+        );
         return Ok(());
     }
 
     let mut served = Vec::new();
     for v in VARIANTS {
-        served.push(serve_on(&apps, v, &url).await?);
+        served.push(serve_on(&apps, v, &url, &ping_url).await?);
     }
     // Warm-up: connections, allocator, Redis keys.
     for (s, _) in &served {
-        load(s.addr, "/", connections, 1.0).await?;
+        load(s.addr, "/", AUTH, connections, 1.0).await?;
     }
 
     // rows[round][variant]
@@ -357,7 +190,7 @@ async fn run(pin: bool, cores: usize, apps: tokio::runtime::Handle) -> Result<()
         }
         let mut phases = vec![Phase::default(); VARIANTS.len()];
         for &i in &order {
-            phases[i] = load(served[i].0.addr, "/", connections, secs).await?;
+            phases[i] = load(served[i].0.addr, "/", AUTH, connections, secs).await?;
         }
         eprintln!(
             "round {}: {}",
@@ -396,8 +229,8 @@ async fn run(pin: bool, cores: usize, apps: tokio::runtime::Handle) -> Result<()
     } else {
         "release"
     };
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let non_200: u64 = rows.iter().flatten().map(|p| p.other).sum();
+    let load_after = load_average();
+    let non_200: u64 = rows.iter().flatten().map(|p| p.other + p.limited).sum();
     let (store_errors, degraded) = served
         .iter()
         .filter_map(|(_, l)| l.as_ref().map(RateLimitLayer::metrics))
@@ -484,29 +317,24 @@ async fn run(pin: bool, cores: usize, apps: tokio::runtime::Handle) -> Result<()
             phases[2].capacity() / phases[1].capacity()
         ));
     }
-    let pinning = if pin {
-        "the apps' runtime (one worker thread serving all four variants) on CPU 0; the load \
-         generator's runtime (one worker thread) and redis-server on CPU 1 (`taskset`)"
-    } else {
-        "not pinned (`OVERHEAD_PIN=0`)"
-    };
+    let pinning = rt.describe();
     md.push_str(&format!(
         "\nSetup: {connections} keep-alive HTTP/1.1 connections sending `GET /` with \
          `Authorization: Bearer alice-token` back to back, {secs} s per phase, {rounds} rounds \
          in an order that rotates and reverses from round to round, after a 1 s warm-up of \
-         each variant. CPUs: {pinning}; {cores} cores on the machine. redis-server {version} \
+         each variant (one app thread serving all four). CPUs: {pinning}. redis-server {version} \
          (module loaded, persistence off) on loopback, protocol {}. Limits so high that every request is \
          admitted, so every variant answers 200 (non-200 answers: {non_200}; failed Redis \
          calls: {store_errors}; requests decided by the failure mode: {degraded}). Build \
          profile: {profile}. Load average (1, 5, 15 min) before the run: {}, after: {} \
          (the machine is shared: the ratios compare variants measured in the same rounds).\n",
-        if resp3 {
-            "RESP3 (`OVERHEAD_RESP3=1`)"
+        if resp2 {
+            "RESP2 (`OVERHEAD_PROTOCOL=resp2`: the layer's URL ends in `?protocol=resp2`)"
         } else {
-            "RESP2"
+            "RESP3 (the client's default: the URL names no protocol)"
         },
-        first_three(&load_before),
-        first_three(&load_after),
+        load_before,
+        load_after,
     ));
     // A profile written by hand below the measurement ("## Profile" and what follows) is
     // kept when the measurement is rewritten.
