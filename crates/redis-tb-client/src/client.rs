@@ -236,7 +236,10 @@ impl TbClient {
     /// The protocol new connections speak: RESP3 unless the URL (or the `redis::Client`)
     /// asked for RESP2, or the server refused `HELLO 3`.
     pub fn protocol(&self) -> ProtocolVersion {
-        self.redis_client().get_connection_info().redis_settings().protocol()
+        self.redis_client()
+            .get_connection_info()
+            .redis_settings()
+            .protocol()
     }
 
     fn redis_client(&self) -> &redis::Client {
@@ -543,7 +546,10 @@ fn open_url(url: &str) -> Result<(redis::Client, Option<redis::Client>), Error> 
         return Ok((client, None));
     }
     let info = client.get_connection_info().clone();
-    let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
     let resp3 = redis::Client::open(info.set_redis_settings(resp3)).map_err(invalid)?;
     Ok((resp3, Some(client)))
 }
@@ -768,8 +774,14 @@ mod tests {
             let tb = TbClient::lazy_with_fallback(c, fallback, ClientConfig::default());
             Ok((tb.protocol(), tb.inner.resp2_fallback.is_some()))
         };
-        assert_eq!(protocol("redis://127.0.0.1:1/")?, (ProtocolVersion::RESP3, true));
-        assert_eq!(protocol("redis://127.0.0.1:1/0?x=1")?, (ProtocolVersion::RESP3, true));
+        assert_eq!(
+            protocol("redis://127.0.0.1:1/")?,
+            (ProtocolVersion::RESP3, true)
+        );
+        assert_eq!(
+            protocol("redis://127.0.0.1:1/0?x=1")?,
+            (ProtocolVersion::RESP3, true)
+        );
         for url in [
             "redis://127.0.0.1:1/?protocol=resp2",
             "redis://127.0.0.1:1/?x=1&protocol=2",

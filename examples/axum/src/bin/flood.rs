@@ -188,7 +188,9 @@ async fn run(rt: &Runtimes) -> Result<()> {
         Some(at) => {
             let rest = &old[at + SECTION.len()..];
             // The section ends where the next top-level section ("\n## ") starts.
-            let end = rest.find("\n## ").map_or(old.len(), |i| at + SECTION.len() + i);
+            let end = rest
+                .find("\n## ")
+                .map_or(old.len(), |i| at + SECTION.len() + i);
             format!("{}{}{}", &old[..at], md, &old[end..])
         }
         None => format!("{}\n{}", old.trim_end_matches('\n'), md),

@@ -127,8 +127,8 @@ async fn serve_on(
             .await
             .map_err(|e| e.to_string())
     })
-        .await?
-        .map_err(Into::into)
+    .await?
+    .map_err(Into::into)
 }
 
 async fn run(rt: &Runtimes) -> Result<()> {
