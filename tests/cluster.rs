@@ -517,7 +517,13 @@ fn run_pipelined(con: &mut ClusterConnection, cmds: &[redis::Cmd]) -> Vec<Value>
 // 1. Every slot, every master: exact admissions
 
 /// Rates that are exact binary fractions, so `rate x elapsed` is exact.
-const RATES: [f64; 4] = [0.5, 0.25, 2.0, 0.125];
+/// Powers of two, so refills over `ELAPSED` are exact; slow enough that every bucket takes
+/// 32 s or more to fill again, so no key's TTL (time to full) can run out while the test
+/// is still counting keys on a loaded machine (rates of 0.125-2/s expired some keys
+/// between the traffic and DBSIZE under load).
+const RATES: [f64; 4] = [1.0 / 128.0, 1.0 / 256.0, 1.0 / 32.0, 1.0 / 512.0];
+/// Seconds between the two rounds of takes, on the client's clock.
+const ELAPSED: f64 = 256.0;
 
 #[test]
 fn every_slot_admits_exactly_capacity_then_rate_times_elapsed() {
@@ -569,15 +575,15 @@ fn every_slot_admits_exactly_capacity_then_rate_times_elapsed() {
     );
 
     // Per slot: capacity 1..=6 and one of RATES. At T0 take one token capacity + 1 times
-    // (exactly capacity admitted), then at T0 + 4 s take (refill + 1) times, where
-    // refill = floor(min(capacity, 4 x rate)).
-    let t1 = T0 + 4.0;
+    // (exactly capacity admitted), then at T0 + ELAPSED take (refill + 1) times, where
+    // refill = floor(min(capacity, ELAPSED x rate)).
+    let t1 = T0 + ELAPSED;
     let params = |slot: usize| -> (u32, f64) { (1 + (slot % 6) as u32, RATES[(slot / 6) % 4]) };
     let expected_calls: Vec<u64> = {
         let mut per_node = vec![0u64; cluster.nodes.len()];
         for slot in 0..SLOTS {
             let (cap, rate) = params(slot);
-            let refill = (f64::from(cap)).min(4.0 * rate).floor() as u64;
+            let refill = (f64::from(cap)).min(ELAPSED * rate).floor() as u64;
             per_node[topo.slot_owner[slot]] += u64::from(cap) + 1 + refill + 1;
         }
         per_node
@@ -595,7 +601,7 @@ fn every_slot_admits_exactly_capacity_then_rate_times_elapsed() {
                     let mut cmds = Vec::new();
                     for &slot in batch {
                         let (cap, rate) = params(slot);
-                        let refill = f64::from(cap).min(4.0 * rate);
+                        let refill = f64::from(cap).min(ELAPSED * rate);
                         for _ in 0..=cap {
                             cmds.push(take_cmd(&keys[slot], cap, rate, 1, T0));
                         }
@@ -608,7 +614,7 @@ fn every_slot_admits_exactly_capacity_then_rate_times_elapsed() {
                     for &slot in batch {
                         let key = &keys[slot];
                         let (cap, rate) = params(slot);
-                        let refill = f64::from(cap).min(4.0 * rate);
+                        let refill = f64::from(cap).min(ELAPSED * rate);
                         for j in 1..=cap {
                             let d = replies.next().unwrap();
                             assert!(d.allowed, "{key} take {j} at T0: {d:?}");
