@@ -5,13 +5,16 @@ test moves, so every value is exact; a real redis-server counts the calls
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from redis_tb import AsyncClient, Client, DenyCache, Limit, Outcome, Policy, RateLimiter
+from redis_tb import AsyncClient, Client, Decision, DenyCache, Limit, Outcome, Policy, RateLimiter, SyncRateLimiter
 from redis_tb.metrics import PrometheusMetrics
 from servers import RedisServer
 
@@ -197,3 +200,114 @@ def test_memory_is_bounded_expired_first_then_soonest_to_expire() -> None:
     assert len(cache) <= 3 and len(cache._heap) <= 2 * 3 + 16
     with pytest.raises(ValueError):
         DenyCache(max_entries=0)
+
+
+# -- single flight: one probe per expired entry ---------------------------------------
+
+KEY = "rl:p:203.0.113.20"
+
+
+async def refused_and_cached(limiter: RateLimiter) -> None:
+    for _ in range(2):
+        assert (await limiter.check(Req(), [POLICY], **PEER)).allowed
+    assert (await limiter.check(Req(), [POLICY], **PEER)).limited  # cached until 102
+
+
+async def test_after_expiry_concurrent_requests_send_one_probe_the_rest_are_refused_locally(
+    limiter: RateLimiter, tb: Client, clock: Clock
+) -> None:
+    await refused_and_cached(limiter)
+    calls, hits = mtake_calls(tb), limiter.stats.deny_cache_hits
+    clock.t = 102.0  # deny-until has passed
+    decisions = await asyncio.gather(*[limiter.check(Req(), [POLICY], **PEER) for _ in range(20)])
+    assert mtake_calls(tb) == calls + 1  # one TB.MTAKE: the probe (Redis refuses, fixed clock)
+    probe, rest = decisions[0], decisions[1:]
+    assert probe.limited and not probe.cached
+    assert all(d.limited and d.cached for d in rest)
+    assert limiter.stats.deny_cache_hits == hits + 19
+    status, headers, body = limiter.rejection(rest[0]) or (0, [], b"")
+    assert status == 429 and dict(headers)["Retry-After"] == "1"
+    assert json.loads(body)["detail"] == "rate limit exceeded for 'p': retry after 1 s"
+    assert all(limiter.rejection(d) == limiter.rejection(rest[0]) for d in rest)
+    # the probe's refusal renewed the entry: the next request is a plain cache hit
+    e = (limiter.deny_cache or DenyCache()).lookup(KEY, 2, 0.5, 1, 102.0)
+    assert e is not None and e.probing == 0.0 and e.deny_until == pytest.approx(104.0)
+    assert (await limiter.check(Req(), [POLICY], **PEER)).cached and mtake_calls(tb) == calls + 1
+
+
+def test_sync_threads_after_expiry_send_one_probe(redis_server: RedisServer, tb: Client) -> None:
+    clock = Clock()
+    lim = SyncRateLimiter(
+        Client.from_url(redis_server.url, timeout=5), timeout=5, clock=lambda: NOW,
+        deny_cache=DenyCache(10, clock=clock),
+    )
+    for _ in range(2):
+        assert lim.check(Req(), [POLICY], **PEER).allowed
+    assert lim.check(Req(), [POLICY], **PEER).limited
+    calls = mtake_calls(tb)
+    clock.t = 102.0
+    barrier = threading.Barrier(8)
+
+    def one() -> Decision:
+        barrier.wait()
+        return lim.check(Req(), [POLICY], **PEER)
+
+    tb.redis.client_pause(300)  # the probe's call waits in Redis
+    with ThreadPoolExecutor(8) as pool:
+        decisions = list(pool.map(lambda _: one(), range(8)))
+    assert mtake_calls(tb) == calls + 1
+    assert sum(not d.cached for d in decisions) == 1 and all(d.limited for d in decisions)
+    lim.close()
+
+
+async def test_a_probe_admitted_removes_the_entry(redis_server: RedisServer, tb: Client, clock: Clock) -> None:
+    redis_now = [NOW]
+    lim = RateLimiter(
+        AsyncClient.from_url(redis_server.url, timeout=5), timeout=5, clock=lambda: redis_now[0],
+        deny_cache=DenyCache(10, clock=clock),
+    )
+    await refused_and_cached(lim)
+    assert len(lim.deny_cache or ()) == 1
+    clock.t, redis_now[0] = 102.0, NOW + 2  # one token is back in Redis too
+    admitted = await lim.check(Req(), [POLICY], **PEER)
+    assert admitted.allowed and not admitted.cached
+    assert len(lim.deny_cache or ()) == 0
+    await lim.aclose()
+
+
+async def test_a_cancelled_probe_removes_the_entry(limiter: RateLimiter, tb: Client, clock: Clock) -> None:
+    await refused_and_cached(limiter)
+    cache = limiter.deny_cache or DenyCache()
+    clock.t = 102.0
+    tb.redis.client_pause(500)
+    task = asyncio.ensure_future(limiter.check(Req(), [POLICY], **PEER))
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if cache._entries.get(KEY, None) is not None and cache._entries[KEY].probing:
+            break
+    assert cache._entries[KEY].probing == 102.0
+    while_probing = await limiter.check(Req(), [POLICY], **PEER)
+    assert while_probing.cached and while_probing.retry_after == 0.0
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(cache) == 0
+
+
+async def test_a_stale_probing_mark_lets_the_next_request_probe(
+    limiter: RateLimiter, tb: Client, clock: Clock
+) -> None:
+    await refused_and_cached(limiter)
+    cache = limiter.deny_cache or DenyCache()
+    clock.t = 102.0
+    hit, lost = cache.claim(KEY, 2, 0.5, 1, clock.t)  # a probe that never comes back
+    assert hit is None and lost is not None and lost.probing == 102.0
+    calls = mtake_calls(tb)
+    clock.t = 111.9  # younger than 2 x the call timeout (5 s): still refused locally
+    assert (await limiter.check(Req(), [POLICY], **PEER)).cached and mtake_calls(tb) == calls
+    clock.t = 112.0  # 2 x 5 s old: the next request probes Redis
+    probe = await limiter.check(Req(), [POLICY], **PEER)
+    assert probe.limited and not probe.cached and mtake_calls(tb) == calls + 1
+    cache.end_probe(KEY, lost)  # the lost probe's late end leaves the renewed entry alone
+    e = cache.lookup(KEY, 2, 0.5, 1, 112.0)
+    assert e is not None and e.deny_until == pytest.approx(114.0)

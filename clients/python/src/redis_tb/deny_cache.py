@@ -16,6 +16,14 @@ cached one, before deny-until, is refused locally without calling Redis.
   entry that expires soonest. O(log n) per insert (a heap with lazy deletion), O(1)
   per lookup.
 - Shadow refusals are never cached: shadow policies always reach Redis.
+- Single flight: when an entry's deny-until has passed, the first request that finds
+  it (:meth:`DenyCache.claim`) is the probe: the entry is marked probing (with the
+  monotonic time) and that request goes to Redis. Requests finding the entry while
+  it is probing are refused locally (``retry_after`` 0: ``Retry-After: 1``). The
+  probe's answer settles it: refused -> :meth:`add` renews the entry; admitted, a
+  store error or a cancelled call -> :meth:`end_probe` removes it. A mark older than
+  ``stale_after`` (the limiter passes 2 x its call timeout) lets the next request
+  probe, so a lost probe never blocks the key for good.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ class DenyEntry(NamedTuple):
     deny_until: float
     #: monotonic seconds at which the bucket would be full again
     reset_at: float
+    #: monotonic seconds at which a probe went to Redis for this expired entry; 0: none
+    probing: float = 0.0
 
 
 class DenyCache:
@@ -58,18 +68,50 @@ class DenyCache:
         return len(self._entries)
 
     def lookup(self, key: str, capacity: float, rate: float, cost: float, now: float) -> DenyEntry | None:
-        """The entry refusing this charge at ``now``, or None (ask Redis)."""
+        """The entry refusing this charge at ``now``, or None (ask Redis); as
+        :meth:`claim`, whose probe mark (if this lookup made one) is left to expire."""
+        return self.claim(key, capacity, rate, cost, now)[0]
+
+    def claim(
+        self, key: str, capacity: float, rate: float, cost: float, now: float,
+        stale_after: float = float("inf"),
+    ) -> tuple[DenyEntry | None, DenyEntry | None]:
+        """``(hit, probe)`` for this charge at ``now``.
+
+        ``hit``: the entry refusing it locally (before deny-until, or while another
+        request probes Redis for it), else None: ask Redis. ``probe``: when this
+        request is the one that probes (the entry had expired and nobody was probing,
+        or the mark is older than ``stale_after``), the marked entry to hand back to
+        :meth:`end_probe` once Redis has answered; else None.
+        """
         e = self._entries.get(key)
-        if e is None:
-            return None
-        if now >= e.deny_until:
-            with self._lock:
-                if self._entries.get(key) is e:
+        if e is None or e.capacity != capacity or e.rate != rate or cost < e.cost:
+            return None, None
+        if now < e.deny_until:
+            return e, None
+        with self._lock:
+            e = self._entries.get(key)
+            if e is None or e.capacity != capacity or e.rate != rate or cost < e.cost:
+                return None, None
+            if now < e.deny_until:
+                return e, None
+            if e.probing and now - e.probing < stale_after:
+                return e, None  # another request is asking Redis: refuse locally
+            marked = e._replace(probing=now)
+            self._entries[key] = marked
+            return None, marked
+
+    def end_probe(self, key: str, marked: DenyEntry, *, keep: bool = False) -> None:
+        """The probe ``marked`` (from :meth:`claim`) is over without a refusal to
+        cache (admitted, a store error, cancelled): drop the entry, unless it has been
+        renewed (or re-claimed) since. ``keep``: the probe never went to Redis; put
+        the entry back unmarked so that the next request probes."""
+        with self._lock:
+            if self._entries.get(key) is marked:
+                if keep:
+                    self._entries[key] = marked._replace(probing=0.0)
+                else:
                     del self._entries[key]
-            return None
-        if e.capacity != capacity or e.rate != rate or cost < e.cost:
-            return None
-        return e
 
     def add(self, key: str, capacity: float, rate: float, cost: float, retry_after: float,
             reset_after: float, now: float) -> None:

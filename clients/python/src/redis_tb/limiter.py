@@ -69,7 +69,7 @@ import redis.exceptions
 
 from .client import AsyncClient, Client, ModuleNotLoadedError
 from .decision import Decision, Outcome, PolicyResult
-from .deny_cache import DenyCache
+from .deny_cache import DenyCache, DenyEntry
 from .headers import decision_headers, problem, problem_body, store_error_problem, PROBLEM_TYPE
 from .keys import ClientIP, HeaderGetter
 from .metrics import Metrics
@@ -353,35 +353,46 @@ class BaseLimiter:
 
     # -- shared by both paths --------------------------------------------------
 
-    def _before_call(self, plans: list[_Plan]) -> Decision | None:
-        """A decision made without Redis (nothing applies, cool-down), or None: ask Redis."""
+    def _before_call(self, plans: list[_Plan], probes: list[tuple[str, DenyEntry]]) -> Decision | None:
+        """A decision made without Redis (nothing applies, cool-down, a cached
+        refusal), or None: ask Redis. The deny-cache entries this request probes are
+        appended to ``probes``: pass them to :meth:`_probes_done` once it is over."""
         if not plans:
             return Decision(Outcome.NOT_LIMITED, True)
         self.stats.checks += 1
         if self.deny_cache is not None:
-            hit = self._cached_refusal(plans, self.deny_cache)
+            hit = self._cached_refusal(plans, self.deny_cache, probes)
             if hit is not None:
                 return hit
         if not self._may_call():
+            self._probes_done(probes, keep=True)
             return self._degraded(None)
         return None
 
-    def _cached_refusal(self, plans: list[_Plan], cache: DenyCache) -> Decision | None:
+    def _cached_refusal(
+        self, plans: list[_Plan], cache: DenyCache, probes: list[tuple[str, DenyEntry]]
+    ) -> Decision | None:
         if self.shadow:
             return None
         now = cache.clock()
+        stale_after = 2 * self.timeout
         hits: list[PolicyResult] = []
         for pl in plans:
             if pl.shadow:
                 continue
-            e = cache.lookup(pl.key, pl.capacity, pl.rate, pl.cost, now)
-            if e is not None:
+            e, probe = cache.claim(pl.key, pl.capacity, pl.rate, pl.cost, now, stale_after)
+            if probe is not None:
+                probes.append((pl.key, probe))
+            elif e is not None:
+                # while another request probes Redis, deny-until has passed: retry_after 0
                 hits.append(PolicyResult(
                     pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, False, 0.0,
-                    e.deny_until - now, max(0.0, e.reset_at - now),
+                    max(0.0, e.deny_until - now), max(0.0, e.reset_at - now),
                 ))
         if not hits:
             return None
+        # refused locally after all: the entries claimed above were not probed
+        self._probes_done(probes, keep=True)
         self.stats.limited += 1
         self.stats.deny_cache_hits += 1
         m = self.metrics
@@ -390,6 +401,16 @@ class BaseLimiter:
                 m.limited(r.name)
                 m.deny_cache_hit(r.name)
         return Decision(Outcome.LIMITED, False, tuple(hits), cached=True)
+
+    def _probes_done(self, probes: list[tuple[str, DenyEntry]], *, keep: bool = False) -> None:
+        """The probes of one request are over: the entries a refusal renewed stay,
+        the others go (admitted, store error, cancelled), or with ``keep`` (never
+        sent) go back unmarked."""
+        cache = self.deny_cache
+        if cache is not None:
+            for key, marked in probes:
+                cache.end_probe(key, marked, keep=keep)
+        probes.clear()
 
     def _command(self, plans: list[_Plan]) -> bytes:
         """TB.MTAKE of these plans, RESP-encoded; each shape's numbers encoded once."""
@@ -634,23 +655,28 @@ class RateLimiter(BaseLimiter):
         they are read from a Starlette ``request``.
         """
         plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
-        early = self._before_call(plans)
+        probes: list[tuple[str, DenyEntry]] = []
+        early = self._before_call(plans, probes)
         if early is not None:
             return early
-        command = self._command(plans)
-        probe = self._probe_begin()
-        started = time.perf_counter()
         try:
-            reader = self._readers.get(len(plans))
-            if reader is None:
-                reader = self._readers[len(plans)] = mtake_reader(len(plans))
-            values = await _bounded(self.client.call_packed(command, reader), self.timeout)
-        except _STORE_ERRORS as exc:
-            return self._after_error(exc, started)
+            command = self._command(plans)
+            probe = self._probe_begin()
+            started = time.perf_counter()
+            try:
+                reader = self._readers.get(len(plans))
+                if reader is None:
+                    reader = self._readers[len(plans)] = mtake_reader(len(plans))
+                values = await _bounded(self.client.call_packed(command, reader), self.timeout)
+            except _STORE_ERRORS as exc:
+                return self._after_error(exc, started)
+            finally:
+                if probe:
+                    self._probing = False
+            return self._after_reply(plans, values, started)
         finally:
-            if probe:
-                self._probing = False
-        return self._after_reply(plans, values, started)
+            if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
+                self._probes_done(probes)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         return Decision(Outcome.ALLOWED, True, results, refunder=self._refund)
@@ -706,20 +732,25 @@ class SyncRateLimiter(BaseLimiter):
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
         plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
-        early = self._before_call(plans)
+        probes: list[tuple[str, DenyEntry]] = []
+        early = self._before_call(plans, probes)
         if early is not None:
             return early
-        command = self._command(plans)
-        probe = self._probe_begin()
-        started = time.perf_counter()
         try:
-            values = mtake_values(self.client.call_packed(command), len(plans))
-        except _STORE_ERRORS as exc:
-            return self._after_error(exc, started)
+            command = self._command(plans)
+            probe = self._probe_begin()
+            started = time.perf_counter()
+            try:
+                values = mtake_values(self.client.call_packed(command), len(plans))
+            except _STORE_ERRORS as exc:
+                return self._after_error(exc, started)
+            finally:
+                if probe:
+                    self._probing = False
+            return self._after_reply(plans, values, started)
         finally:
-            if probe:
-                self._probing = False
-        return self._after_reply(plans, values, started)
+            if probes:  # refused: the reply renewed the entries; else they go
+                self._probes_done(probes)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         return Decision(Outcome.ALLOWED, True, results, sync_refunder=self._refund)
