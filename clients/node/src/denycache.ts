@@ -4,6 +4,15 @@
  * that would certainly be refused too (same key, same capacity and rate, a cost at least
  * as large) without calling Redis. It only short-circuits refusals: it never admits.
  *
+ * Single flight: once an entry's deny-until has passed, the first request that finds it
+ * claims it as the probe (`claimProbe`, which marks the entry probing with the time) and
+ * goes to Redis; while the mark is fresh, `lookup` keeps refusing the other requests for
+ * that bucket (retry after 0, rendered Retry-After 1). The probe's caller ends it with
+ * `endProbe`: a refusal has already renewed the entry through `remember` (a new entry),
+ * anything else (admitted, store error, timeout) removes it. A mark older than
+ * `probeStaleMs` no longer refuses: the next request becomes the probe, so a lost probe
+ * never blocks a bucket for good.
+ *
  * Bounded: at most `maxEntries` entries. When full, the entry with the earliest deny-until
  * goes: expired entries first, then the one that expires soonest (as in Python). A binary
  * heap of (deny-until, key) with lazy deletion: O(log n) per insert, O(1) per lookup.
@@ -14,6 +23,13 @@ export interface DenyCacheOptions {
   maxEntries: number;
 }
 
+/** The probe of one expired entry: hand it back to `endProbe` when Redis has answered. */
+export interface DenyProbe {
+  key: string;
+  entry: DenyEntry;
+  since: number;
+}
+
 export interface DenyEntry {
   policy: string;
   capacity: number;
@@ -22,6 +38,8 @@ export interface DenyEntry {
   /** monotonic ms (performance.now()) */
   denyUntil: number;
   resetAt: number;
+  /** monotonic ms when the current probe was claimed; undefined when none */
+  probingSince?: number;
 }
 
 type HeapItem = [denyUntil: number, key: string, entry: DenyEntry];
@@ -31,27 +49,58 @@ export class DenyCache {
   private readonly entries = new Map<string, DenyEntry>();
   private heap: HeapItem[] = [];
 
-  constructor(options: DenyCacheOptions) {
+  /** how long a probing mark refuses the other requests (ms); the limiter uses 2x its call timeout */
+  readonly probeStaleMs: number;
+
+  constructor(options: DenyCacheOptions, probeStaleMs = 100) {
     if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) {
       throw new RangeError(`denyCache.maxEntries must be a positive integer, got ${options.maxEntries}`);
     }
     this.maxEntries = options.maxEntries;
+    this.probeStaleMs = probeStaleMs;
   }
 
   get size(): number {
     return this.entries.size;
   }
 
-  /** The entry that refuses this bucket at `now`, or null. */
+  /**
+   * The entry that refuses this bucket at `now`, or null: one whose deny-until has not
+   * passed, or an expired one whose probe (claimed less than `probeStaleMs` ago) is still
+   * waiting for Redis. Only requests the entry certainly covers (same capacity and rate,
+   * a cost at least as large) are refused.
+   */
   lookup(key: string, capacity: number, rate: number, cost: number, now: number): DenyEntry | null {
     const e = this.entries.get(key);
     if (e === undefined) return null;
-    if (now >= e.denyUntil) {
-      this.entries.delete(key);
-      return null;
-    }
     if (e.capacity !== capacity || e.rate !== rate || cost < e.cost) return null;
-    return e;
+    if (now < e.denyUntil) return e;
+    if (e.probingSince !== undefined && now - e.probingSince < this.probeStaleMs) return e;
+    return null;
+  }
+
+  /**
+   * Claim the probe of this bucket's expired entry (none probing, or a stale mark): the
+   * caller goes to Redis and must call `endProbe` with the result. Null when there is no
+   * expired entry covering this request, or when its probe is already in flight.
+   */
+  claimProbe(key: string, capacity: number, rate: number, cost: number, now: number): DenyProbe | null {
+    const e = this.entries.get(key);
+    if (e === undefined || now < e.denyUntil) return null;
+    if (e.capacity !== capacity || e.rate !== rate || cost < e.cost) return null;
+    if (e.probingSince !== undefined && now - e.probingSince < this.probeStaleMs) return null;
+    e.probingSince = now;
+    return { key, entry: e, since: now };
+  }
+
+  /**
+   * The probe's answer has arrived (or failed). A refusal has renewed the entry with
+   * `remember` already (a new entry object), so this removes the probed entry only if it
+   * is still there and still marked by this probe: admitted, store error or timeout.
+   */
+  endProbe(probe: DenyProbe): void {
+    const e = this.entries.get(probe.key);
+    if (e === probe.entry && e.probingSince === probe.since) this.entries.delete(probe.key);
   }
 
   remember(key: string, entry: DenyEntry, now: number): void {

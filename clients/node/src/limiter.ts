@@ -15,7 +15,7 @@ import { performance } from 'node:perf_hooks';
 import { type RedisLike, TbClient } from './client.js';
 import { Deadlines, boundOnce } from './deadline.js';
 import { Decision, type PolicyResult } from './decision.js';
-import { DenyCache, type DenyCacheOptions } from './denycache.js';
+import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denycache.js';
 import {
   ModuleNotLoadedError, RedisTbError, RedisTbTimeoutError, UnexpectedReplyError,
 } from './errors.js';
@@ -138,7 +138,9 @@ export class RateLimiter<Req = AnyRequest> {
       throw new RangeError(`legacyReset must be 'unix' or 'delta', got ${String(this.legacyReset)}`);
     }
     this.shadow = options.shadow ?? false;
-    this.denyCache = options.denyCache ? new DenyCache(options.denyCache) : null;
+    // a probe of an expired deny-cache entry that has not answered within 2x the call
+    // timeout is lost: the next request probes
+    this.denyCache = options.denyCache ? new DenyCache(options.denyCache, 2 * this.timeoutMs) : null;
     this.metrics = options.metrics ?? null;
     this.name = options.name ?? 'default';
     this.logger = options.logger ?? console;
@@ -252,7 +254,34 @@ export class RateLimiter<Req = AnyRequest> {
     if (this.denyCache) {
       const cached = this.fromDenyCache(plans);
       if (cached) return cached;
+      // Single flight: this request is the one probe of every expired entry it found; the
+      // others are refused by fromDenyCache until the answer ends the probes.
+      const probes = this.claimProbes(plans);
+      if (probes.length) {
+        try {
+          return await this.call(plans);
+        } finally {
+          for (const pr of probes) this.denyCache.endProbe(pr);
+        }
+      }
     }
+    return this.call(plans);
+  }
+
+  private claimProbes(plans: Plan[]): DenyProbe[] {
+    const cache = this.denyCache!;
+    const now = performance.now();
+    const probes: DenyProbe[] = [];
+    for (const pl of plans) {
+      if (pl.shadow) continue;
+      const pr = cache.claimProbe(pl.key, pl.capacity, pl.rate, pl.cost, now);
+      if (pr) probes.push(pr);
+    }
+    return probes;
+  }
+
+  /** One TB.TAKE / TB.MTAKE (unless Redis is being skipped after a failure). */
+  private async call(plans: Plan[]): Promise<Decision> {
     if (!this.mayCall()) return this.degraded(undefined);
     const probe = this.openUntil !== 0;
     if (probe) this.probing = true;
@@ -306,7 +335,8 @@ export class RateLimiter<Req = AnyRequest> {
       results.push({
         name: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost,
         allowed: false, remaining: 0,
-        retryAfter: (e.denyUntil - now) / 1000,
+        // 0 while the entry's probe is waiting for Redis (Retry-After: 1)
+        retryAfter: Math.max(0, e.denyUntil - now) / 1000,
         resetAfter: Math.max(0, (e.resetAt - now) / 1000),
         shadow: false,
       });
