@@ -3,13 +3,17 @@
  * enforced violated bucket until its retry_after has passed, and refuse later requests
  * that would certainly be refused too (same key, same capacity and rate, a cost at least
  * as large) without calling Redis. It only short-circuits refusals: it never admits.
+ * Redis admitting a request that leaves an enforced bucket with remaining < its cost is
+ * remembered the same way (the limiter passes deny-until = now + (cost - remaining) /
+ * rate): exactly the refusal Redis would give that cost until then, absent refunds.
  *
  * Single flight: once an entry's deny-until has passed, the first request that finds it
  * claims it as the probe (`claimProbe`, which marks the entry probing with the time) and
  * goes to Redis; while the mark is fresh, `lookup` keeps refusing the other requests for
  * that bucket (retry after 0, rendered Retry-After 1). The probe's caller ends it with
- * `endProbe`: a refusal has already renewed the entry through `remember` (a new entry),
- * anything else (admitted, store error, timeout) removes it. A mark older than
+ * `endProbe`: a refusal, or an admission that left the bucket below the cost, has already
+ * renewed the entry through `remember` (a new entry); anything else (admitted with enough
+ * tokens left, store error, timeout) removes it. A mark older than
  * `probeStaleMs` no longer refuses: the next request becomes the probe, so a lost probe
  * never blocks a bucket for good.
  *
@@ -94,9 +98,10 @@ export class DenyCache {
   }
 
   /**
-   * The probe's answer has arrived (or failed). A refusal has renewed the entry with
-   * `remember` already (a new entry object), so this removes the probed entry only if it
-   * is still there and still marked by this probe: admitted, store error or timeout.
+   * The probe's answer has arrived (or failed). A refusal (or an admission leaving fewer
+   * tokens than the cost) has renewed the entry with `remember` already (a new entry
+   * object), so this removes the probed entry only if it is still there and still marked
+   * by this probe: admitted with enough left, store error or timeout.
    */
   endProbe(probe: DenyProbe): void {
     const e = this.entries.get(probe.key);

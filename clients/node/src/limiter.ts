@@ -363,6 +363,7 @@ export class RateLimiter<Req = AnyRequest> {
     if (reply.allowed) {
       this.stats.allowed += 1;
       for (const r of results) this.metrics?.allowed(this.name, r.name);
+      if (this.denyCache) this.rememberSpent(results);
       return new Decision({
         outcome: 'allowed', allowed: true, results, charged: true, refunder: this.refunder,
       });
@@ -393,6 +394,28 @@ export class RateLimiter<Req = AnyRequest> {
     return new Decision({
       outcome: 'limited', allowed: false, results, shadowLimited: shadowRefused.map((r) => r.name),
     });
+  }
+
+  /**
+   * Redis admitted the request: every charged (enforced) bucket it left with fewer tokens
+   * than this request's cost would refuse a request of that cost (or more) until
+   * (cost - remaining) / rate has passed, absent refunds, so cache exactly that refusal.
+   * Without it, an admitted probe removed the entry and the requests in flight behind it
+   * all went to Redis. A bucket left with enough tokens caches nothing; a probe admitted
+   * with enough left still removes its entry (`endProbe`).
+   */
+  private rememberSpent(results: PolicyResult[]): void {
+    const cache = this.denyCache!;
+    const now = performance.now();
+    for (const r of results) {
+      if (r.shadow || !(r.cost > 0) || !(r.remaining < r.cost)) continue;
+      const wait = (r.cost - r.remaining) / r.rate;
+      if (!(wait > 0 && Number.isFinite(wait))) continue;
+      cache.remember(r.key, {
+        policy: r.name, capacity: r.capacity, rate: r.rate, cost: r.cost,
+        denyUntil: now + wait * 1000, resetAt: now + Math.max(0, r.resetAfter) * 1000,
+      }, now);
+    }
   }
 
   private noteShadow(policy: string): void {

@@ -47,13 +47,18 @@ describe('deny cache single flight', () => {
     e.denyUntil = performance.now() - 1;
   }
 
-  /** Admit once, be refused by Redis once (cached), then let the entry expire. */
+  /**
+   * Admit once (the last token: the refusal Redis would now give is cached), be refused by
+   * the cache, then let the entry expire.
+   */
   async function refusedAndExpired() {
+    const calls0 = await checkCalls(redis);
     assert.equal((await limiter.check(ctx, [policy])).outcome, 'allowed');
+    assert.equal(limiter.denyCache.size, 1);
     const refused = await limiter.check(ctx, [policy]);
     assert.equal(refused.outcome, 'limited');
-    assert.equal(refused.fromCache, false);
-    assert.equal(limiter.denyCache.size, 1);
+    assert.equal(refused.fromCache, true);
+    assert.equal(await checkCalls(redis), calls0 + 1);
     expire();
   }
 
@@ -82,20 +87,59 @@ describe('deny cache single flight', () => {
     assert.equal(await checkCalls(redis), calls0 + 1);
   });
 
-  test('probe admitted: the entry is gone, and the cache admitted nothing itself', async () => {
-    await refusedAndExpired();
-    t = NOW + 100; // Redis has refilled the bucket
+  test('probe admitted with enough tokens left: the entry is gone, and the cache admitted nothing itself', async () => {
+    // capacity 3, cost 1: the third admission spends the last token and caches a refusal
+    const wide = new Policy({ name: 'ip', limit: new Limit(3, 0.01) });
+    for (let i = 0; i < 3; i++) assert.equal((await limiter.check(ctx, [wide])).outcome, 'allowed');
+    const e = limiter.denyCache.lookup(KEY, 3, 0.01, 1, performance.now());
+    assert.ok(e, 'the last token spent: refusal cached');
+    e.denyUntil = performance.now() - 1;
+    t = NOW + 300; // Redis has refilled the bucket (3 tokens)
     const calls0 = await checkCalls(redis);
-    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.check(ctx, [policy])));
+    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.check(ctx, [wide])));
     assert.equal(await checkCalls(redis), calls0 + 1);
     assert.equal(decisions.filter((d) => d.allowed).length, 1, 'only the probe, admitted by Redis');
+    assert.equal(decisions.find((d) => d.allowed).remaining, 2);
     assert.ok(decisions.filter((d) => !d.allowed).every((d) => d.fromCache && d.retryAfter === 0));
-    assert.equal(limiter.denyCache.size, 0, 'admitted: entry removed');
-    // no entry: the next request goes to Redis (which refuses: the probe took the token)
-    const next = await limiter.check(ctx, [policy]);
+    assert.equal(limiter.denyCache.size, 0, 'admitted with 2 >= 1 tokens left: entry removed');
+    // no entry: the next request goes to Redis (admitted, one token left: still nothing cached)
+    const next = await limiter.check(ctx, [wide]);
     assert.equal(next.fromCache, false);
-    assert.equal(next.outcome, 'limited');
+    assert.equal(next.outcome, 'allowed');
+    assert.equal(limiter.denyCache.size, 0);
     assert.equal(await checkCalls(redis), calls0 + 2);
+  });
+
+  test('probe admitted leaving fewer tokens than the cost: the entry is renewed until the cost is back', async () => {
+    await refusedAndExpired();
+    const old = limiter.denyCache.lookup(KEY, 1, 0.01, 1, -Infinity);
+    assert.ok(old);
+    t = NOW + 100; // Redis has refilled the bucket (1 token)
+    const calls0 = await checkCalls(redis);
+    const before = performance.now();
+    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.check(ctx, [policy])));
+    const after = performance.now();
+    assert.equal(await checkCalls(redis), calls0 + 1);
+    const admitted = decisions.filter((d) => d.allowed);
+    assert.equal(admitted.length, 1, 'only the probe, admitted by Redis');
+    assert.equal(admitted[0].remaining, 0);
+    assert.ok(decisions.filter((d) => !d.allowed).every((d) => d.fromCache));
+    // renewed: a new entry whose deny-until is (cost - remaining) / rate = 100 s after the answer
+    const e = limiter.denyCache.lookup(KEY, 1, 0.01, 1, performance.now());
+    assert.ok(e, 'renewed, not removed');
+    assert.notEqual(e, old);
+    assert.equal(e.probingSince, undefined);
+    assert.ok(e.denyUntil >= before + 100_000 && e.denyUntil <= after + 100_000, `${e.denyUntil - before}`);
+    assert.equal(limiter.denyCache.size, 1);
+    // the next request is a cache hit counting down from 100 s; Redis is not called
+    const next = await limiter.check(ctx, [policy]);
+    assert.equal(next.fromCache, true);
+    assert.ok(next.retryAfter > 99 && next.retryAfter <= 100, `${next.retryAfter}`);
+    assert.equal(await checkCalls(redis), calls0 + 1);
+    // and Redis agrees: a request of that cost would be refused for 100 s
+    const peek = await tb.send(['TB.TAKE', KEY, '1', '0.01', '1', String(t)]);
+    assert.equal(Number(peek[0]), 0);
+    assert.equal(Number(peek[2]), 100);
   });
 
   test('probe failed (store error): the entry is removed', async () => {
@@ -173,6 +217,46 @@ describe('deny cache single flight', () => {
         assert.ok(Number(r.headers['retry-after']) >= 1);
       }
     } finally {
+      await http.close();
+    }
+  });
+
+  test('an admission spending the last tokens: the next request is a cache hit, no Redis call, with the Retry-After Redis would give', async () => {
+    // capacity 5 refilled at 0.1 per s, cost 2: 5 -> 3 -> 1 token; 1 < 2, so Redis would
+    // refuse a cost of 2 for (2 - 1) / 0.1 = 10 s (the clock is the limiter's: exact)
+    const costly = new Policy({ name: 'ip', limit: new Limit(5, 0.1), cost: 2 });
+    const app = express();
+    app.use(rateLimit(limiter, { policies: [costly] }));
+    app.get('/x', (req, res) => res.send('ok'));
+    const http = await listenExpress(app);
+    // the same policy without a cache, on the same clock: what Redis answers
+    const plain = new RateLimiter(redis, { timeoutMs: TIMEOUT_MS, clock: () => t, logger: memoryLogger() });
+    const plainApp = express();
+    plainApp.use(rateLimit(plain, { policies: [costly] }));
+    plainApp.get('/x', (req, res) => res.send('ok'));
+    const plainHttp = await listenExpress(plainApp);
+    try {
+      const calls0 = await checkCalls(redis);
+      assert.equal((await request(`${http.url}/x`)).status, 200);
+      assert.equal(limiter.denyCache.size, 0, '3 tokens left: nothing cached');
+      const last = await request(`${http.url}/x`);
+      assert.equal(last.status, 200);
+      assert.equal(await checkCalls(redis), calls0 + 2);
+      assert.equal(limiter.denyCache.size, 1, '1 token left, cost 2: the refusal is cached');
+      const hits0 = limiter.stats.denyCacheHits;
+      const hit = await request(`${http.url}/x`);
+      assert.equal(hit.status, 429);
+      assert.equal(await checkCalls(redis), calls0 + 2, 'no Redis call');
+      assert.equal(limiter.stats.denyCacheHits, hits0 + 1);
+      assert.equal(hit.headers['retry-after'], '10', 'ceil((cost - remaining) / rate) = ceil((2 - 1) / 0.1)');
+      assert.deepEqual(hit.json.violated_policies, ['ip']);
+      // Redis itself refuses the same request with the same Retry-After
+      const byRedis = await request(`${plainHttp.url}/x`);
+      assert.equal(byRedis.status, 429);
+      assert.equal(byRedis.headers['retry-after'], '10');
+      assert.equal(await checkCalls(redis), calls0 + 3);
+    } finally {
+      await plainHttp.close();
       await http.close();
     }
   });
