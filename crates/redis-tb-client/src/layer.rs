@@ -20,7 +20,7 @@ use tower::{Layer, Service};
 
 use crate::client::{Charge, MultiReply, TbClient, check_n, check_shape, num};
 use crate::decision::{Decision, PolicyResult, Status};
-use crate::deny_cache::{DenyCache, Entry};
+use crate::deny_cache::{DenyCache, Entry, Lookup, Probe};
 use crate::error::{BuildError, Error};
 use crate::headers::{LegacyReset, PolicyHeader, layer_headers, rate_limit_headers};
 use crate::ip::{ClientIpConfig, ForwardedHeader};
@@ -358,6 +358,8 @@ impl RateLimitBuilder {
                     .ok_or_else(|| BuildError::InvalidPolicyName(p.name.to_string()))?,
             });
         }
+        // A deny-cache probe still out after twice the call timeout is taken as lost.
+        let probe_timeout = self.client.config().call_timeout.saturating_mul(2);
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 client: self.client,
@@ -365,7 +367,8 @@ impl RateLimitBuilder {
                 runtime,
                 telemetry: LimiterMetrics::register(&name),
                 name,
-                deny_cache: (self.deny_cache > 0).then(|| DenyCache::new(self.deny_cache)),
+                deny_cache: (self.deny_cache > 0)
+                    .then(|| DenyCache::new(self.deny_cache, probe_timeout)),
                 drain_limit: self.drain_limit,
                 drain_wait: self.drain_wait,
                 prefix: self.prefix,
@@ -555,10 +558,15 @@ impl Shared {
         }
         self.metrics.0.checks.fetch_add(1, Ordering::Relaxed);
 
-        if let Some(decision) = self.cached_refusal(&plan) {
-            let resp = self.limited_response(&decision, None);
-            return Ok(self.refuse(resp, body).await);
-        }
+        // The entries this request probes (a single flight per expired refusal): dropped
+        // once the answer is handled (or with the request, if cancelled).
+        let probe = match self.cached_refusal(&plan) {
+            Ok(probe) => probe,
+            Err(decision) => {
+                let resp = self.limited_response(&decision, None);
+                return Ok(self.refuse(resp, body).await);
+            }
+        };
 
         let decision = if self.breaker.admit() {
             let started = Instant::now();
@@ -587,10 +595,16 @@ impl Shared {
         } else {
             self.store_error_decision()
         };
+        match decision.status {
+            // Renews the probed entries Redis refused again; the drop removes the others.
+            Status::Limited => self.remember(&decision),
+            Status::Allowed if !probe.is_empty() => self.remember_spent(&decision, &probe),
+            _ => {}
+        }
+        drop(probe);
 
         match decision.status {
             Status::Limited => {
-                self.remember(&decision);
                 let resp = self.limited_response(&decision, Some(&plan));
                 Ok(self.refuse(resp, body).await)
             }
@@ -671,10 +685,14 @@ impl Shared {
         decision
     }
 
-    /// A refusal from the local deny cache, if one of the plan's enforced buckets is
-    /// remembered as refused (same limit, a cost at least as large, not expired).
-    fn cached_refusal(&self, plan: &Plan) -> Option<Decision> {
-        let cache = self.deny_cache.as_ref()?;
+    /// A refusal from the local deny cache (`Err`), if one of the plan's enforced buckets
+    /// is remembered as refused (same limit, a cost at least as large, not expired, or
+    /// expired with another request probing Redis about it); else the entries this
+    /// request is to probe.
+    fn cached_refusal(&self, plan: &Plan) -> Result<Probe<'_>, Decision> {
+        let Some(cache) = self.deny_cache.as_ref() else {
+            return Ok(Probe::none());
+        };
         let now = Instant::now();
         let wanted = plan
             .charges
@@ -683,9 +701,9 @@ impl Shared {
             .enumerate()
             .filter(|(_, (_, i))| !self.policies[**i].shadow)
             .map(|(j, (c, _))| (j, c.key.as_str(), c.capacity, c.rate, c.n));
-        let hits = cache.lookup(wanted, now);
+        let Lookup { hits, probe } = cache.lookup(wanted, now);
         if hits.is_empty() {
-            return None;
+            return Ok(probe);
         }
         self.metrics.0.limited.fetch_add(1, Ordering::Relaxed);
         self.metrics
@@ -713,7 +731,7 @@ impl Shared {
         }
         let mut decision = Decision::from_results(policies);
         decision.from_cache = true;
-        Some(decision)
+        Err(decision)
     }
 
     /// Remembers a Redis refusal's enforced violated buckets in the deny cache (those a
@@ -726,6 +744,39 @@ impl Shared {
         for p in decision.violated().filter(|p| p.retry_after > 0.0) {
             let (Ok(wait), Ok(full)) = (
                 Duration::try_from_secs_f64(p.retry_after),
+                Duration::try_from_secs_f64(p.reset_after.max(0.0)),
+            ) else {
+                continue;
+            };
+            let (Some(deny_until), Some(reset_at)) = (now.checked_add(wait), now.checked_add(full))
+            else {
+                continue;
+            };
+            cache.insert(
+                &p.key,
+                Entry::new(p.capacity, p.rate, p.cost, deny_until, reset_at),
+            );
+        }
+    }
+
+    /// After a probe Redis admitted: a probed bucket left with fewer tokens than the cost
+    /// is refused by Redis to the next request of that cost until `(cost - remaining) /
+    /// rate` from now, so its entry is renewed until then (single flight per window even
+    /// when each window admits one request); the others are removed by the probe's drop.
+    fn remember_spent(&self, decision: &Decision, probe: &Probe<'_>) {
+        let Some(cache) = &self.deny_cache else {
+            return;
+        };
+        let now = Instant::now();
+        for p in &decision.policies {
+            if !p.allowed || p.shadow || p.rate <= 0.0 || p.remaining >= p.cost {
+                continue;
+            }
+            if !probe.probes(&p.key) {
+                continue;
+            }
+            let (Ok(wait), Ok(full)) = (
+                Duration::try_from_secs_f64((p.cost - p.remaining) / p.rate),
                 Duration::try_from_secs_f64(p.reset_after.max(0.0)),
             ) else {
                 continue;

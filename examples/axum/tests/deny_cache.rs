@@ -229,3 +229,148 @@ async fn a_refund_on_another_instance_is_not_seen_until_deny_until() -> TestResu
     assert_eq!(mtake_calls(&redis)?, before + 1);
     Ok(())
 }
+
+/// One layer with one policy on a fixed key (two tokens, one back every 2 s) and a cache.
+fn single_key(tb: TbClient) -> Result<(Router, RateLimitLayer), Box<dyn std::error::Error>> {
+    let layer = RateLimitLayer::builder(tb)
+        .policy(Policy::new("p", Limit::new(2.0, 0.5)).key(Key::fixed("one")))
+        .deny_cache(100)
+        .build()?;
+    let router = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer.clone());
+    Ok((router, layer))
+}
+
+/// Takes the tokens, gets a Redis refusal cached, and waits until its deny-until has
+/// passed and then some (Redis would admit twice: an admitted probe leaves a token, so
+/// the entry is removed rather than renewed).
+async fn cached_then_expired(
+    addr: std::net::SocketAddr,
+    layer: &RateLimitLayer,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut conn = HttpConn::connect(addr).await?;
+    assert_eq!(conn.request("GET", "/", &[]).await?.status, 200);
+    assert_eq!(conn.request("GET", "/", &[]).await?.status, 200);
+    let r = conn.request("GET", "/", &[]).await?;
+    assert_eq!(r.status, 429);
+    assert_eq!(layer.deny_cache_len(), 1);
+    let wait: u64 = r.header("retry-after").ok_or("Retry-After")?.parse()?;
+    tokio::time::sleep(Duration::from_secs(wait + 2)).await;
+    Ok(())
+}
+
+/// Waits (up to 30 s) for `done`; false if it never happened.
+async fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..3000 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    done()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_expiry_one_request_probes_redis_and_the_others_are_refused_locally() -> TestResult {
+    let redis = RedisServer::start()?;
+    let (router, layer) = single_key(client(&redis).await?)?;
+    let metrics = layer.metrics();
+    let served = serve(router).await?;
+    cached_then_expired(served.addr, &layer).await?;
+
+    // Redis holds write commands back: the probe's call stays out while the others come.
+    const N: usize = 8;
+    let mut conns = Vec::new();
+    for _ in 0..N {
+        conns.push(HttpConn::connect(served.addr).await?);
+    }
+    let (calls, hits) = (mtake_calls(&redis)?, metrics.deny_cache_hits());
+    redis.command(&["CLIENT", "PAUSE", "60000", "WRITE"])?;
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut c| tokio::spawn(async move { c.request("GET", "/", &[]).await }))
+        .collect();
+    let refused_locally = eventually(|| metrics.deny_cache_hits() == hits + N as u64 - 1).await;
+    redis.command(&["CLIENT", "UNPAUSE"])?;
+    assert!(
+        refused_locally,
+        "hits: {}",
+        metrics.deny_cache_hits() - hits
+    );
+
+    let mut statuses = Vec::new();
+    for t in tasks {
+        let r = t.await??;
+        if r.status == 429 {
+            // A cache hit like any other, with Retry-After max(1, ceil(0)).
+            assert_eq!(r.header("retry-after"), Some("1"), "{r:?}");
+            assert_eq!(r.header("content-type"), Some("application/problem+json"));
+            let p = body(&r);
+            assert_eq!(p["violated_policies"], json!(["p"]));
+            assert_eq!(p["retry_after"], json!(0.0));
+            assert_eq!(p["detail"], "rate limit exceeded for 'p': retry after 1 s");
+            assert_eq!(r.header("ratelimit-policy"), Some(r#""p";q=2;w=4"#));
+        }
+        statuses.push(r.status);
+    }
+    statuses.sort_unstable();
+    let mut expected = vec![429; N - 1];
+    expected.insert(0, 200);
+    assert_eq!(
+        statuses, expected,
+        "the probe was admitted, the rest refused"
+    );
+    assert_eq!(
+        mtake_calls(&redis)?,
+        calls + 1,
+        "one Redis call: the probe's"
+    );
+    assert_eq!(metrics.deny_cache_hits(), hits + N as u64 - 1);
+    assert_eq!(
+        layer.deny_cache_len(),
+        0,
+        "an admitted probe removes the entry"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_probe_leaves_nothing_probing() -> TestResult {
+    let redis = RedisServer::start()?;
+    let (router, layer) = single_key(client(&redis).await?)?;
+    let metrics = layer.metrics();
+    let served = serve(router).await?;
+    cached_then_expired(served.addr, &layer).await?;
+
+    // The probe's call is held back by Redis; its client goes away, and the server drops
+    // the request (and the probe with it).
+    redis.command(&["CLIENT", "PAUSE", "60000", "WRITE"])?;
+    let mut probe = HttpConn::connect(served.addr).await?;
+    probe
+        .send_raw(b"GET / HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\n\r\n")
+        .await?;
+    let hits = metrics.deny_cache_hits();
+    let mut other = HttpConn::connect(served.addr).await?;
+    // While it is out, others are refused locally.
+    let probing = eventually(|| metrics.checks() >= 3).await;
+    let r = other.request("GET", "/", &[]).await?;
+    let held = (r.status, metrics.deny_cache_hits());
+    drop(probe);
+    let removed = eventually(|| layer.deny_cache_len() == 0).await;
+    redis.command(&["CLIENT", "UNPAUSE"])?;
+    assert!(probing);
+    assert_eq!(held, (429, hits + 1), "{r:?}");
+    assert!(removed, "the cancelled probe removed its entry");
+
+    // The next request asks Redis (the cancelled call ran too once Redis went on).
+    let calls = mtake_calls(&redis)?;
+    let r = other.request("GET", "/", &[]).await?;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        mtake_calls(&redis)? > calls,
+        "the next request reached Redis"
+    );
+    assert_eq!(metrics.deny_cache_hits(), hits + 1, "not from the cache");
+    Ok(())
+}
