@@ -16,8 +16,10 @@ refusals); they are bounded by the limit, C + ceil(T x R) + 1. So the Redis call
 the cache are at most admitted + W. The client floods over one connection (a single
 client: each request sent when the previous answer came: exactly the target) and over
 several (one identity with requests in flight together: the requests already sent to
-Redis when the refusal that fills the cache comes back are refused by Redis, so the
-bound there is one per connection per window, W x connections).
+Redis when the first answer fills the cache are refused by Redis; after that, single
+flight and the refusal cached after an admission that leaves fewer tokens than the cost
+keep the others local; the bound checked there is one per connection per window,
+W x connections).
 
     python examples/fastapi/bench_flood.py [--seconds 10] [--connections 1,16] [--capacity 10] [--rate 1]
 
@@ -207,12 +209,16 @@ def main() -> None:
             lines += [f"**Target (with the cache, Redis sees at most one call per identity per retry window "
                       f"from the instance): {'PASS' if target else 'FAIL'}.** " + text, ""]
         else:
-            lines += [text + " Here more than one refusal per window may reach Redis: the requests already "
-                      "sent to Redis when the refusal that fills the cache comes back (at the start of the "
-                      "flood, and each time an entry expires and the waiting requests go out together) are "
-                      "refused by Redis, not by the cache: at most one per connection per window. Holding "
-                      "a key's other requests while one is in flight would make it one per window, at the "
-                      "cost of serializing a recently limited identity's requests; redis_tb does not.", ""]
+            lines += [text + " Here the requests in flight together could all reach Redis when a "
+                      "window opens; redis_tb keeps them away in two ways. When a cached refusal expires, "
+                      "one request (the probe) goes to Redis and the others are refused locally until its "
+                      "answer (single flight). And whenever Redis admits a request and leaves the bucket "
+                      "below that request's cost, the limiter caches the refusal Redis would give next "
+                      "(deny-until = now + (cost - remaining) / rate), so the identity's other requests "
+                      "are refused locally instead of going to Redis after each admission. The refusals "
+                      "that still reach Redis are the ones sent before the first answer of the flood and "
+                      "the few that lose a race with an answer in flight; the bound checked is one per "
+                      "connection per window.", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok, _ in checks]
     warnings = [w for r in runs for w in r["warnings"]]
     lines += [

@@ -156,7 +156,8 @@ def test_metrics_shadow_policy_and_deny_cache_scraped_over_http(servers: dict[st
     refused = codes.count(429)
     assert grew("redis_tb_limited_total", limiter="api", policy="ip") == refused
     hits = grew("redis_tb_deny_cache_hits_total", limiter="api", policy="ip")
-    assert 1 <= hits < refused and stats["deny_cache_hits"] >= hits
+    # the admission that spent the last token cached the next refusal: all may be hits
+    assert 1 <= hits <= refused and stats["deny_cache_hits"] >= hits
     assert grew("redis_tb_redis_call_duration_seconds_count", limiter="api") >= 6 + codes.count(200)
     # only limiter and policy names as label values
     assert all(set(dict(labels)) <= {"limiter", "policy", "le"} for _, labels in after)

@@ -71,13 +71,13 @@ def mtake_calls(tb: Client) -> int:
 
 # capacity 2, one token every 2 s: after two requests the third waits 2 s (reset 4 s)
 POLICY = Policy("p", Limit(2, 0.5))
+KEY = "rl:p:203.0.113.20"
 
 
 async def test_a_hit_answers_without_redis_with_the_same_refusal_counting_down(
     limiter: RateLimiter, tb: Client, clock: Clock
 ) -> None:
-    for _ in range(2):
-        assert (await limiter.check(Req(), [POLICY], **PEER)).allowed
+    tb.take(KEY, 2, 0.5, 2, now=NOW)  # drained by someone else: this cache knows nothing
     from_redis = await limiter.check(Req(), [POLICY], **PEER)
     assert from_redis.limited and not from_redis.cached
     calls = mtake_calls(tb)
@@ -161,9 +161,10 @@ async def test_hits_are_counted_per_cached_policy(redis_server: RedisServer, tb:
         deny_cache=DenyCache(10, clock=clock), metrics=PrometheusMetrics(registry, limiter="api"),
     )
     a, b = Policy("a", Limit(1, 0.5)), Policy("b", Limit(1, 0.25))
-    assert (await lim.check(Req(), [a, b], **PEER)).allowed
+    tb.take("rl:a:203.0.113.20", 1, 0.5, now=NOW)  # drained elsewhere: Redis refuses first
+    tb.take("rl:b:203.0.113.20", 1, 0.25, now=NOW)
     refused = await lim.check(Req(), [a, b], **PEER)
-    assert refused.violated == ("a", "b")
+    assert refused.violated == ("a", "b") and not refused.cached
     hit = await lim.check(Req(), [a, b], **PEER)
     assert hit.cached and hit.violated == ("a", "b") and hit.retry_after == pytest.approx(4.0)
     clock.t += 2.5  # 'a' expired in the cache, 'b' still there: only 'b' answers
@@ -203,8 +204,6 @@ def test_memory_is_bounded_expired_first_then_soonest_to_expire() -> None:
 
 
 # -- single flight: one probe per expired entry ---------------------------------------
-
-KEY = "rl:p:203.0.113.20"
 
 
 async def refused_and_cached(limiter: RateLimiter) -> None:
@@ -260,19 +259,55 @@ def test_sync_threads_after_expiry_send_one_probe(redis_server: RedisServer, tb:
     lim.close()
 
 
-async def test_a_probe_admitted_removes_the_entry(redis_server: RedisServer, tb: Client, clock: Clock) -> None:
+async def test_a_probe_admitted_with_enough_left_removes_the_entry_else_renews_it(
+    redis_server: RedisServer, tb: Client, clock: Clock
+) -> None:
     redis_now = [NOW]
     lim = RateLimiter(
         AsyncClient.from_url(redis_server.url, timeout=5), timeout=5, clock=lambda: redis_now[0],
         deny_cache=DenyCache(10, clock=clock),
     )
+    cache = lim.deny_cache
+    assert cache is not None
     await refused_and_cached(lim)
-    assert len(lim.deny_cache or ()) == 1
-    clock.t, redis_now[0] = 102.0, NOW + 2  # one token is back in Redis too
+    assert len(cache) == 1
+    # admitted leaving enough tokens for the next request of that cost: entry gone
+    clock.t, redis_now[0] = 104.0, NOW + 4  # the bucket is full again (2 tokens)
     admitted = await lim.check(Req(), [POLICY], **PEER)
-    assert admitted.allowed and not admitted.cached
-    assert len(lim.deny_cache or ()) == 0
+    assert admitted.allowed and not admitted.cached and admitted.results[0].remaining == pytest.approx(1.0)
+    assert len(cache) == 0
+    # admitted leaving fewer tokens than the cost: the entry is renewed, not removed
+    assert (await lim.check(Req(), [POLICY], **PEER)).allowed  # 0 left: cached until 106
+    clock.t, redis_now[0] = 106.0, NOW + 6  # deny-until passed; one token is back in Redis
+    probe = await lim.check(Req(), [POLICY], **PEER)
+    assert probe.allowed and not probe.cached and probe.results[0].remaining == pytest.approx(0.0)
+    e = cache.lookup(KEY, 2, 0.5, 1, 106.0)
+    assert e is not None and e.probing == 0.0
+    assert e.deny_until == pytest.approx(108.0) and e.reset_at == pytest.approx(110.0)
     await lim.aclose()
+
+
+async def test_an_admission_spending_the_last_token_caches_the_next_refusal(
+    limiter: RateLimiter, tb: Client, clock: Clock
+) -> None:
+    policy = Policy("c", Limit(5, 0.5), cost=cost_of)
+    first = await limiter.check(Req(3), [policy], **PEER)  # 2 left: a cost of 3 must wait 2 s
+    assert first.allowed and first.results[0].remaining == pytest.approx(2.0)
+    calls = mtake_calls(tb)
+    nxt = await limiter.check(Req(3), [policy], **PEER)
+    assert nxt.limited and nxt.cached and mtake_calls(tb) == calls  # no TB.MTAKE
+    assert nxt.retry_after == pytest.approx(2.0)  # (cost - remaining) / rate
+    assert dict(limiter.headers(nxt))["Retry-After"] == "2"
+    # the same refusal Redis gives that cost now
+    assert tb.take("rl:c:203.0.113.20", 5, 0.5, 3, now=NOW).retry_after == pytest.approx(2.0)
+    # a cost the bucket still holds is Redis's to judge
+    assert (await limiter.check(Req(2), [policy], **PEER)).allowed and mtake_calls(tb) == calls + 1
+    # spending the last token: the next request of cost 1 is refused locally, Retry-After 2
+    one = Policy("one", Limit(1, 0.5))
+    assert (await limiter.check(Req(), [one], **PEER)).allowed
+    calls = mtake_calls(tb)
+    hit = await limiter.check(Req(), [one], **PEER)
+    assert hit.cached and mtake_calls(tb) == calls and dict(limiter.headers(hit))["Retry-After"] == "2"
 
 
 async def test_a_cancelled_probe_removes_the_entry(limiter: RateLimiter, tb: Client, clock: Clock) -> None:

@@ -16,12 +16,19 @@ cached one, before deny-until, is refused locally without calling Redis.
   entry that expires soonest. O(log n) per insert (a heap with lazy deletion), O(1)
   per lookup.
 - Shadow refusals are never cached: shadow policies always reach Redis.
+- An admission can be cached as the refusal that follows it: when Redis admits a
+  request and an enforced bucket is left with ``remaining < cost``, the limiter adds
+  the entry (same capacity, rate, cost) with deny-until = now + (cost - remaining) /
+  rate and reset-at = now + reset_after: exactly what Redis would answer a request
+  of that cost until then, absent refunds. So a flooding identity's other in-flight
+  requests do not reach Redis after each admission either.
 - Single flight: when an entry's deny-until has passed, the first request that finds
   it (:meth:`DenyCache.claim`) is the probe: the entry is marked probing (with the
   monotonic time) and that request goes to Redis. Requests finding the entry while
   it is probing are refused locally (``retry_after`` 0: ``Retry-After: 1``). The
-  probe's answer settles it: refused -> :meth:`add` renews the entry; admitted, a
-  store error or a cancelled call -> :meth:`end_probe` removes it. A mark older than
+  probe's answer settles it: refused, or admitted leaving the bucket below the
+  cost -> :meth:`add` renews the entry; admitted with enough left, a store error or
+  a cancelled call -> :meth:`end_probe` removes it. A mark older than
   ``stale_after`` (the limiter passes 2 x its call timeout) lets the next request
   probe, so a lost probe never blocks the key for good.
 """

@@ -475,6 +475,9 @@ class BaseLimiter:
             if m is not None:
                 for r in results:
                     m.allowed(r.name)
+            cache = self.deny_cache
+            if cache is not None:
+                self._cache_spent(cache, results)
             return self._charged(results)
         shadowed = tuple(r.name for r in results if not r.allowed and r.shadow)
         if shadowed:
@@ -495,6 +498,19 @@ class BaseLimiter:
         # so it is not counted in ``allowed`` (nor in redis_tb_allowed_total): nothing was
         # taken. It is in ``shadow_limited``, as in the Rust and Node integrations.
         return Decision(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
+
+    @staticmethod
+    def _cache_spent(cache: DenyCache, results: tuple[PolicyResult, ...]) -> None:
+        """Redis admitted (and charged) this request: each enforced bucket it left
+        with fewer tokens than this request's cost now refuses that cost for
+        ``(cost - remaining) / rate`` s, exactly what Redis would answer until then
+        (absent refunds). Caching that refusal keeps the other in-flight requests of
+        a flooding identity away from Redis; it renews an entry an admitted probe
+        would otherwise remove."""
+        now = cache.clock()
+        for r in results:
+            if not r.shadow and r.cost > 0 and r.rate > 0 and r.remaining < r.cost:
+                cache.add(r.key, r.capacity, r.rate, r.cost, (r.cost - r.remaining) / r.rate, r.reset_after, now)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
         raise NotImplementedError
