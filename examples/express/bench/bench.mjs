@@ -11,60 +11,22 @@
 //   node bench/bench.mjs [--rounds 5] [--seconds 3] [--latency-seconds 2]
 //                        [--connections 16] [--variants none,erl,tb,ping] [--out FILE]
 import { spawn, execFileSync } from 'node:child_process';
-import { once } from 'node:events';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import fs from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { writeReport } from './report.mjs';
+import {
+  args, children, commandCounts, here, lineFrom, pin, pinning, root, startRedis,
+} from './harness.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, '../../..');
-const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
-  if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1]]);
-  return acc;
-}, []));
 const rounds = Number(args.rounds ?? 5);
 const seconds = Number(args.seconds ?? 3);
 const latSeconds = Number(args['latency-seconds'] ?? 2);
 const connections = Number(args.connections ?? 16);
 const variants = (args.variants ?? 'none,erl,tb,ping').split(',');
 const out = path.resolve(args.out ?? path.join(root, 'bench/results/integrations-node.md'));
-const modulePath = path.resolve(process.env.REDIS_TB_MODULE ?? path.join(root, 'target/release/libredis_tb.so'));
 
-function hasTaskset() {
-  try { execFileSync('taskset', ['-V'], { stdio: 'ignore' }); return true; } catch { return false; }
-}
-const pinning = os.availableParallelism() >= 2 && hasTaskset();
-const pin = (cpu, cmd, argv) => (pinning ? ['taskset', ['-c', String(cpu), cmd, ...argv]] : [cmd, argv]);
 
-async function freePort() {
-  const srv = net.createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const { port } = srv.address();
-  srv.close();
-  await once(srv, 'close');
-  return port;
-}
-
-function lineFrom(child, re, what) {
-  return new Promise((resolve, reject) => {
-    let acc = '';
-    const onData = (d) => {
-      acc += d;
-      const m = re.exec(acc);
-      if (m) { child.stdout.off('data', onData); resolve(m); }
-    };
-    child.stdout.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`${what} exited (${code}) before it was ready:\n${acc}`)));
-  });
-}
-
-function redisCli(port, ...argv) {
-  return execFileSync('redis-cli', ['-p', String(port), ...argv], { encoding: 'utf8' });
-}
 
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 /** CPU seconds (user + system) a process has used so far, from /proc. */
@@ -74,25 +36,8 @@ function cpuSeconds(pid) {
   return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
 }
 
-function commandCounts(port) {
-  const counts = {};
-  for (const line of redisCli(port, 'INFO', 'commandstats').split('\n')) {
-    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
-    if (m) counts[m[1]] = Number(m[2]);
-  }
-  return counts;
-}
 
-const children = [];
-process.on('exit', () => { for (const c of children) c.kill('SIGKILL'); });
-for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(130));
-
-const redisPort = await freePort();
-const [rcmd, rargs] = pin(1, 'redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
-  '--save', '', '--appendonly', 'no', '--loadmodule', modulePath]);
-const redis = spawn(rcmd, rargs, { stdio: ['ignore', 'pipe', 'inherit'] });
-children.push(redis);
-await lineFrom(redis, /Ready to accept connections/, 'redis-server');
+const { port: redisPort, redis } = await startRedis();
 const redisVersion = /v=(\S+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))[1];
 
 const apps = {};

@@ -21,75 +21,22 @@
 //   node bench/flood.mjs [--seconds 10] [--connections 1,16] [--capacity 10] [--rate 1] [--out FILE]
 // Writes (replaces) the section "Deny cache under a flood" of bench/results/integrations-node.md.
 import { spawn, execFileSync } from 'node:child_process';
-import { once } from 'node:events';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import {
+  args, children, commandCounts, here, lineFrom, pin, pinning, redisCli, root, startRedis,
+} from './harness.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, '../../..');
-const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
-  if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1]]);
-  return acc;
-}, []));
 const seconds = Number(args.seconds ?? 10);
 const connectionList = String(args.connections ?? '1,16').split(',').map(Number);
 const capacity = Number(args.capacity ?? 10);
 const rate = Number(args.rate ?? 1);
 const out = path.resolve(args.out ?? path.join(root, 'bench/results/integrations-node.md'));
-const modulePath = path.resolve(process.env.REDIS_TB_MODULE ?? path.join(root, 'target/release/libredis_tb.so'));
 
-function hasTaskset() {
-  try { execFileSync('taskset', ['-V'], { stdio: 'ignore' }); return true; } catch { return false; }
-}
-const pinning = os.availableParallelism() >= 2 && hasTaskset();
-const pin = (cpu, cmd, argv) => (pinning ? ['taskset', ['-c', String(cpu), cmd, ...argv]] : [cmd, argv]);
 
-async function freePort() {
-  const srv = net.createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const { port } = srv.address();
-  srv.close();
-  await once(srv, 'close');
-  return port;
-}
 
-function lineFrom(child, re, what) {
-  return new Promise((resolve, reject) => {
-    let acc = '';
-    const onData = (d) => {
-      acc += d;
-      const m = re.exec(acc);
-      if (m) { child.stdout.off('data', onData); resolve(m); }
-    };
-    child.stdout.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`${what} exited (${code}) before it was ready:\n${acc}`)));
-  });
-}
-
-function commandCounts(port) {
-  const counts = {};
-  const text = execFileSync('redis-cli', ['-p', String(port), 'INFO', 'commandstats'], { encoding: 'utf8' });
-  for (const line of text.split('\n')) {
-    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
-    if (m) counts[m[1]] = Number(m[2]);
-  }
-  return counts;
-}
-
-const children = [];
-process.on('exit', () => { for (const c of children) c.kill('SIGKILL'); });
-for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(130));
-
-const redisPort = await freePort();
-const [rcmd, rargs] = pin(1, 'redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
-  '--save', '', '--appendonly', 'no', '--loadmodule', modulePath]);
-const redis = spawn(rcmd, rargs, { stdio: ['ignore', 'pipe', 'inherit'] });
-children.push(redis);
-await lineFrom(redis, /Ready to accept connections/, 'redis-server');
+const { port: redisPort } = await startRedis();
 
 async function startApp(denyCache) {
   const [cmd, argv] = pin(0, process.execPath, [path.join(here, 'server.mjs')]);
@@ -116,7 +63,7 @@ const runs = [];
 for (const connections of connectionList) {
   for (const [name, entries] of [['off', 0], ['on', 10000]]) {
     const app = await startApp(entries);
-    execFileSync('redis-cli', ['-p', String(redisPort), 'FLUSHALL']);
+    redisCli(redisPort, 'FLUSHALL');
     const s0 = await stats(app.port);
     const c0 = commandCounts(redisPort);
     // one identity (loadgen's ring of 1 address: X-Forwarded-For 10.0.0.0), /items/0, no warm-up
