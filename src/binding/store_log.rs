@@ -191,9 +191,9 @@ impl<'a> LogKey<'a> {
     }
 
     /// Ends reading (the iterator must stop before the set is written); fails if any
-    /// member read is not a LOG entry (the oldest is read for this when the call read
-    /// none, so every call on an existing set checks at least one), or had a score that is
-    /// not an accepted time.
+    /// member read had a score that is not an accepted time (corrupt), or is not a LOG
+    /// entry (someone else's set; the oldest is read for this when the call read none, so
+    /// every call on an existing set checks at least one member).
     pub fn finish_reading(&self) -> Result<(), TbError> {
         let Ok(mut front) = self.front.try_borrow_mut() else {
             return Err(TbError::Internal);
@@ -222,10 +222,10 @@ impl<'a> LogKey<'a> {
                 (api.zset_range_stop)(key);
             }
         }
-        if front.foreign {
-            Err(TbError::NotLimiterState(StateKind::Log))
-        } else if front.corrupt {
+        if front.corrupt {
             Err(TbError::CorruptLog)
+        } else if front.foreign {
+            Err(TbError::NotLimiterState(StateKind::Log))
         } else {
             Ok(())
         }
