@@ -43,7 +43,7 @@ pub enum TbError {
     MixedState,
     /// A client's `now` further ahead of the server's clock than `max-clock-ahead-ms`.
     ClockAhead,
-    /// TB.WINDOW LOG with a limit above `LOG_MAX_LIMIT`.
+    /// TB.WINDOW LOG with a limit above `LOG_MAX_LIMIT` (10,000).
     LogLimitTooLarge,
     Internal,
 }
@@ -161,9 +161,7 @@ impl TbError {
             ClockAhead => {
                 "ERR now is further ahead of the server clock than max-clock-ahead-ms allows (now must be seconds since the Unix epoch)\0"
             }
-            LogLimitTooLarge => {
-                "ERR limit must be <= 100000 with LOG (each request is one entry)\0"
-            }
+            LogLimitTooLarge => "ERR limit must be <= 10000 with LOG (each request is one entry)\0",
             CorruptLog => {
                 "ERR window log is corrupt: an entry's score is not a valid time in microseconds\0"
             }

@@ -1636,7 +1636,7 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
     const MODE: &str = "ERR mode must be FIXED, SLIDING or LOG";
     const WHOLE: &str = "ERR LOG counts whole requests: limit and n must be whole numbers";
     const TOO_MANY: &str = "ERR n must be <= 100000 with LOG (each request is one entry)";
-    const LOG_LIMIT: &str = "ERR limit must be <= 100000 with LOG (each request is one entry)";
+    const LOG_LIMIT: &str = "ERR limit must be <= 10000 with LOG (each request is one entry)";
     let t = "1764456241";
     let cases: &[(&[&str], &str)] = &[
         (&[], ARITY),
@@ -1688,8 +1688,9 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
         (&["new", "10", "60", "1.5", "LOG"], WHOLE),
         (&["l", "3", "60", "0.5", t, "LOG"], WHOLE),
         (&["l", "2.5", "60", "1", t, "log"], WHOLE),
-        (&["new", "100000", "60", "100001", "LOG"], TOO_MANY),
-        (&["new", "100001", "60", "1", "LOG"], LOG_LIMIT),
+        (&["new", "10000", "60", "100001", "LOG"], TOO_MANY),
+        (&["new", "10001", "60", "1", "LOG"], LOG_LIMIT),
+        (&["new", "100000", "60", "1", "LOG"], LOG_LIMIT),
         (&["new", "9007199254740992", "60", "1", "LOG"], LOG_LIMIT),
         (&["new", "10", "60", "+5"], N_NAN),
         (&["new", "10", "60", ".5"], N_NAN),
@@ -1720,7 +1721,8 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
             true,
         ),
         (vec!["e4", "10", "60", "1", "0", "LOG"], true),
-        (vec!["e6", "99999", "60", "100000", t, "LOG"], false),
+        (vec!["e6", "9999", "60", "10000", t, "LOG"], false),
+        (vec!["e9", "10000", "60", "10000", t, "LOG"], true),
         (vec!["e7", "1", "60", "0", t, "LOG"], true),
         (vec!["e8", "2.5", "60", "0.5", t, "SLIDING"], true),
     ] {
@@ -1746,15 +1748,24 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
 }
 
 #[test]
-fn log_takes_up_to_100000_entries_in_one_call() {
+fn log_takes_up_to_its_limit_of_10000_entries_in_one_call() {
     let s = Server::start();
     let mut c = s.conn();
-    let l = Lim::new("l", "100000", "60", "LOG");
-    assert_eq!(l.at(&mut c, "100000", B), reply(true, 0.0, 0.0, 60.0));
-    assert_eq!(c.q("ZCARD l").int(), 100_000);
+    let l = Lim::new("l", "10000", "60", "LOG");
+    assert_eq!(l.at(&mut c, "10000", B), reply(true, 0.0, 0.0, 60.0));
+    assert_eq!(c.q("ZCARD l").int(), 10_000);
     assert_eq!(l.at(&mut c, "1", B + 1.0), reply(false, 0.0, 59.0, 59.0));
-    let r = c.q("ZRANGE l 99999 99999");
-    assert_eq!(r.array()[0].text(), "1764456240000000-99999");
+    let r = c.q("ZRANGE l 9999 9999");
+    assert_eq!(r.array()[0].text(), "1764456240000000-9999");
+    // Every entry leaves the window: the next call removes all 10,000 and adds 10,000.
+    assert_eq!(l.at(&mut c, "10000", B + 61.0), reply(true, 0.0, 0.0, 60.0));
+    assert_eq!(c.q("ZCARD l").int(), 10_000);
+    // A limit above the cap is refused before the key is read.
+    let r = c.q("TB.WINDOW l 10001 60 1 LOG");
+    assert_eq!(
+        r,
+        Reply::Error("ERR limit must be <= 10000 with LOG (each request is one entry)".into())
+    );
 }
 
 #[test]
