@@ -188,6 +188,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--layered", action="store_true",
                     help="only CL.THROTTLE, TB.TAKE (server clock) and TB.MTAKE over three "
                          "buckets, the large shape (issue 18's layered limits)")
+    ap.add_argument("--take-only", action="store_true",
+                    help="only TB.TAKE (server clock) and TB.TAKE (now), without redis-cell: "
+                         "the two rows a change to TB.TAKE's path is held to")
     ap.add_argument("--top", type=int, default=0,
                     help="also list each workload's N most expensive functions")
     ap.add_argument("--out", type=Path)
@@ -197,12 +200,14 @@ def main(argv: list[str]) -> int:
         if not shutil.which(tool):
             print(f"cell_callgrind: {tool} not found", file=sys.stderr)
             return 2
-    cell = peer.redis_cell()
-    if cell.path is None:
+    cell = peer.redis_cell() if not a.take_only else None
+    if cell is not None and cell.path is None:
         print(f"cell_callgrind: no redis-cell: {cell.error}", file=sys.stderr)
         return 2
     tb = ensure_module()
     wl = workloads(LARGE, "1e6 @ 0.001/s") + [HSET]
+    if a.take_only:
+        wl = [w for w in wl if w[0].startswith("TB.TAKE")]
     if a.layered:
         wl = [w for w in wl if w[0].startswith(("CL.THROTTLE", "TB.TAKE (server"))]
         wl += layered(LARGE)
@@ -212,7 +217,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="cell-callgrind-") as tmp:
         work = Path(tmp)
         mods = []
-        for m in (tb, cell.path):  # private copies: a rebuild must not swap them
+        for m in (tb, *([cell.path] if cell else [])):  # private copies: a rebuild must not swap them
             shutil.copy2(m, work / m.name)
             mods.append(work / m.name)
         g = Grind(work, mods, a.cache_sim)
@@ -258,12 +263,13 @@ def main(argv: list[str]) -> int:
                 shutil.copy2(d, a.keep / Path(d).name)
 
     n = a.calls
-    flags = "".join(f" --{f.replace('_', '-')}" for f in ("small", "layered", "cache_sim")
+    flags = "".join(f" --{f.replace('_', '-')}" for f in ("small", "layered", "cache_sim",
+                                                           "take_only")
                     if getattr(a, f))
     lines = [f"callgrind, server instructions per call: `python3 bench/cell_callgrind.py "
              f"--keys {a.keys} --calls {n}{flags}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); redis-cell: "
-             f"{cell.how}; -c 50 -P 16, {n:,} calls over {a.keys:,} prepared keys per "
+             f"{cell.how if cell else 'not loaded'}; -c 50 -P 16, {n:,} calls over {a.keys:,} prepared keys per "
              "workload.", ""]
     head = ["", *[r[0].split(",")[0] + (" " + r[0].split(",")[1].strip()
                                          if "," in r[0] and "small" in r[0] else "")

@@ -36,6 +36,15 @@ pub enum TbError {
     BucketNotWindow,
     /// A LOG entry whose score is not an accepted time.
     CorruptLog,
+    /// A key holding data that is not the command's kind of state (none of its fields, or
+    /// a sorted set member that is not a LOG entry): refused, left as it is.
+    NotLimiterState(StateKind),
+    /// A hash holding both a token bucket's and a window's fields.
+    MixedState,
+    /// A client's `now` further ahead of the server's clock than `max-clock-ahead-ms`.
+    ClockAhead,
+    /// TB.WINDOW LOG with a limit above `LOG_MAX_LIMIT` (10,000).
+    LogLimitTooLarge,
     Internal,
 }
 
@@ -53,6 +62,17 @@ pub enum Arg {
     Quantity,
     Limit,
     Window,
+}
+
+/// The kinds of state a command keeps at its key, named when a key holds something else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// The token-bucket commands' hash (`tokens`, `last_refill_time`).
+    Bucket,
+    /// TB.WINDOW FIXED and SLIDING's hash (`start` with `count` or `counts`).
+    Window,
+    /// TB.WINDOW LOG's sorted set (members `<score>-<k>`).
+    Log,
 }
 
 /// The hash fields the module reads and writes (`store` holds their names), named in
@@ -126,6 +146,22 @@ impl TbError {
             WrongMode { .. } => "ERR key holds another window mode's state\0",
             WindowNotBucket => "ERR key holds a TB.WINDOW window, not a token bucket\0",
             BucketNotWindow => "ERR key holds a token bucket, not a TB.WINDOW window\0",
+            NotLimiterState(StateKind::Bucket) => {
+                "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged\0"
+            }
+            NotLimiterState(StateKind::Window) => {
+                "ERR key holds a hash that is not a TB.WINDOW window (it has none of 'start', 'count', 'counts', 'previous'): left unchanged\0"
+            }
+            NotLimiterState(StateKind::Log) => {
+                "ERR key holds a sorted set that is not a TB.WINDOW LOG (a member is not '<score>-<n>'): left unchanged\0"
+            }
+            MixedState => {
+                "ERR key holds both a token bucket's and a TB.WINDOW window's fields: left unchanged\0"
+            }
+            ClockAhead => {
+                "ERR now is further ahead of the server clock than max-clock-ahead-ms allows (now must be seconds since the Unix epoch)\0"
+            }
+            LogLimitTooLarge => "ERR limit must be <= 10000 with LOG (each request is one entry)\0",
             CorruptLog => {
                 "ERR window log is corrupt: an entry's score is not a valid time in microseconds\0"
             }
@@ -190,6 +226,12 @@ mod tests {
             TbError::WindowNotBucket,
             TbError::BucketNotWindow,
             TbError::CorruptLog,
+            TbError::NotLimiterState(StateKind::Bucket),
+            TbError::NotLimiterState(StateKind::Window),
+            TbError::NotLimiterState(StateKind::Log),
+            TbError::MixedState,
+            TbError::ClockAhead,
+            TbError::LogLimitTooLarge,
             TbError::CorruptState(Field::Start),
             TbError::CorruptState(Field::Count),
             TbError::CorruptState(Field::Counts),

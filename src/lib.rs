@@ -376,15 +376,15 @@ fn init_module(
             return false;
         }
     };
-    let aliases = match load_arguments(api, argv, argc) {
-        Ok(aliases) => aliases,
-        Err(unknown) => {
-            log_warning(&format!(
-                "tb: unknown load argument '{unknown}' (known: CL.THROTTLE, which also registers TB.THROTTLE as CL.THROTTLE); not loading"
-            ));
+    let loaded = match load_arguments(api, argv, argc) {
+        Ok(loaded) => loaded,
+        Err(why) => {
+            log_warning(&format!("tb: {why}; not loading"));
             return false;
         }
     };
+    let aliases = loaded.aliases;
+    commands::set_max_clock_ahead_ms(loaded.max_clock_ahead_ms);
     binding::store::init(api);
     // Keys are opened for writing, but only a take that writes modifies one: signal WATCH
     // and client-side caching ourselves, once for a key we wrote (store.rs), instead of
@@ -458,29 +458,30 @@ fn register(
     true
 }
 
-/// The module's load arguments (`loadmodule /path/libredis_tb.so CL.THROTTLE`): each must
-/// name an alias; an unknown one is returned so the load fails with a clear log line.
+/// The module's load arguments (`loadmodule /path/libredis_tb.so CL.THROTTLE
+/// max-clock-ahead-ms 10000`): alias words and the clock bound (`parse_load_args`); a bad
+/// one is returned as the reason the load fails, for a clear log line.
 fn load_arguments(
     api: &binding::api::Api,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
-) -> Result<Vec<String>, String> {
+) -> Result<parse::args::LoadArgs, String> {
     let count = usize::try_from(argc).unwrap_or(0);
-    if argv.is_null() || count == 0 {
-        return Ok(Vec::new());
-    }
-    // SAFETY: Redis passes argc valid strings in argv for the duration of the load.
-    let args = unsafe { std::slice::from_raw_parts(argv, count) };
-    args.iter()
-        .map(|&s| {
-            let text = String::from_utf8_lossy(binding::store::string_bytes(api, s)).into_owned();
-            let known = COMMANDS
-                .iter()
-                .filter_map(|def| def.alias.as_ref())
-                .any(|a| a.load_arg.eq_ignore_ascii_case(&text));
-            if known { Ok(text) } else { Err(text) }
-        })
-        .collect()
+    let args: Vec<&[u8]> = if argv.is_null() || count == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: Redis passes argc valid strings in argv for the duration of the load.
+        let argv = unsafe { std::slice::from_raw_parts(argv, count) };
+        argv.iter()
+            .map(|&s| binding::store::string_bytes(api, s))
+            .collect()
+    };
+    parse::args::parse_load_args(&args, |text| {
+        COMMANDS
+            .iter()
+            .filter_map(|def| def.alias.as_ref())
+            .any(|a| a.load_arg.eq_ignore_ascii_case(text))
+    })
 }
 
 /// Declares arity, key specs, summary and arguments (7.0+), so COMMAND INFO / COMMAND

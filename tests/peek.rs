@@ -190,7 +190,7 @@ fn reply_is_bulk_text_under_resp2_and_doubles_under_resp3() {
 
 #[test]
 fn peek_never_writes_nor_touches_the_ttl() {
-    let s = Server::start();
+    let s = Server::start_unbounded();
     let mut c = s.conn();
     c.take("k", "10", "2", "6", Some(T0));
     c.q("HSET big tokens 100 last_refill_time 1764456268");

@@ -971,7 +971,7 @@ fn log_requests_in_the_same_microsecond_are_separate_entries() {
 
 #[test]
 fn log_scores_are_whole_microseconds_and_a_sub_microsecond_now_is_rounded() {
-    let s = Server::start();
+    let s = Server::start_unbounded();
     let mut c = s.conn();
     let l = |c: &mut Conn, now: &str| {
         let r = c.cmd(&["TB.WINDOW", "l", "10", "60", "1", now, "LOG"]);
@@ -1378,7 +1378,7 @@ fn works_inside_multi_and_from_lua() {
 
 #[test]
 fn fixed_expires_with_its_window() {
-    let s = Server::start();
+    let s = Server::start_unbounded();
     let mut c = s.conn();
     let f = Lim::new("f", "3", "60", "FIXED");
     let before = server_ms(&mut c);
@@ -1636,6 +1636,7 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
     const MODE: &str = "ERR mode must be FIXED, SLIDING or LOG";
     const WHOLE: &str = "ERR LOG counts whole requests: limit and n must be whole numbers";
     const TOO_MANY: &str = "ERR n must be <= 100000 with LOG (each request is one entry)";
+    const LOG_LIMIT: &str = "ERR limit must be <= 10000 with LOG (each request is one entry)";
     let t = "1764456241";
     let cases: &[(&[&str], &str)] = &[
         (&[], ARITY),
@@ -1687,7 +1688,14 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
         (&["new", "10", "60", "1.5", "LOG"], WHOLE),
         (&["l", "3", "60", "0.5", t, "LOG"], WHOLE),
         (&["l", "2.5", "60", "1", t, "log"], WHOLE),
-        (&["new", "1000000", "60", "100001", "LOG"], TOO_MANY),
+        (&["new", "10000", "60", "100001", "LOG"], TOO_MANY),
+        (&["new", "10001", "60", "1", "LOG"], LOG_LIMIT),
+        (&["new", "100000", "60", "1", "LOG"], LOG_LIMIT),
+        (&["new", "9007199254740992", "60", "1", "LOG"], LOG_LIMIT),
+        (&["new", "10", "60", "+5"], N_NAN),
+        (&["new", "10", "60", ".5"], N_NAN),
+        (&["new", "+10", "60", "1"], LIMIT_NAN),
+        (&["new", "10", "60.", "1"], WINDOW_NAN),
         (&["l", "3", "60", "1e6", t, "LOG"], TOO_MANY),
     ];
     let errors_before = tb_counters(&mut c, "window")[3];
@@ -1713,11 +1721,8 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
             true,
         ),
         (vec!["e4", "10", "60", "1", "0", "LOG"], true),
-        (
-            vec!["e5", "10", "60", "1", "253402300799.999", "FIXED"],
-            true,
-        ),
-        (vec!["e6", "99999", "60", "100000", t, "LOG"], false),
+        (vec!["e6", "9999", "60", "10000", t, "LOG"], false),
+        (vec!["e9", "10000", "60", "10000", t, "LOG"], true),
         (vec!["e7", "1", "60", "0", t, "LOG"], true),
         (vec!["e8", "2.5", "60", "0.5", t, "SLIDING"], true),
     ] {
@@ -1727,19 +1732,40 @@ fn every_bad_argument_gets_its_error_text_and_changes_nothing() {
         assert_eq!(r.allowed, allowed, "{args:?}: {r:?}");
     }
     assert_eq!(c.q("EXISTS e6").int(), 0);
+    // The last accepted `now`, where the clock bound allows it.
+    let u = Server::start_unbounded();
+    let r = u.conn().cmd(&[
+        "TB.WINDOW",
+        "e5",
+        "10",
+        "60",
+        "1",
+        "253402300799.999",
+        "FIXED",
+    ]);
+    assert!(Take::from_reply(&r).allowed, "{r:?}");
     assert_eq!(c.q("PING"), Reply::Simple("PONG".into()));
 }
 
 #[test]
-fn log_takes_up_to_100000_entries_in_one_call() {
+fn log_takes_up_to_its_limit_of_10000_entries_in_one_call() {
     let s = Server::start();
     let mut c = s.conn();
-    let l = Lim::new("l", "100000", "60", "LOG");
-    assert_eq!(l.at(&mut c, "100000", B), reply(true, 0.0, 0.0, 60.0));
-    assert_eq!(c.q("ZCARD l").int(), 100_000);
+    let l = Lim::new("l", "10000", "60", "LOG");
+    assert_eq!(l.at(&mut c, "10000", B), reply(true, 0.0, 0.0, 60.0));
+    assert_eq!(c.q("ZCARD l").int(), 10_000);
     assert_eq!(l.at(&mut c, "1", B + 1.0), reply(false, 0.0, 59.0, 59.0));
-    let r = c.q("ZRANGE l 99999 99999");
-    assert_eq!(r.array()[0].text(), "1764456240000000-99999");
+    let r = c.q("ZRANGE l 9999 9999");
+    assert_eq!(r.array()[0].text(), "1764456240000000-9999");
+    // Every entry leaves the window: the next call removes all 10,000 and adds 10,000.
+    assert_eq!(l.at(&mut c, "10000", B + 61.0), reply(true, 0.0, 0.0, 60.0));
+    assert_eq!(c.q("ZCARD l").int(), 10_000);
+    // A limit above the cap is refused before the key is read.
+    let r = c.q("TB.WINDOW l 10001 60 1 LOG");
+    assert_eq!(
+        r,
+        Reply::Error("ERR limit must be <= 10000 with LOG (each request is one entry)".into())
+    );
 }
 
 #[test]
@@ -1869,7 +1895,7 @@ fn corrupt_window_state_is_reported_not_reset() {
     // The first and last valid µs times are entries, not corruption: 0 (out of the window,
     // so removed) and 253402300800000000 (MAX_TIME itself: newer than `now`, so the new
     // entry joins it there, and the log lasts until it leaves the window).
-    c.q("ZADD okl 0 early 1764456240000000 1764456240000000-0");
+    c.q("ZADD okl 0 0-0 1764456240000000 1764456240000000-0");
     let t = Lim::new("okl", "3", "60", "LOG").at(&mut c, "1", B);
     assert_eq!(t, reply(true, 1.0, 0.0, 60.0));
     assert_eq!(
@@ -1879,15 +1905,18 @@ fn corrupt_window_state_is_reported_not_reset() {
             ("1764456240000000-1", "1764456240000000"),
         ])
     );
-    c.q("ZADD last 1764456240000000 1764456240000000-0 253402300800000000 z");
+    c.q("ZADD last 1764456240000000 1764456240000000-0 253402300800000000 253402300800000000-0");
     let t = Lim::new("last", "3", "60", "LOG").at(&mut c, "0", B + 100.0);
     assert_eq!(t, reply(true, 2.0, 0.0, 253_402_300_860.0 - (B + 100.0)));
     let t = Lim::new("last", "3", "60", "LOG").at(&mut c, "1", B + 100.0);
     assert_eq!(t, reply(true, 1.0, 0.0, 253_402_300_860.0 - (B + 100.0)));
-    // `z` and the new entry, numbered after the one left: both at MAX_TIME.
+    // The entry at MAX_TIME and the new one, numbered after the one left: both there.
     let z = zset(&mut c, "last");
     assert_eq!(z.len(), 2, "{z:?}");
-    assert!(z[0].0.ends_with("-1") && z[1].0 == "z", "{z:?}");
+    assert!(
+        z[0].0 == "253402300800000000-0" && z[1].0 == "253402300800000000-1",
+        "{z:?}"
+    );
     for (_, score) in &z {
         assert_eq!(
             score.parse::<f64>().unwrap(),
@@ -1908,17 +1937,20 @@ fn corrupt_window_state_is_reported_not_reset() {
 fn other_fields_of_a_window_hash_are_left_alone() {
     let s = Server::start();
     let mut c = s.conn();
+    // Fields added to a window after it was created stay as they are.
+    Lim::new("f", "3", "60", "FIXED").at(&mut c, "1", B);
+    Lim::new("s", "3", "60", "SLIDING").at(&mut c, "1", B);
     c.q("HSET f owner alice");
     c.q("HSET s owner bob");
     Lim::new("f", "3", "60", "FIXED").at(&mut c, "1", B);
     Lim::new("s", "3", "60", "SLIDING").at(&mut c, "1", B);
     assert_eq!(
         hash(&mut c, "f"),
-        pairs(&[("count", "1"), ("owner", "alice"), ("start", "1764456240")])
+        pairs(&[("count", "2"), ("owner", "alice"), ("start", "1764456240")])
     );
     assert_eq!(
         hash(&mut c, "s"),
-        pairs(&[("counts", "1 0"), ("owner", "bob"), ("start", "1764456240")])
+        pairs(&[("counts", "2 0"), ("owner", "bob"), ("start", "1764456240")])
     );
 }
 

@@ -6,9 +6,11 @@
 //! - `window`: TB.WINDOW's FIXED, SLIDING and LOG windows
 //! - `throttle`: redis-cell's CL.THROTTLE mapped onto a bucket
 //! - `expiry`: when a key's TTL is set, kept or dropped
+//! - `clock`: how far ahead of the server's clock a client's `now` may be
 //! - `num`: strict number parsing and shortest round-trip formatting
 
 pub mod bucket;
+pub mod clock;
 pub mod expiry;
 pub mod num;
 pub mod throttle;

@@ -5,9 +5,11 @@
 /// 17 bytes); it bounds the work a hostile argument can cause.
 const MAX_NUMBER_LEN: usize = 128;
 
-/// Parses a decimal number with the grammar `[+-]? (digits [. digits?] | . digits) ([eE] [+-]? digits)?`.
+/// Parses a decimal number with the grammar `-? digits (. digits)? ([eE] [+-]? digits)?`
+/// (`digits`: one or more ASCII digits).
 ///
-/// Rejects everything else up front (empty, spaces, hex, `inf`, `nan`, `1_000`), because
+/// Rejects everything else up front (empty, spaces, hex, `inf`, `nan`, `1_000`, a leading
+/// `+`, a bare `.5` or `5.`: texts no client library formats a number as), because
 /// Rust's own `f64::from_str` accepts `inf` and `nan`, and Redis users expect `strtod`-free
 /// strictness. A value that overflows to infinity is rejected too: the result is always
 /// finite.
@@ -88,6 +90,10 @@ fn parse_exact_decimal(bytes: &[u8]) -> Option<f64> {
     if count == 0 || count > 19 {
         return None;
     }
+    // A digit on both sides of the dot: `.5` and `5.` are not numbers here.
+    if dot.is_some_and(|i| i == 0 || i + 1 == digits.len()) {
+        return None;
+    }
     let fraction_digits = dot.map_or(0, |i| digits.len() - i - 1);
     let value = if mantissa <= 1 << 53 {
         mantissa as f64 / *POW10.get(fraction_digits)?
@@ -147,19 +153,20 @@ fn is_decimal(bytes: &[u8]) -> bool {
         }
         j
     };
-    if matches!(bytes.first(), Some(b'+' | b'-')) {
+    if bytes.first() == Some(&b'-') {
         i += 1;
     }
     let int_end = digits_from(i);
-    let mut mantissa_digits = int_end - i;
+    if int_end == i {
+        return false;
+    }
     i = int_end;
     if bytes.get(i) == Some(&b'.') {
         let frac_end = digits_from(i + 1);
-        mantissa_digits += frac_end - (i + 1);
+        if frac_end == i + 1 {
+            return false;
+        }
         i = frac_end;
-    }
-    if mantissa_digits == 0 {
-        return false;
     }
     if matches!(bytes.get(i), Some(b'e' | b'E')) {
         i += 1;
@@ -386,12 +393,14 @@ mod tests {
         let cases: &[(&str, f64)] = &[
             ("0", 0.0),
             ("10", 10.0),
-            ("+10", 10.0),
             ("-2.5", -2.5),
             ("1.6666666666666667", 1.6666666666666667),
-            (".5", 0.5),
-            ("5.", 5.0),
+            ("0.5", 0.5),
+            ("05", 5.0),
+            ("-0", 0.0),
             ("1e3", 1000.0),
+            ("5e-05", 5e-5),
+            ("1.5e+20", 1.5e20),
             ("1E-3", 0.001),
             ("2.5e+2", 250.0),
             ("1764456268.123456", 1764456268.123456),
@@ -405,9 +414,49 @@ mod tests {
     #[test]
     fn parse_rejects_everything_else() {
         let cases = [
-            "", " 1", "1 ", "0x10", "inf", "-inf", "+inf", "nan", "NaN", "infinity", "1e", "1e+",
-            "e5", ".", "-", "+", "1.2.3", "1_000", "١", "1e400", "--1", "1,5", "\t1", "0b1", "1f",
+            "",
+            " 1",
+            "1 ",
+            "0x10",
+            "inf",
+            "-inf",
+            "+inf",
+            "nan",
+            "NaN",
+            "infinity",
+            "1e",
+            "1e+",
+            "e5",
+            ".",
+            "-",
+            "+",
+            "1.2.3",
+            "1_000",
+            "١",
+            "1e400",
+            "--1",
+            "1,5",
+            "\t1",
+            "0b1",
+            "1f",
             "1d",
+            // A sign other than `-`, and a dot without a digit on each side (accepted
+            // before; commands.md says numbers are parsed strictly).
+            "+10",
+            "+0",
+            "+1.5",
+            ".5",
+            "-.5",
+            "5.",
+            "-5.",
+            "5.e3",
+            ".5e3",
+            "+.5",
+            "1e3.5",
+            // Long texts take the general path: the same grammar there.
+            "+1.2345678901234567890123",
+            ".12345678901234567890123",
+            "12345678901234567890123.",
         ];
         for text in cases {
             assert_eq!(parse_f64(text.as_bytes()), None, "{text:?}");
@@ -582,7 +631,9 @@ mod tests {
 
         #[test]
         fn fast_path_agrees_with_std(text in "-?[0-9]{0,19}(\\.[0-9]{0,24})?") {
-            let std_value = text.parse::<f64>().ok().filter(|v| v.is_finite());
+            // std also takes `.5` and `5.`, which this grammar refuses.
+            let strict = !text.trim_start_matches('-').starts_with('.') && !text.ends_with('.');
+            let std_value = text.parse::<f64>().ok().filter(|v| v.is_finite() && strict);
             prop_assert_eq!(parse_f64(text.as_bytes()).map(f64::to_bits), std_value.map(f64::to_bits));
         }
 
@@ -617,7 +668,10 @@ mod tests {
         fn parse_agrees_with_std_on_decimal_text(text in "[+-]?[0-9]{1,12}(\\.[0-9]{0,8})?([eE][+-]?[0-9]{1,3})?") {
             let ours = parse_f64(text.as_bytes());
             let std_value: f64 = text.parse().unwrap();
-            prop_assert_eq!(ours, std_value.is_finite().then_some(std_value));
+            // The grammar std shares, minus a leading `+` and a dot without fraction digits.
+            let mantissa = text.split(['e', 'E']).next().unwrap_or("");
+            let strict = !text.starts_with('+') && !mantissa.ends_with('.');
+            prop_assert_eq!(ours, (std_value.is_finite() && strict).then_some(std_value));
         }
     }
 }

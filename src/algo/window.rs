@@ -81,6 +81,25 @@ pub fn valid_entry(t: f64) -> bool {
     valid_time(t) || t == MAX_TIME
 }
 
+/// Whether a sorted-set member is a LOG entry: `<score>-<k>`, its own score as the whole
+/// number of microseconds LOG writes (`num::format_whole`), a dash, and a count `k` in
+/// plain digits (no sign, no leading zero). This is exactly what `LogKey::write` names its
+/// members, so every entry the module wrote is recognized, and a sorted set of something
+/// else (a leaderboard of user names, the notes' script's bare times) is not adopted.
+pub fn is_log_entry(member: &[u8], score: f64) -> bool {
+    let prefix = crate::algo::num::format_whole(score);
+    let Some(k) = member
+        .strip_prefix(prefix.as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"-"))
+    else {
+        return false;
+    };
+    !k.is_empty()
+        && k.len() <= 20
+        && k.iter().all(u8::is_ascii_digit)
+        && (k.len() == 1 || k.first() != Some(&b'0'))
+}
+
 /// LOG's clock ticks in whole microseconds: a call's time is rounded to the nearest one
 /// before it is compared or stored, and a sorted-set score is that time as a whole number
 /// of microseconds since the epoch (`log_score`), read back by `log_time`. A whole-number
@@ -589,6 +608,62 @@ fn wait_for(now: f64, guess: f64, ok: impl Fn(f64) -> bool) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn log_entries_are_recognized_by_their_own_score() {
+        use super::is_log_entry;
+        let s = 1_764_456_299_000_000.0;
+        for yes in [
+            "1764456299000000-0",
+            "1764456299000000-1",
+            "1764456299000000-99999",
+        ] {
+            assert!(is_log_entry(yes.as_bytes(), s), "{yes}");
+        }
+        assert!(is_log_entry(b"0-0", 0.0));
+        assert!(is_log_entry(
+            b"253402300799500000-3",
+            253_402_300_799_500_000.0
+        ));
+        for no in [
+            "alice",
+            "",
+            "1764456299000000",
+            "1764456299000000-",
+            "1764456299000000-01",
+            "1764456299000000-+1",
+            "1764456299000000-1a",
+            "1764456299000001-0",
+            "1764456299-0",
+            "1764456299000000-0-0",
+            "-1764456299000000-0",
+            "1764456299000000-123456789012345678901",
+        ] {
+            assert!(!is_log_entry(no.as_bytes(), s), "{no}");
+        }
+        // A leaderboard: member names and points.
+        assert!(!is_log_entry(b"bob", 1500.0));
+        assert!(!is_log_entry(b"1500", 1500.0));
+    }
+
+    proptest::proptest! {
+        /// What LOG writes is always recognized; arbitrary bytes never panic.
+        #[test]
+        fn fuzz_log_members_are_recognized_only_as_written(
+            micros in proptest::prop_oneof![proptest::strategy::Just(0u64), 0u64..253_402_300_800_000_000],
+            k in 0u64..(1 << 53),
+            junk in proptest::collection::vec(proptest::arbitrary::any::<u8>(), 0..40),
+            score in proptest::num::f64::ANY,
+        ) {
+            let score_f = micros as f64;
+            let member = format!("{}-{}", String::from_utf8_lossy(crate::algo::num::format_whole(score_f).as_bytes()), k);
+            proptest::prop_assert!(super::is_log_entry(member.as_bytes(), score_f), "{member}");
+            let _ = super::is_log_entry(&junk, score);
+            if super::is_log_entry(&junk, score_f) {
+                proptest::prop_assert!(junk.contains(&b'-'));
+            }
+        }
+    }
+
     use super::*;
     use crate::algo::bucket::ulp;
     use proptest::prelude::*;

@@ -22,8 +22,8 @@ use crate::algo::bucket::State;
 use crate::algo::expiry::ExpiryPlan;
 use crate::algo::window::Mode;
 use crate::binding::api::Api;
-use crate::error::{Field, TbError};
-use crate::parse::fields::{self, WindowFields};
+use crate::error::{Field, StateKind, TbError};
+use crate::parse::fields::{self, Held, WindowFields};
 
 const HASH_NONE: c_int = 0;
 const NO_EXPIRE: i64 = -1;
@@ -358,25 +358,54 @@ impl<'a> BucketKey<'a> {
     }
 
     /// Reads the token bucket: `None` when it has never been written (or expired); see
-    /// `fields::decode` for what counts as corrupt. A hash holding a window is an error,
-    /// never read as a new bucket.
+    /// `fields::decode` for what counts as corrupt. A hash that is not a bucket (a window,
+    /// someone else's record, a mix) is an error, never read as a new bucket: see
+    /// `owner`.
     pub fn read(&self) -> Result<Option<State>, TbError> {
         if !self.key.exists() {
             return Ok(None);
         }
         let [tokens, last] = self.get([Field::Tokens, Field::LastRefillTime]);
-        if tokens.is_null() && last.is_null() {
-            // A rare path (a hash without the bucket's fields): is it a window?
-            let [start] = self.get([Field::Start]);
-            if !start.is_null() {
-                return Err(TbError::WindowNotBucket);
-            }
-        }
+        self.owner(
+            StateKind::Bucket,
+            Held {
+                len: 2,
+                bucket: usize::from(!tokens.is_null()) + usize::from(!last.is_null()),
+                window: 0,
+            },
+        )?;
         fields::decode(tokens.bytes(), last.bytes())
     }
 
-    /// Reads a FIXED or SLIDING window's fields (all absent on a missing key), and whether
-    /// the hash holds a token bucket instead, and decodes them with `decode` while the
+    /// The number of fields in the hash (0 for a missing key).
+    fn len(&self) -> usize {
+        if !self.key.exists() {
+            return 0;
+        }
+        // SAFETY: valid open hash key.
+        unsafe { (self.key.api.value_length)(self.key.key) }
+    }
+
+    /// Applies `fields::check_owner` for a command keeping `wanted` state, given the
+    /// module's fields its reads found (`found.len` unused). The usual key holds exactly
+    /// those (one ValueLength tells); any other hash has all six field names looked up,
+    /// a path only keys that are refused or carry fields of their own take.
+    fn owner(&self, wanted: StateKind, found: Held) -> Result<(), TbError> {
+        let mut held = Held {
+            len: self.len(),
+            ..found
+        };
+        if found.bucket + found.window == 0 || !held.complete() {
+            let present = |got: &[OwnedString]| got.iter().filter(|f| !f.is_null()).count();
+            held.bucket = present(&self.get([Field::Tokens, Field::LastRefillTime]));
+            held.window = present(&self.get([Field::Start, Field::Count, Field::Counts]))
+                + present(&self.get([Field::Previous]));
+        }
+        fields::check_owner(wanted, held)
+    }
+
+    /// Reads a FIXED or SLIDING window's fields (all absent on a missing key), refuses a
+    /// hash that is not a window (`owner`), and decodes them with `decode` while the
     /// field strings are alive (no copies). Each mode first reads the fields it stores
     /// (and FIXED `previous`, which only a SLIDING key has); the others only when one of
     /// its own is missing, which tells a key of the other mode, or a token bucket, apart.
@@ -397,16 +426,26 @@ impl<'a> BucketKey<'a> {
             let [counts] = self.get_if(count.is_null(), [Field::Counts]);
             (start, count, counts, previous)
         };
-        let [tokens] = self.get_if(
-            start.is_null() && count.is_null() && counts.is_null(),
-            [Field::Tokens],
-        );
+        // Not the window's state (a token bucket, someone else's record, a mix): refused
+        // here, so `decode` sees only a window's fields.
+        let window = [&start, &count, &counts, &previous]
+            .iter()
+            .filter(|f| !f.is_null())
+            .count();
+        self.owner(
+            StateKind::Window,
+            Held {
+                len: 0,
+                bucket: 0,
+                window,
+            },
+        )?;
         decode(&WindowFields {
             start: start.bytes(),
             count: count.bytes(),
             counts: counts.bytes(),
             previous: previous.bytes(),
-            holds_bucket: !tokens.is_null(),
+            holds_bucket: false,
         })
     }
 

@@ -13,10 +13,10 @@ use std::os::raw::c_int;
 use redis_module::raw::{REDISMODULE_NOTIFY_ZSET, RedisModuleCtx, RedisModuleString};
 
 use crate::algo::num::{format_f64, format_whole};
-use crate::algo::window::{Entries, clamp_entry, log_time, valid_entry};
+use crate::algo::window::{Entries, clamp_entry, is_log_entry, log_time, valid_entry};
 use crate::binding::api::Api;
-use crate::binding::store::{Access, Key, Kind, OwnedString};
-use crate::error::TbError;
+use crate::binding::store::{Access, Key, Kind, OwnedString, string_bytes};
+use crate::error::{StateKind, TbError};
 
 /// An open LOG key.
 pub struct LogKey<'a> {
@@ -55,6 +55,26 @@ struct Front<'a> {
     done: bool,
     /// A score that is not an accepted time (set by hand): the call fails as corrupt.
     corrupt: bool,
+    /// A member read that is not a LOG entry (`window::is_log_entry`): the set is someone
+    /// else's (a leaderboard), and the call fails without writing.
+    foreign: bool,
+    /// Some member has been checked by `is_log_entry` (the oldest is checked at the end
+    /// when the call read none).
+    checked: bool,
+}
+
+impl Front<'_> {
+    /// Records what a member read says about the set: a score that is not a time, or a
+    /// member that is not an entry.
+    fn check(&mut self, api: &Api, element: *mut RedisModuleString, score: f64) {
+        self.checked = true;
+        if !valid_entry(log_time(score)) {
+            self.corrupt = true;
+        }
+        if element.is_null() || !is_log_entry(string_bytes(api, element), score) {
+            self.foreign = true;
+        }
+    }
 }
 
 impl Front<'_> {
@@ -101,6 +121,8 @@ impl<'a> LogKey<'a> {
                 pass_hi: f64::NEG_INFINITY,
                 done: false,
                 corrupt: false,
+                foreign: false,
+                checked: false,
             }),
         })
     }
@@ -153,9 +175,7 @@ impl<'a> LogKey<'a> {
             // SAFETY: the pass's iterator is active; the element is ours to free
             // (OwnedString frees it).
             let element = unsafe { (api.zset_range_current_element)(key, &mut score) };
-            if !valid_entry(log_time(score)) {
-                front.corrupt = true;
-            }
+            front.check(api, element, score);
             front.scores.push(score);
             front
                 .members
@@ -171,17 +191,41 @@ impl<'a> LogKey<'a> {
     }
 
     /// Ends reading (the iterator must stop before the set is written); fails if any
-    /// entry read had a score that is not an accepted time.
+    /// member read had a score that is not an accepted time (corrupt), or is not a LOG
+    /// entry (someone else's set; the oldest is read for this when the call read none, so
+    /// every call on an existing set checks at least one member).
     pub fn finish_reading(&self) -> Result<(), TbError> {
-        let Ok(front) = self.front.try_borrow() else {
+        let Ok(mut front) = self.front.try_borrow_mut() else {
             return Err(TbError::Internal);
         };
+        let api = self.key.api;
+        let key = self.key.key;
         if front.active && self.key.exists() {
             // SAFETY: stopping an iterator (or none) on a valid open key is allowed.
-            unsafe { (self.key.api.zset_range_stop)(self.key.key) };
+            unsafe { (api.zset_range_stop)(key) };
+            front.active = false;
+        }
+        if !front.checked && self.key.exists() {
+            let mut score = 0.0;
+            // SAFETY: valid open sorted-set key with no active iterator (stopped above);
+            // this one is stopped before returning, and the element is ours to free.
+            unsafe {
+                let found =
+                    (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0)
+                        == 0
+                        && (api.zset_range_end_reached)(key) == 0;
+                if found {
+                    let element = (api.zset_range_current_element)(key, &mut score);
+                    front.check(api, element, score);
+                    drop(OwnedString::new(api, self.key.ctx, element));
+                }
+                (api.zset_range_stop)(key);
+            }
         }
         if front.corrupt {
             Err(TbError::CorruptLog)
+        } else if front.foreign {
+            Err(TbError::NotLimiterState(StateKind::Log))
         } else {
             Ok(())
         }
@@ -232,17 +276,14 @@ impl<'a> LogKey<'a> {
                 && (api.zset_range_end_reached)(key) == 0;
             if found {
                 let element = (api.zset_range_current_element)(key, &mut score);
+                if let Ok(mut front) = self.front.try_borrow_mut() {
+                    front.check(api, element, score);
+                }
                 drop(OwnedString::new(api, self.key.ctx, element));
             }
             (api.zset_range_stop)(key);
             found
         };
-        if found
-            && !valid_entry(log_time(score))
-            && let Ok(mut front) = self.front.try_borrow_mut()
-        {
-            front.corrupt = true;
-        }
         found.then_some(score)
     }
 

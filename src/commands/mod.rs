@@ -17,7 +17,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw::{RedisModuleCtx, RedisModuleString};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::algo::bucket::{Decision, State};
+use crate::algo::clock;
 use crate::algo::num::{NumText, ceil_micros, format_f64, format_micros, is_plain_decimal};
 use crate::binding::api::{Api, api};
 use crate::binding::reply::{self, Replier};
@@ -152,23 +155,64 @@ fn arguments<'a>(argv: *mut *mut RedisModuleString, argc: c_int) -> &'a [*mut Re
     }
 }
 
+/// How far ahead of the server's clock a client's `now` may be, in milliseconds: the
+/// `max-clock-ahead-ms` load argument (`clock::DEFAULT_MAX_AHEAD_MS` without it).
+static MAX_CLOCK_AHEAD_MS: AtomicU64 = AtomicU64::new(clock::DEFAULT_MAX_AHEAD_MS);
+
+/// Sets the bound `Clock::new` applies. Called once from module init.
+pub fn set_max_clock_ahead_ms(ms: u64) {
+    MAX_CLOCK_AHEAD_MS.store(ms, Ordering::Relaxed);
+}
+
 /// The time a call is decided at.
 pub enum Clock<'a> {
-    /// A `now` the client sent: its value, and its text (stored as sent when plain).
-    Client { now: f64, text: &'a [u8] },
+    /// A `now` the client sent: its value, its text (stored as sent when plain), and the
+    /// server's clock read when it was checked against the bound (TTLs are set on it).
+    Client {
+        now: f64,
+        text: &'a [u8],
+        server_micros: u64,
+    },
     /// The server's clock, read once at microsecond precision (RedisModule_Milliseconds
     /// would make a client that waits a sub-millisecond retry_after come back too early).
     Server { micros: u64 },
 }
 
 impl<'a> Clock<'a> {
-    /// The client's `now` (parsed, with its text) or else the server's clock.
-    pub fn new(now: Option<f64>, text: Option<&'a [u8]>) -> Self {
+    /// The client's `now` (parsed, with its text) or else the server's clock. Every
+    /// command that takes a `now` builds its clock here, which applies the one rule on
+    /// it: a `now` further ahead of the server's clock than `max-clock-ahead-ms` is
+    /// refused (`TbError::ClockAhead`) before any key is opened, so no stored time is
+    /// pushed past the bound (a stored time is the later of the stored one and `now`).
+    /// A `now` in the past is accepted (it cannot pin a key: it gets no refill).
+    ///
+    /// A command replicated from a master or replayed from the AOF is never refused
+    /// (the module replicates effects, so none should arrive; if one does, the master
+    /// already decided it): only a client's call is bounded.
+    pub fn new(call: &Call, now: Option<f64>, text: Option<&'a [u8]>) -> Result<Self, TbError> {
+        let server_micros = now_micros();
         match (now, text) {
-            (Some(now), Some(text)) => Clock::Client { now, text },
-            _ => Clock::Server {
-                micros: now_micros(),
-            },
+            (Some(now), Some(text)) => {
+                let bound = MAX_CLOCK_AHEAD_MS.load(Ordering::Relaxed);
+                if !clock::within_bound(now, server_micros, bound) && !replayed(call) {
+                    return Err(TbError::ClockAhead);
+                }
+                Ok(Clock::Client {
+                    now,
+                    text,
+                    server_micros,
+                })
+            }
+            _ => Ok(Clock::Server {
+                micros: server_micros,
+            }),
+        }
+    }
+
+    /// The server's clock alone (TB.THROTTLE, which takes no `now`).
+    pub fn server() -> Self {
+        Clock::Server {
+            micros: now_micros(),
         }
     }
 
@@ -193,7 +237,7 @@ impl<'a> Clock<'a> {
     pub fn server_ms(&self) -> i64 {
         let micros = match *self {
             Clock::Server { micros } => micros,
-            Clock::Client { .. } => now_micros(),
+            Clock::Client { server_micros, .. } => server_micros,
         };
         i64::try_from(micros / 1000).unwrap_or(i64::MAX)
     }
@@ -269,6 +313,16 @@ pub fn store(
     };
     bucket.write(tokens, time);
     bucket.expire_in(clock.server_ms(), decision.reset_after);
+}
+
+/// Whether the call comes from the master's replication stream or the AOF being loaded,
+/// not from a client.
+fn replayed(call: &Call) -> bool {
+    // SAFETY: ctx is this call's live context.
+    let flags = unsafe { (call.api.get_context_flags)(call.ctx) };
+    let replayed = redis_module::raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | redis_module::raw::REDISMODULE_CTX_FLAGS_LOADING;
+    (flags as u32 & replayed) != 0
 }
 
 /// The server's wall clock in microseconds since the epoch: the clock Redis itself reads.

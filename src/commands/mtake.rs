@@ -36,7 +36,7 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
     if has_duplicates(&names) {
         return Err(TbError::DuplicateKey);
     }
-    let clock = Clock::new(now, now_text);
+    let clock = Clock::new(call, now, now_text)?;
 
     let buckets = keys
         .iter()

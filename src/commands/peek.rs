@@ -12,7 +12,7 @@ use super::{Call, Clock, on_bucket};
 pub fn run(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<3>()?;
     let args = parse_peek(raw.get(..count).unwrap_or(&[]))?;
-    let clock = Clock::new(args.now, raw.get(2).copied());
+    let clock = Clock::new(call, args.now, raw.get(2).copied())?;
     on_bucket(call, key, Access::Read, &clock, |now, stored| {
         bucket::peek(args.limit, now, stored)
     })

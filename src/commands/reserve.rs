@@ -12,7 +12,7 @@ use super::{Call, Clock, on_bucket};
 pub fn run(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<5>()?;
     let args = parse_reserve(raw.get(..count).unwrap_or(&[]))?;
-    let clock = Clock::new(args.now, raw.get(4).copied());
+    let clock = Clock::new(call, args.now, raw.get(4).copied())?;
     on_bucket(call, key, Access::Write, &clock, |now, stored| {
         bucket::reserve(args.limit, args.n, args.max_wait, now, stored)
     })

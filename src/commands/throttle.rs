@@ -13,7 +13,7 @@ use super::{Call, Clock, settle};
 pub fn run(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<4>()?;
     let args = parse_throttle(raw.get(..count).unwrap_or(&[]))?;
-    let clock = Clock::new(None, None);
+    let clock = Clock::server();
     let (decision, _) = settle(call, key, Access::Write, &clock, |now, stored| {
         throttle(args.limit, args.quantity, now, stored)
     })?;

@@ -20,7 +20,11 @@ use super::{Call, Clock};
 pub fn run(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<5>()?;
     let args = parse_window(raw.get(..count).unwrap_or(&[]))?;
-    let clock = Clock::new(args.now, args.now_at.and_then(|i| raw.get(i).copied()));
+    let clock = Clock::new(
+        call,
+        args.now,
+        args.now_at.and_then(|i| raw.get(i).copied()),
+    )?;
     let (w, n) = (args.window, args.n);
     let decision = match args.mode {
         Mode::Fixed => counter(call, key, &clock, Mode::Fixed, |now, f| {

@@ -12,6 +12,13 @@ use crate::error::{Arg, TbError};
 /// and one call must not block the server adding millions of them.
 pub const LOG_MAX_N: f64 = 100_000.0;
 
+/// The largest LOG `limit`: a LOG key holds at most `limit` members, so this bounds its
+/// memory (1.37 MB at 10,000, measured) and the work of its worst call (removing a full
+/// log that left the window and adding `limit` entries: 9-14 ms at 10,000, against
+/// 104-195 ms at 100,000; `bench/log_worst_call.py`, docs/commands.md). Above it, SLIDING
+/// keeps 181 bytes per key at any limit.
+pub const LOG_MAX_LIMIT: f64 = 10_000.0;
+
 /// Validated TB.WINDOW arguments.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowArgs {
@@ -49,6 +56,9 @@ pub fn parse_window(args: &[&[u8]]) -> Result<WindowArgs, TbError> {
         if limit.fract() != 0.0 || n.fract() != 0.0 {
             return Err(TbError::LogNotWhole);
         }
+        if limit > LOG_MAX_LIMIT {
+            return Err(TbError::LogLimitTooLarge);
+        }
         if n > LOG_MAX_N {
             return Err(TbError::LogTooMany);
         }
@@ -71,6 +81,65 @@ fn parse_mode(word: &[u8]) -> Option<Mode> {
     .into_iter()
     .find(|(name, _)| word.eq_ignore_ascii_case(name))
     .map(|(_, mode)| mode)
+}
+
+/// The module's load arguments (`loadmodule libredis_tb.so [CL.THROTTLE]
+/// [max-clock-ahead-ms <ms>]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadArgs {
+    /// The alias words given (`CL.THROTTLE`), as given.
+    pub aliases: Vec<String>,
+    /// How far ahead of the server's clock a client's `now` may be, in milliseconds.
+    pub max_clock_ahead_ms: u64,
+}
+
+/// The load argument that sets `LoadArgs::max_clock_ahead_ms` (compared without case).
+pub const MAX_CLOCK_AHEAD_ARG: &str = "max-clock-ahead-ms";
+
+/// Parses the load arguments: alias words (`is_alias` says which are known) and
+/// `max-clock-ahead-ms <ms>`, a whole number of milliseconds from 0 to
+/// `clock::MAX_MAX_AHEAD_MS`. Anything else: the reason, for the log line that fails the
+/// load.
+pub fn parse_load_args(
+    args: &[&[u8]],
+    is_alias: impl Fn(&str) -> bool,
+) -> Result<LoadArgs, String> {
+    let mut out = LoadArgs {
+        aliases: Vec::new(),
+        max_clock_ahead_ms: crate::algo::clock::DEFAULT_MAX_AHEAD_MS,
+    };
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let text = String::from_utf8_lossy(arg).into_owned();
+        if text.eq_ignore_ascii_case(MAX_CLOCK_AHEAD_ARG) {
+            let value = rest.next().map(|v| String::from_utf8_lossy(v).into_owned());
+            let ms = value.as_deref().and_then(parse_millis).ok_or_else(|| {
+                format!(
+                    "{MAX_CLOCK_AHEAD_ARG} needs a whole number of milliseconds from 0 to {} (got {})",
+                    crate::algo::clock::MAX_MAX_AHEAD_MS,
+                    value.map_or("nothing".to_string(), |v| format!("'{v}'"))
+                )
+            })?;
+            out.max_clock_ahead_ms = ms;
+        } else if is_alias(&text) {
+            out.aliases.push(text);
+        } else {
+            return Err(format!(
+                "unknown load argument '{text}' (known: CL.THROTTLE, which also registers TB.THROTTLE as CL.THROTTLE; {MAX_CLOCK_AHEAD_ARG} <ms>)"
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Plain decimal digits, at most `clock::MAX_MAX_AHEAD_MS`.
+fn parse_millis(text: &str) -> Option<u64> {
+    if text.is_empty() || text.len() > 20 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<u64>()
+        .ok()
+        .filter(|&ms| ms <= crate::algo::clock::MAX_MAX_AHEAD_MS)
 }
 
 /// Validated `capacity rate n [now]` (TB.TAKE, TB.REFUND; the key is handled by the caller).
@@ -362,12 +431,84 @@ mod tests {
             (&["10", "60", "1", "5", "SLIDE"], InvalidMode),
             (&["10.5", "60", "1", "LOG"], LogNotWhole),
             (&["10", "60", "1.5", "LOG"], LogNotWhole),
-            (&["1000000", "60", "100001", "LOG"], LogTooMany),
+            (&["10000", "60", "100001", "LOG"], LogTooMany),
+            (&["10001", "60", "1", "LOG"], LogLimitTooLarge),
+            (
+                &["9007199254740992", "60", "100000", "LOG"],
+                LogLimitTooLarge,
+            ),
             (&["10", "60"], WrongArity),
             (&["10", "60", "1", "5", "LOG", "x"], WrongArity),
         ];
         for (args, want) in cases {
             assert_eq!(parse_window(&bytes(args)), Err(*want), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn load_arguments_are_aliases_and_the_clock_bound() {
+        let alias = |t: &str| t.eq_ignore_ascii_case("CL.THROTTLE");
+        let parse = |a: &[&str]| {
+            let b: Vec<&[u8]> = a.iter().map(|s| s.as_bytes()).collect();
+            parse_load_args(&b, alias)
+        };
+        let default = crate::algo::clock::DEFAULT_MAX_AHEAD_MS;
+        assert_eq!(
+            parse(&[]),
+            Ok(LoadArgs {
+                aliases: vec![],
+                max_clock_ahead_ms: default
+            })
+        );
+        assert_eq!(
+            parse(&["cl.throttle", "MAX-CLOCK-AHEAD-MS", "250"]),
+            Ok(LoadArgs {
+                aliases: vec!["cl.throttle".into()],
+                max_clock_ahead_ms: 250
+            })
+        );
+        assert_eq!(
+            parse(&["max-clock-ahead-ms", "0"])
+                .unwrap()
+                .max_clock_ahead_ms,
+            0
+        );
+        assert_eq!(
+            parse(&["max-clock-ahead-ms", "253402300800000"])
+                .unwrap()
+                .max_clock_ahead_ms,
+            crate::algo::clock::MAX_MAX_AHEAD_MS
+        );
+        for bad in [
+            &["max-clock-ahead-ms"][..],
+            &["max-clock-ahead-ms", "-1"],
+            &["max-clock-ahead-ms", "1.5"],
+            &["max-clock-ahead-ms", "+5"],
+            &["max-clock-ahead-ms", "10s"],
+            &["max-clock-ahead-ms", ""],
+            &["max-clock-ahead-ms", "253402300800001"],
+            &["max-clock-ahead-ms", "99999999999999999999999"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(
+                e.starts_with("max-clock-ahead-ms needs a whole number"),
+                "{bad:?}: {e}"
+            );
+        }
+        let e = parse(&["max-clock-ahead", "5"]).unwrap_err();
+        assert!(
+            e.starts_with("unknown load argument 'max-clock-ahead'"),
+            "{e}"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn fuzz_load_arguments_never_panic(args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..5)) {
+            let b: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            if let Ok(a) = parse_load_args(&b, |t| t == "CL.THROTTLE") {
+                prop_assert!(a.max_clock_ahead_ms <= crate::algo::clock::MAX_MAX_AHEAD_MS);
+            }
         }
     }
 

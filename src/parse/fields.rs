@@ -5,7 +5,52 @@
 use crate::algo::bucket::{State, valid_stored_tokens, valid_time};
 use crate::algo::num::{NumText, format_f64, parse_f64};
 use crate::algo::window::{Fixed, Mode, Sliding, valid_count};
-use crate::error::{Field, TbError};
+use crate::error::{Field, StateKind, TbError};
+
+/// Which of the module's fields a hash holds, for the rule that the module never takes
+/// over a hash that is not its own state. `len` is the hash's field count (0: no key).
+///
+/// The caller fills `bucket` (how many of `tokens`, `last_refill_time` are there) and
+/// `window` (how many of `start`, `count`, `counts`, `previous`) from the fields it read.
+/// When the fields it found are all the hash has (`len`), the other kind's are known to be
+/// absent without reading them: only a hash with more fields than those, or with none of
+/// the command's own, has the rest read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    pub len: usize,
+    pub bucket: usize,
+    pub window: usize,
+}
+
+impl Held {
+    /// Whether the fields counted are all the hash holds, so nothing else needs reading.
+    pub fn complete(&self) -> bool {
+        self.bucket + self.window >= self.len
+    }
+}
+
+/// Whether a command keeping `wanted` state (a token bucket, or a FIXED / SLIDING window)
+/// may use a hash holding `held`:
+///
+/// - no key: yes (a new bucket or window);
+/// - none of the module's fields: no, it is someone else's data (a user record);
+/// - both a bucket's and a window's fields: no, it is neither;
+/// - only the other kind's fields: no (a window read as a bucket, or the reverse);
+/// - the command's own fields (any others beside them are left alone): yes, and the
+///   stored texts are then decoded (`decode`, `decode_fixed`, `decode_sliding`), where a
+///   field missing or garbled is corrupt.
+pub fn check_owner(wanted: StateKind, held: Held) -> Result<(), TbError> {
+    if held.len == 0 {
+        return Ok(());
+    }
+    match (held.bucket > 0, held.window > 0) {
+        (false, false) => Err(TbError::NotLimiterState(wanted)),
+        (true, true) => Err(TbError::MixedState),
+        (true, false) if wanted != StateKind::Bucket => Err(TbError::BucketNotWindow),
+        (false, true) if wanted == StateKind::Bucket => Err(TbError::WindowNotBucket),
+        _ => Ok(()),
+    }
+}
 
 /// A FIXED or SLIDING window's hash fields as stored (`None`: absent, or not read because
 /// the fields read already tell the mode), and whether the hash holds a token bucket's
@@ -289,6 +334,62 @@ mod tests {
             let text = format_counts(count, previous);
             prop_assert!(text.as_bytes().len() <= 49);
             prop_assert_eq!(parse_counts(text.as_bytes()), Some((count, previous)));
+        }
+    }
+
+    fn held(len: usize, bucket: usize, window: usize) -> Held {
+        Held {
+            len,
+            bucket,
+            window,
+        }
+    }
+
+    #[test]
+    fn only_a_missing_key_or_the_commands_own_fields_are_used() {
+        use StateKind::*;
+        let ok = Ok(());
+        for wanted in [Bucket, Window] {
+            assert_eq!(check_owner(wanted, held(0, 0, 0)), ok);
+            // `HSET user:2 name bob`: someone else's record.
+            assert_eq!(
+                check_owner(wanted, held(1, 0, 0)),
+                Err(TbError::NotLimiterState(wanted))
+            );
+            assert_eq!(check_owner(wanted, held(2, 1, 1)), Err(TbError::MixedState));
+            assert_eq!(check_owner(wanted, held(5, 2, 2)), Err(TbError::MixedState));
+        }
+        assert_eq!(check_owner(Bucket, held(2, 2, 0)), ok);
+        // The bucket's fields with others beside them (written after the bucket).
+        assert_eq!(check_owner(Bucket, held(4, 2, 0)), ok);
+        // One of the two: decoded, and reported as corrupt there.
+        assert_eq!(check_owner(Bucket, held(1, 1, 0)), ok);
+        assert_eq!(
+            check_owner(Bucket, held(2, 0, 2)),
+            Err(TbError::WindowNotBucket)
+        );
+        assert_eq!(check_owner(Window, held(2, 0, 2)), ok);
+        assert_eq!(check_owner(Window, held(3, 0, 3)), ok);
+        assert_eq!(
+            check_owner(Window, held(2, 2, 0)),
+            Err(TbError::BucketNotWindow)
+        );
+        assert!(held(2, 2, 0).complete() && !held(3, 2, 0).complete());
+    }
+
+    proptest! {
+        /// Any hash shape: never a panic, and a hash is used only when it is missing or
+        /// holds some of the command's own fields and none of the other kind's.
+        #[test]
+        fn fuzz_hash_owner_is_never_someone_elses(
+            len in 0usize..8, bucket in 0usize..3, window in 0usize..5, wanted_bucket in any::<bool>(),
+        ) {
+            let wanted = if wanted_bucket { StateKind::Bucket } else { StateKind::Window };
+            let h = held(len, bucket.min(len), window.min(len.saturating_sub(bucket.min(len))));
+            if check_owner(wanted, h).is_ok() && h.len > 0 {
+                let (own, other) = if wanted_bucket { (h.bucket, h.window) } else { (h.window, h.bucket) };
+                prop_assert!(own > 0 && other == 0, "{h:?}");
+            }
         }
     }
 

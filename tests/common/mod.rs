@@ -373,6 +373,9 @@ pub struct Server {
     with_module: bool,
 }
 
+/// The load arguments that switch the clock bound off for every accepted `now`.
+pub const NO_CLOCK_BOUND: [&str; 2] = ["max-clock-ahead-ms", "253402300800000"];
+
 /// How to start a server.
 #[derive(Clone)]
 pub struct Options {
@@ -393,6 +396,26 @@ impl Server {
     /// A fresh server with the module loaded and persistence off.
     pub fn start() -> Server {
         Server::start_with(Options::default())
+    }
+
+    /// A server whose module is loaded with `args` after its path (`--loadmodule path
+    /// ARG ...`), then the server options `extra`.
+    pub fn start_with_load_args(args: &[&str], extra: &[&str]) -> Server {
+        let mut all = vec![
+            "--loadmodule".to_string(),
+            module_path().display().to_string(),
+        ];
+        all.extend(args.iter().chain(extra).map(|a| a.to_string()));
+        Server::start_with(Options {
+            with_module: false,
+            extra: all,
+        })
+    }
+
+    /// A server that accepts any `now` up to the year 10000 (`max-clock-ahead-ms` at its
+    /// largest), for tests of far-future times.
+    pub fn start_unbounded() -> Server {
+        Server::start_with_load_args(&NO_CLOCK_BOUND, &[])
     }
 
     pub fn start_with(options: Options) -> Server {

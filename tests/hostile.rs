@@ -1,0 +1,475 @@
+//! Keys and clocks the module must not trust: a key that is not limiter state (a user
+//! record, a leaderboard, a hash holding two kinds of state) is refused by every command
+//! and left byte for byte as it was, value and TTL; a client's `now` further ahead of the
+//! server's clock than `max-clock-ahead-ms` is refused before anything is written, while
+//! replicas and AOF replay, which only ever see effects, never refuse anything; numbers
+//! are parsed with the grammar docs/commands.md states.
+
+mod common;
+
+use common::{
+    NO_CLOCK_BOUND, Reply, Server, Take, dumps, fingerprint, hget, read_log, server_binary,
+    server_command, start_replica,
+};
+
+const NOT_BUCKET: &str = "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged";
+const NOT_WINDOW: &str = "ERR key holds a hash that is not a TB.WINDOW window (it has none of 'start', 'count', 'counts', 'previous'): left unchanged";
+const NOT_LOG: &str = "ERR key holds a sorted set that is not a TB.WINDOW LOG (a member is not '<score>-<n>'): left unchanged";
+const MIXED: &str =
+    "ERR key holds both a token bucket's and a TB.WINDOW window's fields: left unchanged";
+const AHEAD: &str = "ERR now is further ahead of the server clock than max-clock-ahead-ms allows (now must be seconds since the Unix epoch)";
+const NOW_RANGE: &str = "ERR now must be seconds since the Unix epoch, >= 0 and < 253402300800";
+
+/// An app server's `time.time()` in the past (2025-11-29): always within the bound.
+const T0: &str = "1764456268.123456";
+
+/// The server's clock in seconds, as a client would send it.
+fn server_now(c: &mut common::Conn) -> f64 {
+    let t = c.q("TIME");
+    let a = t.array();
+    a[0].text().parse::<f64>().unwrap() + a[1].text().parse::<f64>().unwrap() / 1e6
+}
+
+/// Every command, on `key`, as a client would send it (TB.MTAKE with a fresh key first,
+/// which must not be created either).
+fn every_command(key: &str) -> Vec<Vec<String>> {
+    let lines = [
+        format!("TB.TAKE {key} 10 1 1"),
+        format!("TB.TAKE {key} 10 1 1 {T0}"),
+        format!("TB.MTAKE 2 fresh {key} 10 1 1 10 1 1"),
+        format!("TB.MTAKE 2 {key} fresh 10 1 1 10 1 1 {T0}"),
+        format!("TB.RESERVE {key} 10 1 1 5"),
+        format!("TB.PEEK {key} 10 1"),
+        format!("TB.REFUND {key} 10 1 1"),
+        format!("TB.THROTTLE {key} 9 1 1"),
+        format!("TB.WINDOW {key} 100 60 1 FIXED"),
+        format!("TB.WINDOW {key} 100 60 1"),
+        format!("TB.WINDOW {key} 100 60 1 {T0} SLIDING"),
+        format!("TB.WINDOW {key} 100 60 1 LOG"),
+        format!("TB.WINDOW {key} 100 60 1 {T0} LOG"),
+    ];
+    lines
+        .iter()
+        .map(|l| l.split(' ').map(String::from).collect())
+        .collect()
+}
+
+/// Runs every command on `key` and checks each reply with `want` (the command's words),
+/// and that neither `key` nor `fresh` changed in any way.
+fn assert_refused_and_unchanged(
+    c: &mut common::Conn,
+    key: &str,
+    want: impl Fn(&[String]) -> Option<&'static str>,
+) {
+    let before = fingerprint(c, &[key, "fresh"]);
+    let pttl = c.cmd(&["PTTL", key]).int();
+    assert!(before[0].0.is_some(), "{key} must exist");
+    for cmd in every_command(key) {
+        let r = c.cmd(&cmd);
+        match want(&cmd) {
+            Some(text) => assert_eq!(r, Reply::Error(text.into()), "{cmd:?}"),
+            None => assert!(!matches!(r, Reply::Error(_)), "{cmd:?}: {r:?}"),
+        }
+        assert_eq!(
+            fingerprint(c, &[key, "fresh"]),
+            before,
+            "{cmd:?} changed a key"
+        );
+    }
+    // The TTL (if any) did not even get refreshed.
+    let after = c.cmd(&["PTTL", key]).int();
+    assert!(after <= pttl, "{pttl} -> {after}");
+}
+
+#[test]
+fn a_user_record_is_refused_by_every_command_and_left_byte_for_byte() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // The case: `HSET user:2 name bob`, then a key prefix mistake.
+    c.q("HSET user:2 name bob email bob@example.com");
+    c.q("PEXPIRE user:2 86400000");
+    assert_refused_and_unchanged(&mut c, "user:2", |cmd| {
+        Some(match (cmd[0].as_str(), cmd.last().map(String::as_str)) {
+            ("TB.WINDOW", Some("LOG")) => {
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            }
+            ("TB.WINDOW", _) => NOT_WINDOW,
+            _ => NOT_BUCKET,
+        })
+    });
+    // And without a TTL: none is added.
+    c.q("HSET user:3 name carol");
+    assert_refused_and_unchanged(&mut c, "user:3", |cmd| {
+        Some(match (cmd[0].as_str(), cmd.last().map(String::as_str)) {
+            ("TB.WINDOW", Some("LOG")) => {
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            }
+            ("TB.WINDOW", _) => NOT_WINDOW,
+            _ => NOT_BUCKET,
+        })
+    });
+    assert_eq!(c.q("PTTL user:3").int(), -1);
+    assert_eq!(hget(&mut c, "user:3", "name").as_deref(), Some("carol"));
+}
+
+#[test]
+fn a_leaderboard_is_refused_by_log_and_keeps_every_member() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // Points as scores: all "long ago" on LOG's clock, so the call would remove them all.
+    c.q("ZADD leaderboard 1500 alice 1200 bob 900 carol");
+    c.q("PEXPIRE leaderboard 86400000");
+    // Times as scores (a log of logins by user name): in the window, no member removed,
+    // so the call reads none on its way; the oldest is checked all the same.
+    let now = server_now(&mut c);
+    let micros = format!("{}", (now * 1e6) as u64);
+    c.cmd(&["ZADD", "logins", &micros, "alice"]);
+    // The notes' script's log: bare times as members.
+    c.cmd(&["ZADD", "script", &micros, &micros]);
+    // A LOG of ours with one foreign member added at the newest end.
+    c.q("TB.WINDOW mixedlog 100 60 1 LOG");
+    c.cmd(&[
+        "ZADD",
+        "mixedlog",
+        &format!("{}", (now * 1e6) as u64 + 5_000_000),
+        "zed",
+    ]);
+    for key in ["leaderboard", "logins", "script"] {
+        assert_refused_and_unchanged(&mut c, key, |cmd| {
+            Some(match (cmd[0].as_str(), cmd.last().map(String::as_str)) {
+                ("TB.WINDOW", Some("LOG")) => NOT_LOG,
+                _ => "WRONGTYPE Operation against a key holding the wrong kind of value",
+            })
+        });
+    }
+    assert_eq!(c.q("ZCARD leaderboard").int(), 3);
+    // Our own log with a stranger's member: the newest is read, and refused.
+    let before = fingerprint(&mut c, &["mixedlog"]);
+    let r = c.q("TB.WINDOW mixedlog 100 60 1 LOG");
+    assert_eq!(r, Reply::Error(NOT_LOG.into()));
+    assert_eq!(fingerprint(&mut c, &["mixedlog"]), before);
+    // A real log keeps working.
+    for _ in 0..3 {
+        assert!(Take::from_reply(&c.q("TB.WINDOW real 100 60 1 LOG")).allowed);
+    }
+    assert_eq!(c.q("ZCARD real").int(), 3);
+}
+
+#[test]
+fn a_hash_holding_a_bucket_and_a_window_is_refused_by_every_command() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let cases = [
+        "HSET both tokens 5 last_refill_time 1764456268 start 1764456240 count 1",
+        "HSET both tokens 5 last_refill_time 1764456268 start 1764456240 counts 1~0",
+        "HSET both tokens 5 start 1764456240",
+        "HSET both last_refill_time 1764456268 previous 3 owner alice",
+    ];
+    for line in cases {
+        c.q("DEL both");
+        let args: Vec<String> = line.split(' ').map(|a| a.replace('~', " ")).collect();
+        c.cmd(&args);
+        c.q("PEXPIRE both 600000");
+        assert_refused_and_unchanged(&mut c, "both", |cmd| {
+            Some(match (cmd[0].as_str(), cmd.last().map(String::as_str)) {
+                ("TB.WINDOW", Some("LOG")) => {
+                    "WRONGTYPE Operation against a key holding the wrong kind of value"
+                }
+                _ => MIXED,
+            })
+        });
+    }
+}
+
+#[test]
+fn a_bucket_or_window_with_fields_of_its_own_beside_it_keeps_working() {
+    let s = Server::start();
+    let mut c = s.conn();
+    c.take("b", "10", "1", "1", Some(T0));
+    c.q("HSET b owner alice");
+    assert!(c.take("b", "10", "1", "1", Some(T0)).allowed);
+    assert_eq!(hget(&mut c, "b", "tokens").as_deref(), Some("8"));
+    assert_eq!(hget(&mut c, "b", "owner").as_deref(), Some("alice"));
+}
+
+// ---------------------------------------------------------------------------------------
+// The client's clock
+
+/// Every command that takes a `now`, on fresh keys, at `now` (slow buckets: their TTLs
+/// outlast a test).
+fn with_now(now: &str) -> Vec<Vec<String>> {
+    [
+        format!("TB.TAKE k1 10 0.01 1 {now}"),
+        format!("TB.MTAKE 2 k2a k2b 10 0.01 1 10 0.01 1 {now}"),
+        format!("TB.RESERVE k3 10 0.01 1 5 {now}"),
+        format!("TB.PEEK k4 10 0.01 {now}"),
+        format!("TB.REFUND k5 10 0.01 1 {now}"),
+        format!("TB.WINDOW k6 10 60 1 {now} FIXED"),
+        format!("TB.WINDOW k7 10 60 1 {now}"),
+        format!("TB.WINDOW k8 10 60 1 {now} LOG"),
+    ]
+    .iter()
+    .map(|l| l.split(' ').map(String::from).collect())
+    .collect()
+}
+
+const KEYS: [&str; 9] = ["k1", "k2a", "k2b", "k3", "k4", "k5", "k6", "k7", "k8"];
+
+#[test]
+fn a_now_an_hour_ahead_is_refused_by_every_command_and_writes_nothing() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let now = server_now(&mut c);
+    // The case, and the wrong units: ms and µs given as seconds (those are past
+    // the year 10000, and refused as such).
+    for (ahead, want) in [
+        (format!("{}", now + 3600.0), AHEAD),
+        (format!("{}", now + 11.0), AHEAD),
+        (format!("{}", (now * 1e3) as u64), NOW_RANGE),
+        (format!("{}", (now * 1e6) as u64), NOW_RANGE),
+        // Deciseconds: before the year 10000, far ahead: the bound catches it.
+        (format!("{}", (now * 10.0) as u64), AHEAD),
+    ] {
+        for cmd in with_now(&ahead) {
+            assert_eq!(c.cmd(&cmd), Reply::Error(want.into()), "{cmd:?}");
+        }
+        assert_eq!(c.q("DBSIZE").int(), 0, "{ahead}");
+    }
+    // A bucket already there stays as it was.
+    c.take("k1", "10", "10", "5", None);
+    let before = fingerprint(&mut c, &KEYS);
+    for cmd in with_now(&format!("{}", now + 3600.0)) {
+        assert_eq!(c.cmd(&cmd), Reply::Error(AHEAD.into()), "{cmd:?}");
+    }
+    assert_eq!(fingerprint(&mut c, &KEYS), before);
+    // Within the default 10 s: accepted.
+    let now = server_now(&mut c);
+    for cmd in with_now(&format!("{}", now + 8.0)) {
+        let r = c.cmd(&cmd);
+        assert!(!matches!(r, Reply::Error(_)), "{cmd:?}: {r:?}");
+    }
+}
+
+#[test]
+fn a_client_clock_ahead_pins_a_bucket_for_at_most_the_bound() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let now = server_now(&mut c);
+    // Refused at an hour ahead: the server-clock callers keep their bucket.
+    let r = c.cmd(&[
+        "TB.TAKE",
+        "k",
+        "10",
+        "10",
+        "10",
+        &format!("{}", now + 3600.0),
+    ]);
+    assert_eq!(r, Reply::Error(AHEAD.into()));
+    assert!(c.take("k", "10", "10", "1", None).allowed);
+    // 9 s ahead (accepted) and spending the bucket: a server-clock caller waits the 9 s
+    // and the refill of one token, not an hour.
+    c.q("DEL k");
+    let t = c.take("k", "10", "10", "10", Some(&format!("{}", now + 9.0)));
+    assert!(t.allowed);
+    let t = c.take("k", "10", "10", "1", None);
+    assert!(!t.allowed);
+    assert!(t.retry_after > 8.0 && t.retry_after <= 9.2, "{t:?}");
+    let stored: f64 = hget(&mut c, "k", "last_refill_time")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(stored <= server_now(&mut c) + 10.0, "{stored}");
+}
+
+#[test]
+fn a_now_in_the_past_is_accepted_and_never_rewinds_the_stored_time() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let now = server_now(&mut c);
+    let t = c.take("k", "10", "1", "10", Some(&format!("{now}")));
+    assert!(t.allowed);
+    let stored = hget(&mut c, "k", "last_refill_time");
+    // An hour and a day behind: no refill, the stored time stays, the wait is measured
+    // from the stored time.
+    for behind in [3600.0, 86_400.0] {
+        let t = c.take("k", "10", "1", "1", Some(&format!("{}", now - behind)));
+        assert!(!t.allowed, "{t:?}");
+        assert!(t.retry_after >= behind + 0.99, "{t:?}");
+        assert_eq!(hget(&mut c, "k", "last_refill_time"), stored);
+    }
+    // `0`, the epoch, is a valid time too.
+    assert!(!c.take("k", "10", "1", "1", Some("0")).allowed);
+    assert_eq!(hget(&mut c, "k", "last_refill_time"), stored);
+}
+
+#[test]
+fn max_clock_ahead_ms_sets_the_bound_at_load() {
+    let s = Server::start_with_load_args(&["max-clock-ahead-ms", "1000"], &[]);
+    let mut c = s.conn();
+    let now = server_now(&mut c);
+    let r = c.cmd(&["TB.TAKE", "k", "10", "1", "1", &format!("{}", now + 5.0)]);
+    assert_eq!(r, Reply::Error(AHEAD.into()));
+    assert_eq!(c.q("EXISTS k").int(), 0);
+    let r = c.cmd(&["TB.TAKE", "k", "10", "1", "1", &format!("{}", now + 0.5)]);
+    assert!(Take::from_reply(&r).allowed, "{r:?}");
+    // 0: not a microsecond ahead (the server clock moves on between the calls).
+    let s = Server::start_with_load_args(&["CL.THROTTLE", "MAX-CLOCK-AHEAD-MS", "0"], &[]);
+    let mut c = s.conn();
+    let now = server_now(&mut c);
+    let r = c.cmd(&["TB.TAKE", "k", "10", "1", "1", &format!("{}", now + 1.0)]);
+    assert_eq!(r, Reply::Error(AHEAD.into()));
+    let r = c.cmd(&["TB.TAKE", "k", "10", "1", "1", &format!("{now}")]);
+    assert!(Take::from_reply(&r).allowed, "{r:?}");
+    assert!(matches!(c.q("CL.THROTTLE t 1 1 1"), Reply::Array(_)));
+    // The largest value lets every accepted `now` through.
+    let s = Server::start_unbounded();
+    let r = s.conn().q("TB.TAKE k 10 1 1 253402300799.5");
+    assert!(Take::from_reply(&r).allowed, "{r:?}");
+}
+
+#[test]
+fn a_bad_max_clock_ahead_ms_fails_the_load_with_a_clear_log_line() {
+    for (args, says) in [
+        (
+            &["max-clock-ahead-ms", "ten"][..],
+            "tb: max-clock-ahead-ms needs a whole number of milliseconds from 0 to 253402300800000 (got 'ten'); not loading",
+        ),
+        (&["max-clock-ahead-ms", "-5"], "(got '-5')"),
+        (
+            &["max-clock-ahead-ms", "253402300800001"],
+            "(got '253402300800001')",
+        ),
+        (&["max-clock-ahead-ms"], "(got nothing)"),
+        (
+            &["max-clock-ahead", "5"],
+            "tb: unknown load argument 'max-clock-ahead'",
+        ),
+    ] {
+        let dir = std::env::temp_dir().join(format!(
+            "redis-tb-hostile-{}-{}",
+            std::process::id(),
+            args.join("_")
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = server_command(common::free_port(), &dir);
+        cmd.arg("--loadmodule")
+            .arg(common::module_path())
+            .args(args);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", server_binary()));
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let log = read_log(&dir);
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{args:?} kept running:\n{log}"
+        );
+        assert!(log.contains(says), "{args:?}:\n{log}");
+    }
+}
+
+#[test]
+fn replicas_and_aof_replay_take_the_effects_of_a_time_ahead_without_refusing() {
+    // The master accepts any time; its replica and the AOF replay run the default bound.
+    let master = Server::start_with_load_args(
+        &NO_CLOCK_BOUND,
+        &[
+            "--repl-diskless-sync-delay",
+            "0",
+            "--repl-ping-replica-period",
+            "3600",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ],
+    );
+    let replica = start_replica(&master, true);
+    let mut c = master.conn();
+    let ahead = format!("{}", server_now(&mut c) + 1800.0);
+    for cmd in with_now(&ahead) {
+        let r = c.cmd(&cmd);
+        assert!(!matches!(r, Reply::Error(_)), "{cmd:?}: {r:?}");
+    }
+    assert_eq!(
+        hget(&mut c, "k1", "last_refill_time").as_deref(),
+        Some(ahead.as_str())
+    );
+    assert_eq!(c.q("WAIT 1 10000").int(), 1);
+    let want = dumps(&mut c);
+    assert!(want.len() >= 7, "{want:?}");
+    assert_eq!(dumps(&mut replica.conn()), want);
+    // The AOF, replayed by a server whose module has the default bound (the master
+    // stopped first: one AOF, one writer).
+    let ks = dumps(&mut c);
+    drop(c);
+    let mut master = master;
+    master.kill();
+    let mut aof = Server::start_with(common::Options {
+        with_module: true,
+        extra: vec![
+            "--appendonly".into(),
+            "yes".into(),
+            "--dir".into(),
+            master.dir.display().to_string(),
+        ],
+    });
+    assert_eq!(dumps(&mut aof.conn()), ks);
+    assert!(aof.alive());
+}
+
+// ---------------------------------------------------------------------------------------
+// Numbers
+
+#[test]
+fn numbers_follow_the_documented_grammar() {
+    let s = Server::start();
+    let mut c = s.conn();
+    const CAPACITY: &str = "ERR capacity is not a valid number";
+    const N: &str = "ERR n is not a valid number";
+    const NOW: &str = "ERR now is not a valid number";
+    for (args, want) in [
+        (["+5", "1", "1", T0], CAPACITY),
+        ([".5", "1", "1", T0], CAPACITY),
+        (["5.", "1", "1", T0], CAPACITY),
+        (["-.5", "1", "1", T0], CAPACITY),
+        (["10", "1", "+1", T0], N),
+        (["10", "1", ".5", T0], N),
+        (["10", "1", "1", "+1764456268"], NOW),
+        (["10", "1", "1", "1764456268."], NOW),
+        (["10", "1", "1", ".1764456268e10"], NOW),
+    ] {
+        let mut cmd = vec!["TB.TAKE", "k"];
+        cmd.extend(args);
+        assert_eq!(c.cmd(&cmd), Reply::Error(want.into()), "{args:?}");
+    }
+    assert_eq!(c.q("EXISTS k").int(), 0);
+    // Accepted: digits, a fraction with digits on both sides, an exponent with a sign.
+    for (args, remaining) in [
+        (["10", "1", "0.5", T0], 9.5),
+        (["10", "1", "5e-1", T0], 9.0),
+        (["1e1", "1", "1E+0", T0], 8.0),
+        (["10", "1", "-0", T0], 8.0),
+        (["010", "1.0", "1", T0], 7.0),
+    ] {
+        let mut cmd = vec!["TB.TAKE", "k"];
+        cmd.extend(args);
+        let t = Take::from_reply(&c.cmd(&cmd));
+        assert_eq!(t.remaining, remaining, "{args:?}");
+    }
+    assert_eq!(
+        c.q("TB.THROTTLE t +5 1 1"),
+        Reply::Error("ERR max_burst is not a valid number".into())
+    );
+}
