@@ -12,7 +12,7 @@
  */
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
-import { ClientIp, Limit, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
+import { ClientIpConfig, Limit, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
 import { fastifyRateLimit } from 'redis-tb/fastify';
 import { PromMetrics } from 'redis-tb/prometheus';
 
@@ -46,7 +46,7 @@ export const LOGIN_POLICIES = [perSecond<FastifyRequest>('ip', 10), perMinute<Fa
 export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: RateLimiter<FastifyRequest>; strict: RateLimiter<FastifyRequest> } {
   const registry = new Registry();
   const metrics = new PromMetrics({ registry });
-  const clientIp = new ClientIp({ trustedProxies: config.trustedProxies ?? [] });
+  const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
   const limiter = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
   const strict = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs });
