@@ -26,6 +26,8 @@ export interface AppConfig {
   trustedProxies?: string[];
   /** the bound on each Redis call (default 50 ms, the library's) */
   timeoutMs?: number;
+  /** SPEC U2: start even when Redis is unreachable (one log line, then the failure mode) */
+  startDegraded?: boolean;
 }
 
 // -- who is calling ----------------------------------------------------------------
@@ -83,9 +85,9 @@ export function buildApp(config: AppConfig) {
   const registry = new Registry();
   const metrics = new PromMetrics({ registry });
   const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
-  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs });
+  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
-  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs });
+  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
 
   const app = express();
   app.disable('x-powered-by');
