@@ -358,13 +358,24 @@ export class RateLimiter<Req = AnyRequest> {
    */
   private staticPlans(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Plan[] | Stop | null {
     if (this.hashTag) return null;
-    const ip: { v?: string | null } = {};
+    let ip: { v?: string | null } | undefined;
+    let ipId: string | null | undefined;
     const out: Plan[] = [];
     for (let i = 0; i < policies.length; i++) {
       const p = policies[i]!;
       if (!p.appliesTo(ctx.route)) continue;
-      if (p.keySource.kind === 'fn' || !(p.limit instanceof Limit) || typeof p.cost !== 'number') return null;
-      const id = this.syncIdentity(ctx, p, ip);
+      const kind = p.keySource.kind;
+      if (kind === 'fn' || !(p.limit instanceof Limit) || typeof p.cost !== 'number') return null;
+      let id: string | null | undefined | Stop;
+      if (kind === 'client_ip') {
+        // the common case without an allocation: the address identity, read once
+        if (ipId === undefined) {
+          ipId = this.clientIp.identity(ctx.peer, this.clientIp.trusted.length ? ctx.header(this.clientIp.header) : []);
+        }
+        id = ipId;
+      } else {
+        id = this.syncIdentity(ctx, p, (ip ??= {}));
+      }
       if (id === null || id === undefined || id === '') continue;
       if (typeof id !== 'string') return id;
       out.push(this.plan(p, ctx, null, id, p.limit.capacity, p.limit.rate, p.cost));
