@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples test-node lint-node bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -13,7 +13,9 @@ help:
 	@echo "make run      build, then start redis-server on redis.conf.example (port 6380)"
 	@echo "make test     the whole test suite (unit, property, integration against a real redis-server), then make test-examples"
 	@echo "make test-examples  the integrations end to end: Python (FastAPI, Flask/slowapi, Django, shell), Rust (axum), Node (Express, Fastify)"
-	@echo "make lint     cargo fmt --check and clippy -D warnings"
+	@echo "make lint     cargo fmt --check and clippy -D warnings, then make lint-node"
+	@echo "make test-node  the Node package (clients/node, with the shared vectors) and the Express and Fastify examples"
+	@echo "make lint-node  tsc --noEmit (strict) over the Node package and examples, and no eslint-disable comments"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
@@ -47,9 +49,17 @@ test: build
 test-examples: build
 	clients/python/run-tests.sh
 	cargo test -p redis-tb-client -p redis-tb-axum-example
+	$(MAKE) test-node
+
+# The Node package (node:test against real redis-server processes, the shared vectors of
+# clients/vectors) and the two Node examples end to end (npm ci from their lockfiles).
+test-node: build
 	clients/node/run-tests.sh
 	examples/express/run-tests.sh
 	examples/fastify/run-tests.sh
+
+lint-node:
+	clients/node/scripts/lint.sh
 
 unit:
 	cargo test --release --lib
@@ -57,6 +67,7 @@ unit:
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
+	$(MAKE) lint-node
 
 fmt:
 	cargo fmt

@@ -1,6 +1,6 @@
 /** Shared bits of the framework adapters. */
 import type { IncomingHttpHeaders } from 'node:http';
-import { routeSet } from './policy.js';
+import { RouteSet } from './policy.js';
 
 export type RefundOn = readonly number[] | ((status: number) => boolean);
 
@@ -11,8 +11,9 @@ export function refundPredicate(refundOn: RefundOn | undefined): ((status: numbe
   return set.size ? (status) => set.has(status) : null;
 }
 
-export function excludeSet(exclude: string | readonly string[] | undefined): ReadonlySet<string> {
-  return routeSet(exclude ?? []) ?? new Set();
+/** SPEC L1, K5: routes never limited (`'METHOD /template'` or `'* /template'`). */
+export function excludeSet(exclude: string | readonly string[] | undefined): RouteSet {
+  return new RouteSet(exclude ?? []);
 }
 
 export function headerLines(headers: IncomingHttpHeaders, name: string): string[] {

@@ -69,21 +69,72 @@ function replyError(args: string[], err: unknown): unknown {
   return isReplyError(err) ? new RedisTbError(args[0]!.toUpperCase(), err.message, { cause: err }) : err;
 }
 
+/** An ioredis client's connection state, read only to wait for `ready` at startup. */
+interface IoRedisState {
+  status?: unknown;
+  once?(event: string, listener: (...args: unknown[]) => void): unknown;
+  off?(event: string, listener: (...args: unknown[]) => void): unknown;
+  connect?(): Promise<unknown>;
+  options?: { enableOfflineQueue?: unknown; lazyConnect?: unknown };
+}
+
+/**
+ * Until an ioredis client is `ready`: with `enableOfflineQueue: false` (the setting the
+ * README recommends, so a request never queues behind a dead connection) a command sent
+ * before the connection is up is rejected at once, and the startup check never reached
+ * the server (issue 26). Resolves when ready; rejects with the last connection error (or
+ * the wait) after `ms`.
+ */
+function ioredisReady(io: IoRedisState, ms: number): Promise<void> {
+  if (io.status === 'ready' || typeof io.once !== 'function') return Promise.resolve();
+  if (io.status === 'end') return Promise.reject(new Error('the ioredis client was closed (quit/disconnect)'));
+  if (io.status === 'wait' && typeof io.connect === 'function') {
+    // lazyConnect: nothing connects it before the first queued command
+    io.connect().catch(() => undefined);
+  }
+  return new Promise<void>((resolve, reject) => {
+    let last: unknown;
+    const onError = (err: unknown): void => {
+      last = err;
+    };
+    const done = (err?: unknown): void => {
+      clearTimeout(timer);
+      io.off?.('ready', onReady);
+      io.off?.('error', onError);
+      io.off?.('end', onEnd);
+      if (err === undefined) resolve();
+      else reject(err);
+    };
+    const onReady = (): void => done();
+    const onEnd = (): void => done(last ?? new Error('the connection ended'));
+    const timer = setTimeout(() => {
+      done(last ?? new Error(`not connected within ${ms} ms`));
+    }, ms);
+    io.once!('ready', onReady);
+    (io as { on?: (e: string, l: (...a: unknown[]) => void) => unknown }).on?.('error', onError);
+    io.once!('end', onEnd);
+  });
+}
+
 export class TbClient {
   /** `host:port` of the server (for messages). */
   readonly server: string;
   private readonly sendFn: SendCommand;
+  /** the ioredis client behind this TbClient, if it is one (startup waits for `ready`) */
+  private readonly io: IoRedisState | null = null;
 
   constructor(client: NodeRedisLike | IoRedisLike | SendCommand, options: TbClientOptions = {}) {
     if (typeof client === 'function') {
       this.sendFn = client;
     } else if (isIoRedis(client)) {
       this.sendFn = (args) => client.call(args[0]!, ...args.slice(1));
+      this.io = client as unknown as IoRedisState;
     } else if (typeof (client as NodeRedisLike).sendCommand === 'function') {
       this.sendFn = (args) => (client as NodeRedisLike).sendCommand(args);
     } else if (typeof (client as unknown as IoRedisLike).call === 'function') {
       const io = client as unknown as IoRedisLike;
       this.sendFn = (args) => io.call(args[0]!, ...args.slice(1));
+      this.io = client as unknown as IoRedisState;
     } else {
       throw new TypeError('TbClient needs a node-redis or ioredis client, or a sendCommand function');
     }
@@ -152,12 +203,14 @@ export class TbClient {
   }
 
   /**
-   * Throws {@link ModuleNotLoadedError} unless TB.MTAKE exists on the server
-   * (`COMMAND INFO tb.mtake` answers a nil entry for an unknown command).
-   * Connection errors are passed through.
+   * SPEC U1: throws {@link ModuleNotLoadedError} unless TB.TAKE exists on the server
+   * (`COMMAND INFO tb.take` answers a nil entry for an unknown command). An ioredis
+   * client is first given `readyWithinMs` (default 2000) to connect. Connection errors
+   * are passed through.
    */
-  async checkModule(): Promise<void> {
-    const info = await this.send(['COMMAND', 'INFO', 'tb.mtake']);
+  async checkModule(opts: { readyWithinMs?: number } = {}): Promise<void> {
+    if (this.io !== null) await ioredisReady(this.io, opts.readyWithinMs ?? 2000);
+    const info = await this.send(['COMMAND', 'INFO', 'tb.take']);
     if (!Array.isArray(info) || info.length === 0 || info[0] === null || info[0] === undefined) {
       throw new ModuleNotLoadedError(this.server);
     }

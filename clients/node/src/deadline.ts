@@ -57,13 +57,24 @@ export class Deadlines {
    * `call`, or a rejection with {@link RedisTbTimeoutError} if it has not settled within
    * `ms`. A late failure of `call` after the timeout is absorbed (never unhandled).
    */
-  bound<T>(call: Promise<T>, what: string): Promise<T> {
+  bound<T>(call: Promise<T>, what: string, signal?: AbortSignal): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const p: Pending = { deadline: performance.now() + this.ms, reject, what };
       this.queue.push(p);
       this.outstanding += 1;
       if (this.timer === null) this.arm(this.ms);
       else if (this.outstanding === 1) this.timer.ref();
+      if (signal !== undefined) {
+        // the caller went away (SPEC R4: a cancelled check): settle now, ignore the answer
+        const abort = (): void => {
+          if (p.reject === null) return;
+          p.reject = null;
+          this.settled();
+          reject(signal.reason instanceof Error ? signal.reason : new DOMException('the check was cancelled', 'AbortError'));
+        };
+        if (signal.aborted) abort();
+        else signal.addEventListener('abort', abort, { once: true });
+      }
       call.then(
         (value) => {
           if (p.reject === null) return;

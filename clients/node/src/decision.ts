@@ -1,6 +1,7 @@
-/** What the limiter decided for one request, as handlers see it. */
+/** What the limiter decided for one request, as handlers see it (SPEC D). */
 
-export type Outcome = 'allowed' | 'limited' | 'store_error' | 'not_limited';
+/** SPEC D1 */
+export type Outcome = 'allowed' | 'limited' | 'store_error' | 'not_limited' | 'invalid_input' | 'bad_request';
 
 /** One policy's bucket after this request (allowed), or as it stands (refused). */
 export interface PolicyResult {
@@ -33,9 +34,11 @@ export interface DecisionView {
   readonly storeError: boolean;
   readonly cached: boolean;
   readonly violated: string[];
-  readonly remaining: number | undefined;
-  readonly retryAfter: number | undefined;
-  readonly resetAfter: number | undefined;
+  readonly remaining: number | null;
+  readonly retryAfter: number | null;
+  readonly resetAfter: number | null;
+  /** invalid_input: the policy whose cost or limit was out of range; bad_request: the header */
+  readonly culprit: string | null;
   refund(): Promise<boolean>;
 }
 
@@ -51,6 +54,7 @@ export interface DecisionInit {
   fromCache?: boolean;
   /** whether the request's tokens were taken (allowed by Redis) */
   charged?: boolean;
+  culprit?: string | null;
 }
 
 /**
@@ -72,6 +76,8 @@ export class Decision implements DecisionView {
   /** whether tokens were taken for this request */
   readonly charged: boolean;
   refunded = false;
+  /** invalid_input: the policy whose cost or limit was out of range; bad_request: the header */
+  readonly culprit: string | null;
   private readonly refunder: Refunder | undefined;
 
   constructor(init: DecisionInit) {
@@ -83,6 +89,29 @@ export class Decision implements DecisionView {
     this.shadowLimited = init.shadowLimited ?? [];
     this.fromCache = init.fromCache ?? false;
     this.charged = init.charged ?? false;
+    this.culprit = init.culprit ?? null;
+  }
+
+  /**
+   * The decision of per-policy results (SPEC D1, D3, D4, S2, S3): limited when an enforced
+   * policy refused, else allowed (charged only when Redis admitted every policy).
+   */
+  static fromResults(results: readonly PolicyResult[], init: { charged?: boolean; refunder?: Refunder; fromCache?: boolean } = {}): Decision {
+    let enforcedRefused = false;
+    let shadowLimited: string[] | undefined;
+    for (let i = 0; i < results.length; i++) {
+      const r = results[i]!;
+      if (r.allowed) continue;
+      if (r.shadow) (shadowLimited ??= []).push(r.name);
+      else enforcedRefused = true;
+    }
+    if (enforcedRefused) {
+      return new Decision({ outcome: 'limited', allowed: false, results, shadowLimited, fromCache: init.fromCache ?? false });
+    }
+    const charged = (init.charged ?? false) && shadowLimited === undefined;
+    return new Decision({
+      outcome: 'allowed', allowed: true, results, shadowLimited, charged, refunder: charged ? init.refunder : undefined,
+    });
   }
 
   get limited(): boolean {
@@ -93,43 +122,51 @@ export class Decision implements DecisionView {
     return this.outcome === 'store_error';
   }
 
-  /** Alias of `fromCache`. */
+  /** @deprecated the SPEC's name is `fromCache` */
   get cached(): boolean {
     return this.fromCache;
   }
 
-  /** Names of the enforced policies that refused this request. */
+  /** SPEC D4: the enforced policies that refused this request, in policy order. */
   get violated(): string[] {
     if (this.outcome !== 'limited') return [];
     return this.results.filter((r) => !r.allowed && !r.shadow).map((r) => r.name);
   }
 
-  /** The smallest remaining of the applied policies (undefined if none applied). */
-  get remaining(): number | undefined {
-    return this.results.length ? Math.min(...this.results.map((r) => r.remaining)) : undefined;
+  /** SPEC D3: the smallest remaining of the enforced policies (null when none applied). */
+  get remaining(): number | null {
+    let out: number | null = null;
+    for (const r of this.results) if (!r.shadow && (out === null || r.remaining < out)) out = r.remaining;
+    return out;
   }
 
   /**
-   * 0 when allowed; -1 when a violated (enforced) policy can never admit the request; else
-   * the largest wait of the violated policies. undefined when Redis was not asked.
+   * SPEC D3: the largest wait among the enforced violated policies; null when one of them
+   * can never pass, or none refused.
    */
-  get retryAfter(): number | undefined {
-    if (!this.results.length) return undefined;
-    if (this.outcome !== 'limited') return 0;
-    const waits = this.results.filter((r) => !r.allowed && !r.shadow).map((r) => r.retryAfter);
-    if (waits.some((w) => w < 0)) return -1;
-    return waits.length ? Math.max(...waits) : 0;
+  get retryAfter(): number | null {
+    if (this.outcome !== 'limited') return null;
+    let out: number | null = null;
+    for (const r of this.results) {
+      if (r.allowed || r.shadow) continue;
+      if (r.retryAfter < 0) return null;
+      if (out === null || r.retryAfter > out) out = r.retryAfter;
+    }
+    return out;
   }
 
-  /** The largest resetAfter of the applied policies. */
-  get resetAfter(): number | undefined {
-    return this.results.length ? Math.max(...this.results.map((r) => r.resetAfter)) : undefined;
+  /** SPEC D3: the largest reset of the enforced policies (null when none applied). */
+  get resetAfter(): number | null {
+    let out: number | null = null;
+    for (const r of this.results) if (!r.shadow && (out === null || r.resetAfter > out)) out = r.resetAfter;
+    return out;
   }
 
   /**
-   * Give this request's tokens back (TB.REFUND on every bucket it was charged on).
-   * Idempotent; false (a no-op) for a request that was not charged (refused, shadow-limited,
-   * store error). Never rejects for a store error (it is logged and counted).
+   * SPEC F1: give this request's tokens back now (TB.REFUND on every bucket it was charged
+   * on); true when every refund succeeded. Idempotent; false (a no-op) for a request that
+   * was not charged (refused, shadow-limited, from the cache, store error, not limited).
+   * Never rejects for a store error (it is logged and counted).
    */
   async refund(): Promise<boolean> {
     if (this.refunded || this.outcome !== 'allowed' || !this.charged || !this.refunder) return false;

@@ -39,7 +39,7 @@ export interface DenyEntry {
   capacity: number;
   rate: number;
   cost: number;
-  /** monotonic ms (performance.now()) */
+  /** monotonic ms (the limiter's clock, SPEC T1) */
   denyUntil: number;
   resetAt: number;
   /** monotonic ms when the current probe was claimed; undefined when none */
@@ -106,6 +106,15 @@ export class DenyCache {
   endProbe(probe: DenyProbe): void {
     const e = this.entries.get(probe.key);
     if (e === probe.entry && e.probingSince === probe.since) this.entries.delete(probe.key);
+  }
+
+  /**
+   * SPEC R6: the probe never reached Redis (the breaker is open): its claim is given back
+   * and the entry left as it was, so the next check after the cool-down may probe.
+   */
+  giveBack(probe: DenyProbe): void {
+    const e = this.entries.get(probe.key);
+    if (e === probe.entry && e.probingSince === probe.since) e.probingSince = undefined;
   }
 
   remember(key: string, entry: DenyEntry, now: number): void {

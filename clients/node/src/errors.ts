@@ -15,13 +15,35 @@ export class RedisTbError extends Error {
   }
 }
 
-/** The server answers, but the redis-tb module is not loaded there. */
+/** SPEC U1: the server answers, but the redis-tb module is not loaded there. */
 export class ModuleNotLoadedError extends Error {
   readonly where: string;
 
   constructor(where: string) {
     super(`redis-tb module not loaded on ${where}: load libredis_tb.so with loadmodule`);
     this.name = 'ModuleNotLoadedError';
+    this.where = where;
+  }
+}
+
+/** SPEC U1: the user may not run COMMAND INFO, so startup cannot check the module. */
+export class NoPermissionError extends Error {
+  readonly where: string;
+
+  constructor(where: string, options?: { cause?: unknown }) {
+    super(`redis-tb: user cannot run COMMAND INFO on ${where}: grant +command|info (see docs/operations.md)`, options);
+    this.name = 'NoPermissionError';
+    this.where = where;
+  }
+}
+
+/** SPEC U2: Redis cannot be reached at startup (and `startDegraded` is not set). */
+export class RedisUnreachableError extends Error {
+  readonly where: string;
+
+  constructor(where: string, reason: string, options?: { cause?: unknown }) {
+    super(`redis-tb: cannot reach Redis at ${where} (${reason}): start it, or set startDegraded to start failing open`, options);
+    this.name = 'RedisUnreachableError';
     this.where = where;
   }
 }

@@ -13,9 +13,9 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
 import type { Decision, DecisionView } from './decision.js';
-import { PROBLEM_TYPE, type ProblemBody, problem, storeErrorProblem } from './headers.js';
+import { PROBLEM_TYPE } from './headers.js';
 import type { RateLimiter } from './limiter.js';
-import type { Policy } from './policy.js';
+import { type Policy, checkDistinctNames } from './policy.js';
 
 export interface ExpressRateLimitOptions {
   policies: readonly Policy<Request>[];
@@ -149,8 +149,7 @@ export function routeTemplate(req: Request): string | null {
   return template === null ? null : `${req.method.toUpperCase()} ${template}`;
 }
 
-function sendProblem(res: Response, status: number, body: ProblemBody, headers: Array<[string, string]>): void {
-  const payload = JSON.stringify(body);
+function sendProblem(res: Response, status: number, payload: string, headers: Array<[string, string]>): void {
   res.statusCode = status;
   for (const [k, v] of headers) res.setHeader(k, v);
   res.setHeader('Content-Type', PROBLEM_TYPE);
@@ -159,7 +158,6 @@ function sendProblem(res: Response, status: number, body: ProblemBody, headers: 
 }
 
 declare global {
-  // eslint-disable-next-line @typescript-eslint/no-namespace
   namespace Express {
     interface Locals {
       /** redis-tb's decision for this request */
@@ -170,8 +168,7 @@ declare global {
 
 /** The Express middleware. The decision is `res.locals.rateLimit`. */
 export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLimitOptions): RequestHandler {
-  const names = options.policies.map((p) => p.name);
-  if (new Set(names).size !== names.length) throw new RangeError(`policy names must be distinct: ${names.join(', ')}`);
+  checkDistinctNames(options.policies); // SPEC C1
   const policies = [...options.policies];
   const limitUnmatched = options.limitUnmatched ?? false;
   const exclude = excludeSet(options.exclude);
@@ -203,16 +200,12 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
       return;
     }
     res.locals.rateLimit = decision;
-    const headers = limiter.headers(decision);
-    if (decision.outcome === 'limited') {
-      sendProblem(res, 429, problem(decision), headers);
+    const out = limiter.respond(decision);
+    if (out.body !== null) {
+      sendProblem(res, out.status, out.body, out.headers);
       return;
     }
-    if (!decision.allowed) {
-      sendProblem(res, 503, storeErrorProblem(), [['Retry-After', '1']]);
-      return;
-    }
-    for (const [k, v] of headers) res.setHeader(k, v);
+    for (const [k, v] of out.headers) res.setHeader(k, v);
     if (refundOn && decision.charged) {
       // Settle the automatic refund before the response completes: a client that has the
       // response sees the bucket refunded.

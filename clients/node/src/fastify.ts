@@ -23,9 +23,9 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
 import type { Decision, DecisionView } from './decision.js';
-import { PROBLEM_TYPE, type ProblemBody, problem, storeErrorProblem } from './headers.js';
+import { PROBLEM_TYPE } from './headers.js';
 import type { RateLimiter } from './limiter.js';
-import type { Policy } from './policy.js';
+import { type Policy, checkDistinctNames } from './policy.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -42,9 +42,9 @@ export interface FastifyRateLimitOptions {
   refundOn?: RefundOn;
 }
 
-function sendProblem(reply: FastifyReply, status: number, body: ProblemBody, headers: Array<[string, string]>): FastifyReply {
+function sendProblem(reply: FastifyReply, status: number, payload: string, headers: Array<[string, string]>): FastifyReply {
   for (const [k, v] of headers) reply.header(k, v);
-  return reply.code(status).type(PROBLEM_TYPE).send(Buffer.from(JSON.stringify(body)));
+  return reply.code(status).type(PROBLEM_TYPE).send(Buffer.from(payload));
 }
 
 const LISTS = new Set(['ratelimit-policy', 'ratelimit']);
@@ -64,8 +64,7 @@ function joined(reply: FastifyReply, headers: Array<[string, string]>): Array<[s
 }
 
 const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options) => {
-  const names = options.policies.map((p) => p.name);
-  if (new Set(names).size !== names.length) throw new RangeError(`policy names must be distinct: ${names.join(', ')}`);
+  checkDistinctNames(options.policies); // SPEC C1
   const { limiter } = options;
   const policies = [...options.policies];
   const limitUnmatched = options.limitUnmatched ?? false;
@@ -92,10 +91,9 @@ const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options)
     );
     request.rateLimit = decision;
     (request as unknown as Record<symbol, Decision>)[OWN] = decision;
-    const headers = limiter.headers(decision);
-    if (decision.outcome === 'limited') return sendProblem(reply, 429, problem(decision), joined(reply, headers));
-    if (!decision.allowed) return sendProblem(reply, 503, storeErrorProblem(), [['Retry-After', '1']]);
-    for (const [k, v] of joined(reply, headers)) reply.header(k, v);
+    const out = limiter.respond(decision);
+    if (out.body !== null) return sendProblem(reply, out.status, out.body, out.status === 429 ? joined(reply, out.headers) : out.headers);
+    for (const [k, v] of joined(reply, out.headers)) reply.header(k, v);
     return undefined;
   });
 

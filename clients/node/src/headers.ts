@@ -1,13 +1,10 @@
 /**
- * From a decision to HTTP: `RateLimit-Policy` / `RateLimit` (IETF httpapi
- * ratelimit-headers, draft -10/-11 syntax, serialized with `structured-headers`),
- * optional legacy `X-RateLimit-*`, `Retry-After` and the RFC 9457 problem bodies.
+ * From a decision to HTTP (SPEC H, P): `RateLimit-Policy` / `RateLimit` (IETF httpapi
+ * ratelimit-headers, draft -10/-11 syntax, serialized with `structured-headers`), optional
+ * legacy `X-RateLimit-*` (H4), `Retry-After` (H3) and the RFC 9457 problem bodies (P1-P6),
+ * and {@link respond}: the status, headers and body every adapter sends.
  *
- * q = floor(capacity); w = ceil(capacity / rate) >= 1 (snapped to the nearest integer
- * within 1e-9 relative); r = max(0, floor(remaining)); t = ceil(resetAfter), 0 when full;
- * integers capped at 999,999,999,999,999. Retry-After = max(1, ceil(retryAfter)) of the
- * longest wait among the violated policies, absent when one can never admit (-1).
- * Shadow policies are left out of every header.
+ * SPEC H2: q, w, r, t; SPEC H1: shadow policies are left out of every header.
  */
 import { type Item, serializeItem } from 'structured-headers';
 import type { Decision, PolicyResult } from './decision.js';
@@ -44,9 +41,9 @@ export function resetSeconds(resetAfter: number): number {
   return sfInt(Math.ceil(Math.min(Math.max(resetAfter, 0), SF_INT_MAX)));
 }
 
-/** Whole seconds for Retry-After: max(1, ceil(retryAfter)); null for -1 (never). */
-export function retryAfterSeconds(retryAfter: number): number | null {
-  if (retryAfter < 0) return null;
+/** SPEC H3: whole seconds for Retry-After, max(1, ceil(retryAfter)); null for null or -1 (never). */
+export function retryAfterSeconds(retryAfter: number | null): number | null {
+  if (retryAfter === null || retryAfter < 0) return null;
   return Math.max(1, Math.ceil(Math.min(retryAfter, SF_INT_MAX)));
 }
 
@@ -157,9 +154,9 @@ export function legacyHeaders(results: readonly PolicyResult[], opts: HeaderOpti
   ];
 }
 
-/** `Retry-After` for a refused decision, null when allowed or never admissible. */
+/** SPEC H3: `Retry-After` for a refused decision, null when allowed or never admissible. */
 export function retryAfterHeader(decision: Decision): string | null {
-  if (!decision.limited || decision.retryAfter === undefined) return null;
+  if (!decision.limited) return null;
   const secs = retryAfterSeconds(decision.retryAfter);
   return secs === null ? null : String(secs);
 }
@@ -180,18 +177,23 @@ export function decisionHeaders(decision: Decision, opts: HeaderOptions = {}): A
   return headers;
 }
 
-/** Python's `%g`: 6 significant digits, trailing zeros dropped. */
-export function fmtG(x: number): string {
-  if (x === 0) return '0';
-  const exp = Math.floor(Math.log10(Math.abs(x)));
-  if (exp < -4 || exp >= 6) {
-    const [m, e] = x.toExponential(5).split('e') as [string, string];
-    const mant = m.includes('.') ? m.replace(/0+$/, '').replace(/\.$/, '') : m;
-    const ev = Number(e);
-    return `${mant}e${ev < 0 ? '-' : '+'}${String(Math.abs(ev)).padStart(2, '0')}`;
-  }
-  const s = x.toPrecision(6);
-  return s.includes('.') ? s.replace(/0+$/, '').replace(/\.$/, '') : s;
+const BODY_MAX = 999_999_999_999;
+
+/**
+ * SPEC P5: the one number format of problem bodies and details: clamped to
+ * 0..999999999999, rounded up to the millisecond (a product within 1e-9 relative of a
+ * whole number of milliseconds is that number), written without exponent or trailing
+ * zeros: `35.99`, `999999.5`, `0.001`, `36`.
+ */
+export function bodyNumber(x: number): string {
+  const v = Number.isNaN(x) ? 0 : Math.min(Math.max(x, 0), BODY_MAX);
+  const t = v * 1000;
+  const near = Math.round(t);
+  const m = Math.abs(t - near) <= 1e-9 * Math.max(1, t) ? near : Math.ceil(t);
+  const whole = Math.floor(m / 1000);
+  const frac = m - whole * 1000;
+  if (frac === 0) return String(whole);
+  return `${whole}.${String(frac).padStart(3, '0').replace(/0+$/, '')}`;
 }
 
 export interface ProblemBody {
@@ -203,22 +205,22 @@ export interface ProblemBody {
   retry_after?: number | null;
 }
 
-/** The RFC 9457 body of a 429. */
+/** SPEC P1, P2: the RFC 9457 body of a 429, naming the same policies and wait as the headers. */
 export function problem(decision: Decision): ProblemBody {
   const violated = decision.violated;
   const wait = decision.retryAfter;
   const never = decision.results.filter((r) => !r.allowed && !r.shadow && r.retryAfter < 0);
   let detail: string;
   let retry: number | null;
-  if (never.length) {
+  if (never.length || wait === null) {
     detail = never
-      .map((r) => `this request costs ${fmtG(r.cost)} but policy '${r.name}' allows at most ${fmtG(r.capacity)} at once: it can never succeed`)
+      .map((r) => `this request costs ${bodyNumber(r.cost)} but policy '${r.name}' allows at most ${bodyNumber(r.capacity)} at once: it can never succeed`)
       .join('; ');
     retry = null;
   } else {
-    const secs = retryAfterSeconds(wait ?? 0);
-    detail = `rate limit exceeded for ${violated.map((n) => `'${n}'`).join(', ')}: retry after ${secs} s`;
-    retry = wait ?? 0;
+    detail = `rate limit exceeded for ${violated.map((n) => `'${n}'`).join(', ')}: retry after ${retryAfterSeconds(wait)} s`;
+    // the P5 text is the JSON number's text (no exponent: at least 0.001, at most 999999999999)
+    retry = Number(bodyNumber(wait));
   }
   return {
     type: 'about:blank',
@@ -230,7 +232,7 @@ export function problem(decision: Decision): ProblemBody {
   };
 }
 
-/** The RFC 9457 body of the 503 a fail-closed limiter answers when Redis fails. */
+/** SPEC P3: the RFC 9457 body of the 503 a fail-closed limiter answers when Redis fails. */
 export function storeErrorProblem(): ProblemBody {
   return {
     type: 'about:blank',
@@ -238,4 +240,47 @@ export function storeErrorProblem(): ProblemBody {
     status: 503,
     detail: "the rate limiter's store is unavailable; retry shortly",
   };
+}
+
+/** SPEC P4: the 400 of a header identity with a control byte (I2). */
+export function badRequestProblem(header: string): ProblemBody {
+  return { type: 'about:blank', title: 'Bad Request', status: 400, detail: `header '${header}' holds a control byte` };
+}
+
+/** SPEC P4: the 500 of an out-of-range cost or limit from the application (L3); never the value. */
+export function invalidInputProblem(policy: string): ProblemBody {
+  return {
+    type: 'about:blank',
+    title: 'Internal Server Error',
+    status: 500,
+    detail: `rate limit policy '${policy}' got an invalid cost or limit from the application`,
+  };
+}
+
+/** What an adapter sends for a decision: `body` null means the request goes on to the handler. */
+export interface Response {
+  status: number;
+  headers: Array<[string, string]>;
+  /** the problem body's compact JSON text (SPEC P6), or null */
+  body: string | null;
+}
+
+/**
+ * The response for a decision (SPEC H, P, B4): 200 (go on, with the rate-limit headers),
+ * 429, 503 (fail-closed), 500 (L3), 400 (I2).
+ */
+export function respond(decision: Decision, opts: HeaderOptions = {}): Response {
+  switch (decision.outcome) {
+    case 'limited':
+      return { status: 429, headers: decisionHeaders(decision, opts), body: JSON.stringify(problem(decision)) };
+    case 'invalid_input':
+      return { status: 500, headers: [], body: JSON.stringify(invalidInputProblem(decision.culprit ?? '')) };
+    case 'bad_request':
+      return { status: 400, headers: [], body: JSON.stringify(badRequestProblem(decision.culprit ?? '')) };
+    case 'store_error':
+      if (!decision.allowed) return { status: 503, headers: [['Retry-After', '1']], body: JSON.stringify(storeErrorProblem()) };
+      return { status: 200, headers: [], body: null };
+    default:
+      return { status: 200, headers: decisionHeaders(decision, opts), body: null };
+  }
 }

@@ -1,23 +1,32 @@
 /** redis-tb: typed client, rate limiter, express-rate-limit store and scheduler. */
 export { TbClient, type IoRedisLike, type NodeRedisLike, type NowOption, type RedisLike, type SendCommand, type TbClientOptions } from './client.js';
 export {
-  ModuleNotLoadedError, RedisTbError, RedisTbTimeoutError, SchedulerWaitTooLongError, UnexpectedReplyError,
+  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, SchedulerWaitTooLongError,
+  UnexpectedReplyError,
 } from './errors.js';
 export type { Bucket, MultiReply, ReserveReply, TbReply, ThrottleReply, WindowMode } from './replies.js';
 export { Decision, type DecisionView, type Outcome, type PolicyResult } from './decision.js';
 export { DenyCache, type DenyCacheOptions } from './denycache.js';
 export {
-  PROBLEM_TYPE, SF_INT_MAX, decisionHeaders, legacyHeaders, problem, quota, ratelimit, ratelimitPolicy,
-  remainingUnits, resetSeconds, retryAfterHeader, retryAfterSeconds, storeErrorProblem, windowSeconds,
-  type HeaderOptions, type LegacyReset, type ProblemBody,
+  PROBLEM_TYPE, SF_INT_MAX, badRequestProblem, bodyNumber, decisionHeaders, invalidInputProblem, legacyHeaders, problem,
+  quota, ratelimit, ratelimitPolicy, remainingUnits, resetSeconds, respond, retryAfterHeader, retryAfterSeconds,
+  storeErrorProblem, windowSeconds, type HeaderOptions, type LegacyReset, type ProblemBody, type Response,
 } from './headers.js';
-export { ClientIp, formatAddress, parseAddress, parseV4Int, type ClientIpOptions } from './ip.js';
+export {
+  ClientIpConfig, formatAddress, formatNetwork, parseAddress, parseNetwork, parsePeer, parseV4Int, type ClientIp,
+  type ClientIpOptions,
+} from './ip.js';
+export { bucketKey, boundedPart, escapePart, type Bytes } from './keys.js';
 export { Deadlines } from './deadline.js';
-export { RateLimiter, type LimiterStats, type Logger, type RateLimiterOptions, type RequestContext } from './limiter.js';
+export {
+  RateLimiter, headerIdentity, systemClock, validPrefix, type Clock, type LimiterStats, type Logger,
+  type RateLimiterOptions, type RequestContext,
+} from './limiter.js';
 export type { LimiterMetrics } from './metrics.js';
 export {
-  Limit, Policy, perDay, perHour, perMinute, perSecond, tiered,
-  type CostFunc, type KeyFunc, type LimitFunc, type PerOptions, type PolicyOptions,
+  Key, Limit, Policy, RouteSet, checkDistinctNames, perDay, perHour, perMinute, perSecond, tiered, validCost, validLimit,
+  validPolicyName, type CostFunc, type KeyFunc, type KeySource, type LimitFunc, type LimitLike, type PerOptions,
+  type PolicyOptions,
 } from './policy.js';
 export { RedisTbStore, type ClientRateLimitInfo, type RedisTbStoreOptions, type StoreInitOptions } from './store.js';
 export { Scheduler, type SchedulerOptions } from './scheduler.js';

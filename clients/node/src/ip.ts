@@ -1,15 +1,13 @@
 /**
- * Who is calling: the client address behind trusted proxies, grouped by prefix.
+ * Who is calling (SPEC A, C5, C6): the client address behind trusted proxies, grouped by
+ * prefix. {@link ClientIpConfig} is the configuration; {@link ClientIp} the resolved
+ * address and identity of one request.
  *
- * The rules (shared with the Python and Rust integrations):
- * - The TCP peer is the client unless it is inside a trusted CIDR; forwarding headers
- *   from any other peer are ignored.
- * - From a trusted peer, `X-Forwarded-For` (or RFC 7239 `Forwarded: for=`) is walked
- *   right to left, skipping trusted addresses; the first untrusted one is the client.
- *   Every hop trusted: the leftmost. A malformed entry stops the walk: the last good
- *   address seen is the client.
- * - IPv4-mapped IPv6 (`::ffff:1.2.3.4`) is IPv4. IPv6 is grouped by /64 (default),
- *   IPv4 by /32: identities `203.0.113.7`, `2001:db8:1:2::/64`.
+ * - SPEC A1: the TCP peer is the client unless it is a trusted proxy.
+ * - SPEC A2, A3, A6: from a trusted peer, the configured header's lines are one list,
+ *   walked right to left, trusted entries skipped; a malformed entry stops the walk.
+ * - SPEC A4 (`X-Forwarded-For` entries, ports dropped), A5 (RFC 7239 `Forwarded`, strict).
+ * - SPEC A7: IPv4-mapped IPv6 is IPv4; A8: a peer's zone id is dropped; A9: identities.
  */
 import { isIPv4, isIPv6 } from 'node:net';
 
@@ -60,10 +58,19 @@ function unmap(a: Addr): Addr {
   return a;
 }
 
+/** A plain address, `1.2.3.4` or `2001:db8::1` (no brackets, port or zone id), unmapped (SPEC A7). */
+export function parsePlainAddress(text: string): Addr | null {
+  if (!text || text.includes('%')) return null;
+  const a = text.includes(':') ? parseV6(text) : parseV4(text);
+  return a ? unmap(a) : null;
+}
+
+const PORT = /^:\d{1,5}$/;
+
 /**
- * An address as proxies write it: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
- * `[2001:db8::1]` or `[2001:db8::1]:443`. Anything else (`unknown`, obfuscated
- * `_node` names, zone ids, garbage) is null.
+ * SPEC A4: an `X-Forwarded-For` entry: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
+ * `[2001:db8::1]` or `[2001:db8::1]:443` (a port of 1 to 5 digits is dropped). Anything
+ * else (`unknown`, obfuscated `_node` names, zone ids, an empty port, garbage) is null.
  */
 export function parseAddress(input: string): Addr | null {
   let text = input.trim();
@@ -72,17 +79,27 @@ export function parseAddress(input: string): Addr | null {
     const end = text.indexOf(']');
     if (end < 0) return null;
     const rest = text.slice(end + 1);
-    if (rest && !/^:\d+$/.test(rest)) return null;
+    if (rest && !PORT.test(rest)) return null;
     text = text.slice(1, end);
     if (!text.includes(':')) return null;
-  } else if (text.split(':').length === 2) {
-    const [host, port] = text.split(':') as [string, string];
-    if (!/^\d+$/.test(port)) return null;
-    text = host;
+  } else {
+    const colon = text.indexOf(':');
+    if (colon >= 0 && text.indexOf(':', colon + 1) < 0) {
+      // a.b.c.d:port
+      if (!PORT.test(text.slice(colon))) return null;
+      text = text.slice(0, colon);
+      if (text.includes(':')) return null;
+    }
   }
-  if (text.includes('%')) return null;
-  const a = text.includes(':') ? parseV6(text) : parseV4(text);
-  return a ? unmap(a) : null;
+  return parsePlainAddress(text);
+}
+
+/** SPEC A8: the TCP peer's address, its zone id (`fe80::1%eth0`) dropped; null when it has none. */
+export function parsePeer(peer: string | undefined | null): Addr | null {
+  if (!peer) return null;
+  const pct = peer.indexOf('%');
+  const text = pct >= 0 && peer.includes(':') ? peer.slice(0, pct) : peer;
+  return parsePlainAddress(text);
 }
 
 function mask(bytes: Uint8Array, prefix: number): Uint8Array {
@@ -125,19 +142,32 @@ export interface Network {
   prefix: number;
 }
 
-/** A CIDR (`10.0.0.0/8`, `2001:db8::/32`) or a single address. */
+/**
+ * SPEC C5: a trusted proxy, a CIDR (`10.0.0.0/8`, `2001:db8::/32`) or a single address;
+ * host bits are masked; a range inside `::ffff:0:0/96` is unmapped (`::ffff:10.0.0.0/104`
+ * is `10.0.0.0/8`). Anything else throws a RangeError naming the value.
+ */
 export function parseNetwork(text: string): Network {
+  if (typeof text !== 'string') throw new RangeError(`a trusted proxy is an address or CIDR, got ${String(text)}`);
   const [addr, len, extra] = text.trim().split('/') as [string, string | undefined, string | undefined];
-  const a = parseAddress(addr);
-  if (!a || extra !== undefined) throw new RangeError(`not an address or CIDR: ${JSON.stringify(text)}`);
+  const a = parsePlainAddress(addr);
+  if (!a || extra !== undefined) throw new RangeError(`a trusted proxy is an address or CIDR, got ${JSON.stringify(text)}`);
   const written6 = addr.includes(':'); // ::ffff:a.b.c.d/n is unmapped to IPv4 with n - 96
   const full = written6 ? 128 : 32;
   let prefix = len === undefined ? full : Number(len);
-  if (len === '' || !Number.isInteger(prefix) || prefix < 0 || prefix > full) {
-    throw new RangeError(`bad prefix length in ${JSON.stringify(text)}`);
+  if (len === '' || (len !== undefined && !/^\d{1,3}$/.test(len)) || !Number.isInteger(prefix) || prefix < 0 || prefix > full) {
+    throw new RangeError(`bad prefix length in trusted proxy ${JSON.stringify(text)}`);
   }
-  if (written6 && !a.v6) prefix = Math.max(0, prefix - 96);
+  if (written6 && !a.v6) {
+    if (prefix < 96) throw new RangeError(`trusted proxy ${JSON.stringify(text)} is wider than the IPv4-mapped range`);
+    prefix -= 96;
+  }
   return { v6: a.v6, bytes: mask(a.bytes, prefix), prefix };
+}
+
+/** SPEC C5: a network as text, `10.0.0.0/8`, `2001:db8::1/128`. */
+export function formatNetwork(n: Network): string {
+  return `${formatAddress({ v6: n.v6, bytes: n.bytes })}/${n.prefix}`;
 }
 
 function contains(net: Network, a: Addr): boolean {
@@ -173,23 +203,74 @@ function splitList(value: string): string[] {
   return out;
 }
 
-/** The `for=` value of one RFC 7239 element, unquoted; null when absent. */
-function forwardedFor(element: string): string | null {
-  for (const pair of element.split(';')) {
-    const eq = pair.indexOf('=');
-    if (eq < 0) continue;
-    if (pair.slice(0, eq).trim().toLowerCase() !== 'for') continue;
-    let value = pair.slice(eq + 1).trim();
-    if (value.length >= 2 && value.startsWith('"') && value.endsWith('"')) {
-      value = value.slice(1, -1).replace(/\\"/g, '"').replace(/\\\\/g, '\\');
+/** Split on `sep` outside double quotes (a `\\` escapes the next character inside them). */
+function splitOutsideQuotes(value: string, sep: string): string[] {
+  const out: string[] = [];
+  let cur = '';
+  let quoted = false;
+  let escaped = false;
+  for (const ch of value) {
+    if (escaped) {
+      escaped = false;
+    } else if (quoted && ch === '\\') {
+      escaped = true;
+    } else if (ch === '"') {
+      quoted = !quoted;
+    } else if (ch === sep && !quoted) {
+      out.push(cur);
+      cur = '';
+      continue;
     }
-    return value;
+    cur += ch;
   }
-  return null;
+  out.push(cur);
+  return out;
+}
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/**
+ * SPEC A5: the address of one RFC 7239 element's `for=` node; null when the element is
+ * malformed (a pair without `=`, no `for=` or more than one, a node that is not an
+ * address: `unknown`, `_obfuscated`, an IPv6 address not quoted and bracketed).
+ */
+function forwardedFor(element: string): Addr | null {
+  let node: string | null = null;
+  let quoted = false;
+  for (const raw of splitOutsideQuotes(element, ';')) {
+    const pair = raw.trim();
+    const eq = pair.indexOf('=');
+    if (eq <= 0) return null;
+    const name = pair.slice(0, eq).trim();
+    if (!TOKEN.test(name)) return null;
+    let value = pair.slice(eq + 1).trim();
+    let q = false;
+    if (value.startsWith('"')) {
+      if (value.length < 2 || !value.endsWith('"')) return null;
+      value = value.slice(1, -1).replace(/\\(.)/g, '$1');
+      q = true;
+    } else if (!TOKEN.test(value) && !/^[0-9A-Za-z.:\[\]_-]+$/.test(value)) {
+      return null;
+    }
+    if (name.toLowerCase() !== 'for') continue;
+    if (node !== null) return null; // two for= (RFC 7239: one per element)
+    node = value;
+    quoted = q;
+  }
+  if (node === null) return null;
+  if (node.startsWith('[')) {
+    // IPv6: quoted and bracketed, with an optional port
+    return quoted ? parseAddress(node) : null;
+  }
+  // IPv4, bare or quoted, with an optional port (never a bare IPv6)
+  const colon = node.indexOf(':');
+  if (colon >= 0 && node.indexOf(':', colon + 1) >= 0) return null;
+  const a = parseAddress(node);
+  return a !== null && !a.v6 ? a : null;
 }
 
 export interface ClientIpOptions {
-  /** CIDRs (or addresses) of your load balancers / reverse proxies; empty: headers never read. */
+  /** CIDRs (or addresses) of your load balancers / reverse proxies (SPEC C5); empty: headers never read. */
   trustedProxies?: readonly string[];
   /** `'x-forwarded-for'` (default) or `'forwarded'` (RFC 7239 `for=`). */
   header?: 'x-forwarded-for' | 'forwarded';
@@ -246,8 +327,16 @@ interface Net4 {
 
 const MAPPED = '::ffff:';
 
-/** The default key function: the client's address, grouped; null when the peer is unknown. */
-export class ClientIp {
+/** The resolved address and identity of one request (SPEC A9): null when the peer has no address. */
+export interface ClientIp {
+  /** the client's address (`203.0.113.9`, `2001:db8::1`) */
+  readonly address: string | null;
+  /** what it is limited under (`203.0.113.9`, `2001:db8::/64`) */
+  readonly identity: string | null;
+}
+
+/** How the client address is found (SPEC A, C5, C6): the default key source's configuration. */
+export class ClientIpConfig {
   readonly trusted: readonly Network[];
   readonly header: 'x-forwarded-for' | 'forwarded';
   readonly ipv4Prefix: number;
@@ -263,6 +352,7 @@ export class ClientIp {
     }
     this.ipv4Prefix = options.ipv4Prefix ?? 32;
     this.ipv6Prefix = options.ipv6Prefix ?? 64;
+    // SPEC C6
     if (!Number.isInteger(this.ipv4Prefix) || this.ipv4Prefix < 0 || this.ipv4Prefix > 32) {
       throw new RangeError(`ipv4Prefix must be 0..32, got ${this.ipv4Prefix}`);
     }
@@ -330,14 +420,19 @@ export class ClientIp {
     return this.trusted.some((n) => contains(n, a));
   }
 
-  /** The client's address given the peer and the forwarding header's lines. */
+  /** The trusted proxies as normalized text (SPEC C5): `10.0.0.0/8`, `2001:db8::1/128`. */
+  get trustedProxies(): string[] {
+    return this.trusted.map(formatNetwork);
+  }
+
+  /** The client's address given the peer and the forwarding header's lines (SPEC A1-A8). */
   clientAddress(peer: string | undefined | null, headerValues: readonly string[]): Addr | null {
-    let addr = peer ? parseAddress(peer) : null;
+    let addr = parsePeer(peer);
     if (addr === null || !this.isTrusted(addr)) return addr;
     const entries = headerValues.flatMap(splitList);
     for (let i = entries.length - 1; i >= 0; i--) {
       const entry = entries[i]!;
-      const hop = this.header === 'x-forwarded-for' ? parseAddress(entry) : parseAddress(forwardedFor(entry) ?? '');
+      const hop = this.header === 'x-forwarded-for' ? parseAddress(entry) : forwardedFor(entry);
       if (hop === null) return addr; // malformed: keep the last good address
       addr = hop;
       if (!this.isTrusted(hop)) return hop;
@@ -359,6 +454,12 @@ export class ClientIp {
       if (fast !== undefined) return fast;
     }
     return this.identityGeneral(peer, headerValues);
+  }
+
+  /** SPEC A: the address and identity of a request with this peer and forwarding header lines. */
+  resolve(peer: string | undefined | null, headerValues: readonly string[]): ClientIp {
+    const a = this.clientAddress(peer, this.trusted.length ? headerValues : []);
+    return a === null ? { address: null, identity: null } : { address: formatAddress(a), identity: this.group(a) };
   }
 
   /** {@link identity} by the general path only (every address form; the fast path's reference). */

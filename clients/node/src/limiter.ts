@@ -1,14 +1,14 @@
 /**
- * The request-path limiter: policies -> keys -> one TB.MTAKE -> a Decision, with an
- * explicit failure mode for when Redis is down or slow.
+ * The request-path limiter (SPEC L, D, R, B, F, S, T, U): policies -> keys -> one TB.TAKE
+ * (one policy) or TB.MTAKE (several) -> a Decision, with an explicit failure mode for
+ * when Redis is down or slow. Framework-neutral: the adapters (Express, Fastify) hand it a
+ * {@link RequestContext} and send {@link respond}'s answer.
  *
- * Failure handling (the same in the Python and Rust integrations):
- * - every call is bounded by `timeoutMs` (default 50) and made at most once;
- * - after a connection error or timeout, Redis is left alone for `cooldownMs` (default
- *   1000) and the failure mode applies directly; then a single request probes it again
- *   while the others keep the failure mode;
- * - fail-open (the default) lets requests through unlimited, without rate-limit headers;
- *   `failOpen: false` answers 503 with `Retry-After: 1`;
+ * - SPEC L5: every call is bounded by `timeoutMs` (default 50) and made at most once;
+ * - SPEC B1-B5: after a connection error or timeout, Redis is left alone for `cooldownMs`
+ *   (default 1000) and the failure mode applies; then one call (a check or a refund)
+ *   probes it while the others keep the failure mode;
+ * - SPEC T1: every rule that reads time reads `clock` (monotonic for R and B, wall for H4);
  * - one log line per second at most, and counters in `limiter.stats`.
  */
 import { performance } from 'node:perf_hooks';
@@ -17,18 +17,34 @@ import { Deadlines, boundOnce } from './deadline.js';
 import { Decision, type PolicyResult } from './decision.js';
 import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denycache.js';
 import {
-  ModuleNotLoadedError, RedisTbError, RedisTbTimeoutError, UnexpectedReplyError,
+  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, UnexpectedReplyError,
 } from './errors.js';
-import { type HeaderOptions, type LegacyReset, decisionHeaders } from './headers.js';
-import { ClientIp } from './ip.js';
+import { type HeaderOptions, type LegacyReset, type Response, decisionHeaders, respond } from './headers.js';
+import { ClientIpConfig } from './ip.js';
+import { type Bytes, boundedPart, escapePart, joinKey } from './keys.js';
 import type { LimiterMetrics } from './metrics.js';
-import { type AnyRequest, Limit, type Policy } from './policy.js';
+import { type AnyRequest, Limit, type Policy, validCost, validLimit } from './policy.js';
 import type { Bucket, MultiReply, TbReply } from './replies.js';
 
 export interface Logger {
   warn(message: string): void;
 }
 
+/** SPEC T1: the limiter's time source; tests replace it. */
+export interface Clock {
+  /** monotonic milliseconds (deny cache, breaker, log rate) */
+  monotonicMs(): number;
+  /** milliseconds since the Unix epoch (the legacy `X-RateLimit-Reset`, SPEC H4) */
+  wallMs(): number;
+}
+
+/** The system's clocks: `performance.now()` and `Date.now()`. */
+export const systemClock: Clock = Object.freeze({
+  monotonicMs: () => performance.now(),
+  wallMs: () => Date.now(),
+});
+
+/** SPEC "Names": the counters of one limiter. */
 export interface LimiterStats {
   /** requests checked against Redis (or meant to be) */
   checks: number;
@@ -46,15 +62,32 @@ export interface LimiterStats {
   shadowLimited: number;
   /** requests refused by the local deny cache */
   denyCacheHits: number;
+  /** requests with an out-of-range cost or limit from the application (SPEC L3) */
+  invalidInputs: number;
+}
+
+/** SPEC C4 */
+const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+/** SPEC C4: whether a key prefix is valid. */
+export function validPrefix(prefix: unknown): prefix is string {
+  return typeof prefix === 'string' && PREFIX.test(prefix);
 }
 
 export interface RateLimiterOptions<Req = AnyRequest> {
+  /** the key prefix (SPEC C4), default `rl` */
   prefix?: string;
-  clientIp?: ClientIp;
+  /** how the client address is found (SPEC A) */
+  clientIp?: ClientIpConfig;
+  /** the request's Redis Cluster hash tag (SPEC K4): an empty tag is no tag */
   hashTag?: (request: Req) => string | null | undefined | Promise<string | null | undefined>;
   failOpen?: boolean;
+  /** SPEC C7: > 0, default 50 */
   timeoutMs?: number;
+  /** SPEC C7: >= 0, default 1000 */
   cooldownMs?: number;
+  /** SPEC U2: an unreachable Redis at startup logs one line and starts in the failure mode instead of failing */
+  startDegraded?: boolean;
   legacyHeaders?: boolean;
   legacyReset?: LegacyReset;
   shadow?: boolean;
@@ -62,8 +95,13 @@ export interface RateLimiterOptions<Req = AnyRequest> {
   metrics?: LimiterMetrics;
   name?: string;
   logger?: Logger;
-  /** () => epoch seconds passed as `now`; default: the Redis server's clock */
-  clock?: () => number;
+  /** SPEC T1: the limiter's clock; default {@link systemClock} */
+  clock?: Clock;
+  /**
+   * () => epoch seconds sent as the module's `now` argument (tests that run Redis on a
+   * fixed time); default: none, the Redis server's clock. (Before SPEC T1 this was `clock`.)
+   */
+  redisNow?: () => number;
 }
 
 /** What a framework adapter knows about a request. */
@@ -72,10 +110,12 @@ export interface RequestContext<Req = AnyRequest> {
   request: Req;
   /** the TCP peer's address */
   peer: string | undefined | null;
-  /** the lines of a request header (lower-case name) */
-  header(name: string): string[];
+  /** the lines of a request header (lower-case name), in the order received */
+  header(name: string): readonly string[];
   /** `'METHOD /template'` or null (matched no route) */
   route: string | null;
+  /** aborted when the client went away: the check rejects and a deny-cache probe ends (SPEC R4) */
+  signal?: AbortSignal;
 }
 
 interface Plan {
@@ -87,17 +127,53 @@ interface Plan {
   shadow: boolean;
 }
 
-function routePart(route: string): string {
-  // A '{' in a key starts a Redis Cluster hash tag: keep templates' braces out.
-  return route.replace(/\{/g, '<').replace(/\}/g, '>');
+/** SPEC I2: control bytes (0x00-0x08, 0x0A-0x1F, 0x7F); a tab is kept */
+function hasControlByte(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if ((c < 0x20 && c !== 0x09) || c === 0x7f) return true;
+  }
+  return false;
+}
+
+/** SPEC I2: optional white space (space, tab) trimmed at both ends. */
+function trimOws(s: string): string {
+  let a = 0;
+  let b = s.length;
+  while (a < b && (s.charCodeAt(a) === 0x20 || s.charCodeAt(a) === 0x09)) a++;
+  while (b > a && (s.charCodeAt(b - 1) === 0x20 || s.charCodeAt(b - 1) === 0x09)) b--;
+  return a === 0 && b === s.length ? s : s.slice(a, b);
+}
+
+/**
+ * SPEC I2: the identity of `Key.header`: the lines joined with ', ', trimmed; null when
+ * absent or empty (the policy is skipped); `BAD` when a line holds a control byte.
+ */
+export function headerIdentity(lines: readonly string[]): string | null | typeof BAD {
+  if (lines.length === 0) return null;
+  const joined = lines.length === 1 ? lines[0]! : lines.join(', ');
+  if (hasControlByte(joined)) return BAD;
+  const v = trimOws(joined);
+  return v === '' ? null : v;
+}
+
+/** {@link headerIdentity}: a control byte */
+export const BAD: unique symbol = Symbol('redis-tb.bad-request');
+
+/** Why the plans stopped: SPEC I2 (bad_request) or L3 (invalid_input). */
+interface Stop {
+  outcome: 'bad_request' | 'invalid_input';
+  culprit: string;
 }
 
 
-/** Checks a request against policies in one TB.MTAKE, all or nothing. */
+const ROUTE_CACHE_CAP = 4096;
+
+/** Checks a request against policies in one TB.TAKE / TB.MTAKE, all or nothing. */
 export class RateLimiter<Req = AnyRequest> {
   readonly client: TbClient;
   readonly prefix: string;
-  readonly clientIp: ClientIp;
+  readonly clientIp: ClientIpConfig;
   readonly hashTag: RateLimiterOptions<Req>['hashTag'];
   readonly failOpen: boolean;
   readonly timeoutMs: number;
@@ -109,16 +185,23 @@ export class RateLimiter<Req = AnyRequest> {
   readonly metrics: LimiterMetrics | null;
   readonly name: string;
   readonly logger: Logger;
-  readonly clock: (() => number) | undefined;
+  readonly clock: Clock;
+  readonly redisNow: (() => number) | undefined;
+  readonly startDegraded: boolean;
   readonly stats: LimiterStats = {
     checks: 0, allowed: 0, limited: 0, storeErrors: 0, degraded: 0,
-    refunds: 0, refundErrors: 0, shadowLimited: 0, denyCacheHits: 0,
+    refunds: 0, refundErrors: 0, shadowLimited: 0, denyCacheHits: 0, invalidInputs: 0,
   };
+  /** SPEC B1: the breaker is open until this monotonic ms; 0: closed */
   private openUntil = 0;
+  /** SPEC B3: the one probe after the cool-down is out */
   private probing = false;
   private lastLog = -Infinity;
   private unlogged = 0;
   private readonly shadowLog = new Map<string, { last: number; count: number }>();
+  private readonly invalidLog = new Map<string, { last: number; count: number }>();
+  /** routes as they appear in keys (SPEC K2), escaped once per route */
+  private readonly routeParts = new Map<string, string>();
   /** the timeouts of this limiter's Redis calls (one timer for all of them) */
   private readonly deadlines: Deadlines;
   private readonly headerOpts: HeaderOptions;
@@ -127,11 +210,21 @@ export class RateLimiter<Req = AnyRequest> {
   constructor(client: RedisLike, options: RateLimiterOptions<Req> = {}) {
     this.client = TbClient.from(client);
     this.prefix = options.prefix ?? 'rl';
-    this.clientIp = options.clientIp ?? new ClientIp();
+    if (!validPrefix(this.prefix)) {
+      throw new RangeError(`prefix must match [A-Za-z0-9_.:-]{1,64} (no braces, spaces or control bytes), got ${JSON.stringify(this.prefix)}`);
+    }
+    this.clientIp = options.clientIp ?? new ClientIpConfig();
     this.hashTag = options.hashTag;
     this.failOpen = options.failOpen ?? true;
     this.timeoutMs = options.timeoutMs ?? 50;
     this.cooldownMs = options.cooldownMs ?? 1000;
+    // SPEC C7
+    if (!(typeof this.timeoutMs === 'number' && this.timeoutMs > 0 && Number.isFinite(this.timeoutMs))) {
+      throw new RangeError(`timeoutMs must be > 0, got ${String(this.timeoutMs)}`);
+    }
+    if (!(typeof this.cooldownMs === 'number' && this.cooldownMs >= 0 && Number.isFinite(this.cooldownMs))) {
+      throw new RangeError(`cooldownMs must be >= 0, got ${String(this.cooldownMs)}`);
+    }
     this.legacyHeaders = options.legacyHeaders ?? false;
     this.legacyReset = options.legacyReset ?? 'unix';
     if (this.legacyReset !== 'unix' && this.legacyReset !== 'delta') {
@@ -144,7 +237,9 @@ export class RateLimiter<Req = AnyRequest> {
     this.metrics = options.metrics ?? null;
     this.name = options.name ?? 'default';
     this.logger = options.logger ?? console;
-    this.clock = options.clock;
+    this.clock = options.clock ?? systemClock;
+    this.redisNow = options.redisNow;
+    this.startDegraded = options.startDegraded ?? false;
     this.deadlines = new Deadlines(this.timeoutMs);
     this.headerOpts = Object.freeze({ legacyHeaders: this.legacyHeaders, legacyReset: this.legacyReset });
   }
@@ -152,18 +247,27 @@ export class RateLimiter<Req = AnyRequest> {
   // -- lifecycle -----------------------------------------------------------------
 
   /**
-   * Call at startup: throws {@link ModuleNotLoadedError} when the server answers without
-   * the module. An unreachable Redis is logged, not thrown: the failure mode handles it
-   * per request, and the app can start before Redis does.
+   * Call at startup (SPEC U1, U2): `COMMAND INFO tb.take`. Rejects with one clear line
+   * (the error's message, no stack needed) when the module is missing
+   * ({@link ModuleNotLoadedError}), the user may not run COMMAND INFO
+   * ({@link NoPermissionError}), or Redis cannot be reached ({@link RedisUnreachableError})
+   * unless `startDegraded` is set: then it logs one line and resolves, and the failure mode
+   * handles each request until Redis answers.
    */
   async startup(): Promise<void> {
+    const waitMs = Math.max(this.timeoutMs, 2000);
     try {
-      await boundOnce(this.client.checkModule(), Math.max(this.timeoutMs, 1000), 'COMMAND INFO');
+      await boundOnce(this.client.checkModule({ readyWithinMs: waitMs }), waitMs + this.timeoutMs, 'COMMAND INFO');
     } catch (err) {
-      if (err instanceof ModuleNotLoadedError || err instanceof RedisTbError) throw err;
+      if (err instanceof ModuleNotLoadedError || err instanceof NoPermissionError) throw err;
+      if (err instanceof RedisTbError) {
+        if (/^NOPERM/i.test(err.serverMessage)) throw new NoPermissionError(this.client.server, { cause: err });
+        throw err;
+      }
+      const reason = err instanceof RedisTbTimeoutError ? `no answer within ${waitMs} ms` : describeError(err);
+      if (!this.startDegraded) throw new RedisUnreachableError(this.client.server, reason, { cause: err });
       this.logger.warn(
-        `redis-tb: cannot reach Redis at ${this.client.server} to check the module (${describeError(err)}); ` +
-          `failing ${this.failOpen ? 'open' : 'closed'} until it answers`,
+        `redis-tb: Redis at ${this.client.server} unreachable at startup; starting degraded (fail-${this.failOpen ? 'open' : 'closed'})`,
       );
     }
   }
@@ -178,99 +282,186 @@ export class RateLimiter<Req = AnyRequest> {
     return this.headerOpts;
   }
 
-  /** Every rate-limit header for a decision of this limiter. */
+  private optsNow(): HeaderOptions {
+    // the wall clock is read only for the Unix-time X-RateLimit-Reset (SPEC H4, T1)
+    if (!this.legacyHeaders || this.legacyReset !== 'unix') return this.headerOpts;
+    return { legacyHeaders: true, legacyReset: 'unix', nowMs: this.clock.wallMs() };
+  }
+
+  /** Every rate-limit header for a decision of this limiter (SPEC H). */
   headers(decision: Decision): Array<[string, string]> {
-    return decisionHeaders(decision, this.headerOpts);
+    return decisionHeaders(decision, this.optsNow());
+  }
+
+  /** The status, headers and body an adapter sends for a decision of this limiter. */
+  respond(decision: Decision): Response {
+    return respond(decision, this.optsNow());
   }
 
   // -- keys ----------------------------------------------------------------------
 
-  /** The bucket key of `identity` under `policy`. */
-  key(policy: string, identity: string, opts: { route?: string | null; tag?: string | null } = {}): string {
-    const id = opts.route != null ? `${routePart(opts.route)}:${identity}` : identity;
-    if (opts.tag != null) return `${this.prefix}:{${opts.tag}}:${policy}:${id}`;
-    return `${this.prefix}:${policy}:${id}`;
+  /**
+   * SPEC K1-K4: the bucket key of `identity` under `policy` (the one key builder), with
+   * the request's hash tag and the route of a per-route policy; `bytes: 'latin1'` for a
+   * header value as received.
+   */
+  key(policy: string, identity: string, opts: { route?: string | null; tag?: string | null; bytes?: Bytes } = {}): string {
+    const tag = opts.tag ? boundedPart(opts.tag) : null;
+    const route = opts.route == null ? null : this.routePart(opts.route);
+    return joinKey(this.prefix, tag, policy, route, boundedPart(identity, opts.bytes ?? 'utf8'));
+  }
+
+  private routePart(route: string): string {
+    let out = this.routeParts.get(route);
+    if (out === undefined) {
+      out = escapePart(route, 'utf8', true);
+      if (this.routeParts.size >= ROUTE_CACHE_CAP) this.routeParts.clear();
+      this.routeParts.set(route, out);
+    }
+    return out;
+  }
+
+  /** The escaped identity part of a sync key source; undefined: a function (async path). */
+  private syncIdentity(ctx: RequestContext<Req>, p: Policy<Req>, ipCache: { v?: string | null }): string | null | undefined | Stop {
+    const src = p.keySource;
+    switch (src.kind) {
+      case 'client_ip':
+        // an address identity never needs escaping (digits, hex, '.', ':', '/')
+        if (ipCache.v === undefined) {
+          ipCache.v = this.clientIp.identity(ctx.peer, this.clientIp.trusted.length ? ctx.header(this.clientIp.header) : []);
+        }
+        return ipCache.v;
+      case 'fixed':
+        return boundedPart(src.value);
+      case 'header': {
+        const v = headerIdentity(ctx.header(src.name));
+        if (v === BAD) return { outcome: 'bad_request', culprit: src.name };
+        return v === null ? null : boundedPart(v, 'latin1');
+      }
+      default:
+        return undefined;
+    }
+  }
+
+  private plan(p: Policy<Req>, ctx: RequestContext<Req>, tag: string | null, id: string, capacity: number, rate: number, cost: number): Plan {
+    const route = p.perRoute && ctx.route != null ? this.routePart(ctx.route) : null;
+    return {
+      policy: p as Policy, key: joinKey(this.prefix, tag, p.name, route, id), capacity, rate, cost,
+      shadow: this.shadow || p.shadow,
+    };
   }
 
   /**
    * The plans without an await when every applicable policy is static (a fixed Limit, a
-   * numeric cost, the client-IP identity) and there is no hash-tag function; null: some
-   * policy needs {@link plans}.
+   * numeric cost, a client-IP, fixed or header identity) and there is no hash-tag
+   * function; null: some policy needs {@link plans}.
    */
-  private staticPlans(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Plan[] | null {
+  private staticPlans(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Plan[] | Stop | null {
     if (this.hashTag) return null;
-    let identity: string | null | undefined;
+    let ip: { v?: string | null } | undefined;
+    let ipId: string | null | undefined;
     const out: Plan[] = [];
     for (let i = 0; i < policies.length; i++) {
       const p = policies[i]!;
       if (!p.appliesTo(ctx.route)) continue;
-      if (p.key || !(p.limit instanceof Limit) || typeof p.cost !== 'number') return null;
-      if (identity === undefined) {
-        identity = this.clientIp.identity(ctx.peer, this.clientIp.trusted.length ? ctx.header(this.clientIp.header) : []);
+      const kind = p.keySource.kind;
+      if (kind === 'fn' || !(p.limit instanceof Limit) || typeof p.cost !== 'number') return null;
+      let id: string | null | undefined | Stop;
+      if (kind === 'client_ip') {
+        // the common case without an allocation: the address identity, read once
+        if (ipId === undefined) {
+          ipId = this.clientIp.identity(ctx.peer, this.clientIp.trusted.length ? ctx.header(this.clientIp.header) : []);
+        }
+        id = ipId;
+      } else {
+        id = this.syncIdentity(ctx, p, (ip ??= {}));
       }
-      if (identity === null) continue;
-      const id = p.perRoute && ctx.route != null ? `${routePart(ctx.route)}:${identity}` : identity;
-      out.push({
-        policy: p as Policy, key: `${this.prefix}:${p.name}:${id}`, capacity: p.limit.capacity, rate: p.limit.rate,
-        cost: p.cost, shadow: this.shadow || p.shadow,
-      });
+      if (id === null || id === undefined || id === '') continue;
+      if (typeof id !== 'string') return id;
+      out.push(this.plan(p, ctx, null, id, p.limit.capacity, p.limit.rate, p.cost));
     }
-    if (out.length > 1 && new Set(out.map((pl) => pl.key)).size !== out.length) {
-      throw new RangeError('two policies of one request map to the same key: give them distinct names');
-    }
-    return out;
+    return checkKeys(out);
   }
 
-  private async plans(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Promise<Plan[]> {
-    const tag = this.hashTag ? await this.hashTag(ctx.request) : null;
+  private async plans(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Promise<Plan[] | Stop> {
+    const rawTag = this.hashTag ? await this.hashTag(ctx.request) : null;
+    // SPEC K4: an empty tag is no tag; K2/K3: escaped and bounded
+    const tag = rawTag ? boundedPart(String(rawTag)) : null;
+    const ip: { v?: string | null } = {};
     const out: Plan[] = [];
     for (const p of policies) {
       if (!p.appliesTo(ctx.route)) continue;
-      // fixed limits, costs and the client-IP identity are read without an await
-      const identity = p.key
-        ? await p.key(ctx.request)
-        : this.clientIp.identity(ctx.peer, this.clientIp.trusted.length ? ctx.header(this.clientIp.header) : []);
-      if (identity === null || identity === undefined) continue;
+      let id = this.syncIdentity(ctx, p, ip);
+      if (id === undefined) {
+        const src = p.keySource as { fn: (r: Req) => unknown };
+        const v = await src.fn(ctx.request);
+        id = v === null || v === undefined ? null : boundedPart(String(v));
+      }
+      if (id === null || id === '') continue; // SPEC I1
+      if (typeof id !== 'string') return id;
       const limit = p.limit instanceof Limit ? p.limit : await p.limitFor(ctx.request);
-      if (limit === null) continue;
+      if (limit === null) continue; // SPEC L2
       const cost = typeof p.cost === 'number' ? p.cost : await p.costFor(ctx.request);
-      const id = p.perRoute && ctx.route != null ? `${routePart(ctx.route)}:${identity}` : identity;
-      const key = tag != null ? `${this.prefix}:{${tag}}:${p.name}:${id}` : `${this.prefix}:${p.name}:${id}`;
-      out.push({ policy: p as Policy, key, capacity: limit.capacity, rate: limit.rate, cost, shadow: this.shadow || p.shadow });
+      // SPEC L3: out-of-range values from the application are its error, never an admission
+      if (!(limit instanceof Limit) && !validLimit(limit.capacity, limit.rate)) return this.invalid(p.name);
+      if (!validCost(cost)) return this.invalid(p.name);
+      out.push(this.plan(p, ctx, tag, id, limit.capacity, limit.rate, cost));
     }
-    if (out.length > 1 && new Set(out.map((pl) => pl.key)).size !== out.length) {
-      throw new RangeError('two policies of one request map to the same key: give them distinct names');
+    return checkKeys(out);
+  }
+
+  /** SPEC L3: counted, logged at most once a second per policy, never the value. */
+  private invalid(policy: string): Stop {
+    this.stats.invalidInputs += 1;
+    this.metrics?.invalidInput?.(this.name, policy);
+    const now = this.clock.monotonicMs();
+    const s = this.invalidLog.get(policy) ?? { last: -Infinity, count: 0 };
+    s.count += 1;
+    if (now - s.last >= 1000) {
+      this.logger.warn(
+        `redis-tb: policy '${policy}' got an out-of-range cost or limit from the application; answering 500 (${s.count} since the last line)`,
+      );
+      s.last = now;
+      s.count = 0;
     }
-    return out;
+    this.invalidLog.set(policy, s);
+    return { outcome: 'invalid_input', culprit: policy };
   }
 
   // -- the request path ----------------------------------------------------------
 
-  /** Charge the request on every applicable policy in one TB.MTAKE. */
+  /** SPEC L4: charge the request on every applicable policy in one TB.TAKE / TB.MTAKE. */
   async check(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Promise<Decision> {
     const plans = this.staticPlans(ctx, policies) ?? await this.plans(ctx, policies);
+    if (!Array.isArray(plans)) {
+      this.stats.checks += 1;
+      return new Decision({ outcome: plans.outcome, allowed: false, culprit: plans.culprit });
+    }
     if (!plans.length) return new Decision({ outcome: 'not_limited', allowed: true });
     this.stats.checks += 1;
     if (this.denyCache) {
-      const cached = this.fromDenyCache(plans);
+      const now = this.clock.monotonicMs();
+      const cached = this.fromDenyCache(plans, now);
       if (cached) return cached;
-      // Single flight: this request is the one probe of every expired entry it found; the
-      // others are refused by fromDenyCache until the answer ends the probes.
-      const probes = this.claimProbes(plans);
-      if (probes.length) {
-        try {
-          return await this.call(plans);
-        } finally {
-          for (const pr of probes) this.denyCache.endProbe(pr);
+      // SPEC R6: while the breaker is open no probe is claimed (the entries stay as they are)
+      if (this.mayCall(now)) {
+        // SPEC R4, single flight: this request is the one probe of every expired entry it
+        // found; the others are refused by fromDenyCache until the answer ends the probes.
+        const probes = this.claimProbes(plans, now);
+        if (probes.length) {
+          try {
+            return await this.call(plans, ctx.signal);
+          } finally {
+            for (const pr of probes) this.denyCache.endProbe(pr);
+          }
         }
       }
     }
-    return this.call(plans);
+    return this.call(plans, ctx.signal);
   }
 
-  private claimProbes(plans: Plan[]): DenyProbe[] {
+  private claimProbes(plans: Plan[], now: number): DenyProbe[] {
     const cache = this.denyCache!;
-    const now = performance.now();
     const probes: DenyProbe[] = [];
     for (const pl of plans) {
       if (pl.shadow) continue;
@@ -280,14 +471,13 @@ export class RateLimiter<Req = AnyRequest> {
     return probes;
   }
 
-  /** One TB.TAKE / TB.MTAKE (unless Redis is being skipped after a failure). */
-  private async call(plans: Plan[]): Promise<Decision> {
-    if (!this.mayCall()) return this.degraded(undefined);
+  /** One TB.TAKE / TB.MTAKE (unless the breaker is open, SPEC B2). */
+  private async call(plans: Plan[], signal: AbortSignal | undefined): Promise<Decision> {
+    if (!this.mayCall(this.clock.monotonicMs())) return this.degraded(undefined);
     const probe = this.openUntil !== 0;
     if (probe) this.probing = true;
     let reply: MultiReply;
-    // One policy: TB.TAKE, the same decision as TB.MTAKE over one key (whose aggregate is
-    // that key's reply), with a 4-value reply instead of 9 to parse.
+    // SPEC L4: one policy is TB.TAKE (its reply is the aggregate), several one TB.MTAKE
     const single = plans.length === 1;
     const command = single ? 'TB.TAKE' : 'TB.MTAKE';
     const started = this.metrics ? performance.now() : 0; // the call's duration is only for metrics
@@ -295,14 +485,15 @@ export class RateLimiter<Req = AnyRequest> {
       if (single) {
         const pl = plans[0]!;
         const r: TbReply = await this.deadlines.bound(
-          this.client.take(pl.key, pl.capacity, pl.rate, pl.cost, { now: this.now() }), command,
+          this.client.take(pl.key, pl.capacity, pl.rate, pl.cost, { now: this.redisNow?.() }), command, signal,
         );
         reply = { allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter, resetAfter: r.resetAfter, keys: [r] };
       } else {
         const buckets: Bucket[] = plans.map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, n: pl.cost }));
-        reply = await this.deadlines.bound(this.client.mtake(buckets, { now: this.now() }), command);
+        reply = await this.deadlines.bound(this.client.mtake(buckets, { now: this.redisNow?.() }), command, signal);
       }
     } catch (err) {
+      if (signal?.aborted) throw err; // cancelled: not a store error
       this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
       this.failed(err, command);
       return this.degraded(err);
@@ -310,29 +501,25 @@ export class RateLimiter<Req = AnyRequest> {
       if (probe) this.probing = false;
     }
     this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
-    this.openUntil = 0;
+    this.openUntil = 0; // SPEC B3: success closes the breaker
     return this.decide(plans, reply);
   }
 
-  private now(): number | undefined {
-    return this.clock ? this.clock() : undefined;
-  }
-
-  private mayCall(): boolean {
+  /** SPEC B2, B3: whether a call may go to Redis now (closed, or the one probe after the cool-down). */
+  private mayCall(now: number): boolean {
     if (this.openUntil === 0) return true;
-    // Cooling down after a failure: skip Redis; afterwards one probe at a time.
-    return performance.now() >= this.openUntil && !this.probing;
+    return now >= this.openUntil && !this.probing;
   }
 
-  private fromDenyCache(plans: Plan[]): Decision | null {
+  /** SPEC R2, R3, R4, H6: a refusal from the deny cache, or null. */
+  private fromDenyCache(plans: Plan[], now: number): Decision | null {
     const cache = this.denyCache!;
-    const now = performance.now();
-    const results: PolicyResult[] = [];
+    let results: PolicyResult[] | null = null;
     for (const pl of plans) {
       if (pl.shadow) continue; // shadow policies always reach Redis
       const e = cache.lookup(pl.key, pl.capacity, pl.rate, pl.cost, now);
       if (!e) continue;
-      results.push({
+      (results ??= []).push({
         name: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost,
         allowed: false, remaining: 0,
         // 0 while the entry's probe is waiting for Redis (Retry-After: 1)
@@ -341,7 +528,7 @@ export class RateLimiter<Req = AnyRequest> {
         shadow: false,
       });
     }
-    if (!results.length) return null;
+    if (results === null) return null;
     this.stats.limited += 1;
     this.stats.denyCacheHits += 1;
     for (const r of results) {
@@ -368,21 +555,21 @@ export class RateLimiter<Req = AnyRequest> {
         outcome: 'allowed', allowed: true, results, charged: true, refunder: this.refunder,
       });
     }
-    const shadowRefused = results.filter((r) => !r.allowed && r.shadow);
+    const decision = Decision.fromResults(results);
+    const shadowRefused = decision.shadowLimited;
     if (shadowRefused.length) this.stats.shadowLimited += 1;
-    for (const r of shadowRefused) this.noteShadow(r.name);
-    const enforced = results.filter((r) => !r.allowed && !r.shadow);
-    if (!enforced.length) {
-      // Only shadow policies refused: nothing was charged (all or nothing), the request
-      // goes on. Not counted in stats.allowed (Redis admitted nothing), as in Rust.
-      return new Decision({
-        outcome: 'allowed', allowed: true, results, charged: false, shadowLimited: shadowRefused.map((r) => r.name),
-      });
+    for (const name of shadowRefused) this.noteShadow(name);
+    if (decision.outcome !== 'limited') {
+      // SPEC S2: only shadow policies refused: nothing was charged (all or nothing), the
+      // request goes on. Not counted in stats.allowed (Redis admitted nothing).
+      return decision;
     }
     this.stats.limited += 1;
+    const enforced = results.filter((r) => !r.allowed && !r.shadow);
     for (const r of enforced) this.metrics?.limited(this.name, r.name);
     if (this.denyCache) {
-      const now = performance.now();
+      // SPEC R1: each enforced violated policy with a wait
+      const now = this.clock.monotonicMs();
       for (const r of enforced) {
         if (!(r.retryAfter > 0)) continue;
         this.denyCache.remember(r.key, {
@@ -391,22 +578,19 @@ export class RateLimiter<Req = AnyRequest> {
         }, now);
       }
     }
-    return new Decision({
-      outcome: 'limited', allowed: false, results, shadowLimited: shadowRefused.map((r) => r.name),
-    });
+    return decision;
   }
 
   /**
-   * Redis admitted the request: every charged (enforced) bucket it left with fewer tokens
-   * than this request's cost would refuse a request of that cost (or more) until
+   * SPEC R5: Redis admitted the request: every charged (enforced) bucket it left with fewer
+   * tokens than this request's cost would refuse a request of that cost (or more) until
    * (cost - remaining) / rate has passed, absent refunds, so cache exactly that refusal.
-   * Without it, an admitted probe removed the entry and the requests in flight behind it
-   * all went to Redis. A bucket left with enough tokens caches nothing; a probe admitted
-   * with enough left still removes its entry (`endProbe`).
+   * A bucket left with enough tokens caches nothing; a probe admitted with enough left
+   * still removes its entry (`endProbe`).
    */
   private rememberSpent(results: PolicyResult[]): void {
     const cache = this.denyCache!;
-    const now = performance.now();
+    const now = this.clock.monotonicMs();
     for (const r of results) {
       if (r.shadow || !(r.cost > 0) || !(r.remaining < r.cost)) continue;
       const wait = (r.cost - r.remaining) / r.rate;
@@ -418,9 +602,10 @@ export class RateLimiter<Req = AnyRequest> {
     }
   }
 
+  /** SPEC S2: logged at most once a second per policy. */
   private noteShadow(policy: string): void {
     this.metrics?.shadowLimited(this.name, policy);
-    const now = performance.now();
+    const now = this.clock.monotonicMs();
     const s = this.shadowLog.get(policy) ?? { last: -Infinity, count: 0 };
     s.count += 1;
     if (now - s.last >= 1000) {
@@ -437,13 +622,14 @@ export class RateLimiter<Req = AnyRequest> {
     return new Decision({ outcome: 'store_error', allowed: this.failOpen, error });
   }
 
+  /** SPEC B1, B5: a failed call; a connection error or a timeout opens the breaker, an error reply does not. */
   private failed(err: unknown, what: string): void {
     this.stats.storeErrors += 1;
     this.metrics?.storeError(this.name);
     const unknown = err instanceof RedisTbError && err.serverMessage.toLowerCase().includes('unknown command');
-    const serverWide = unknown || !(err instanceof RedisTbError || err instanceof UnexpectedReplyError);
-    const now = performance.now();
-    if (serverWide) this.openUntil = now + this.cooldownMs;
+    const opens = !(err instanceof RedisTbError || err instanceof UnexpectedReplyError);
+    const now = this.clock.monotonicMs();
+    if (opens) this.openUntil = now + this.cooldownMs;
     if (now - this.lastLog < 1000) {
       this.unlogged += 1;
       return;
@@ -453,24 +639,30 @@ export class RateLimiter<Req = AnyRequest> {
     this.logger.warn(
       `redis-tb: ${what} on ${this.client.server} failed (${reason}); ` +
         `failing ${this.failOpen ? 'open: requests pass unlimited' : 'closed: requests get 503'}` +
-        `${serverWide ? `, Redis skipped for ${this.cooldownMs / 1000} s` : ''}; ` +
+        `${opens ? `, Redis skipped for ${this.cooldownMs / 1000} s` : ''}; ` +
         `store errors so far: ${this.stats.storeErrors}${this.unlogged ? ` (${this.unlogged} not logged)` : ''}`,
     );
     this.lastLog = now;
     this.unlogged = 0;
   }
 
+  /** SPEC F1, B2, B3, R8: TB.REFUND now on every bucket the request was charged on. */
   private async refund(decision: Decision): Promise<boolean> {
     const charged = decision.results.filter((r) => r.cost > 0);
     if (!charged.length) return false;
-    if (!this.mayCall()) {
+    if (!this.mayCall(this.clock.monotonicMs())) {
       this.stats.refundErrors += 1;
       return false;
     }
+    // SPEC B3: after the cool-down a refund may be the probe
+    const probe = this.openUntil !== 0;
+    if (probe) this.probing = true;
     const started = performance.now();
     try {
       await this.deadlines.bound(
-        this.client.refundMany(charged.map((r) => ({ key: r.key, capacity: r.capacity, rate: r.rate, n: r.cost })), { now: this.now() }),
+        this.client.refundMany(
+          charged.map((r) => ({ key: r.key, capacity: r.capacity, rate: r.rate, n: r.cost })), { now: this.redisNow?.() },
+        ),
         'TB.REFUND',
       );
     } catch (err) {
@@ -478,8 +670,11 @@ export class RateLimiter<Req = AnyRequest> {
       this.stats.refundErrors += 1;
       this.failed(err, 'TB.REFUND');
       return false;
+    } finally {
+      if (probe) this.probing = false;
     }
     this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+    this.openUntil = 0;
     this.stats.refunds += 1;
     for (const r of charged) {
       this.metrics?.refunded(this.name, r.name);
@@ -488,6 +683,18 @@ export class RateLimiter<Req = AnyRequest> {
     }
     return true;
   }
+}
+
+/** Two policies of one request must not share a key. */
+function checkKeys(out: Plan[]): Plan[] {
+  if (out.length > 1) {
+    for (let i = 1; i < out.length; i++) {
+      for (let j = 0; j < i; j++) {
+        if (out[i]!.key === out[j]!.key) throw new RangeError('two policies of one request map to the same key: give them distinct names');
+      }
+    }
+  }
+  return out;
 }
 
 function describeError(err: unknown): string {

@@ -10,6 +10,8 @@ export interface LimiterMetrics {
   refunded(limiter: string, policy: string): void;
   /** +1 per request refused by the deny cache, for the policy whose cached refusal answered */
   denyCacheHit(limiter: string, policy: string): void;
+  /** +1 per out-of-range cost or limit from the application (SPEC L3); optional for older backends */
+  invalidInput?(limiter: string, policy: string): void;
   /** failed Redis calls (errors, timeouts) */
   storeError(limiter: string): void;
   /** requests decided by the failure mode */

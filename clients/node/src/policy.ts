@@ -3,20 +3,86 @@
  * a request's identity picks, charged a cost per request, on some routes.
  */
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+/**
+ * The framework's request type when none is given. `any` on purpose: an application's key,
+ * cost and limit functions read their framework's request; the adapters narrow it
+ * (`Policy<Request>` for Express, `Policy<FastifyRequest>` for Fastify).
+ */
 export type AnyRequest = any;
 
 type MaybePromise<T> = T | Promise<T>;
 
-/** request -> identity (a user id, an API key, a tenant), or null to skip the policy. */
+/** request -> identity (a user id, an API key, a tenant), or null/'' to skip the policy (SPEC I1). */
 export type KeyFunc<Req = AnyRequest> = (request: Req) => MaybePromise<string | null | undefined>;
-/** request -> tokens this request costs (>= 0). */
+/** request -> tokens this request costs (>= 0; out of range: SPEC L3). */
 export type CostFunc<Req = AnyRequest> = (request: Req) => MaybePromise<number>;
+/** The shape a limit function may return: a {@link Limit}, or `{ capacity, rate }` (checked per request, SPEC L3). */
+export interface LimitLike {
+  readonly capacity: number;
+  readonly rate: number;
+}
 /** request -> the limit for this request (plan tiers), or null to skip the policy. */
-export type LimitFunc<Req = AnyRequest> = (request: Req) => MaybePromise<Limit | null | undefined>;
+export type LimitFunc<Req = AnyRequest> = (request: Req) => MaybePromise<LimitLike | null | undefined>;
 
-const NAME = /^[a-z0-9_-]+$/;
+/** SPEC C1 */
+const NAME = /^[a-z0-9_-]{1,64}$/;
 const MAX = 2 ** 53;
+
+/** SPEC C2: whether a capacity and a rate are in the module's ranges. */
+export function validLimit(capacity: unknown, rate: unknown): boolean {
+  return typeof capacity === 'number' && capacity > 0 && capacity <= MAX
+    && typeof rate === 'number' && rate >= 1e-9 && rate <= MAX;
+}
+
+/** SPEC C3: whether a cost is in range. */
+export function validCost(cost: unknown): cost is number {
+  return typeof cost === 'number' && cost >= 0 && cost <= MAX;
+}
+
+/** SPEC C1: a policy name. */
+export function validPolicyName(name: unknown): name is string {
+  return typeof name === 'string' && NAME.test(name);
+}
+
+/** SPEC C1: the names of one limiter's policies are distinct (throws RangeError). */
+export function checkDistinctNames(policies: readonly { name: string }[]): void {
+  const names = policies.map((p) => p.name);
+  if (new Set(names).size !== names.length) throw new RangeError(`policy names must be distinct: ${names.join(', ')}`);
+}
+
+/** Where a policy's identity comes from (SPEC "Names": `Key.clientIp()`, `Key.header`, `Key.fixed`, `Key.fromFn`). */
+export type KeySource<Req = AnyRequest> =
+  | { readonly kind: 'client_ip' }
+  | { readonly kind: 'header'; readonly name: string }
+  | { readonly kind: 'fixed'; readonly value: string }
+  | { readonly kind: 'fn'; readonly fn: KeyFunc<Req> };
+
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/** Key sources of a policy (SPEC I1-I3). */
+export const Key = {
+  /** the client's address (SPEC A), the default */
+  clientIp(): KeySource<never> {
+    return { kind: 'client_ip' };
+  },
+  /** a request header's value (SPEC I2): lines joined with ', ', white space trimmed, control bytes a 400 */
+  header(name: string): KeySource<never> {
+    if (typeof name !== 'string' || !HEADER_NAME.test(name)) {
+      throw new RangeError(`Key.header needs a header name, got ${JSON.stringify(name)}`);
+    }
+    return { kind: 'header', name: name.toLowerCase() };
+  },
+  /** the same identity for every request: one bucket for the route or the service (SPEC I3) */
+  fixed(value: string): KeySource<never> {
+    if (typeof value !== 'string' || value === '') throw new RangeError(`Key.fixed needs a non-empty value, got ${JSON.stringify(value)}`);
+    return { kind: 'fixed', value };
+  },
+  /** a function of the request (SPEC I1) */
+  fromFn<Req = AnyRequest>(fn: KeyFunc<Req>): KeySource<Req> {
+    if (typeof fn !== 'function') throw new TypeError('Key.fromFn needs a function');
+    return { kind: 'fn', fn };
+  },
+} as const;
 
 /** A bucket's shape: `capacity` tokens (the burst), refilled at `rate` per second. */
 export class Limit {
@@ -24,7 +90,7 @@ export class Limit {
   readonly rate: number;
 
   constructor(capacity: number, rate: number) {
-    // The module's ranges, checked here so a typo fails at startup, not per request.
+    // SPEC C2: the module's ranges, checked here so a typo fails at startup, not per request.
     if (!(typeof capacity === 'number' && capacity > 0 && capacity <= MAX)) {
       throw new RangeError(`capacity must be > 0 and <= 2^53, got ${capacity}`);
     }
@@ -53,19 +119,52 @@ export class Limit {
   }
 }
 
-/** Normalise `'METHOD /template'` strings (the method upper-cased). */
-export function routeSet(routes: string | readonly string[] | undefined | null): ReadonlySet<string> | null {
-  if (routes === undefined || routes === null) return null;
-  const list = typeof routes === 'string' ? [routes] : routes;
-  const out = new Set<string>();
-  for (const r of list) {
-    const t = r.trim();
-    const sp = t.indexOf(' ');
-    const path = sp < 0 ? '' : t.slice(sp + 1).trim();
-    if (sp < 0 || !path.startsWith('/')) throw new RangeError(`a route is 'METHOD /template', got ${JSON.stringify(r)}`);
-    out.add(`${t.slice(0, sp).toUpperCase()} ${path}`);
+/**
+ * A set of routes (SPEC K5): `'METHOD /template'` (the method upper-cased) or
+ * `'* /template'`, which matches every method.
+ */
+export class RouteSet {
+  /** `'METHOD /template'` entries */
+  readonly exact: ReadonlySet<string>;
+  /** the templates of `'* /template'` entries */
+  readonly anyMethod: ReadonlySet<string>;
+
+  constructor(routes: string | readonly string[]) {
+    const list = typeof routes === 'string' ? [routes] : routes;
+    const exact = new Set<string>();
+    const any = new Set<string>();
+    for (const r of list) {
+      const t = String(r).trim();
+      const sp = t.indexOf(' ');
+      const path = sp < 0 ? '' : t.slice(sp + 1).trim();
+      const method = sp < 0 ? '' : t.slice(0, sp).toUpperCase();
+      if (sp < 0 || !path.startsWith('/') || !/^(\*|[A-Z]+)$/.test(method)) {
+        throw new RangeError(`a route is 'METHOD /template' or '* /template', got ${JSON.stringify(r)}`);
+      }
+      if (method === '*') any.add(path);
+      else exact.add(`${method} ${path}`);
+    }
+    this.exact = exact;
+    this.anyMethod = any;
   }
-  return out;
+
+  get size(): number {
+    return this.exact.size + this.anyMethod.size;
+  }
+
+  /** Whether `route` (`'METHOD /template'` of a request) is in the set. */
+  has(route: string): boolean {
+    if (this.exact.has(route)) return true;
+    if (this.anyMethod.size === 0) return false;
+    const sp = route.indexOf(' ');
+    return sp >= 0 && this.anyMethod.has(route.slice(sp + 1));
+  }
+}
+
+/** The routes of a policy (null: every route). */
+export function routeSet(routes: string | readonly string[] | undefined | null): RouteSet | null {
+  if (routes === undefined || routes === null) return null;
+  return new RouteSet(routes);
 }
 
 export interface PolicyOptions<Req = AnyRequest> {
@@ -73,8 +172,8 @@ export interface PolicyOptions<Req = AnyRequest> {
   name: string;
   /** a Limit, or a function of the request returning one (plan tiers) or null (skip) */
   limit: Limit | LimitFunc<Req>;
-  /** the identity; default: the limiter's client IP. null skips the policy */
-  key?: KeyFunc<Req>;
+  /** the identity: a {@link Key} source or a function; default `Key.clientIp()`. null / '' skips the policy */
+  key?: KeySource<Req> | KeyFunc<Req>;
   /** tokens per request: a number or a function of the request; default 1 */
   cost?: number | CostFunc<Req>;
   /** `'METHOD /template'` strings this policy applies to; default: every route */
@@ -89,30 +188,41 @@ export interface PolicyOptions<Req = AnyRequest> {
 export class Policy<Req = AnyRequest> {
   readonly name: string;
   readonly limit: Limit | LimitFunc<Req>;
-  readonly key: KeyFunc<Req> | undefined;
+  /** where the identity comes from (SPEC I) */
+  readonly keySource: KeySource<Req>;
   readonly cost: number | CostFunc<Req>;
-  readonly routes: ReadonlySet<string> | null;
+  readonly routes: RouteSet | null;
   readonly perRoute: boolean;
   readonly shadow: boolean;
 
   constructor(options: PolicyOptions<Req>) {
-    if (!NAME.test(options.name)) {
-      throw new RangeError(`a policy name is a token of [a-z0-9_-]+, got ${JSON.stringify(options.name)}`);
+    if (!validPolicyName(options.name)) {
+      throw new RangeError(`a policy name matches [a-z0-9_-]{1,64}, got ${JSON.stringify(options.name)}`);
     }
     const cost = options.cost ?? 1;
-    if (typeof cost === 'number' && !(cost >= 0 && cost <= MAX)) {
-      throw new RangeError(`cost must be >= 0 and <= 2^53, got ${cost}`);
+    if (typeof cost !== 'function' && !validCost(cost)) {
+      throw new RangeError(`policy ${options.name}: cost must be >= 0 and <= 2^53, got ${String(cost)}`);
     }
     if (!(options.limit instanceof Limit) && typeof options.limit !== 'function') {
       throw new TypeError(`policy ${options.name}: limit must be a Limit or a function`);
     }
     this.name = options.name;
     this.limit = options.limit;
-    this.key = options.key;
+    const key = options.key;
+    if (key === undefined) this.keySource = { kind: 'client_ip' };
+    else if (typeof key === 'function') this.keySource = { kind: 'fn', fn: key };
+    else if (key && typeof key === 'object' && ['client_ip', 'header', 'fixed', 'fn'].includes((key as { kind?: unknown }).kind as string)) {
+      this.keySource = key;
+    } else throw new TypeError(`policy ${options.name}: key must be a Key source or a function`);
     this.cost = cost;
     this.routes = routeSet(options.routes);
     this.perRoute = options.perRoute ?? false;
     this.shadow = options.shadow ?? false;
+  }
+
+  /** The key function of a `Key.fromFn` policy (undefined for the other key sources). */
+  get key(): KeyFunc<Req> | undefined {
+    return this.keySource.kind === 'fn' ? this.keySource.fn : undefined;
   }
 
   appliesTo(route: string | null): boolean {
@@ -120,21 +230,17 @@ export class Policy<Req = AnyRequest> {
     return route !== null && this.routes.has(route);
   }
 
-  async limitFor(request: Req): Promise<Limit | null> {
+  /** The limit for this request, unchecked (SPEC L3 checks it); null skips the policy. */
+  async limitFor(request: Req): Promise<LimitLike | null> {
     if (this.limit instanceof Limit) return this.limit;
     const out = await this.limit(request);
-    if (out === null || out === undefined) return null;
-    if (!(out instanceof Limit)) throw new TypeError(`policy ${this.name}: the limit function returned ${String(out)}`);
-    return out;
+    return out === null || out === undefined ? null : out;
   }
 
+  /** The cost of this request, unchecked (SPEC L3 checks it). */
   async costFor(request: Req): Promise<number> {
     if (typeof this.cost === 'number') return this.cost;
-    const out = await this.cost(request);
-    if (!(typeof out === 'number' && out >= 0 && out <= MAX)) {
-      throw new RangeError(`policy ${this.name}: cost must be >= 0 and <= 2^53, got ${String(out)}`);
-    }
-    return out;
+    return this.cost(request);
   }
 }
 
@@ -178,7 +284,7 @@ export function tiered<Req = AnyRequest>(
   if (fallback !== undefined && !table.has(fallback)) {
     throw new RangeError(`default tier ${JSON.stringify(fallback)} is not in the tiers`);
   }
-  const limit = async (request: Req): Promise<Limit | null> => {
+  const limit = async (request: Req): Promise<LimitLike | null> => {
     let plan = await tier(request);
     if (plan === null || plan === undefined || !table.has(plan)) plan = fallback;
     return plan === undefined ? null : (table.get(plan) ?? null);

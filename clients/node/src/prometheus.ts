@@ -1,7 +1,7 @@
 /**
  * Per-policy metrics through prom-client (an optional peer dependency):
  * `new RateLimiter(redis, { metrics: new PromMetrics({ registry }) })`.
- * Labels `limiter` and `policy` only, never a client identity.
+ * Labels `limiter` and `policy` only, never a client identity (SPEC M1).
  */
 import { Counter, Histogram, type Registry, register as globalRegistry } from 'prom-client';
 import type { LimiterMetrics } from './metrics.js';
@@ -23,6 +23,7 @@ export class PromMetrics implements LimiterMetrics {
   private readonly shadowLimitedTotal: PolicyCounter;
   private readonly refundedTotal: PolicyCounter;
   private readonly denyCacheHitsTotal: PolicyCounter;
+  private readonly invalidInputsTotal: PolicyCounter;
   private readonly storeErrorsTotal: LimiterCounter;
   private readonly degradedTotal: LimiterCounter;
   private readonly callDuration: Histogram<'limiter'>;
@@ -41,6 +42,7 @@ export class PromMetrics implements LimiterMetrics {
     this.shadowLimitedTotal = policyCounter('redis_tb_shadow_limited_total', 'Shadow policies that would have refused a request');
     this.refundedTotal = policyCounter('redis_tb_refunded_total', 'Policies whose tokens a refund gave back');
     this.denyCacheHitsTotal = policyCounter('redis_tb_deny_cache_hits_total', 'Requests refused by the local deny cache');
+    this.invalidInputsTotal = policyCounter('redis_tb_invalid_inputs_total', 'Out-of-range costs or limits from the application (SPEC L3)');
     this.storeErrorsTotal = limiterCounter('redis_tb_store_errors_total', 'Failed Redis calls (errors, timeouts)');
     this.degradedTotal = limiterCounter('redis_tb_degraded_total', 'Requests decided by the failure mode');
     const hname = 'redis_tb_redis_call_duration_seconds';
@@ -65,6 +67,9 @@ export class PromMetrics implements LimiterMetrics {
   }
   denyCacheHit(limiter: string, policy: string): void {
     this.denyCacheHitsTotal.inc({ limiter, policy });
+  }
+  invalidInput(limiter: string, policy: string): void {
+    this.invalidInputsTotal.inc({ limiter, policy });
   }
   storeError(limiter: string): void {
     this.storeErrorsTotal.inc({ limiter });

@@ -7,7 +7,7 @@ test('require() loads the CommonJS build of every entry point', () => {
   assert.match(require.resolve('redis-tb'), /dist[\\/]cjs[\\/]index\.js$/);
   const tbLib = require('redis-tb');
   for (const name of ['TbClient', 'RateLimiter', 'RedisTbError', 'ModuleNotLoadedError', 'RedisTbStore', 'Scheduler',
-    'SchedulerWaitTooLongError', 'ClientIp', 'Limit', 'Policy', 'perMinute', 'tiered', 'decisionHeaders']) {
+    'SchedulerWaitTooLongError', 'ClientIpConfig', 'Limit', 'Policy', 'perMinute', 'tiered', 'decisionHeaders']) {
     assert.equal(typeof tbLib[name], 'function', name);
   }
   assert.equal(typeof require('redis-tb/express').rateLimit, 'function');

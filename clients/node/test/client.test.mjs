@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import {
-  ModuleNotLoadedError, RateLimiter, RedisTbError, TbClient, UnexpectedReplyError,
+  ModuleNotLoadedError, NoPermissionError, RateLimiter, RedisTbError, RedisUnreachableError, TbClient, UnexpectedReplyError,
 } from 'redis-tb';
 import { CLIENTS, RedisServer, closeClient, freePort, memoryLogger, nodeRedis, nodeRedisV4 } from './helpers.mjs';
 
@@ -165,16 +165,83 @@ describe('startup check', () => {
     });
   }
 
-  test('an unreachable Redis is only logged', async () => {
+  // issue 26: ioredis set up as the README recommends (enableOfflineQueue: false), the
+  // limiter built and started at once, before the connection is up: the check must still
+  // reach the server (it used to be rejected locally and logged as "unreachable").
+  test('ioredis with enableOfflineQueue: false, started before it connects: the missing module fails the start', async () => {
+    const { Redis } = await import('ioredis');
+    const c = new Redis({ host: '127.0.0.1', port: bare.port, enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+    c.on('error', () => {});
+    try {
+      assert.notEqual(c.status, 'ready', 'the test needs a client that is not connected yet');
+      const log = memoryLogger();
+      const limiter = new RateLimiter(c, { logger: log });
+      await assert.rejects(limiter.startup(), (err) => err instanceof ModuleNotLoadedError
+        && err.message === `redis-tb module not loaded on 127.0.0.1:${bare.port}: load libredis_tb.so with loadmodule`);
+      assert.deepEqual(log.lines, []);
+    } finally {
+      c.disconnect();
+    }
+  });
+
+  test('ioredis with enableOfflineQueue: false and lazyConnect: startup connects it and checks', async () => {
+    const { Redis } = await import('ioredis');
+    const c = new Redis({ host: '127.0.0.1', port: bare.port, enableOfflineQueue: false, lazyConnect: true, maxRetriesPerRequest: 0 });
+    c.on('error', () => {});
+    try {
+      await assert.rejects(new RateLimiter(c, { logger: memoryLogger() }).startup(), ModuleNotLoadedError);
+    } finally {
+      c.disconnect();
+    }
+  });
+
+  test('NOPERM on COMMAND INFO: one line naming the grant (SPEC U1)', async () => {
+    const admin = await nodeRedis(bare.port);
+    const user = `u${process.pid}`;
+    try {
+      await admin.sendCommand(['ACL', 'SETUSER', user, 'on', '>pw', '~*', '+@all', '-command']);
+      const { Redis } = await import('ioredis');
+      const c = new Redis({ host: '127.0.0.1', port: bare.port, username: user, password: 'pw', enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+      c.on('error', () => {});
+      try {
+        await assert.rejects(new RateLimiter(c, { logger: memoryLogger() }).startup(), (err) => err instanceof NoPermissionError
+          && err.message === `redis-tb: user cannot run COMMAND INFO on 127.0.0.1:${bare.port}: grant +command|info (see docs/operations.md)`);
+      } finally {
+        c.disconnect();
+      }
+    } finally {
+      await admin.sendCommand(['ACL', 'DELUSER', user]);
+      await closeClient(admin);
+    }
+  });
+
+  for (const lazy of [true, false]) {
+    test(`an unreachable Redis fails the start in one line (SPEC U2, ioredis lazyConnect ${lazy})`, async () => {
+      const port = await freePort();
+      const { Redis } = await import('ioredis');
+      const c = new Redis({ host: '127.0.0.1', port, lazyConnect: lazy, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
+      c.on('error', () => {});
+      try {
+        const log = memoryLogger();
+        const limiter = new RateLimiter(c, { logger: log, failOpen: false });
+        await assert.rejects(limiter.startup(), (err) => err instanceof RedisUnreachableError && !err.message.includes('\n')
+          && new RegExp(`^redis-tb: cannot reach Redis at 127\\.0\\.0\\.1:${port} \\(.*ECONNREFUSED.*\\): start it, or set startDegraded to start failing open$`).test(err.message));
+        assert.deepEqual(log.lines, []);
+      } finally {
+        c.disconnect();
+      }
+    });
+  }
+
+  test('startDegraded: an unreachable Redis is one log line and the start goes on (SPEC U2)', async () => {
     const port = await freePort();
     const { Redis } = await import('ioredis');
-    const c = new Redis({ host: '127.0.0.1', port, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
-    c.on('error', () => {});
+    const io = new Redis({ host: '127.0.0.1', port, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    io.on('error', () => {});
     const log = memoryLogger();
-    const limiter = new RateLimiter(c, { logger: log, failOpen: false });
+    const limiter = new RateLimiter(io, { logger: log, failOpen: false, startDegraded: true });
     await limiter.startup();
-    assert.equal(log.lines.length, 1);
-    assert.match(log.lines[0], new RegExp(`^redis-tb: cannot reach Redis at 127\\.0\\.0\\.1:${port} to check the module .*; failing closed until it answers$`));
-    c.disconnect();
+    assert.deepEqual(log.lines, [`redis-tb: Redis at 127.0.0.1:${port} unreachable at startup; starting degraded (fail-closed)`]);
+    io.disconnect();
   });
 });

@@ -37,7 +37,7 @@ describe('deny cache single flight', () => {
   beforeEach(async () => {
     await tb.send(['FLUSHALL']);
     t = NOW;
-    limiter = new RateLimiter(redis, { timeoutMs: TIMEOUT_MS, clock: () => t, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+    limiter = new RateLimiter(redis, { timeoutMs: TIMEOUT_MS, redisNow: () => t, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
   });
 
   /** The cached refusal's wait is over (the entry stays, expired). */
@@ -230,7 +230,7 @@ describe('deny cache single flight', () => {
     app.get('/x', (req, res) => res.send('ok'));
     const http = await listenExpress(app);
     // the same policy without a cache, on the same clock: what Redis answers
-    const plain = new RateLimiter(redis, { timeoutMs: TIMEOUT_MS, clock: () => t, logger: memoryLogger() });
+    const plain = new RateLimiter(redis, { timeoutMs: TIMEOUT_MS, redisNow: () => t, logger: memoryLogger() });
     const plainApp = express();
     plainApp.use(rateLimit(plain, { policies: [costly] }));
     plainApp.get('/x', (req, res) => res.send('ok'));

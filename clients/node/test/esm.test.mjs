@@ -9,7 +9,7 @@ import { PromMetrics } from 'redis-tb/prometheus';
 
 test('import loads the ESM build of every entry point', () => {
   assert.match(import.meta.resolve('redis-tb'), /dist\/esm\/index\.js$/);
-  for (const name of ['TbClient', 'RateLimiter', 'RedisTbError', 'ModuleNotLoadedError', 'RedisTbStore', 'Scheduler', 'ClientIp', 'Policy']) {
+  for (const name of ['TbClient', 'RateLimiter', 'RedisTbError', 'ModuleNotLoadedError', 'RedisTbStore', 'Scheduler', 'ClientIpConfig', 'Policy']) {
     assert.equal(typeof tbLib[name], 'function', name);
   }
   assert.equal(expressDefault, rateLimit);

@@ -5,7 +5,7 @@ import { after, afterEach, before, beforeEach, describe, test } from 'node:test'
 import express from 'express';
 import { Registry } from 'prom-client';
 import {
-  ClientIp, Limit, Policy, RateLimiter, TbClient, perMinute, perSecond, tiered,
+  ClientIpConfig, Limit, Policy, RateLimiter, TbClient, perMinute, perSecond, tiered,
 } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
 import { PromMetrics } from 'redis-tb/prometheus';
@@ -64,7 +64,7 @@ for (const [clientName, makeClient] of CLIENTS) {
     afterEach(async () => { await http?.close(); http = undefined; });
 
     const start = async (limiterOpts, mwOpts, extra) => {
-      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger(), ...limiterOpts });
+      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), ...limiterOpts });
       http = await listenExpress(buildApp(limiter, mwOpts, extra));
       return limiter;
     };
@@ -157,10 +157,10 @@ for (const [clientName, makeClient] of CLIENTS) {
       const two = await request(`${http.url}/items/2?x=1`);
       assert.deepEqual(sfItems(two.headers['ratelimit']), [['item', { r: 1, t: 40 }], ['all', { r: 98, t: 2 }]]);
       const keys = (await tb.send(['KEYS', 'rl:*'])).map(String).sort();
-      assert.deepEqual(keys, ['rl:all:127.0.0.1', 'rl:item:GET /items/:id:127.0.0.1']);
+      assert.deepEqual(keys, ['rl:all:127.0.0.1', 'rl:item@GET%20/items/%3Aid:127.0.0.1']);
       const post = await request(`${http.url}/users/42/posts/7`);
       assert.deepEqual(sfItems(post.headers['ratelimit']), [['posts', { r: 2, t: 20 }], ['all', { r: 97, t: 2 }]]);
-      assert.equal(await tb.send(['EXISTS', 'rl:posts:GET /users/:uid/posts/:pid:127.0.0.1']), 1);
+      assert.equal(await tb.send(['EXISTS', 'rl:posts@GET%20/users/%3Auid/posts/%3Apid:127.0.0.1']), 1);
       const missing = await request(`${http.url}/nope`);
       assert.equal(missing.status, 404);
       assert.equal(missing.headers['ratelimit'], undefined, 'requests matching no route are not limited');
@@ -174,16 +174,19 @@ for (const [clientName, makeClient] of CLIENTS) {
       assert.deepEqual(sfItems(head.headers['ratelimit']), [['all', { r: 96, t: 3 }]], 'HEAD /items/:id is its own route, not GET');
     });
 
-    test('hash tag: <prefix>:{<tag>}:<policy>:<identity>, route braces replaced', async () => {
+    test('hash tag: <prefix>:{<tag>}:<policy>@<route>:<identity>, escaped (SPEC K1, K2)', async () => {
       await start({ prefix: 'api', hashTag: (req) => req.get('x-user') ?? null }, {
         policies: [perMinute('ip', 10), perMinute('item', 5, { routes: ['GET /items/:id'], perRoute: true })],
       });
       await request(`${http.url}/items/1`, { headers: { 'x-user': 'u42' } });
       await request(`${http.url}/items/1`);
       const keys = (await tb.send(['KEYS', 'api:*'])).map(String).sort();
-      assert.deepEqual(keys, ['api:ip:127.0.0.1', 'api:item:GET /items/:id:127.0.0.1', 'api:{u42}:ip:127.0.0.1', 'api:{u42}:item:GET /items/:id:127.0.0.1']);
+      assert.deepEqual(keys, ['api:ip:127.0.0.1', 'api:item@GET%20/items/%3Aid:127.0.0.1', 'api:{u42}:ip:127.0.0.1', 'api:{u42}:item@GET%20/items/%3Aid:127.0.0.1']);
       const limiter = new RateLimiter(redis);
-      assert.equal(limiter.key('p', 'id', { route: 'GET /items/{id}', tag: 't' }), 'rl:{t}:p:GET /items/<id>:id');
+      // SPEC K1, K2: the one key builder, escaping route braces and the tag's
+      assert.equal(limiter.key('p', 'id', { route: 'GET /items/{id}', tag: 't' }), 'rl:{t}:p@GET%20/items/%7Bid%7D:id');
+      assert.equal(limiter.key('p', 'a b', { tag: '{x}' }), 'rl:{%7Bx%7D}:p:a%20b');
+      assert.equal(limiter.key('p', 'id', { tag: '' }), 'rl:p:id', 'an empty tag is no tag (SPEC K4)');
     });
 
     test('limitUnmatched: route-less policies apply to unmatched requests', async () => {
@@ -194,7 +197,7 @@ for (const [clientName, makeClient] of CLIENTS) {
     });
 
     test('the middleware on a route too: a request is checked once', async () => {
-      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() });
+      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
       const mw = rateLimit(limiter, { policies: [perMinute('ip', 10)] });
       const app = express();
       app.use(mw);
@@ -206,7 +209,7 @@ for (const [clientName, makeClient] of CLIENTS) {
     });
 
     test('trusted proxies: X-Forwarded-For walked right to left; untrusted peers ignored', async () => {
-      await start({ clientIp: new ClientIp({ trustedProxies: ['127.0.0.1/32', '10.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
+      await start({ clientIp: new ClientIpConfig({ trustedProxies: ['127.0.0.1/32', '10.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
       await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '198.51.100.9, 203.0.113.5, 10.1.2.3' } });
       await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '::ffff:203.0.113.5' } });
       let keys = (await tb.send(['KEYS', 'rl:*'])).map(String).sort();
@@ -219,13 +222,13 @@ for (const [clientName, makeClient] of CLIENTS) {
       await http.close();
       await tb.send(['FLUSHALL']);
       // the same header from an untrusted peer is ignored
-      await start({ clientIp: new ClientIp({ trustedProxies: ['10.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
+      await start({ clientIp: new ClientIpConfig({ trustedProxies: ['10.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
       await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '203.0.113.5' } });
       assert.deepEqual((await tb.send(['KEYS', 'rl:*'])).map(String), ['rl:ip:127.0.0.1']);
     });
 
     test('Forwarded header (RFC 7239) and IPv6 grouped by /64', async () => {
-      await start({ clientIp: new ClientIp({ trustedProxies: ['127.0.0.1'], header: 'forwarded' }) }, { policies: [perMinute('ip', 10)] });
+      await start({ clientIp: new ClientIpConfig({ trustedProxies: ['127.0.0.1'], header: 'forwarded' }) }, { policies: [perMinute('ip', 10)] });
       await request(`${http.url}/items/1`, { headers: { forwarded: 'for=198.51.100.1, for="[2001:db8:1:2::7]:4711";proto=https' } });
       await request(`${http.url}/items/1`, { headers: { forwarded: 'for="[2001:db8:1:2:ffff::1]"' } });
       await request(`${http.url}/items/1`, { headers: { forwarded: 'for="[2001:db8:1:3::1]"' } });
@@ -282,7 +285,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   test('shadow policy refuses: the request goes on, nothing is charged, headers leave it out', async () => {
     const log = memoryLogger();
     const registry = new Registry();
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: log, metrics: new PromMetrics({ registry }), name: 'api' });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: log, metrics: new PromMetrics({ registry }), name: 'api' });
     http = await listenExpress(buildApp(limiter, {
       policies: [perMinute('ip', 10), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
       exclude: ['GET /metrics'],
@@ -310,7 +313,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   });
 
   test('enforced policy refuses next to a passing shadow one: 429 names only the enforced', async () => {
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
     http = await listenExpress(buildApp(limiter, {
       policies: [perMinute('ip', 1), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
     }));
@@ -324,7 +327,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
 
   test('limiter-wide shadow: never a 429, no headers; moving to enforced is configuration only', async () => {
     const policies = [perMinute('ip', 1)];
-    const shadow = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger(), shadow: true });
+    const shadow = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), shadow: true });
     http = await listenExpress(buildApp(shadow, { policies }));
     const codes = [];
     for (let i = 0; i < 3; i++) codes.push((await request(`${http.url}/items/1`)).status);
@@ -333,7 +336,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
     assert.equal(last.headers['ratelimit'], undefined);
     assert.deepEqual(last.json.shadowLimited, ['ip']);
     await http.close();
-    const enforced = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() });
+    const enforced = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
     http = await listenExpress(buildApp(enforced, { policies }));
     assert.equal((await request(`${http.url}/items/1`)).status, 429, 'the same bucket, now enforced');
   });
@@ -341,7 +344,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   test('metrics: limited, refunded, store errors and degraded, parsed from /metrics', async () => {
     const registry = new Registry();
     const metrics = new PromMetrics({ registry });
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger(), metrics, name: 'api' });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), metrics, name: 'api' });
     http = await listenExpress(buildApp(limiter, { policies: [perMinute('ip', 2), perMinute('user', 5)], exclude: ['GET /metrics'], refundOn: [500] }, { metricsRegistry: registry }));
     await request(`${http.url}/fail`);
     await request(`${http.url}/items/1`);
@@ -433,7 +436,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   });
 
   test('an IPv6 TCP peer is grouped by /64', async (t) => {
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
     try {
       http = await listenExpress(buildApp(limiter, { policies: [perMinute('ip', 10)] }), '::1');
     } catch (err) {
@@ -446,7 +449,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   });
 
   test('deny cache never holds shadow refusals', async () => {
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
     http = await listenExpress(buildApp(limiter, { policies: [new Policy({ name: 'beta', limit: new Limit(1, 0.01), shadow: true })] }));
     const calls = await checkCalls(redis);
     for (let i = 0; i < 3; i++) assert.equal((await request(`${http.url}/items/1`)).status, 200);
@@ -515,7 +518,7 @@ test('Express 4: the route template from app._router, mount parameters put back'
   const redis = await CLIENTS[1][1](server.port);
   const tb = new TbClient(redis);
   await tb.send(['FLUSHALL']);
-  const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() });
+  const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
   const http = await listenExpress(buildApp(limiter, {
     policies: [
       perMinute('item', 3, { routes: ['GET /items/:id'], perRoute: true }),
@@ -530,7 +533,7 @@ test('Express 4: the route template from app._router, mount parameters put back'
     const b = await request(`${http.url}/users/42/posts/42`);
     assert.deepEqual(sfItems(b.headers['ratelimit']), [['posts', { r: 2, t: 20 }]]);
     assert.deepEqual((await tb.send(['KEYS', 'rl:*'])).map(String).sort(),
-      ['rl:item:GET /items/:id:127.0.0.1', 'rl:posts:GET /users/:uid/posts/:pid:127.0.0.1']);
+      ['rl:item@GET%20/items/%3Aid:127.0.0.1', 'rl:posts@GET%20/users/%3Auid/posts/%3Apid:127.0.0.1']);
     assert.equal((await request(`${http.url}/nope`)).headers['ratelimit'], undefined);
     assert.equal((await request(`${http.url}/fail`)).status, 500);
     assert.equal((await request(`${http.url}/throw`)).status, 500);

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
 import Fastify from 'fastify';
-import { ClientIp, Limit, Policy, RateLimiter, TbClient, perMinute, perSecond } from 'redis-tb';
+import { ClientIpConfig, Limit, Policy, RateLimiter, TbClient, perMinute, perSecond } from 'redis-tb';
 import { fastifyRateLimit } from 'redis-tb/fastify';
 import { CLIENTS, RedisServer, closeClient, memoryLogger, request, sleep } from './helpers.mjs';
 import { listenFastify, sfItems } from './http-helpers.mjs';
@@ -55,7 +55,7 @@ for (const [clientName, makeClient] of CLIENTS) {
     afterEach(async () => { await http?.close(); http = undefined; });
 
     const start = async (limiterOpts, pluginOpts) => {
-      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger(), ...limiterOpts });
+      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), ...limiterOpts });
       http = await listenFastify(await buildApp(limiter, pluginOpts));
       return limiter;
     };
@@ -95,7 +95,7 @@ for (const [clientName, makeClient] of CLIENTS) {
       assert.deepEqual(sfItems(two.headers['ratelimit']), [['item', { r: 1, t: 40 }], ['all', { r: 98, t: 2 }]]);
       await request(`${http.url}/users/42/posts/7`);
       const keys = (await tb.send(['KEYS', 'rl:*'])).map(String).sort();
-      assert.deepEqual(keys, ['rl:all:127.0.0.1', 'rl:item:GET /items/:id:127.0.0.1', 'rl:posts:GET /users/:uid/posts/:pid:127.0.0.1']);
+      assert.deepEqual(keys, ['rl:all:127.0.0.1', 'rl:item@GET%20/items/%3Aid:127.0.0.1', 'rl:posts@GET%20/users/%3Auid/posts/%3Apid:127.0.0.1']);
       const missing = await request(`${http.url}/nope`);
       assert.equal(missing.status, 404);
       assert.equal(missing.headers['ratelimit'], undefined);
@@ -105,7 +105,7 @@ for (const [clientName, makeClient] of CLIENTS) {
     });
 
     test('trusted proxy walk and IPv6 /64', async () => {
-      await start({ clientIp: new ClientIp({ trustedProxies: ['127.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
+      await start({ clientIp: new ClientIpConfig({ trustedProxies: ['127.0.0.0/8'] }) }, { policies: [perMinute('ip', 10)] });
       await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '203.0.113.9, 2001:db8:aa:bb:1::2, 127.0.0.2' } });
       await request(`${http.url}/items/1`, { headers: { 'x-forwarded-for': '2001:db8:aa:bb::99' } });
       assert.deepEqual((await tb.send(['KEYS', 'rl:*'])).map(String), ['rl:ip:2001:db8:aa:bb::/64']);
@@ -148,7 +148,7 @@ test('fastify: registered at the root and again in a child context, the two limi
   let http;
   try {
     await tb.send(['FLUSHALL']);
-    const opts = { timeoutMs: ANSWER_TIMEOUT_MS, clock: fixedClock, logger: memoryLogger() };
+    const opts = { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() };
     const wide = new RateLimiter(redis, { ...opts, prefix: 'wide' });
     const strict = new RateLimiter(redis, { ...opts, prefix: 'strict' });
     const app = Fastify();

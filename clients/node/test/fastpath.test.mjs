@@ -1,12 +1,12 @@
 // The request path's fast paths against the general code they stand in for: the IPv4
-// client-address walk (ClientIp.identity against ClientIp.identityGeneral), the headers
+// client-address walk (ClientIpConfig.identity against ClientIpConfig.identityGeneral), the headers
 // (against the structured-headers library's serializeList of the same items, as headers.ts
 // wrote them before), and the shared deadline queue of the limiter's Redis calls.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { serializeList } from 'structured-headers';
 import {
-  ClientIp, Deadlines, Decision, RateLimiter, RedisTbTimeoutError, parseV4Int, perMinute, quota,
+  ClientIpConfig, Deadlines, Decision, RateLimiter, RedisTbTimeoutError, parseV4Int, perMinute, quota,
   ratelimit, ratelimitPolicy, remainingUnits, resetSeconds, windowSeconds, SF_INT_MAX,
 } from 'redis-tb';
 
@@ -72,7 +72,7 @@ describe('IPv4 fast path', () => {
 
   test('the same identity as the general path, edge cases', () => {
     for (const [trusted, peer, lines, want] of cases) {
-      const ip = new ClientIp({ trustedProxies: trusted });
+      const ip = new ClientIpConfig({ trustedProxies: trusted });
       const what = JSON.stringify([trusted, peer, lines]);
       assert.equal(ip.identityGeneral(peer, lines), want, `general ${what}`);
       assert.equal(ip.identity(peer, lines), want, `fast ${what}`);
@@ -80,13 +80,13 @@ describe('IPv4 fast path', () => {
   });
 
   test('other IPv4 prefixes, the Forwarded header', () => {
-    const wide = new ClientIp({ trustedProxies: ['10.0.0.0/8'], ipv4Prefix: 24 });
+    const wide = new ClientIpConfig({ trustedProxies: ['10.0.0.0/8'], ipv4Prefix: 24 });
     assert.equal(wide.identity('10.0.0.1', ['203.0.113.77']), '203.0.113.0/24');
     assert.equal(wide.identity('203.0.113.77', []), '203.0.113.0/24');
-    assert.equal(new ClientIp({ ipv4Prefix: 0 }).identity('203.0.113.77', []), '0.0.0.0/0');
-    assert.equal(new ClientIp({ ipv4Prefix: 1 }).identity('203.0.113.77', []), '128.0.0.0/1');
-    assert.equal(new ClientIp({ ipv4Prefix: 31 }).identity('203.0.113.77', []), '203.0.113.76/31');
-    const fwd = new ClientIp({ trustedProxies: ['10.0.0.0/8'], header: 'forwarded' });
+    assert.equal(new ClientIpConfig({ ipv4Prefix: 0 }).identity('203.0.113.77', []), '0.0.0.0/0');
+    assert.equal(new ClientIpConfig({ ipv4Prefix: 1 }).identity('203.0.113.77', []), '128.0.0.0/1');
+    assert.equal(new ClientIpConfig({ ipv4Prefix: 31 }).identity('203.0.113.77', []), '203.0.113.76/31');
+    const fwd = new ClientIpConfig({ trustedProxies: ['10.0.0.0/8'], header: 'forwarded' });
     assert.equal(fwd.identity('10.0.0.1', ['for=1.1.1.1;proto=http, For="10.0.0.3:80";by=x']), '1.1.1.1');
   });
 
@@ -110,7 +110,7 @@ describe('IPv4 fast path', () => {
     for (let i = 0; i < 5000; i++) {
       const trusted = Array.from({ length: rnd(3) }, () => `${quad()}/${rnd(33)}`);
       const v4p = [32, 32, 24, 16, 0][rnd(5)];
-      const ip = new ClientIp({ trustedProxies: trusted, ipv4Prefix: v4p });
+      const ip = new ClientIpConfig({ trustedProxies: trusted, ipv4Prefix: v4p });
       const peer = rnd(5) === 0 ? `::ffff:${quad()}` : rnd(4) === 0 && trusted.length ? trusted[0].split('/')[0] : quad();
       const lines = Array.from({ length: rnd(3) }, () => Array.from({ length: 1 + rnd(4) }, hop).join(rnd(2) ? ', ' : ','));
       assert.equal(ip.identity(peer, lines), ip.identityGeneral(peer, lines), JSON.stringify([trusted, v4p, peer, lines]));

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
-  ClientIp, DenyCache, Limit, Policy, formatAddress, parseAddress, quota, remainingUnits, resetSeconds,
+  ClientIpConfig, DenyCache, Limit, Policy, formatAddress, parseAddress, quota, remainingUnits, resetSeconds,
   retryAfterSeconds, windowSeconds, perMinute,
 } from 'redis-tb';
 
@@ -26,31 +26,31 @@ describe('addresses', () => {
   });
 
   test('grouping: IPv6 /64, IPv4 /32, other prefixes', () => {
-    const ip = new ClientIp();
+    const ip = new ClientIpConfig();
     assert.equal(ip.identity('2001:db8:1:2:3:4:5:6', []), '2001:db8:1:2::/64');
     assert.equal(ip.identity('::1', []), '::/64');
     assert.equal(ip.identity('::ffff:127.0.0.1', []), '127.0.0.1');
-    const wide = new ClientIp({ ipv4Prefix: 24, ipv6Prefix: 48 });
+    const wide = new ClientIpConfig({ ipv4Prefix: 24, ipv6Prefix: 48 });
     assert.equal(wide.identity('203.0.113.77', []), '203.0.113.0/24');
     assert.equal(wide.identity('2001:db8:1:2::1', []), '2001:db8:1::/48');
-    assert.equal(new ClientIp().identity(undefined, []), null);
+    assert.equal(new ClientIpConfig().identity(undefined, []), null);
   });
 
   test('the proxy walk', () => {
-    const ip = new ClientIp({ trustedProxies: ['10.0.0.0/8', '2001:db8:ffff::/48'] });
+    const ip = new ClientIpConfig({ trustedProxies: ['10.0.0.0/8', '2001:db8:ffff::/48'] });
     assert.equal(ip.identity('10.0.0.1', ['1.1.1.1, 2.2.2.2', '10.0.0.9']), '2.2.2.2', 'several header lines are one list');
     assert.equal(ip.identity('10.0.0.1', []), '10.0.0.1');
     assert.equal(ip.identity('2001:db8:ffff::1', ['2001:db8:1::5']), '2001:db8:1::/64');
     assert.equal(ip.identity('192.0.2.1', ['1.1.1.1']), '192.0.2.1', 'an untrusted peer is the client');
     assert.equal(ip.identity('10.0.0.1', ['1.1.1.1, nonsense, 10.0.0.2']), '10.0.0.2');
-    const fwd = new ClientIp({ trustedProxies: ['10.0.0.0/8'], header: 'forwarded' });
+    const fwd = new ClientIpConfig({ trustedProxies: ['10.0.0.0/8'], header: 'forwarded' });
     assert.equal(fwd.identity('10.0.0.1', ['for=1.1.1.1;proto=http, For="10.0.0.3:80";by=x']), '1.1.1.1');
     assert.equal(fwd.identity('10.0.0.1', ['for="_gazonk"']), '10.0.0.1');
     assert.equal(fwd.identity('10.0.0.1', ['proto=https;for="[2001:db8::1]:80", for=unknown']), '10.0.0.1');
-    assert.throws(() => new ClientIp({ trustedProxies: ['nope'] }), RangeError);
-    assert.throws(() => new ClientIp({ trustedProxies: ['10.0.0.0/33'] }), RangeError);
-    assert.throws(() => new ClientIp({ trustedProxies: ['10.0.0.0/'] }), RangeError);
-    const mapped = new ClientIp({ trustedProxies: ['::ffff:10.0.0.0/104'] });
+    assert.throws(() => new ClientIpConfig({ trustedProxies: ['nope'] }), RangeError);
+    assert.throws(() => new ClientIpConfig({ trustedProxies: ['10.0.0.0/33'] }), RangeError);
+    assert.throws(() => new ClientIpConfig({ trustedProxies: ['10.0.0.0/'] }), RangeError);
+    const mapped = new ClientIpConfig({ trustedProxies: ['::ffff:10.0.0.0/104'] });
     assert.equal(mapped.identity('10.1.1.1', ['1.1.1.1']), '1.1.1.1', 'a mapped CIDR is its IPv4 network');
   });
 });

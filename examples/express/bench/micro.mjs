@@ -11,7 +11,7 @@
 import express from 'express';
 import { createClient } from 'redis';
 import { serializeList } from 'structured-headers';
-import { ClientIp, Deadlines, RateLimiter, RedisTbTimeoutError, perSecond, quota, remainingUnits, resetSeconds, windowSeconds } from 'redis-tb';
+import { ClientIpConfig, Deadlines, RateLimiter, RedisTbTimeoutError, perSecond, quota, remainingUnits, resetSeconds, windowSeconds } from 'redis-tb';
 import { routeTemplate } from 'redis-tb/express';
 
 const args = process.argv.slice(2);
@@ -24,7 +24,7 @@ const takeReply = await redis.sendCommand(['TB.TAKE', 'micro:k', '1000000', '100
 const mtakeReply = await redis.sendCommand(['TB.MTAKE', '1', 'micro:k', '1000000', '1000000', '1']);
 
 const fake = (argv) => Promise.resolve(argv[0] === 'TB.TAKE' ? takeReply : mtakeReply);
-const clientIp = new ClientIp({ trustedProxies: ['127.0.0.0/8'] });
+const clientIp = new ClientIpConfig({ trustedProxies: ['127.0.0.0/8'] });
 const limiter = new RateLimiter(fake, { clientIp, timeoutMs: 1000 });
 const policies = [perSecond('ip', 1_000_000)];
 const app = express();

@@ -3,7 +3,7 @@
 // second (the bench: never reached); flood.mjs sets TB_CAPACITY / TB_RATE (a limit that
 // refuses) and TB_DENY_CACHE (entries of the local deny cache, 0: off).
 import { createClient } from 'redis';
-import { ClientIp, Limit, Policy, RateLimiter, perSecond } from 'redis-tb';
+import { ClientIpConfig, Limit, Policy, RateLimiter, perSecond } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
 
 export async function tbMiddleware(redisUrl, limit) {
@@ -12,7 +12,7 @@ export async function tbMiddleware(redisUrl, limit) {
   // timeoutMs 1000: on a loaded machine a 50 ms bound would send some requests down the
   // fail-open path (no Redis call); the bench measures the work, every request reaching Redis.
   const limiter = new RateLimiter(redis, {
-    clientIp: new ClientIp({ trustedProxies: ['127.0.0.0/8'] }),
+    clientIp: new ClientIpConfig({ trustedProxies: ['127.0.0.0/8'] }),
     timeoutMs: 1000,
     denyCache: denyCache > 0 ? { maxEntries: denyCache } : undefined,
   });

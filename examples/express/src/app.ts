@@ -15,7 +15,7 @@
  */
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { Registry } from 'prom-client';
-import { ClientIp, Limit, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
+import { ClientIpConfig, Limit, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
 import { PromMetrics } from 'redis-tb/prometheus';
 
@@ -26,6 +26,8 @@ export interface AppConfig {
   trustedProxies?: string[];
   /** the bound on each Redis call (default 50 ms, the library's) */
   timeoutMs?: number;
+  /** SPEC U2: start even when Redis is unreachable (one log line, then the failure mode) */
+  startDegraded?: boolean;
 }
 
 // -- who is calling ----------------------------------------------------------------
@@ -82,10 +84,10 @@ function slowDown(res: Response): boolean {
 export function buildApp(config: AppConfig) {
   const registry = new Registry();
   const metrics = new PromMetrics({ registry });
-  const clientIp = new ClientIp({ trustedProxies: config.trustedProxies ?? [] });
-  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs });
+  const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
+  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
-  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs });
+  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
 
   const app = express();
   app.disable('x-powered-by');
@@ -152,7 +154,6 @@ export function buildApp(config: AppConfig) {
     res.json({ api: limiter.stats, login: strict.stats });
   });
 
-  // eslint-disable-next-line @typescript-eslint/no-unused-vars
   app.use((err: Error, _req: Request, res: Response, _next: NextFunction) => {
     res.status(500).json({ error: err.message });
   });

@@ -265,18 +265,30 @@ describe('express example, startup', () => {
     }
   });
 
-  test('an unreachable Redis at startup is logged; the app serves, failing open (and closed for login)', async () => {
+  test('an unreachable Redis stops the start with one line (SPEC U2)', async () => {
     const nowhere = await RedisServer.start();
     const url = nowhere.url;
     await nowhere.stop();
-    const p = await new AppProcess('dist/src/server.js', { REDIS_URL: url }).start();
+    const p = new AppProcess('dist/src/server.js', { REDIS_URL: url }).spawnOnly();
+    assert.equal(await p.exited(), 1);
+    const lines = p.output.split('\n').filter((l) => l.startsWith('redis-tb:'));
+    assert.equal(lines.length, 1, p.output);
+    assert.match(lines[0]!, new RegExp(`^redis-tb: cannot reach Redis at 127\\.0\\.0\\.1:${nowhere.port} \\(.*\\): start it, or set startDegraded to start failing open$`));
+    assert.doesNotMatch(p.output, /Unhandled|    at /, 'no traceback, no unhandled rejection');
+  });
+
+  test('REDIS_TB_START_DEGRADED=1: an unreachable Redis is logged; the app serves, failing open (and closed for login)', async () => {
+    const nowhere = await RedisServer.start();
+    const url = nowhere.url;
+    await nowhere.stop();
+    const p = await new AppProcess('dist/src/server.js', { REDIS_URL: url, REDIS_TB_START_DEGRADED: '1' }).start();
     try {
       const r = await request(p.url, '/items/1');
       assert.equal(r.status, 200);
       assert.equal(r.headers.ratelimit, undefined);
       const login = await request(p.url, '/login', { method: 'POST', body: {} });
       assert.equal(login.status, 503);
-      assert.match(p.output, /redis-tb: cannot reach Redis/);
+      assert.match(p.output, /redis-tb: Redis at 127\.0\.0\.1:\d+ unreachable at startup; starting degraded \(fail-open\)/);
     } finally {
       await p.stop();
     }

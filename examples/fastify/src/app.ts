@@ -12,7 +12,7 @@
  */
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
-import { ClientIp, Limit, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
+import { ClientIpConfig, Limit, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
 import { fastifyRateLimit } from 'redis-tb/fastify';
 import { PromMetrics } from 'redis-tb/prometheus';
 
@@ -21,6 +21,8 @@ export interface AppConfig {
   trustedProxies?: string[];
   /** the bound on each Redis call (default 50 ms, the library's) */
   timeoutMs?: number;
+  /** SPEC U2: start even when Redis is unreachable (one log line, then the failure mode) */
+  startDegraded?: boolean;
 }
 
 // A stand-in for your auth: API key -> user and plan.
@@ -46,10 +48,10 @@ export const LOGIN_POLICIES = [perSecond<FastifyRequest>('ip', 10), perMinute<Fa
 export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: RateLimiter<FastifyRequest>; strict: RateLimiter<FastifyRequest> } {
   const registry = new Registry();
   const metrics = new PromMetrics({ registry });
-  const clientIp = new ClientIp({ trustedProxies: config.trustedProxies ?? [] });
-  const limiter = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs });
+  const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
+  const limiter = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
-  const strict = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs });
+  const strict = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
 
   const app = Fastify();
 

@@ -4,11 +4,11 @@
  * REDIS_TB_TIMEOUT_MS (the bound on each Redis call, default 50), PORT (default 3000; 0 picks a free one), HOST (default 127.0.0.1).
  */
 import { createClient } from 'redis';
-import { ModuleNotLoadedError } from 'redis-tb';
 import { buildApp } from './app.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const timeoutMs = process.env.REDIS_TB_TIMEOUT_MS ? Number(process.env.REDIS_TB_TIMEOUT_MS) : undefined;
+const startDegraded = process.env.REDIS_TB_START_DEGRADED === '1';
 const trustedProxies = (process.env.TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 
 // No offline queue: while Redis is down a command fails at once and the limiter's
@@ -21,20 +21,19 @@ redis.on('error', (err: Error) => {
     console.warn(`redis: ${err.message || err.name} (reconnecting)`);
   }
 });
-// An unreachable Redis does not stop the app: it may start before Redis does.
+// Wait a moment for the connection; startup() decides what an unreachable Redis means.
 const connected = redis.connect().catch(() => undefined);
 await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
 
-const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs });
+const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs, startDegraded });
 try {
-  await limiter.startup(); // a server without the module stops the app here
+  // SPEC U1, U2: no module, no permission, or (without REDIS_TB_START_DEGRADED=1) an
+  // unreachable Redis stops the app here with one line
+  await limiter.startup();
   await strict.startup();
 } catch (err) {
-  if (err instanceof ModuleNotLoadedError) {
-    console.error(err.message);
-    process.exit(1);
-  }
-  throw err;
+  console.error(err instanceof Error ? err.message : String(err));
+  process.exit(1);
 }
 
 const address = await app.listen({ port: Number(process.env.PORT ?? 3000), host: process.env.HOST ?? '127.0.0.1' });

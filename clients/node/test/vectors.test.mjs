@@ -1,0 +1,423 @@
+// The shared vectors (clients/vectors/*.json, described in clients/vectors/README.md): every
+// file of the folder is run; a file without a handler, or a case of a kind this runner does
+// not know, fails. Pure files call the package's pure functions; limiter.json drives the
+// framework-neutral RateLimiter with an injected clock (SPEC T1) and a scripted store at
+// the level of the typed client (the TB.* calls it sends, with scripted replies, error
+// replies, timeouts, connection errors, and calls held until a later step).
+// Each case is a subtest named by its id.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, test } from 'node:test';
+import {
+  ClientIpConfig, Decision, Key, Limit, Policy, RateLimiter, bodyNumber, bucketKey, checkDistinctNames, quota,
+  remainingUnits, resetSeconds, respond, retryAfterSeconds, windowSeconds,
+} from 'redis-tb';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const DIR = process.env.REDIS_TB_VECTORS ?? path.resolve(here, '../../vectors');
+const WALL_ZERO = 1764456268000;
+
+/** A number field: `"NaN"`, `"Infinity"`, `"-Infinity"` or a JSON number. */
+function num(v) {
+  if (v === 'NaN') return NaN;
+  if (v === 'Infinity') return Infinity;
+  if (v === '-Infinity') return -Infinity;
+  if (typeof v === 'number') return v;
+  throw new Error(`not a number field: ${JSON.stringify(v)}`);
+}
+
+const silent = { warn() {} };
+
+/** `[name, value]` pairs -> lowercase name -> value (the first line of each). */
+function headerMap(pairs) {
+  const out = new Map();
+  for (const [k, v] of pairs) if (!out.has(k.toLowerCase())) out.set(k.toLowerCase(), v);
+  return out;
+}
+
+function checkHeaders(id, got, expected) {
+  const map = headerMap(got);
+  for (const [name, value] of Object.entries(expected)) {
+    assert.equal(map.get(name) ?? null, value, `${id}: header ${name}`);
+  }
+}
+
+// -- pure files -------------------------------------------------------------------
+
+const NUMBER_FNS = {
+  quota: (c) => quota(num(c)),
+  window: (c, r) => windowSeconds(num(c), num(r)),
+  remaining: (x) => remainingUnits(num(x)),
+  reset: (x) => resetSeconds(num(x)),
+  retry_after: (x) => retryAfterSeconds(num(x)),
+  body_number: (x) => bodyNumber(num(x)),
+};
+
+function runNumber(c) {
+  const fn = NUMBER_FNS[c.fn];
+  assert.ok(fn, `${c.id}: unknown fn ${c.fn}`);
+  assert.equal(fn(...c.args), c.expect, `${c.id}: ${c.fn}(${c.args.join(', ')})`);
+}
+
+const anyLimit = new Limit(1, 1);
+const nullSend = async () => { throw new Error('no Redis in config cases'); };
+
+const CONFIG_SETTINGS = {
+  prefix: (v) => new RateLimiter(nullSend, { prefix: v }),
+  policy_name: (v) => new Policy({ name: v, limit: anyLimit }),
+  policy_names: (v) => checkDistinctNames(v.map((name) => new Policy({ name, limit: anyLimit }))),
+  limit: (v) => new Limit(num(v.capacity), num(v.rate)),
+  cost: (v) => new Policy({ name: 'p', limit: anyLimit, cost: num(v) }),
+  trusted_proxy: (v) => new ClientIpConfig({ trustedProxies: [v] }).trustedProxies[0],
+  ipv4_prefix: (v) => new ClientIpConfig({ ipv4Prefix: v }),
+  ipv6_prefix: (v) => new ClientIpConfig({ ipv6Prefix: v }),
+  header: (v) => new ClientIpConfig({ header: v }),
+  fixed_key: (v) => Key.fixed(v),
+};
+
+function runConfig(c) {
+  const make = CONFIG_SETTINGS[c.setting];
+  assert.ok(make, `${c.id}: unknown setting ${c.setting}`);
+  let out;
+  let error = null;
+  try {
+    out = make(c.value);
+  } catch (err) {
+    error = err;
+  }
+  if (c.expect.valid) {
+    assert.equal(error, null, `${c.id}: ${c.setting} ${JSON.stringify(c.value)} is valid, got ${error}`);
+    if ('normalized' in c.expect) assert.equal(out, c.expect.normalized, `${c.id}: normalized`);
+  } else {
+    assert.ok(error instanceof Error, `${c.id}: ${c.setting} ${JSON.stringify(c.value)} must be refused`);
+    // a configuration error names the value (SPEC C)
+    assert.ok(error instanceof RangeError || error instanceof TypeError, `${c.id}: ${error}`);
+  }
+}
+
+function addressConfig(cfg) {
+  return new ClientIpConfig({
+    trustedProxies: cfg.trusted_proxies ?? [],
+    header: cfg.header ?? 'x-forwarded-for',
+    ipv4Prefix: cfg.ipv4_prefix ?? 32,
+    ipv6Prefix: cfg.ipv6_prefix ?? 64,
+  });
+}
+
+function runAddress(c) {
+  const cfg = addressConfig(c.config);
+  const lines = c.headers[cfg.header] ?? [];
+  const got = cfg.resolve(c.peer, lines);
+  assert.equal(got.address, c.expect.client, `${c.id}: client`);
+  assert.equal(got.identity, c.expect.identity, `${c.id}: identity`);
+  // the fast path the limiter takes gives the same identity
+  assert.equal(cfg.identity(c.peer, lines), c.expect.identity, `${c.id}: identity (limiter path)`);
+}
+
+// -- a scripted store at the level of the typed client ------------------------------
+
+class ReplyError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ReplyError';
+  }
+}
+
+function wire(v) {
+  if (Array.isArray(v)) return v.map(wire);
+  return typeof v === 'number' ? String(v) : v;
+}
+
+/** The scripted store: each step lists the calls it must make, in order. */
+class Script {
+  constructor() {
+    this.expected = [];
+    this.unexpected = [];
+    this.held = new Map();
+  }
+
+  expect(calls) {
+    this.expected = [...calls];
+    this.unexpected = [];
+  }
+
+  send = (args) => {
+    const next = this.expected.shift();
+    if (next === undefined) {
+      this.unexpected.push(args);
+      return Promise.reject(new ReplyError('ERR unexpected call'));
+    }
+    this.match(next.call, args);
+    if ('reply' in next) return Promise.resolve(wire(next.reply));
+    if ('error' in next) return Promise.reject(new ReplyError(next.error));
+    if (next.timeout) return new Promise(() => {});
+    if (next.connection_error) {
+      return Promise.reject(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' }));
+    }
+    if (next.hold) {
+      return new Promise((resolve, reject) => {
+        this.held.set(next.hold, { resolve, reject });
+      });
+    }
+    throw new Error(`unknown call kind: ${JSON.stringify(next)}`);
+  };
+
+  match(expected, args) {
+    const ok = expected.length === args.length && expected.every((e, i) => (
+      typeof e === 'number' ? Number(args[i]) === e : String(args[i]) === e
+    ));
+    if (!ok) this.unexpected.push({ expected, got: args });
+  }
+
+  verify(id, what) {
+    assert.deepEqual(this.unexpected, [], `${id}: ${what}: calls that do not match the script`);
+    assert.deepEqual(this.expected.map((c) => c.call), [], `${id}: ${what}: listed calls not made`);
+  }
+}
+
+function keySource(k) {
+  if (k === undefined || k.kind === 'client_ip') return Key.clientIp();
+  if (k.kind === 'header') return Key.header(k.name);
+  if (k.kind === 'fixed') return Key.fixed(k.value);
+  throw new Error(`unknown key kind ${k.kind}`);
+}
+
+function buildPolicies(spec, steps) {
+  return spec.map((p) => {
+    const hasCostFn = typeof p.cost === 'object' || steps.some((s) => s.check?.cost?.[p.name] !== undefined);
+    const hasLimitFn = steps.some((s) => s.check?.limit?.[p.name] !== undefined);
+    const base = new Limit(num(p.capacity), num(p.rate));
+    const staticCost = typeof p.cost === 'object' ? num(p.cost.invalid) : (p.cost ?? 1);
+    return new Policy({
+      name: p.name,
+      shadow: p.shadow ?? false,
+      key: keySource(p.key),
+      limit: hasLimitFn
+        ? async (req) => {
+          const l = req.limit?.[p.name];
+          return l === undefined ? base : { capacity: num(l.capacity), rate: num(l.rate) };
+        }
+        : base,
+      cost: hasCostFn
+        ? async (req) => (req.cost?.[p.name] !== undefined ? num(req.cost[p.name]) : staticCost)
+        : staticCost,
+    });
+  });
+}
+
+const STAT_NAMES = {
+  checks: 'checks', allowed: 'allowed', limited: 'limited', shadow_limited: 'shadowLimited', store_errors: 'storeErrors',
+  degraded: 'degraded', deny_cache_hits: 'denyCacheHits', refunds: 'refunds', refund_errors: 'refundErrors',
+  invalid_inputs: 'invalidInputs',
+};
+
+function checkDecision(id, limiter, decision, expect) {
+  const res = limiter.respond(decision);
+  for (const [k, v] of Object.entries(expect)) {
+    switch (k) {
+      case 'outcome': assert.equal(decision.outcome, v, `${id}: outcome`); break;
+      case 'allowed': assert.equal(decision.allowed, v, `${id}: allowed`); break;
+      case 'from_cache': assert.equal(decision.fromCache, v, `${id}: from_cache`); break;
+      case 'status': assert.equal(res.status, v, `${id}: status`); break;
+      case 'headers': checkHeaders(id, res.headers, v); break;
+      case 'body': assert.equal(res.body, v, `${id}: body`); break;
+      case 'violated': assert.deepEqual(decision.violated, v, `${id}: violated`); break;
+      case 'shadow_limited': assert.deepEqual([...decision.shadowLimited], v, `${id}: shadow_limited`); break;
+      default: assert.fail(`${id}: unknown expectation ${k}`);
+    }
+  }
+}
+
+/** A limiter of a case's configuration over the script, with the case's clock. */
+function caseLimiter(cfg, script, clock) {
+  return new RateLimiter(script.send, {
+    clock,
+    logger: silent,
+    failOpen: cfg.fail_open ?? true,
+    timeoutMs: cfg.timeout_ms ?? 50,
+    cooldownMs: cfg.cooldown_ms ?? 1000,
+    ...(cfg.deny_cache ? { denyCache: { maxEntries: cfg.deny_cache.max_entries } } : {}),
+  });
+}
+
+const STEP_KINDS = new Set(['check', 'release', 'cancel', 'refund']);
+
+async function runLimiter(c) {
+  const script = new Script();
+  let t = 0;
+  const clock = { monotonicMs: () => t, wallMs: () => WALL_ZERO + t };
+  const limiter = caseLimiter(c.limiter, script, clock);
+  const policies = buildPolicies(c.limiter.policies, c.steps);
+  const decisions = [];
+  const pending = new Map(); // hold name -> { promise, controller }
+  try {
+    for (let i = 0; i < c.steps.length; i++) {
+      const step = c.steps[i];
+      const kinds = Object.keys(step).filter((k) => STEP_KINDS.has(k));
+      assert.equal(kinds.length, 1, `${c.id} step ${i}: one of ${[...STEP_KINDS].join(', ')}`);
+      const what = `step ${i} (${kinds[0]})`;
+      t = step.at_ms;
+      if (step.check) {
+        const chk = step.check;
+        const headers = chk.headers ?? {};
+        const controller = new AbortController();
+        script.expect(step.redis ?? []);
+        const promise = limiter.check({
+          request: { cost: chk.cost, limit: chk.limit },
+          peer: chk.peer,
+          header: (name) => headers[name] ?? [],
+          route: 'GET /vector',
+          signal: controller.signal,
+        }, policies);
+        const hold = (step.redis ?? []).find((r) => r.hold)?.hold;
+        if (hold !== undefined) {
+          promise.catch(() => {}); // checked at its release (or cancelled)
+          await new Promise((r) => setImmediate(r));
+          pending.set(hold, { promise, controller });
+          decisions[i] = promise;
+          script.verify(c.id, what);
+          assert.equal(step.expect, null, `${c.id}: ${what}: a held check is checked at its release`);
+          continue;
+        }
+        const decision = await promise;
+        decisions[i] = decision;
+        script.verify(c.id, what);
+        if (step.expect) checkDecision(`${c.id} ${what}`, limiter, decision, step.expect);
+      } else if (step.release !== undefined) {
+        const held = script.held.get(step.release);
+        const p = pending.get(step.release);
+        assert.ok(held && p, `${c.id}: ${what}: nothing held as ${step.release}`);
+        script.expect([]);
+        if ('reply' in step) held.resolve(wire(step.reply));
+        else held.reject(new ReplyError(step.error));
+        const decision = await p.promise;
+        pending.delete(step.release);
+        script.verify(c.id, what);
+        if (step.expect) checkDecision(`${c.id} ${what}`, limiter, decision, step.expect);
+      } else if (step.cancel !== undefined) {
+        const p = pending.get(step.cancel);
+        assert.ok(p, `${c.id}: ${what}: nothing held as ${step.cancel}`);
+        script.expect([]);
+        p.controller.abort();
+        await assert.rejects(p.promise, `${c.id}: ${what}: a cancelled check rejects`);
+        pending.delete(step.cancel);
+        script.verify(c.id, what);
+      } else {
+        const decision = await decisions[step.refund];
+        assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${step.refund} has no decision`);
+        script.expect(step.redis ?? []);
+        const returns = await decision.refund();
+        script.verify(c.id, what);
+        assert.equal(returns, step.expect.returns, `${c.id}: ${what}: refund() returns`);
+      }
+    }
+    if (c.expect_stats) {
+      for (const [k, v] of Object.entries(c.expect_stats)) {
+        assert.ok(STAT_NAMES[k], `${c.id}: unknown counter ${k}`);
+        assert.equal(limiter.stats[STAT_NAMES[k]], v, `${c.id}: stats.${STAT_NAMES[k]}`);
+      }
+    }
+  } finally {
+    // a held call never released or cancelled is dropped when the case ends
+    for (const p of pending.values()) p.controller.abort();
+  }
+}
+
+/** keys.json: the pure builder, and the limiter's path to the same key (one key builder). */
+async function runKey(c) {
+  const skip = c.expect.skip === true;
+  if (!skip) {
+    assert.equal(bucketKey(c.prefix, c.tag, c.policy, c.route, c.identity), c.expect.key, `${c.id}: bucketKey`);
+  }
+  const script = new Script();
+  const limiter = new RateLimiter(script.send, {
+    prefix: c.prefix, logger: silent, hashTag: () => c.tag, clock: { monotonicMs: () => 0, wallMs: () => WALL_ZERO },
+  });
+  const policy = new Policy({ name: c.policy, limit: new Limit(2, 1), key: () => c.identity, perRoute: c.route !== null });
+  script.expect(skip ? [] : [{ call: ['TB.TAKE', c.expect.key, 2, 1, 1], reply: [1, 1, 0, 1] }]);
+  const d = await limiter.check({ request: {}, peer: '203.0.113.9', header: () => [], route: c.route }, [policy]);
+  script.verify(c.id, 'limiter key');
+  assert.equal(d.outcome, skip ? 'not_limited' : 'allowed', `${c.id}: outcome`);
+}
+
+/** header_identity.json: Key.header through the limiter (SPEC I2 + K). */
+async function runHeaderIdentity(c) {
+  const script = new Script();
+  const limiter = new RateLimiter(script.send, { logger: silent, clock: { monotonicMs: () => 0, wallMs: () => WALL_ZERO } });
+  const policy = new Policy({ name: 'key', limit: new Limit(2, 1), key: Key.header(c.header) });
+  const e = c.expect;
+  script.expect(e.key ? [{ call: ['TB.TAKE', e.key, 2, 1, 1], reply: [1, 1, 0, 1] }] : []);
+  const d = await limiter.check(
+    { request: {}, peer: '203.0.113.9', header: (name) => (name === c.header ? c.lines : []), route: 'GET /h' }, [policy],
+  );
+  script.verify(c.id, 'header identity');
+  if (e.key) assert.equal(d.outcome, 'allowed', `${c.id}: outcome`);
+  else if (e.skip) assert.equal(d.outcome, 'not_limited', `${c.id}: skipped`);
+  else if (e.bad_request) {
+    assert.equal(d.outcome, 'bad_request', `${c.id}: outcome`);
+    assert.equal(limiter.respond(d).status, 400, `${c.id}: status`);
+  } else assert.fail(`${c.id}: unknown expectation ${JSON.stringify(e)}`);
+}
+
+function runResponse(c) {
+  const results = c.results.map((r) => ({
+    name: r.name, key: `rl:${r.name}:x`, capacity: num(r.capacity), rate: num(r.rate), cost: num(r.cost),
+    allowed: r.allowed, remaining: num(r.remaining), retryAfter: num(r.retry_after), resetAfter: num(r.reset_after),
+    shadow: r.shadow,
+  }));
+  const decision = Decision.fromResults(results, { charged: results.every((r) => r.allowed) });
+  const e = c.expect;
+  const d = e.decision;
+  assert.equal(decision.outcome, d.outcome, `${c.id}: outcome`);
+  assert.equal(decision.allowed, d.allowed, `${c.id}: allowed`);
+  assert.equal(decision.remaining, d.remaining, `${c.id}: remaining`);
+  assert.equal(decision.retryAfter, d.retry_after, `${c.id}: retry_after`);
+  assert.equal(decision.resetAfter, d.reset_after, `${c.id}: reset_after`);
+  assert.deepEqual(decision.violated, d.violated, `${c.id}: violated`);
+  assert.deepEqual([...decision.shadowLimited], d.shadow_limited, `${c.id}: shadow_limited`);
+  const res = respond(decision, {
+    legacyHeaders: c.legacy !== null, legacyReset: c.legacy ?? 'unix', nowMs: c.now_unix * 1000,
+  });
+  assert.equal(res.status, e.status, `${c.id}: status`);
+  checkHeaders(c.id, res.headers, e.headers);
+  assert.equal(res.body, e.body, `${c.id}: body`);
+}
+
+const HANDLERS = {
+  'numbers.json': runNumber,
+  'config.json': runConfig,
+  'address.json': runAddress,
+  'keys.json': runKey,
+  'header_identity.json': runHeaderIdentity,
+  'response.json': runResponse,
+  'limiter.json': runLimiter,
+};
+
+const files = fs.readdirSync(DIR).filter((f) => f.endsWith('.json')).sort();
+
+test('the vectors folder holds files and every file has a handler', () => {
+  assert.ok(files.length > 0, `no vectors in ${DIR}`);
+  const unknown = files.filter((f) => !HANDLERS[f]);
+  assert.deepEqual(unknown, [], `vector files without a handler: ${unknown.join(', ')}`);
+});
+
+const seen = new Set();
+for (const file of files) {
+  const run = HANDLERS[file];
+  if (!run) continue;
+  const { cases } = JSON.parse(fs.readFileSync(path.join(DIR, file), 'utf8'));
+  describe(`vectors ${file}`, () => {
+    test('has cases with unique ids', () => {
+      assert.ok(Array.isArray(cases) && cases.length > 0, `${file}: no cases`);
+    });
+    for (const c of cases) {
+      test(`${c.id} (${c.rule}): ${c.title}`, async () => {
+        assert.ok(!seen.has(c.id), `${c.id}: duplicated id`);
+        seen.add(c.id);
+        await run(c);
+      });
+    }
+  });
+}
