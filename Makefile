@@ -5,6 +5,9 @@ MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 # `make run`'s port (the one every client snippet uses): `make run PORT=6380` for another.
 PORT ?= 6379
+# Node.js 20 from PyPI, where scripts/install-deps.sh put it because the machine's node is
+# missing or older than 20 (the folder exists only then); first on PATH for every recipe.
+export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
 .PHONY: all build run dist test-dist test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
