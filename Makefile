@@ -3,14 +3,21 @@
 
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
+# `make run`'s port (the one every client snippet uses): `make run PORT=6380` for another.
+PORT ?= 6379
+# Node.js 20 from PyPI, where scripts/install-deps.sh put it because the machine's node is
+# missing or older than 20 (the folder exists only then); first on PATH for every recipe.
+export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run test test-examples test-node lint-node bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-node lint-node bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
 help:
 	@echo "make          build $(MODULE)"
-	@echo "make run      build, then start redis-server on redis.conf.example (port 6380)"
+	@echo "make run      build, then start redis-server on redis.conf.example (port 6379, PORT=... for another; with the CL.THROTTLE alias)"
+	@echo "make dist     every release artifact in dist/ with SHA256SUMS (modules for x86_64 and aarch64 on glibc 2.17, wheel, sdist, npm tarball, crate)"
+	@echo "make test-dist  make dist, then each artifact installed outside the repository and its README quick-start run (aarch64 under qemu)"
 	@echo "make test     the whole test suite (unit, property, integration against a real redis-server), then make test-examples"
 	@echo "make test-examples  the integrations end to end: Python (FastAPI, Flask/slowapi, Django, shell), Rust (axum), Node (Express, Fastify)"
 	@echo "make lint     cargo fmt --check and clippy -D warnings, then make lint-node"
@@ -35,7 +42,16 @@ build: deps
 $(MODULE): build
 
 run: build
-	$(REDIS_SERVER) redis.conf.example
+	$(REDIS_SERVER) redis.conf.example --port $(PORT)
+
+# Everything a release publishes, into dist/ with SHA256SUMS (scripts/dist.sh says how:
+# cargo-zigbuild and Zig from PyPI in a venv under ~/.cache/redis-tb, the aarch64 std from
+# rustup). `make test-dist` checks the artifacts as a user gets them (scripts/test-dist.sh).
+dist: deps
+	scripts/dist.sh
+
+test-dist: dist
+	scripts/test-dist.sh
 
 test: build
 	cargo test --release

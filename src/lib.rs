@@ -41,8 +41,20 @@ static ALLOCATOR: redis_module::alloc::RedisAlloc = redis_module::alloc::RedisAl
 
 /// The module's version, as reported by `INFO tb`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// The same for `MODULE LIST` (major * 10000 + minor * 100 + patch).
-const MODULE_VERSION: c_int = 200;
+/// The same for `MODULE LIST` (major * 10000 + minor * 100 + patch), from Cargo.toml too.
+const MODULE_VERSION: c_int = version_part(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+    + version_part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+    + version_part(env!("CARGO_PKG_VERSION_PATCH"));
+
+/// A version part (Cargo makes it decimal digits), read at compile time.
+const fn version_part(text: &str) -> c_int {
+    let (mut digits, mut n) = (text.as_bytes(), 0);
+    while let [d, rest @ ..] = digits {
+        n = n * 10 + (*d - b'0') as c_int;
+        digits = rest;
+    }
+    n
+}
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
 const ERR: c_int = raw::REDISMODULE_ERR as c_int;
