@@ -880,3 +880,37 @@ async fn every_vector_file_passes() {
     );
     eprintln!("{ran} vector cases passed");
 }
+
+/// SPEC R6 (issue row D12), a case in the vectors' format that the shared files do not
+/// hold yet: a probe stopped by the open breaker gives its claim back, so after the
+/// cool-down, while the next probe is out, the same key is refused from the cache
+/// (`Retry-After: 1`, R4) instead of reaching the failure mode. Proposed for
+/// clients/vectors/limiter.json.
+#[tokio::test]
+async fn a_probe_stopped_by_the_breaker_keeps_the_entry() {
+    let case: Value = serde_json::from_str(
+        r#"{"id": "rs-r6-001", "rule": "R6", "title": "D12: the entry outlives a breaker-stopped probe",
+        "limiter": {"policies": [{"name": "ip", "capacity": 2, "rate": 1, "cost": 1}],
+                    "deny_cache": {"max_entries": 100}, "timeout_ms": 60000},
+        "steps": [
+          {"at_ms": 0, "check": {"peer": "203.0.113.9", "headers": {}},
+           "redis": [{"call": ["TB.TAKE", "rl:ip:203.0.113.9", 2, 1, 1], "reply": [0, 0, 1.5, 2]}],
+           "expect": {"outcome": "limited", "from_cache": false}},
+          {"at_ms": 1000, "check": {"peer": "198.51.100.7", "headers": {}},
+           "redis": [{"call": ["TB.TAKE", "rl:ip:198.51.100.7", 2, 1, 1], "connection_error": true}],
+           "expect": {"outcome": "store_error"}},
+          {"at_ms": 1600, "check": {"peer": "203.0.113.9", "headers": {}}, "redis": [],
+           "expect": {"outcome": "store_error", "from_cache": false}},
+          {"at_ms": 2100, "check": {"peer": "203.0.113.9", "headers": {}},
+           "redis": [{"call": ["TB.TAKE", "rl:ip:203.0.113.9", 2, 1, 1], "hold": "p"}], "expect": null},
+          {"at_ms": 2110, "check": {"peer": "203.0.113.9", "headers": {}}, "redis": [],
+           "expect": {"outcome": "limited", "from_cache": true, "headers": {"retry-after": "1"}}},
+          {"at_ms": 2120, "release": "p", "reply": [1, 1, 0, 1],
+           "expect": {"outcome": "allowed", "from_cache": false}}
+        ]}"#,
+    )
+    .unwrap();
+    let mut fails = Failures::new();
+    limiter_case(&case, &mut fails).await;
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
