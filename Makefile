@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -13,6 +13,7 @@ help:
 	@echo "make run      build, then start redis-server on redis.conf.example (port 6380)"
 	@echo "make test     the whole test suite (unit, property, integration against a real redis-server), then make test-examples"
 	@echo "make test-examples  the integrations end to end: Python (FastAPI, Flask/slowapi, Django, shell), Rust (axum), Node (Express, Fastify)"
+	@echo "make test-rust-client  the Rust client crate (vectors included, with and without axum) and the axum example"
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
@@ -46,10 +47,17 @@ test: build
 # lockfile) with the Express and Fastify examples.
 test-examples: build
 	clients/python/run-tests.sh
-	cargo test -p redis-tb-client -p redis-tb-axum-example
+	$(MAKE) test-rust-client
 	clients/node/run-tests.sh
 	examples/express/run-tests.sh
 	examples/fastify/run-tests.sh
+
+# The Rust client crate (its unit tests, the shared vectors of clients/vectors, the doc
+# example) and the axum example end to end; then the crate without its default `axum`
+# feature, built and run (the core and the tower layer do not need axum).
+test-rust-client: build
+	cargo test -p redis-tb-client -p redis-tb-axum-example
+	cargo test -p redis-tb-client --no-default-features --lib --test vectors
 
 unit:
 	cargo test --release --lib

@@ -113,7 +113,9 @@ pub enum BuildError {
     #[error("prefix length /{0} is too long for the address family")]
     InvalidPrefix(u8),
     /// The key prefix must match `[A-Za-z0-9_.:-]{1,64}` (SPEC C4).
-    #[error("key prefix {0:?} must match [A-Za-z0-9_.:-]{{1,64}} (no braces, spaces or control bytes)")]
+    #[error(
+        "key prefix {0:?} must match [A-Za-z0-9_.:-]{{1,64}} (no braces, spaces or control bytes)"
+    )]
     InvalidPrefixText(String),
     /// The forwarding header is `x-forwarded-for` or `forwarded` (SPEC C6).
     #[error("forwarded header {0:?} must be x-forwarded-for or forwarded")]

@@ -540,7 +540,10 @@ mod tests {
                 reset: 1
             })
         );
-        assert_eq!(d.violated, vec![Arc::<str>::from("persec"), Arc::from("orders")]);
+        assert_eq!(
+            d.violated,
+            vec![Arc::<str>::from("persec"), Arc::from("orders")]
+        );
     }
 
     #[test]

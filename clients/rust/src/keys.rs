@@ -48,9 +48,9 @@ fn escaped_in_route(b: u8) -> bool {
 /// The escaped length of `bytes` under `rule`.
 #[inline]
 fn escaped_len(bytes: &[u8], rule: fn(u8) -> bool) -> usize {
-    bytes
-        .iter()
-        .fold(0usize, |n, &b| n.saturating_add(if rule(b) { 3 } else { 1 }))
+    bytes.iter().fold(0usize, |n, &b| {
+        n.saturating_add(if rule(b) { 3 } else { 1 })
+    })
 }
 
 /// Appends `bytes` escaped under `rule` (SPEC K2): a fast copy when nothing needs escaping.
@@ -164,7 +164,10 @@ mod tests {
 
     #[test]
     fn plain_identities_are_copied_and_odd_bytes_escaped() {
-        assert_eq!(key("rl", None, "ip", None, b"203.0.113.9"), "rl:ip:203.0.113.9");
+        assert_eq!(
+            key("rl", None, "ip", None, b"203.0.113.9"),
+            "rl:ip:203.0.113.9"
+        );
         assert_eq!(key("rl", Some(b""), "u", None, b"a b"), "rl:u:a%20b");
         assert_eq!(key("rl", Some(b"{x}"), "u", None, b"a"), "rl:{%7Bx%7D}:u:a");
         assert_eq!(

@@ -40,8 +40,7 @@ pub trait Store: Send + Sync + 'static {
     /// TB.MTAKE's shape. One attempt, within the store's timeout (SPEC L5).
     fn take(&self, call: &Call) -> impl Future<Output = Result<MultiReply, Error>> + Send;
     /// One TB.REFUND per charge (SPEC F1), never retried.
-    fn refund(&self, charges: &[Charge])
-    -> impl Future<Output = Result<Vec<Reply>, Error>> + Send;
+    fn refund(&self, charges: &[Charge]) -> impl Future<Output = Result<Vec<Reply>, Error>> + Send;
     /// `host:port`, for log lines.
     fn addr(&self) -> &str;
     /// The call timeout (a deny-cache probe out for twice as long is lost, SPEC R4).
@@ -666,7 +665,12 @@ impl<S: Store> RateLimiter<S> {
     /// it; the resolved [`crate::ClientIp`] is put in its extensions), `peer` the TCP peer
     /// address (`None`: a Unix socket, SPEC A8), `route` the matched route template
     /// (`None`: no route matched, SPEC L1).
-    pub async fn check(&self, parts: &mut Parts, peer: Option<IpAddr>, route: Option<&str>) -> Check {
+    pub async fn check(
+        &self,
+        parts: &mut Parts,
+        peer: Option<IpAddr>,
+        route: Option<&str>,
+    ) -> Check {
         self.inner.check(&self.inner, parts, peer, route).await
     }
 }
@@ -701,11 +705,8 @@ impl<S: Store> Inner<S> {
         let probe = match self.cached_refusal(&plan) {
             Ok(probe) => probe,
             Err(decision) => {
-                let headers = rate_limit_headers_at(
-                    &decision,
-                    self.legacy_headers,
-                    self.clock.unix(),
-                );
+                let headers =
+                    rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
                 let body = problem::too_many_requests(&decision);
                 return Check {
                     decision,
@@ -1124,12 +1125,7 @@ impl<S: Store> Inner<S> {
 
     /// SPEC F1, B2, B3, R8: one TB.REFUND per charged policy, now.
     async fn refund(&self, plan: &Plan) -> bool {
-        let given: Vec<Charge> = plan
-            .charges
-            .iter()
-            .filter(|c| c.n > 0.0)
-            .cloned()
-            .collect();
+        let given: Vec<Charge> = plan.charges.iter().filter(|c| c.n > 0.0).cloned().collect();
         if given.is_empty() {
             return false;
         }

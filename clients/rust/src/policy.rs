@@ -545,7 +545,10 @@ mod tests {
             async move { user.map(|u| format!("user-{}", u.to_str().unwrap_or("?"))) }
         });
         assert_eq!(k.identity(&p).await, v("user-k1"));
-        assert_eq!(Key::from_fn(|_| Some(String::new())).identity(&p).await, Identity::Skip);
+        assert_eq!(
+            Key::from_fn(|_| Some(String::new())).identity(&p).await,
+            Identity::Skip
+        );
         // No ClientIp in the extensions (no peer address): no identity.
         assert_eq!(Key::client_ip().identity(&p).await, Identity::Skip);
     }
@@ -556,7 +559,13 @@ mod tests {
             "plan",
             [("pro", Limit::per_hour(1000.0))],
             Limit::per_hour(10.0),
-            |parts| parts.headers.get("x-plan").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            |parts| {
+                parts
+                    .headers
+                    .get("x-plan")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            },
         );
         let mut req = parts(Method::GET, "/");
         assert_eq!(p.limit_for(&req), Some(Limit::per_hour(10.0)));

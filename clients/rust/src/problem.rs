@@ -17,7 +17,11 @@ const BODY_MAX: f64 = 999_999_999_999.0;
 /// up to the millisecond (a value within 1e-9 relative of a whole millisecond is that
 /// millisecond), written as a decimal with no exponent and no trailing zeros.
 pub fn body_number(x: f64) -> String {
-    let x = if x.is_nan() { 0.0 } else { x.clamp(0.0, BODY_MAX) };
+    let x = if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(0.0, BODY_MAX)
+    };
     let t = x * 1000.0;
     let r = t.round();
     let m = if (t - r).abs() <= 1e-9 * t.max(1.0) {

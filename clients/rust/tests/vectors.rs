@@ -40,7 +40,9 @@ fn num(v: &Value) -> f64 {
 
 /// A header string: one byte per character (Latin-1).
 fn latin1(s: &str) -> Vec<u8> {
-    s.chars().map(|c| u8::try_from(u32::from(c)).unwrap()).collect()
+    s.chars()
+        .map(|c| u8::try_from(u32::from(c)).unwrap())
+        .collect()
 }
 
 fn header_lines(v: &Value) -> Vec<(String, Vec<Vec<u8>>)> {
@@ -188,7 +190,9 @@ fn config(case: &Value, fails: &mut Failures) {
             Err(_) => false,
         },
         "fixed_key" => build_with(
-            vec![Policy::new("all", Limit::per_second(1.0)).key(Key::fixed(value.as_str().unwrap()))],
+            vec![
+                Policy::new("all", Limit::per_second(1.0)).key(Key::fixed(value.as_str().unwrap())),
+            ],
             |b| b,
         ),
         other => {
@@ -196,7 +200,13 @@ fn config(case: &Value, fails: &mut Failures) {
             return;
         }
     };
-    check!(fails, case, "valid", valid, case["expect"]["valid"].as_bool().unwrap());
+    check!(
+        fails,
+        case,
+        "valid",
+        valid,
+        case["expect"]["valid"].as_bool().unwrap()
+    );
     if let Some(want) = case["expect"]["normalized"].as_str() {
         check!(fails, case, "normalized", normalized.as_deref(), Some(want));
     }
@@ -358,12 +368,48 @@ fn response(case: &Value, fails: &mut Failures) {
     let d = Decision::from_results(results);
     let want = &case["expect"];
     let wd = &want["decision"];
-    check!(fails, case, "outcome", d.outcome.as_str(), wd["outcome"].as_str().unwrap());
-    check!(fails, case, "allowed", d.allowed, wd["allowed"].as_bool().unwrap());
-    check!(fails, case, "remaining", d.remaining, opt_num(&wd["remaining"]));
-    check!(fails, case, "retry_after", d.retry_after, opt_num(&wd["retry_after"]));
-    check!(fails, case, "reset_after", d.reset_after, opt_num(&wd["reset_after"]));
-    check!(fails, case, "violated", names(&d.violated), want_names(&wd["violated"]));
+    check!(
+        fails,
+        case,
+        "outcome",
+        d.outcome.as_str(),
+        wd["outcome"].as_str().unwrap()
+    );
+    check!(
+        fails,
+        case,
+        "allowed",
+        d.allowed,
+        wd["allowed"].as_bool().unwrap()
+    );
+    check!(
+        fails,
+        case,
+        "remaining",
+        d.remaining,
+        opt_num(&wd["remaining"])
+    );
+    check!(
+        fails,
+        case,
+        "retry_after",
+        d.retry_after,
+        opt_num(&wd["retry_after"])
+    );
+    check!(
+        fails,
+        case,
+        "reset_after",
+        d.reset_after,
+        opt_num(&wd["reset_after"])
+    );
+    check!(
+        fails,
+        case,
+        "violated",
+        names(&d.violated),
+        want_names(&wd["violated"])
+    );
     check!(
         fails,
         case,
@@ -385,7 +431,13 @@ fn response(case: &Value, fails: &mut Failures) {
     } else {
         (200, None)
     };
-    check!(fails, case, "status", status, want["status"].as_u64().unwrap());
+    check!(
+        fails,
+        case,
+        "status",
+        status,
+        want["status"].as_u64().unwrap()
+    );
     compare_headers(case, fails, &map, &want["headers"]);
     check!(fails, case, "body", body.as_deref(), want["body"].as_str());
 }
@@ -599,11 +651,7 @@ struct StepInputs {
 fn limiter_of(case: &Value, store: FakeStore, clock: ManualClock) -> RateLimiter<FakeStore> {
     let l = &case["limiter"];
     let steps = case["steps"].as_array().unwrap();
-    let has = |field: &str, name: &str| {
-        steps
-            .iter()
-            .any(|s| s["check"][field].get(name).is_some())
-    };
+    let has = |field: &str, name: &str| steps.iter().any(|s| s["check"][field].get(name).is_some());
     let mut b = RateLimiter::builder(store).clock(Arc::new(clock));
     for p in l["policies"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap().to_owned();
@@ -630,7 +678,10 @@ fn limiter_of(case: &Value, store: FakeStore, clock: ManualClock) -> RateLimiter
             });
         }
         if has("limit", &name) {
-            let (n, fixed) = (name.clone(), Limit::new(num(&p["capacity"]), num(&p["rate"])));
+            let (n, fixed) = (
+                name.clone(),
+                Limit::new(num(&p["capacity"]), num(&p["rate"])),
+            );
             policy = policy.limit_fn(move |parts| {
                 Some(
                     parts
@@ -690,7 +741,13 @@ fn compare_check(case: &Value, step: usize, fails: &mut Failures, c: &Check, wan
         check!(local, case, "status", u64::from(c.status().as_u16()), w);
     }
     if want.get("violated").is_some() {
-        check!(local, case, "violated", names(&d.violated), want_names(&want["violated"]));
+        check!(
+            local,
+            case,
+            "violated",
+            names(&d.violated),
+            want_names(&want["violated"])
+        );
     }
     if want.get("shadow_limited").is_some() {
         check!(
@@ -739,8 +796,16 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                     // the header identity is a bad request, answered with P4's body, and
                     // no call is made.
                     let id = policy::header_identity([line.as_slice()]);
-                    check!(fails, case, "control byte identity", id, Identity::BadRequest);
-                    let name = case["limiter"]["policies"][0]["key"]["name"].as_str().unwrap();
+                    check!(
+                        fails,
+                        case,
+                        "control byte identity",
+                        id,
+                        Identity::BadRequest
+                    );
+                    let name = case["limiter"]["policies"][0]["key"]["name"]
+                        .as_str()
+                        .unwrap();
                     check!(
                         fails,
                         case,
@@ -748,7 +813,13 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                         Some(problem::bad_request(name)),
                         step["expect"]["body"].as_str().map(str::to_owned)
                     );
-                    check!(fails, case, "outcome", "bad_request", step["expect"]["outcome"].as_str().unwrap());
+                    check!(
+                        fails,
+                        case,
+                        "outcome",
+                        "bad_request",
+                        step["expect"]["outcome"].as_str().unwrap()
+                    );
                     continue;
                 }
             };
@@ -758,8 +829,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 .and_then(|calls| calls.iter().find_map(|c| c["hold"].as_str()));
             if let Some(name) = hold {
                 let l = limiter.clone();
-                let task =
-                    tokio::spawn(async move { l.check(&mut parts, peer, Some("/")).await });
+                let task = tokio::spawn(async move { l.check(&mut parts, peer, Some("/")).await });
                 for _ in 0..1000 {
                     if store.holding(name) {
                         break;
@@ -767,7 +837,10 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                     tokio::task::yield_now().await;
                 }
                 if !store.holding(name) {
-                    fails.push(format!("{} [step {i}]: the held call was never made", id(case)));
+                    fails.push(format!(
+                        "{} [step {i}]: the held call was never made",
+                        id(case)
+                    ));
                 }
                 held.insert(name.to_owned(), (i, task));
             } else {
@@ -795,7 +868,13 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 continue;
             };
             let returns = c.refund.refund().await;
-            check!(fails, case, format!("refund returns [step {i}]"), returns, step["expect"]["returns"].as_bool().unwrap());
+            check!(
+                fails,
+                case,
+                format!("refund returns [step {i}]"),
+                returns,
+                step["expect"]["returns"].as_bool().unwrap()
+            );
         } else {
             fails.push(format!("{} [step {i}]: unknown step kind", id(case)));
         }
@@ -803,7 +882,11 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
             fails.push(format!("{} [step {i}]: {e}", id(case)));
         }
         for c in store.leftover() {
-            fails.push(format!("{} [step {i}]: listed call not made: {}", id(case), c["call"]));
+            fails.push(format!(
+                "{} [step {i}]: listed call not made: {}",
+                id(case),
+                c["call"]
+            ));
         }
     }
     for (_, (_, task)) in held.drain() {
@@ -828,7 +911,13 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                     continue;
                 }
             };
-            check!(fails, case, format!("stats.{name}"), got, w.as_u64().unwrap());
+            check!(
+                fails,
+                case,
+                format!("stats.{name}"),
+                got,
+                w.as_u64().unwrap()
+            );
         }
     }
 }
@@ -851,7 +940,9 @@ async fn every_vector_file_passes() {
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let cases = doc["cases"].as_array().unwrap_or_else(|| panic!("{name}: no cases"));
+        let cases = doc["cases"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no cases"));
         for case in cases {
             if !ids.insert(id(case)) {
                 fails.push(format!("{}: duplicate id", id(case)));

@@ -24,9 +24,7 @@ use tower_service::Service;
 
 use crate::client::TbClient;
 use crate::decision::Decision;
-use crate::limiter::{
-    Check, FromLimiter, RateLimiter, RateLimiterBuilder, Stats, Store,
-};
+use crate::limiter::{Check, FromLimiter, RateLimiter, RateLimiterBuilder, Stats, Store};
 
 /// A boxed error, as tower and hyper use.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
