@@ -705,6 +705,7 @@ impl<S: Store> Inner<S> {
         let probe = match self.cached_refusal(&plan) {
             Ok(probe) => probe,
             Err(decision) => {
+                let decision = *decision;
                 let headers =
                     rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
                 let body = problem::too_many_requests(&decision);
@@ -974,7 +975,7 @@ impl<S: Store> Inner<S> {
 
     /// A refusal from the deny cache (`Err`, SPEC R2, R4, H6), else the entries this
     /// request is to probe.
-    fn cached_refusal(&self, plan: &Plan) -> Result<Probe<'_>, Decision> {
+    fn cached_refusal(&self, plan: &Plan) -> Result<Probe<'_>, Box<Decision>> {
         let Some(cache) = self.deny_cache.as_ref() else {
             return Ok(Probe::none());
         };
@@ -1015,7 +1016,7 @@ impl<S: Store> Inner<S> {
         }
         let mut decision = Decision::from_results(results);
         decision.from_cache = true;
-        Err(decision)
+        Err(Box::new(decision))
     }
 
     fn cache_entry(&self, cache: &DenyCache, p: &PolicyResult, wait: f64) {
