@@ -162,40 +162,63 @@ impl TbClient {
 
     async fn connect_checked(&self) -> Result<(), Error> {
         let startup = self.inner.config.startup_timeout;
-        let conn = self.open(startup).await?;
+        let conn = self
+            .open(startup)
+            .await
+            .map_err(|e| self.startup_error(e))?;
         self.store(Some(conn));
-        self.check_module_within(startup).await
+        self.check_module_within(startup)
+            .await
+            .map_err(|e| self.startup_error(e))
     }
 
-    /// Like [`TbClient::connect_with`], but an unreachable Redis is not an error: it is
-    /// logged, and the client connects on first use (the layer's failure mode covers the
-    /// requests until then), so the app can start before Redis does. A server that
-    /// answers without the module is still [`Error::ModuleNotLoaded`]. RESP3 unless the URL
-    /// names a protocol, as for [`TbClient::connect`].
-    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+    /// SPEC U1, U2: the startup failures as one line naming the address and what to do.
+    fn startup_error(&self, e: Error) -> Error {
+        let addr = self.inner.addr.clone();
+        match e {
+            Error::Connection { source, .. } if source.is_io_error() => Error::Unreachable {
+                addr,
+                reason: source.to_string(),
+            },
+            Error::Timeout { timeout, .. } => Error::Unreachable {
+                addr,
+                reason: format!("no answer within {} ms", timeout.as_millis()),
+            },
+            Error::Server { source, .. }
+                if source.to_string().to_ascii_uppercase().contains("NOPERM") =>
+            {
+                Error::NoPermission { addr }
+            }
+            other => other,
+        }
+    }
+
+    /// Like [`TbClient::connect_with`], but an unreachable Redis is not an error (SPEC U2's
+    /// `start_degraded`): one line is logged, and the client connects on first use (the
+    /// limiter's failure mode covers the requests until then), so the app can start before
+    /// Redis does. A server that answers without the module is still
+    /// [`Error::ModuleNotLoaded`], one without the right to run `COMMAND INFO`
+    /// [`Error::NoPermission`]. RESP3 unless the URL names a protocol.
+    pub async fn start_degraded(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
         let (client, fallback) = open_url(url)?;
         let tb = TbClient::lazy_with_fallback(client, fallback, config);
-        let startup = tb.inner.config.startup_timeout;
-        let checked = match tb.open(startup).await {
-            Ok(conn) => {
-                tb.store(Some(conn));
-                tb.check_module_within(startup).await
-            }
-            Err(e) => Err(e),
-        };
-        match checked {
-            Err(e @ (Error::Connection { .. } | Error::Timeout { .. })) => {
+        match tb.connect_checked().await {
+            Err(Error::Unreachable { addr, .. }) => {
                 tb.store(None);
                 tracing::warn!(
                     target: "redis_tb",
-                    "redis-tb: cannot reach Redis at {} to check the module ({e}); the failure mode applies until it answers",
-                    tb.inner.addr
+                    "redis-tb: Redis at {addr} unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)"
                 );
                 Ok(tb)
             }
             Err(e) => Err(e),
             Ok(()) => Ok(tb),
         }
+    }
+
+    /// The old name of [`TbClient::start_degraded`].
+    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        TbClient::start_degraded(url, config).await
     }
 
     /// A client that connects on first use; no I/O here, no module check. The protocol is
@@ -249,7 +272,7 @@ impl TbClient {
         }
     }
 
-    /// `Ok` when the module's commands are there (`COMMAND INFO tb.mtake` has an entry).
+    /// `Ok` when the module's commands are there (`COMMAND INFO tb.take` has an entry).
     pub async fn check_module(&self) -> Result<(), Error> {
         self.check_module_within(self.inner.config.call_timeout)
             .await
@@ -257,7 +280,8 @@ impl TbClient {
 
     async fn check_module_within(&self, limit: Duration) -> Result<(), Error> {
         let mut cmd = redis::cmd("COMMAND");
-        cmd.arg("INFO").arg("tb.mtake");
+        // SPEC U1.
+        cmd.arg("INFO").arg("tb.take");
         let reply = self.query(&cmd, limit).await?;
         let loaded = match &reply {
             Value::Array(items) => {

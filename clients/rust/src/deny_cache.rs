@@ -18,7 +18,7 @@
 //! that expires soonest. A hash map plus an ordered index by expiry: O(log n) per operation.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A time on the limiter's monotonic clock (SPEC T1).
@@ -61,8 +61,9 @@ impl Entry {
 
 #[derive(Default)]
 struct Inner {
-    map: HashMap<String, Entry>,
-    by_expiry: BTreeMap<(Instant, u64), String>,
+    /// SPEC R9: each entry holds its key once (the index shares the map's `Arc<str>`).
+    map: HashMap<Arc<str>, Entry>,
+    by_expiry: BTreeMap<(Instant, u64), Arc<str>>,
     seq: u64,
 }
 
@@ -118,7 +119,7 @@ impl Probe<'_> {
         };
         let mut inner = cache.lock();
         for (key, seq, mark) in self.keys.drain(..) {
-            if let Some(e) = inner.map.get_mut(&key)
+            if let Some(e) = inner.map.get_mut(key.as_str())
                 && e.seq == seq
                 && e.probing == Some(mark)
             {
@@ -140,7 +141,7 @@ impl Drop for Probe<'_> {
         for (key, seq, mark) in self.keys.drain(..) {
             let ours = inner
                 .map
-                .get(&key)
+                .get(key.as_str())
                 .is_some_and(|e| e.seq == seq && e.probing == Some(mark));
             if ours {
                 inner.remove(&key);
@@ -236,14 +237,15 @@ impl DenyCache {
             let Some(old) = inner.by_expiry.remove(&(until, seq)) else {
                 break;
             };
-            inner.map.remove(&old);
+            inner.map.remove(&*old);
         }
         inner.seq = inner.seq.wrapping_add(1);
         entry.seq = inner.seq;
+        let key: Arc<str> = Arc::from(key);
         inner
             .by_expiry
-            .insert((entry.deny_until, entry.seq), key.to_owned());
-        inner.map.insert(key.to_owned(), entry);
+            .insert((entry.deny_until, entry.seq), key.clone());
+        inner.map.insert(key, entry);
     }
 
     /// Forgets `key` (a refund through this layer gave tokens back).

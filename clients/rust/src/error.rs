@@ -10,7 +10,25 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// `COMMAND INFO tb.mtake` answered with no entry: the server runs without the module.
+    /// Redis cannot be reached at startup (SPEC U2).
+    #[error(
+        "redis-tb: cannot reach Redis at {addr} ({reason}): start it, or set start_degraded to start failing open"
+    )]
+    Unreachable {
+        /// `host:port` of the server.
+        addr: String,
+        /// Why (refused, no answer within the startup timeout, ...).
+        reason: String,
+    },
+    /// The user may not run `COMMAND INFO` (SPEC U1).
+    #[error(
+        "redis-tb: user cannot run COMMAND INFO on {addr}: grant +command|info (see docs/operations.md)"
+    )]
+    NoPermission {
+        /// `host:port` of the server.
+        addr: String,
+    },
+    /// `COMMAND INFO tb.take` answered with no entry: the server runs without the module.
     #[error("redis-tb module not loaded on {addr}: load libredis_tb.so with loadmodule")]
     ModuleNotLoaded {
         /// `host:port` of the server.
@@ -84,7 +102,10 @@ impl Error {
     pub(crate) fn breaks_connection(&self) -> bool {
         // A timeout too: a silently dead peer would otherwise hold every later call until
         // TCP gives up. Calls in flight keep their clone of the old connection.
-        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::Connection { .. } | Error::Timeout { .. } | Error::Unreachable { .. }
+        )
     }
 }
 

@@ -332,3 +332,52 @@ async fn the_layer_decides_the_same_over_resp2_and_resp3() -> TestResult {
     assert_eq!(seen[0][2].2.as_deref(), Some("1800"));
     Ok(())
 }
+
+#[tokio::test]
+async fn startup_failures_are_one_line_naming_the_address_and_what_to_do() -> TestResult {
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+        startup_timeout: Duration::from_secs(10),
+    };
+    // SPEC U2: unreachable fails the start by default.
+    let mut redis = RedisServer::start()?;
+    let addr = format!("127.0.0.1:{}", redis.port());
+    redis.stop();
+    let err = TbClient::connect_with(&redis.url(), config.clone())
+        .await
+        .err()
+        .ok_or("connected to a stopped server")?;
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    let line = err.to_string();
+    assert!(
+        line.starts_with(&format!("redis-tb: cannot reach Redis at {addr} ("))
+            && line.ends_with("): start it, or set start_degraded to start failing open")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    // ...and start_degraded starts.
+    assert!(
+        TbClient::start_degraded(&redis.url(), config.clone())
+            .await
+            .is_ok()
+    );
+
+    // SPEC U1: a user without +command|info.
+    redis.restart()?;
+    redis.command(&[
+        "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-command",
+    ])?;
+    let url = format!("redis://app:pw@{addr}/");
+    let err = TbClient::connect_with(&url, config)
+        .await
+        .err()
+        .ok_or("connected without COMMAND INFO")?;
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "redis-tb: user cannot run COMMAND INFO on {addr}: grant +command|info (see docs/operations.md)"
+        )
+    );
+    Ok(())
+}
