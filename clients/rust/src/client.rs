@@ -88,6 +88,43 @@ pub struct Reservation {
     pub reset_after: f64,
 }
 
+/// TB.WINDOW's counting mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WindowMode {
+    /// Fixed windows aligned to multiples of the window since the epoch.
+    Fixed,
+    /// The weighted estimate over the current and the previous window (the default).
+    #[default]
+    Sliding,
+    /// A sorted set of admitted requests: exact in every window-long interval.
+    Log,
+}
+
+impl WindowMode {
+    fn arg(self) -> &'static str {
+        match self {
+            WindowMode::Fixed => "FIXED",
+            WindowMode::Sliding => "SLIDING",
+            WindowMode::Log => "LOG",
+        }
+    }
+}
+
+/// TB.THROTTLE's reply (redis-cell's `CL.THROTTLE`): whole numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Throttle {
+    /// Whether the request was refused.
+    pub limited: bool,
+    /// `max_burst + 1`.
+    pub limit: i64,
+    /// Requests left.
+    pub remaining: i64,
+    /// Seconds until a retry can succeed; -1 when allowed.
+    pub retry_after: i64,
+    /// Seconds until the limit is whole again.
+    pub reset_after: i64,
+}
+
 /// One bucket of a multi-key call: TB.MTAKE, or the refunds of one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Charge {
@@ -404,6 +441,86 @@ impl TbClient {
         }
     }
 
+    /// `TB.WINDOW key limit window n [now] MODE`: at most `limit` per `window` seconds
+    /// (`n` the cost, 0 reports), `now` in Unix seconds or the server's clock. The reply
+    /// has TB.TAKE's shape.
+    pub async fn window(
+        &self,
+        key: &str,
+        limit: f64,
+        window: f64,
+        n: f64,
+        now: Option<f64>,
+        mode: WindowMode,
+    ) -> Result<Reply, Error> {
+        let positive = |name, value: f64| {
+            if value > 0.0 && value <= MAX_NUMBER {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument {
+                    name,
+                    value,
+                    rule: "> 0 and <= 2^53",
+                })
+            }
+        };
+        positive("limit", limit)?;
+        positive("window", window)?;
+        check_n(n)?;
+        let mut cmd = redis::cmd("TB.WINDOW");
+        cmd.arg(key).arg(num(limit)).arg(num(window)).arg(num(n));
+        if let Some(now) = now {
+            if !(now.is_finite() && now >= 0.0) {
+                return Err(Error::InvalidArgument {
+                    name: "now",
+                    value: now,
+                    rule: ">= 0 Unix seconds and finite",
+                });
+            }
+            cmd.arg(num(now));
+        }
+        cmd.arg(mode.arg());
+        let v = self.call(&cmd).await?;
+        self.reply4(&v, "TB.WINDOW")
+    }
+
+    /// `TB.THROTTLE key max_burst count_per_period period quantity` (redis-cell's
+    /// `CL.THROTTLE`), on TB.TAKE's engine.
+    pub async fn throttle(
+        &self,
+        key: &str,
+        max_burst: u64,
+        count_per_period: f64,
+        period: f64,
+        quantity: i64,
+    ) -> Result<Throttle, Error> {
+        let invalid = |name, value: f64, rule| Error::InvalidArgument { name, value, rule };
+        if max_burst as f64 >= MAX_NUMBER {
+            return Err(invalid("max_burst", max_burst as f64, "< 2^53"));
+        }
+        if !(count_per_period > 0.0 && count_per_period.is_finite()) {
+            return Err(invalid(
+                "count_per_period",
+                count_per_period,
+                "> 0 and finite",
+            ));
+        }
+        if !(period > 0.0 && period.is_finite()) {
+            return Err(invalid("period", period, "> 0 seconds and finite"));
+        }
+        if quantity.unsigned_abs() > 1u64 << 53 {
+            return Err(invalid("quantity", quantity as f64, "within +-2^53"));
+        }
+        let mut cmd = redis::cmd("TB.THROTTLE");
+        cmd.arg(key)
+            .arg(max_burst)
+            .arg(num(count_per_period))
+            .arg(num(period))
+            .arg(quantity);
+        let v = self.call(&cmd).await?;
+        parse_throttle(&v).map_err(|detail| self.unexpected("TB.THROTTLE", detail))
+    }
+
     /// `TB.RESERVE key capacity rate n max_wait`: take now, or reserve and wait up to
     /// `max_wait` seconds.
     pub async fn reserve(
@@ -636,6 +753,24 @@ pub(crate) fn parse_multi_reply(v: &Value, keys: usize) -> Result<MultiReply, St
         reset_after: number(reset_after)?,
         buckets: per_key.iter().map(parse_reply).collect::<Result<_, _>>()?,
     })
+}
+
+/// Decodes TB.THROTTLE's five integers.
+pub(crate) fn parse_throttle(v: &Value) -> Result<Throttle, String> {
+    let int = |v: &Value| match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(format!("expected an integer, got {other:?}")),
+    };
+    match v {
+        Value::Array(items) if items.len() == 5 => Ok(Throttle {
+            limited: flag(&items[0])?,
+            limit: int(&items[1])?,
+            remaining: int(&items[2])?,
+            retry_after: int(&items[3])?,
+            reset_after: int(&items[4])?,
+        }),
+        other => Err(format!("expected a 5-element array, got {other:?}")),
+    }
 }
 
 fn flag(v: &Value) -> Result<bool, String> {

@@ -51,7 +51,8 @@ pub mod telemetry;
 pub mod tower;
 
 pub use client::{
-    Charge, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient,
+    Charge, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient, Throttle,
+    WindowMode,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 #[allow(deprecated)]
