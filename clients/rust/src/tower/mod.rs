@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -31,9 +31,6 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A boxed, sendable future (the service's future).
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
-
-/// The response body: the inner service's, or the limiter's own problem body.
-pub type ResponseBody<B> = Either<B, Full<Bytes>>;
 
 /// The peer address of a request, for servers that are not axum (put it in the request
 /// extensions).
@@ -154,9 +151,12 @@ where
     S: Store,
     ReqB: Body<Data = Bytes> + Send + 'static,
     ReqB::Error: Into<BoxError>,
-    ResB: Body<Data = Bytes> + Send,
+    // The limiter's own answers (429, 503, 400, 500) are made in the inner service's body
+    // type (axum's `Body`, `Full<Bytes>`, ...), so the response is passed through
+    // unwrapped: no second body layer, no boxing by the framework.
+    ResB: Body<Data = Bytes> + From<Bytes> + Send,
 {
-    type Response = Response<ResponseBody<ResB>>;
+    type Response = Response<ResB>;
     type Error = I::Error;
     type Future = BoxFuture<Result<Self::Response, I::Error>>;
 
@@ -219,9 +219,10 @@ async fn handle<I, S, ReqB, ResB>(
     limiter: RateLimiter<S>,
     req: Request<ReqB>,
     mut inner: I,
-) -> Result<Response<ResponseBody<ResB>>, I::Error>
+) -> Result<Response<ResB>, I::Error>
 where
     I: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: From<Bytes>,
     S: Store,
     ReqB: Body<Data = Bytes> + Send + 'static,
     ReqB::Error: Into<BoxError>,
@@ -240,7 +241,7 @@ where
         .check(&mut parts, peer, route.as_ref().map(Matched::as_str))
         .await;
     if let Some((status, text)) = check.problem.as_mut().map(|(s, t)| (*s, std::mem::take(t))) {
-        let mut resp = Response::new(Either::Right(Full::new(Bytes::from(text))));
+        let mut resp = Response::new(ResB::from(Bytes::from(text)));
         *resp.status_mut() = status;
         check.write_headers(resp.headers_mut());
         let (limit, wait) = limiter.drain_settings();
@@ -260,14 +261,14 @@ where
     insert_decision(&mut parts, decision);
     parts.extensions.insert(refund.clone());
     let resp = inner.call(Request::from_parts(parts, body)).await?;
-    let (mut head, body) = resp.into_parts();
-    if charged && limiter.refund_on(head.status) {
+    let mut resp = resp;
+    if charged && limiter.refund_on(resp.status()) {
         refund.refund().await;
     }
     if let Some(h) = headers {
-        h.apply_owned(&mut head.headers);
+        h.apply_owned(resp.headers_mut());
     }
-    Ok(Response::from_parts(head, Either::Left(body)))
+    Ok(resp)
 }
 
 fn insert_decision(parts: &mut Parts, decision: Decision) {
