@@ -57,7 +57,7 @@ test-examples: build
 # feature, built and run (the core and the tower layer do not need axum).
 test-rust-client: build
 	cargo test -p redis-tb-client -p redis-tb-axum-example
-	cargo test -p redis-tb-client --no-default-features --lib --test vectors
+	cargo test -p redis-tb-client --no-default-features --lib --test vectors --test tower
 
 unit:
 	cargo test --release --lib
