@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-node lint-node bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -23,6 +23,7 @@ help:
 	@echo "make lint     cargo fmt --check and clippy -D warnings, then make lint-node"
 	@echo "make test-node  the Node package (clients/node, with the shared vectors) and the Express and Fastify examples"
 	@echo "make lint-node  tsc --noEmit (strict) over the Node package and examples, and no eslint-disable comments"
+	@echo "make test-rust-client  the Rust client crate (vectors included, with and without axum) and the axum example"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
@@ -64,7 +65,7 @@ test: build
 # lockfile) with the Express and Fastify examples.
 test-examples: build
 	clients/python/run-tests.sh
-	cargo test -p redis-tb-client -p redis-tb-axum-example
+	$(MAKE) test-rust-client
 	$(MAKE) test-node
 
 # The Node package (node:test against real redis-server processes, the shared vectors of
@@ -76,6 +77,13 @@ test-node: build
 
 lint-node:
 	clients/node/scripts/lint.sh
+
+# The Rust client crate (its unit tests, the shared vectors of clients/vectors, the doc
+# example) and the axum example end to end; then the crate without its default `axum`
+# feature, built and run (the core and the tower layer do not need axum).
+test-rust-client: build
+	cargo test -p redis-tb-client -p redis-tb-axum-example
+	cargo test -p redis-tb-client --no-default-features --lib --test vectors --test tower
 
 unit:
 	cargo test --release --lib

@@ -88,6 +88,43 @@ pub struct Reservation {
     pub reset_after: f64,
 }
 
+/// TB.WINDOW's counting mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WindowMode {
+    /// Fixed windows aligned to multiples of the window since the epoch.
+    Fixed,
+    /// The weighted estimate over the current and the previous window (the default).
+    #[default]
+    Sliding,
+    /// A sorted set of admitted requests: exact in every window-long interval.
+    Log,
+}
+
+impl WindowMode {
+    fn arg(self) -> &'static str {
+        match self {
+            WindowMode::Fixed => "FIXED",
+            WindowMode::Sliding => "SLIDING",
+            WindowMode::Log => "LOG",
+        }
+    }
+}
+
+/// TB.THROTTLE's reply (redis-cell's `CL.THROTTLE`): whole numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Throttle {
+    /// Whether the request was refused.
+    pub limited: bool,
+    /// `max_burst + 1`.
+    pub limit: i64,
+    /// Requests left.
+    pub remaining: i64,
+    /// Seconds until a retry can succeed; -1 when allowed.
+    pub retry_after: i64,
+    /// Seconds until the limit is whole again.
+    pub reset_after: i64,
+}
+
 /// One bucket of a multi-key call: TB.MTAKE, or the refunds of one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Charge {
@@ -162,40 +199,63 @@ impl TbClient {
 
     async fn connect_checked(&self) -> Result<(), Error> {
         let startup = self.inner.config.startup_timeout;
-        let conn = self.open(startup).await?;
+        let conn = self
+            .open(startup)
+            .await
+            .map_err(|e| self.startup_error(e))?;
         self.store(Some(conn));
-        self.check_module_within(startup).await
+        self.check_module_within(startup)
+            .await
+            .map_err(|e| self.startup_error(e))
     }
 
-    /// Like [`TbClient::connect_with`], but an unreachable Redis is not an error: it is
-    /// logged, and the client connects on first use (the layer's failure mode covers the
-    /// requests until then), so the app can start before Redis does. A server that
-    /// answers without the module is still [`Error::ModuleNotLoaded`]. RESP3 unless the URL
-    /// names a protocol, as for [`TbClient::connect`].
-    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+    /// SPEC U1, U2: the startup failures as one line naming the address and what to do.
+    fn startup_error(&self, e: Error) -> Error {
+        let addr = self.inner.addr.clone();
+        match e {
+            Error::Connection { source, .. } if source.is_io_error() => Error::Unreachable {
+                addr,
+                reason: source.to_string(),
+            },
+            Error::Timeout { timeout, .. } => Error::Unreachable {
+                addr,
+                reason: format!("no answer within {} ms", timeout.as_millis()),
+            },
+            Error::Server { source, .. }
+                if source.to_string().to_ascii_uppercase().contains("NOPERM") =>
+            {
+                Error::NoPermission { addr }
+            }
+            other => other,
+        }
+    }
+
+    /// Like [`TbClient::connect_with`], but an unreachable Redis is not an error (SPEC U2's
+    /// `start_degraded`): one line is logged, and the client connects on first use (the
+    /// limiter's failure mode covers the requests until then), so the app can start before
+    /// Redis does. A server that answers without the module is still
+    /// [`Error::ModuleNotLoaded`], one without the right to run `COMMAND INFO`
+    /// [`Error::NoPermission`]. RESP3 unless the URL names a protocol.
+    pub async fn start_degraded(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
         let (client, fallback) = open_url(url)?;
         let tb = TbClient::lazy_with_fallback(client, fallback, config);
-        let startup = tb.inner.config.startup_timeout;
-        let checked = match tb.open(startup).await {
-            Ok(conn) => {
-                tb.store(Some(conn));
-                tb.check_module_within(startup).await
-            }
-            Err(e) => Err(e),
-        };
-        match checked {
-            Err(e @ (Error::Connection { .. } | Error::Timeout { .. })) => {
+        match tb.connect_checked().await {
+            Err(Error::Unreachable { addr, .. }) => {
                 tb.store(None);
                 tracing::warn!(
                     target: "redis_tb",
-                    "redis-tb: cannot reach Redis at {} to check the module ({e}); the failure mode applies until it answers",
-                    tb.inner.addr
+                    "redis-tb: Redis at {addr} unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)"
                 );
                 Ok(tb)
             }
             Err(e) => Err(e),
             Ok(()) => Ok(tb),
         }
+    }
+
+    /// The old name of [`TbClient::start_degraded`].
+    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        TbClient::start_degraded(url, config).await
     }
 
     /// A client that connects on first use; no I/O here, no module check. The protocol is
@@ -249,7 +309,7 @@ impl TbClient {
         }
     }
 
-    /// `Ok` when the module's commands are there (`COMMAND INFO tb.mtake` has an entry).
+    /// `Ok` when the module's commands are there (`COMMAND INFO tb.take` has an entry).
     pub async fn check_module(&self) -> Result<(), Error> {
         self.check_module_within(self.inner.config.call_timeout)
             .await
@@ -257,7 +317,8 @@ impl TbClient {
 
     async fn check_module_within(&self, limit: Duration) -> Result<(), Error> {
         let mut cmd = redis::cmd("COMMAND");
-        cmd.arg("INFO").arg("tb.mtake");
+        // SPEC U1.
+        cmd.arg("INFO").arg("tb.take");
         let reply = self.query(&cmd, limit).await?;
         let loaded = match &reply {
             Value::Array(items) => {
@@ -378,6 +439,86 @@ impl TbClient {
                 .collect(),
             other => Err(self.unexpected("TB.REFUND", format!("pipeline reply {other:?}"))),
         }
+    }
+
+    /// `TB.WINDOW key limit window n [now] MODE`: at most `limit` per `window` seconds
+    /// (`n` the cost, 0 reports), `now` in Unix seconds or the server's clock. The reply
+    /// has TB.TAKE's shape.
+    pub async fn window(
+        &self,
+        key: &str,
+        limit: f64,
+        window: f64,
+        n: f64,
+        now: Option<f64>,
+        mode: WindowMode,
+    ) -> Result<Reply, Error> {
+        let positive = |name, value: f64| {
+            if value > 0.0 && value <= MAX_NUMBER {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument {
+                    name,
+                    value,
+                    rule: "> 0 and <= 2^53",
+                })
+            }
+        };
+        positive("limit", limit)?;
+        positive("window", window)?;
+        check_n(n)?;
+        let mut cmd = redis::cmd("TB.WINDOW");
+        cmd.arg(key).arg(num(limit)).arg(num(window)).arg(num(n));
+        if let Some(now) = now {
+            if !(now.is_finite() && now >= 0.0) {
+                return Err(Error::InvalidArgument {
+                    name: "now",
+                    value: now,
+                    rule: ">= 0 Unix seconds and finite",
+                });
+            }
+            cmd.arg(num(now));
+        }
+        cmd.arg(mode.arg());
+        let v = self.call(&cmd).await?;
+        self.reply4(&v, "TB.WINDOW")
+    }
+
+    /// `TB.THROTTLE key max_burst count_per_period period quantity` (redis-cell's
+    /// `CL.THROTTLE`), on TB.TAKE's engine.
+    pub async fn throttle(
+        &self,
+        key: &str,
+        max_burst: u64,
+        count_per_period: f64,
+        period: f64,
+        quantity: i64,
+    ) -> Result<Throttle, Error> {
+        let invalid = |name, value: f64, rule| Error::InvalidArgument { name, value, rule };
+        if max_burst as f64 >= MAX_NUMBER {
+            return Err(invalid("max_burst", max_burst as f64, "< 2^53"));
+        }
+        if !(count_per_period > 0.0 && count_per_period.is_finite()) {
+            return Err(invalid(
+                "count_per_period",
+                count_per_period,
+                "> 0 and finite",
+            ));
+        }
+        if !(period > 0.0 && period.is_finite()) {
+            return Err(invalid("period", period, "> 0 seconds and finite"));
+        }
+        if quantity.unsigned_abs() > 1u64 << 53 {
+            return Err(invalid("quantity", quantity as f64, "within +-2^53"));
+        }
+        let mut cmd = redis::cmd("TB.THROTTLE");
+        cmd.arg(key)
+            .arg(max_burst)
+            .arg(num(count_per_period))
+            .arg(num(period))
+            .arg(quantity);
+        let v = self.call(&cmd).await?;
+        parse_throttle(&v).map_err(|detail| self.unexpected("TB.THROTTLE", detail))
     }
 
     /// `TB.RESERVE key capacity rate n max_wait`: take now, or reserve and wait up to
@@ -612,6 +753,24 @@ pub(crate) fn parse_multi_reply(v: &Value, keys: usize) -> Result<MultiReply, St
         reset_after: number(reset_after)?,
         buckets: per_key.iter().map(parse_reply).collect::<Result<_, _>>()?,
     })
+}
+
+/// Decodes TB.THROTTLE's five integers.
+pub(crate) fn parse_throttle(v: &Value) -> Result<Throttle, String> {
+    let int = |v: &Value| match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(format!("expected an integer, got {other:?}")),
+    };
+    match v {
+        Value::Array(items) if items.len() == 5 => Ok(Throttle {
+            limited: flag(&items[0])?,
+            limit: int(&items[1])?,
+            remaining: int(&items[2])?,
+            retry_after: int(&items[3])?,
+            reset_after: int(&items[4])?,
+        }),
+        other => Err(format!("expected a 5-element array, got {other:?}")),
+    }
 }
 
 fn flag(v: &Value) -> Result<bool, String> {

@@ -1,29 +1,49 @@
-//! The outcome of one request's check, as handlers see it in the request extensions:
-//! allowed, limited (a normal outcome), or decided without Redis (a store error).
+//! The result of one check (SPEC D1-D4), as handlers see it in the request extensions.
 
 use std::sync::Arc;
 
-use crate::client::MultiReply;
-
-/// How a request's rate-limit check ended.
+/// How a check ended (SPEC D1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// Every policy had the tokens; they were taken.
+pub enum Outcome {
+    /// Every enforced policy had the tokens (or only shadow policies refused).
     Allowed,
-    /// At least one policy refused; nothing was taken from any bucket.
+    /// An enforced policy refused: 429.
     Limited,
-    /// Redis could not be asked (down, timed out, in cooldown, or an error reply): the
-    /// layer's failure mode decided. Never confused with [`Status::Limited`].
+    /// The call failed, timed out, or was skipped in the cool-down: the failure mode
+    /// decided (`allowed` says which way).
     StoreError,
-    /// No policy applied to this request (no route match, or every key function gave
-    /// `None`): nothing was checked.
+    /// No policy applied: no call.
     NotLimited,
+    /// A cost or limit function returned an out-of-range value (SPEC L3): 500, nothing
+    /// sent, nothing admitted.
+    InvalidInput,
+    /// A header identity held a control byte (SPEC I2): 400.
+    BadRequest,
 }
 
-/// One policy's part of a decision.
+impl Outcome {
+    /// The SPEC's name: `allowed`, `limited`, `store_error`, `not_limited`,
+    /// `invalid_input`, `bad_request`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Limited => "limited",
+            Outcome::StoreError => "store_error",
+            Outcome::NotLimited => "not_limited",
+            Outcome::InvalidInput => "invalid_input",
+            Outcome::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// The old name of [`Outcome`].
+#[deprecated(note = "renamed Outcome (SPEC D1)")]
+pub type Status = Outcome;
+
+/// One policy's part of a decision (SPEC D2).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyResult {
-    /// The policy's name (its header item and key segment).
+    /// The policy's name.
     pub name: Arc<str>,
     /// The bucket's key.
     pub key: String,
@@ -35,177 +55,132 @@ pub struct PolicyResult {
     pub cost: f64,
     /// Whether this bucket alone had the tokens.
     pub allowed: bool,
-    /// Tokens left (after the deduction when the request was allowed).
+    /// Tokens left (after the deduction when the request was admitted).
     pub remaining: f64,
     /// Seconds until this bucket admits the request: 0 when it can now, -1 when never.
     pub retry_after: f64,
     /// Seconds until this bucket is full.
     pub reset_after: f64,
-    /// A shadow policy: charged like the others, but its refusal only counts and logs
-    /// (the request goes on) and it has no rate-limit header items.
+    /// A shadow policy (SPEC S1): charged like the others, never in a header.
     pub shadow: bool,
 }
 
-/// The rate-limit decision for one request; in the request extensions for handlers.
+/// The decision for one request (SPEC D); in the request extensions for handlers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     /// How the check ended.
-    pub status: Status,
-    /// Whether the request goes through (also true for a store error in fail-open mode).
+    pub outcome: Outcome,
+    /// Whether the request goes on (also true for a store error when failing open).
     pub allowed: bool,
-    /// The smallest remaining over the policies (`f64::INFINITY` with no policy result).
-    pub remaining: f64,
-    /// 0 when allowed; -1 if a violated policy can never admit the request; else the
-    /// longest wait of the violated policies.
-    pub retry_after: f64,
-    /// The largest reset_after over the policies.
-    pub reset_after: f64,
-    /// One result per applied policy, in configuration order (empty for a store error or
-    /// when no policy applied). For a refusal from the local deny cache, only the cached
-    /// violated policies (the others' state was not read).
-    pub policies: Vec<PolicyResult>,
-    /// Shadow policies that refused this request (it went on anyway, or was refused by an
-    /// enforced policy). When the request was allowed with a non-empty list, nothing was
-    /// charged on any policy: TB.MTAKE is all or nothing, as if they were enforced.
+    /// The smallest remaining of the enforced policies; `None` without one (D3).
+    pub remaining: Option<f64>,
+    /// The largest `retry_after` of the enforced violated policies; `None` when none
+    /// refused or one of them can never pass (D3).
+    pub retry_after: Option<f64>,
+    /// The largest reset of the enforced policies; `None` without one (D3).
+    pub reset_after: Option<f64>,
+    /// One result per applied policy, in order (D2); a refusal from the deny cache lists
+    /// only the cached violated policies.
+    pub results: Vec<PolicyResult>,
+    /// The enforced policies that refused, in policy order (D4).
+    pub violated: Vec<Arc<str>>,
+    /// The shadow policies that refused (D4). When the request was admitted with a
+    /// non-empty list, nothing was charged (S2).
     pub shadow_limited: Vec<Arc<str>>,
-    /// The refusal came from the layer's local deny cache, without a Redis call.
+    /// The refusal came from the local deny cache, without a Redis call (R2).
     pub from_cache: bool,
 }
 
 impl Decision {
-    /// Builds a decision from TB.MTAKE's reply and the policies' shapes, in the same order,
-    /// every policy enforced. `shapes` are `(name, key, capacity, rate, cost)`.
-    pub fn from_reply(
-        reply: &MultiReply,
-        shapes: Vec<(Arc<str>, String, f64, f64, f64)>,
-    ) -> Decision {
-        let policies = shapes
-            .into_iter()
-            .zip(reply.buckets.iter())
-            .map(|((name, key, capacity, rate, cost), b)| PolicyResult {
-                name,
-                key,
-                capacity,
-                rate,
-                cost,
-                allowed: b.allowed,
-                remaining: b.remaining,
-                retry_after: b.retry_after,
-                reset_after: b.reset_after,
-                shadow: false,
-            })
-            .collect();
-        Decision::from_results(policies)
-    }
-
-    /// Builds a decision from per-policy results (TB.MTAKE's per-bucket replies with the
-    /// policies' shapes and shadow flags):
-    /// - an ENFORCED policy refused: [`Status::Limited`]; `retry_after` is the longest wait
-    ///   of the enforced violated policies (-1 if one can never admit);
-    /// - else [`Status::Allowed`] (also when only shadow policies refused: their names are
-    ///   in `shadow_limited` and nothing was charged).
-    ///
-    /// `remaining` and `reset_after` are taken over the enforced policies only.
-    pub fn from_results(policies: Vec<PolicyResult>) -> Decision {
-        let mut limited = false;
+    /// The decision of per-policy results (D1, D3, D4).
+    pub fn from_results(results: Vec<PolicyResult>) -> Decision {
         let mut never = false;
-        let mut wait: f64 = 0.0;
-        let mut remaining = f64::INFINITY;
-        let mut reset_after: f64 = 0.0;
+        let mut wait: Option<f64> = None;
+        let mut remaining: Option<f64> = None;
+        let mut reset_after: Option<f64> = None;
+        let mut violated = Vec::new();
         let mut shadow_limited = Vec::new();
-        for p in &policies {
+        for p in &results {
             if p.shadow {
                 if !p.allowed {
                     shadow_limited.push(p.name.clone());
                 }
                 continue;
             }
-            remaining = remaining.min(p.remaining);
-            reset_after = reset_after.max(p.reset_after);
+            remaining = Some(remaining.map_or(p.remaining, |r| r.min(p.remaining)));
+            reset_after = Some(reset_after.map_or(p.reset_after, |r| r.max(p.reset_after)));
             if !p.allowed {
-                limited = true;
+                violated.push(p.name.clone());
                 if p.retry_after < 0.0 {
                     never = true;
                 } else {
-                    wait = wait.max(p.retry_after);
+                    wait = Some(wait.map_or(p.retry_after, |w| w.max(p.retry_after)));
                 }
             }
         }
+        let limited = !violated.is_empty();
         Decision {
-            status: if limited {
-                Status::Limited
+            outcome: if limited {
+                Outcome::Limited
             } else {
-                Status::Allowed
+                Outcome::Allowed
             },
             allowed: !limited,
             remaining,
-            retry_after: if !limited {
-                0.0
-            } else if never {
-                -1.0
-            } else {
-                wait
-            },
+            retry_after: if never { None } else { wait },
             reset_after,
-            policies,
+            results,
+            violated,
             shadow_limited,
             from_cache: false,
         }
     }
 
-    /// A decision made without Redis; `fail_open` says whether the request goes through.
+    /// A decision without results: `outcome`, and whether the request goes on.
+    pub fn without_results(outcome: Outcome, allowed: bool) -> Decision {
+        Decision {
+            outcome,
+            allowed,
+            remaining: None,
+            retry_after: None,
+            reset_after: None,
+            results: Vec::new(),
+            violated: Vec::new(),
+            shadow_limited: Vec::new(),
+            from_cache: false,
+        }
+    }
+
+    /// The failure mode decided; `fail_open` says whether the request goes on.
     pub fn store_error(fail_open: bool) -> Decision {
-        Decision {
-            status: Status::StoreError,
-            allowed: fail_open,
-            remaining: f64::INFINITY,
-            retry_after: 0.0,
-            reset_after: 0.0,
-            policies: Vec::new(),
-            shadow_limited: Vec::new(),
-            from_cache: false,
-        }
+        Decision::without_results(Outcome::StoreError, fail_open)
     }
 
-    /// Nothing was checked: no policy applied to the request.
+    /// No policy applied.
     pub fn not_limited() -> Decision {
-        Decision {
-            status: Status::NotLimited,
-            allowed: true,
-            remaining: f64::INFINITY,
-            retry_after: 0.0,
-            reset_after: 0.0,
-            policies: Vec::new(),
-            shadow_limited: Vec::new(),
-            from_cache: false,
-        }
+        Decision::without_results(Outcome::NotLimited, true)
     }
 
-    /// The enforced policies that refused the request (empty unless [`Status::Limited`]).
-    pub fn violated(&self) -> impl Iterator<Item = &PolicyResult> {
-        let limited = self.status == Status::Limited;
-        self.policies
+    /// The results of the enforced policies that refused (empty unless limited).
+    pub fn violated_results(&self) -> impl Iterator<Item = &PolicyResult> {
+        let limited = self.outcome == Outcome::Limited;
+        self.results
             .iter()
             .filter(move |p| limited && !p.allowed && !p.shadow)
     }
 
-    /// Whether the request's tokens were taken: allowed by every policy, shadow ones
-    /// included. A request that only shadow policies refused goes on, but uncharged (so
-    /// a refund of it does nothing).
+    /// Whether the request's tokens were taken: admitted by every policy, shadow ones
+    /// included (TB.MTAKE is all or nothing).
     pub fn charged(&self) -> bool {
-        self.status == Status::Allowed
-            && !self.policies.is_empty()
-            && self.policies.iter().all(|p| p.allowed)
-    }
-
-    /// Names of the policies that refused the request.
-    pub fn violated_names(&self) -> Vec<String> {
-        self.violated().map(|p| p.name.to_string()).collect()
+        self.outcome == Outcome::Allowed
+            && !self.from_cache
+            && !self.results.is_empty()
+            && self.results.iter().all(|p| p.allowed)
     }
 
     /// Refused, and no wait will help: a violated policy's cost exceeds its capacity.
     pub fn never(&self) -> bool {
-        self.status == Status::Limited && self.retry_after < 0.0
+        self.outcome == Outcome::Limited && self.retry_after.is_none()
     }
 }
 
@@ -234,44 +209,26 @@ mod tests {
             result("ip", true, 0.0, false),
             result("user", false, 7.0, true),
         ]);
-        assert_eq!(d.status, Status::Allowed);
-        assert!(d.allowed);
+        assert_eq!(d.outcome, Outcome::Allowed);
         assert!(!d.charged(), "TB.MTAKE took nothing");
         assert_eq!(d.shadow_limited, vec![Arc::<str>::from("user")]);
-        assert_eq!(d.retry_after, 0.0);
-        assert_eq!(d.remaining, 5.0, "over the enforced policies only");
-        assert_eq!(d.violated().count(), 0);
+        assert_eq!(d.retry_after, None);
+        assert_eq!(d.remaining, Some(5.0), "over the enforced policies only");
     }
 
     #[test]
-    fn an_enforced_refusal_is_a_429_naming_only_enforced_policies() {
+    fn an_enforced_refusal_names_only_enforced_policies() {
         let d = Decision::from_results(vec![
             result("ip", false, 2.0, false),
             result("user", false, 70.0, true),
         ]);
-        assert_eq!(d.status, Status::Limited);
-        assert_eq!(d.violated_names(), vec!["ip"]);
-        assert_eq!(
-            d.retry_after, 2.0,
-            "the shadow policy's wait is not the client's"
-        );
-        assert_eq!(d.shadow_limited, vec![Arc::<str>::from("user")]);
+        assert_eq!(d.outcome, Outcome::Limited);
+        assert_eq!(d.violated, vec![Arc::<str>::from("ip")]);
+        assert_eq!(d.retry_after, Some(2.0));
         let never = Decision::from_results(vec![
             result("ip", false, -1.0, false),
             result("b", false, 3.0, false),
         ]);
         assert!(never.never());
-    }
-
-    #[test]
-    fn everything_allowed_is_charged() {
-        let d = Decision::from_results(vec![
-            result("ip", true, 0.0, false),
-            result("user", true, 0.0, true),
-        ]);
-        assert!(d.charged());
-        assert!(d.shadow_limited.is_empty());
-        assert!(!Decision::not_limited().charged());
-        assert!(!Decision::store_error(true).charged());
     }
 }

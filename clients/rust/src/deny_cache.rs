@@ -18,8 +18,11 @@
 //! that expires soonest. A hash map plus an ordered index by expiry: O(log n) per operation.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A time on the limiter's monotonic clock (SPEC T1).
+type Instant = Duration;
 
 /// One remembered refusal.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,8 +61,9 @@ impl Entry {
 
 #[derive(Default)]
 struct Inner {
-    map: HashMap<String, Entry>,
-    by_expiry: BTreeMap<(Instant, u64), String>,
+    /// SPEC R9: each entry holds its key once (the index shares the map's `Arc<str>`).
+    map: HashMap<Arc<str>, Entry>,
+    by_expiry: BTreeMap<(Instant, u64), Arc<str>>,
     seq: u64,
 }
 
@@ -102,13 +106,26 @@ impl Probe<'_> {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
 
-    /// Whether this request probes `key`.
-    pub(crate) fn probes(&self, key: &str) -> bool {
-        self.keys.iter().any(|(k, ..)| k == key)
+    /// Gives the claims back (SPEC R6): the probe never reached Redis (the breaker is
+    /// open), so the entries stay as they were and the next check may probe.
+    pub(crate) fn release(mut self) {
+        let Some(cache) = self.cache else {
+            return;
+        };
+        let mut inner = cache.lock();
+        for (key, seq, mark) in self.keys.drain(..) {
+            if let Some(e) = inner.map.get_mut(key.as_str())
+                && e.seq == seq
+                && e.probing == Some(mark)
+            {
+                e.probing = None;
+            }
+        }
     }
 }
 
@@ -124,7 +141,7 @@ impl Drop for Probe<'_> {
         for (key, seq, mark) in self.keys.drain(..) {
             let ours = inner
                 .map
-                .get(&key)
+                .get(key.as_str())
                 .is_some_and(|e| e.seq == seq && e.probing == Some(mark));
             if ours {
                 inner.remove(&key);
@@ -179,7 +196,7 @@ impl DenyCache {
             }
             let probed = e
                 .probing
-                .is_some_and(|since| now.saturating_duration_since(since) < self.probe_timeout);
+                .is_some_and(|since| now.saturating_sub(since) < self.probe_timeout);
             match (matches, probed) {
                 (true, true) => hits.push((i, e)),
                 (true, false) => expired.push(key),
@@ -220,14 +237,15 @@ impl DenyCache {
             let Some(old) = inner.by_expiry.remove(&(until, seq)) else {
                 break;
             };
-            inner.map.remove(&old);
+            inner.map.remove(&*old);
         }
         inner.seq = inner.seq.wrapping_add(1);
         entry.seq = inner.seq;
+        let key: Arc<str> = Arc::from(key);
         inner
             .by_expiry
-            .insert((entry.deny_until, entry.seq), key.to_owned());
-        inner.map.insert(key.to_owned(), entry);
+            .insert((entry.deny_until, entry.seq), key.clone());
+        inner.map.insert(key, entry);
     }
 
     /// Forgets `key` (a refund through this layer gave tokens back).
@@ -246,7 +264,6 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn entry(now: Instant, secs: u64, cost: f64) -> Entry {
         Entry::new(10.0, 1.0, cost, now + Duration::from_secs(secs), now)
@@ -254,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_refusal_answers_the_same_shape_with_a_cost_at_least_as_large() {
-        let now = Instant::now();
+        let now = Duration::from_secs(100);
         let c = DenyCache::new(10, Duration::from_secs(1));
         c.insert("k", entry(now, 5, 2.0));
         let ask = |cap, rate, cost| c.lookup([(0, "k", cap, rate, cost)], now).hits.len();
@@ -274,7 +291,7 @@ mod tests {
 
     #[test]
     fn expired_entries_answer_nothing_and_are_dropped() {
-        let now = Instant::now();
+        let now = Duration::from_secs(100);
         let c = DenyCache::new(10, Duration::from_secs(1));
         c.insert("k", entry(now, 1, 1.0));
         let later = now + Duration::from_secs(1);
@@ -284,7 +301,7 @@ mod tests {
 
     #[test]
     fn bounded_evicting_the_soonest_expiry() {
-        let now = Instant::now();
+        let now = Duration::from_secs(100);
         let c = DenyCache::new(3, Duration::from_secs(1));
         c.insert("a", entry(now, 30, 1.0));
         c.insert("b", entry(now, 10, 1.0));
@@ -310,7 +327,7 @@ mod tests {
 
     #[test]
     fn size_zero_holds_nothing() {
-        let now = Instant::now();
+        let now = Duration::from_secs(100);
         let c = DenyCache::new(0, Duration::from_secs(1));
         c.insert("a", entry(now, 30, 1.0));
         assert_eq!(c.len(), 0);
@@ -318,7 +335,7 @@ mod tests {
 
     #[test]
     fn one_probe_after_expiry_others_refused_until_its_answer() {
-        let now = Instant::now();
+        let now = Duration::from_secs(100);
         let c = DenyCache::new(10, Duration::from_secs(1));
         c.insert("k", entry(now, 1, 1.0));
         let later = now + Duration::from_secs(1);
@@ -351,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_stale_probe_lets_the_next_request_probe() {
-        let now = Instant::now();
+        let now = Duration::from_secs(100);
         let c = DenyCache::new(10, Duration::from_secs(1));
         c.insert("k", entry(now, 1, 1.0));
         let t1 = now + Duration::from_secs(1);
@@ -370,7 +387,7 @@ mod tests {
 
     #[test]
     fn a_request_with_a_live_hit_probes_nothing() {
-        let now = Instant::now();
+        let now = Duration::from_secs(100);
         let c = DenyCache::new(10, Duration::from_secs(1));
         c.insert("a", entry(now, 1, 1.0));
         c.insert("b", entry(now, 5, 1.0));

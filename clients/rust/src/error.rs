@@ -10,7 +10,25 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// `COMMAND INFO tb.mtake` answered with no entry: the server runs without the module.
+    /// Redis cannot be reached at startup (SPEC U2).
+    #[error(
+        "redis-tb: cannot reach Redis at {addr} ({reason}): start it, or set start_degraded to start failing open"
+    )]
+    Unreachable {
+        /// `host:port` of the server.
+        addr: String,
+        /// Why (refused, no answer within the startup timeout, ...).
+        reason: String,
+    },
+    /// The user may not run `COMMAND INFO` (SPEC U1).
+    #[error(
+        "redis-tb: user cannot run COMMAND INFO on {addr}: grant +command|info (see docs/operations.md)"
+    )]
+    NoPermission {
+        /// `host:port` of the server.
+        addr: String,
+    },
+    /// `COMMAND INFO tb.take` answered with no entry: the server runs without the module.
     #[error("redis-tb module not loaded on {addr}: load libredis_tb.so with loadmodule")]
     ModuleNotLoaded {
         /// `host:port` of the server.
@@ -84,7 +102,10 @@ impl Error {
     pub(crate) fn breaks_connection(&self) -> bool {
         // A timeout too: a silently dead peer would otherwise hold every later call until
         // TCP gives up. Calls in flight keep their clone of the old connection.
-        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::Connection { .. } | Error::Timeout { .. } | Error::Unreachable { .. }
+        )
     }
 }
 
@@ -92,8 +113,8 @@ impl Error {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// Policy names are tokens: `[a-z0-9_-]+` (they appear in keys and headers).
-    #[error("policy name {0:?} is not a token of [a-z0-9_-]+")]
+    /// Policy names are `[a-z0-9_-]{1,64}` (SPEC C1: they appear in keys and headers).
+    #[error("policy name {0:?} must match [a-z0-9_-]{{1,64}}")]
     InvalidPolicyName(String),
     /// Two policies with the same name would share buckets and header items.
     #[error("two policies are named {0:?}")]
@@ -112,9 +133,20 @@ pub enum BuildError {
     /// A prefix longer than the address (IPv4 > 32, IPv6 > 128).
     #[error("prefix length /{0} is too long for the address family")]
     InvalidPrefix(u8),
-    /// The key prefix must be non-empty and contain no `{`, `}` or whitespace.
-    #[error("key prefix {0:?} must be non-empty, without braces or whitespace")]
+    /// The key prefix must match `[A-Za-z0-9_.:-]{1,64}` (SPEC C4).
+    #[error(
+        "key prefix {0:?} must match [A-Za-z0-9_.:-]{{1,64}} (no braces, spaces or control bytes)"
+    )]
     InvalidPrefixText(String),
+    /// The forwarding header is `x-forwarded-for` or `forwarded` (SPEC C6).
+    #[error("forwarded header {0:?} must be x-forwarded-for or forwarded")]
+    InvalidForwardedHeader(String),
+    /// `Key::fixed("")` (SPEC I3).
+    #[error("policy {0:?}: a fixed key must not be empty")]
+    EmptyFixedKey(String),
+    /// A deny cache of 0 entries, or a zero timeout (SPEC C7).
+    #[error("{0}")]
+    InvalidSetting(String),
     /// The limiter name (the `limiter` metrics label) must not be empty.
     #[error("limiter name {0:?} must not be empty")]
     InvalidLimiterName(String),

@@ -16,11 +16,11 @@
 //! would send clients back too early). Integers are capped at the structured-field maximum,
 //! 999,999,999,999,999.
 
-use axum::body::Bytes;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
 
-use crate::decision::{Decision, PolicyResult, Status};
+use crate::decision::{Decision, Outcome, PolicyResult};
 use crate::policy::Limit;
 
 /// Largest integer a structured field may carry.
@@ -166,7 +166,7 @@ pub fn rate_limit_headers_at(
     let mut rate_limit = ListSerializer::new();
     let mut lowest: Option<&crate::decision::PolicyResult> = None;
     let mut any = false;
-    for p in decision.policies.iter().filter(|p| !p.shadow) {
+    for p in decision.results.iter().filter(|p| !p.shadow) {
         // Names are validated tokens when the layer is built; a name that is not a valid
         // sf-string still never reaches the wire.
         let Ok(name) = StringRef::from_str(&p.name) else {
@@ -200,8 +200,8 @@ pub fn rate_limit_headers_at(
             },
         })
     });
-    let retry = if decision.status == Status::Limited {
-        retry_after(decision.retry_after)
+    let retry = if decision.outcome == Outcome::Limited {
+        decision.retry_after.and_then(retry_after)
     } else {
         None
     };
@@ -263,11 +263,12 @@ pub(crate) fn layer_headers(
     decision: &Decision,
     items: &[&PolicyHeader],
     legacy: Option<LegacyReset>,
+    now_unix: f64,
 ) -> Option<RateLimitHeaders> {
     let mut policy = String::with_capacity(32 * items.len());
     let mut rate_limit = String::with_capacity(24 * items.len());
     let mut lowest: Option<&PolicyResult> = None;
-    for (p, h) in decision.policies.iter().zip(items) {
+    for (p, h) in decision.results.iter().zip(items) {
         if p.shadow {
             continue;
         }
@@ -302,12 +303,12 @@ pub(crate) fn layer_headers(
         limit: quota(lowest.capacity),
         remaining: remaining(lowest.remaining),
         reset: match mode {
-            LegacyReset::UnixTime => unix_reset(unix_now(), lowest.reset_after),
+            LegacyReset::UnixTime => unix_reset(now_unix, lowest.reset_after),
             LegacyReset::DeltaSeconds => reset(lowest.reset_after),
         },
     });
-    let retry = if decision.status == Status::Limited {
-        retry_after(decision.retry_after)
+    let retry = if decision.outcome == Outcome::Limited {
+        decision.retry_after.and_then(retry_after)
     } else {
         None
     };
@@ -355,7 +356,7 @@ impl RateLimitHeaders {
             map.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(l.reset));
         }
         if let Some(s) = retry_after {
-            map.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(s));
+            map.insert(http::header::RETRY_AFTER, HeaderValue::from(s));
         }
     }
 }
@@ -389,20 +390,12 @@ mod tests {
         }
     }
 
-    fn decision(status: Status, retry_after: f64, policies: Vec<PolicyResult>) -> Decision {
-        Decision {
-            shadow_limited: Vec::new(),
-            from_cache: false,
-            status,
-            allowed: status == Status::Allowed,
-            remaining: policies
-                .iter()
-                .map(|p| p.remaining)
-                .fold(f64::INFINITY, f64::min),
-            retry_after,
-            reset_after: policies.iter().map(|p| p.reset_after).fold(0.0, f64::max),
-            policies,
-        }
+    fn decision(status: Outcome, retry_after: f64, results: Vec<PolicyResult>) -> Decision {
+        let mut d = Decision::from_results(results);
+        d.outcome = status;
+        d.allowed = status == Outcome::Allowed;
+        d.retry_after = (status == Outcome::Limited && retry_after >= 0.0).then_some(retry_after);
+        d
     }
 
     /// Parses a header back with sfv's parser: (name, [(param, integer)]) per item.
@@ -437,7 +430,7 @@ mod tests {
     #[test]
     fn fractional_remaining_is_floored() {
         let d = decision(
-            Status::Allowed,
+            Outcome::Allowed,
             0.0,
             vec![result("persec", 10.0, 10.0, 8.7, 0.0, 0.13)],
         );
@@ -454,7 +447,7 @@ mod tests {
     fn cost_above_capacity_is_never_no_retry_after() {
         let mut r = result("perhour", 5.0, 5.0 / 3600.0, 5.0, -1.0, 0.0);
         r.cost = 6.0;
-        let d = decision(Status::Limited, -1.0, vec![r]);
+        let d = decision(Outcome::Limited, -1.0, vec![r]);
         assert!(d.never());
         let h = rate_limit_headers(&d, None).unwrap();
         assert_eq!(h.retry_after, None);
@@ -465,7 +458,7 @@ mod tests {
     #[test]
     fn full_bucket_has_reset_zero() {
         let d = decision(
-            Status::Allowed,
+            Outcome::Allowed,
             0.0,
             vec![result("perip", 100.0, 1.0, 100.0, 0.0, 0.0)],
         );
@@ -501,7 +494,7 @@ mod tests {
         assert_eq!(retry_after(f64::NAN), None);
         assert_eq!(retry_after(1e300), Some(SF_INTEGER_MAX as u64));
         let d = decision(
-            Status::Limited,
+            Outcome::Limited,
             0.25,
             vec![result("persec", 2.0, 4.0, 0.0, 0.25, 0.5)],
         );
@@ -511,7 +504,7 @@ mod tests {
     #[test]
     fn several_policies_one_item_each_in_order() {
         let d = decision(
-            Status::Limited,
+            Outcome::Limited,
             18.2,
             vec![
                 result("perhour", 1000.0, 1000.0 / 3600.0, 42.4, 0.0, 17.5),
@@ -547,7 +540,10 @@ mod tests {
                 reset: 1
             })
         );
-        assert_eq!(d.violated_names(), vec!["persec", "orders"]);
+        assert_eq!(
+            d.violated,
+            vec![Arc::<str>::from("persec"), Arc::from("orders")]
+        );
     }
 
     #[test]
@@ -574,7 +570,7 @@ mod tests {
     fn huge_values_are_capped_at_the_structured_field_maximum() {
         let max = crate::client::MAX_NUMBER;
         let d = decision(
-            Status::Allowed,
+            Outcome::Allowed,
             0.0,
             vec![result(
                 "big",
@@ -610,7 +606,7 @@ mod tests {
     #[test]
     fn headers_are_written_into_a_map() {
         let d = decision(
-            Status::Limited,
+            Outcome::Limited,
             2.5,
             vec![result("persec", 1.0, 0.5, 0.0, 2.5, 2.5)],
         );
@@ -630,7 +626,7 @@ mod tests {
     fn legacy_reset_is_a_unix_time_by_default_or_delta_seconds() {
         assert_eq!(LegacyReset::default(), LegacyReset::UnixTime);
         let d = decision(
-            Status::Allowed,
+            Outcome::Allowed,
             0.0,
             vec![
                 result("a", 10.0, 1.0, 7.0, 0.0, 3.0),
@@ -664,7 +660,7 @@ mod tests {
         shadow.shadow = true;
         shadow.allowed = false;
         let d = decision(
-            Status::Allowed,
+            Outcome::Allowed,
             0.0,
             vec![result("ip", 10.0, 10.0, 9.0, 0.0, 0.1), shadow.clone()],
         );
@@ -674,7 +670,7 @@ mod tests {
         // Legacy headers describe the enforced policy even though the shadow one has less.
         assert_eq!(h.legacy.map(|l| l.remaining), Some(9));
         // Only shadow policies: no header at all.
-        let d = decision(Status::Allowed, 0.0, vec![shadow]);
+        let d = decision(Outcome::Allowed, 0.0, vec![shadow]);
         assert_eq!(rate_limit_headers(&d, Some(LegacyReset::UnixTime)), None);
     }
 
@@ -693,7 +689,7 @@ mod tests {
             (11.0, 11.0 / 60.0, 1e20, 1e20),
         ];
         for shadow_second in [false, true] {
-            for (status, retry) in [(Status::Allowed, 0.0), (Status::Limited, 2.5)] {
+            for (status, retry) in [(Outcome::Allowed, 0.0), (Outcome::Limited, 2.5)] {
                 let mut policies = vec![
                     result("ip", 10.0, 10.0, cases[0].2, retry, cases[0].3),
                     result(
@@ -707,7 +703,7 @@ mod tests {
                 let d = decision(status, retry, policies);
                 for legacy in [None, Some(LegacyReset::DeltaSeconds)] {
                     assert_eq!(
-                        layer_headers(&d, &refs, legacy),
+                        layer_headers(&d, &refs, legacy, 0.0),
                         rate_limit_headers(&d, legacy),
                         "{d:?}"
                     );
@@ -716,11 +712,11 @@ mod tests {
         }
         // A per-request limit that differs from the cached fixed one is serialized anew.
         let d = decision(
-            Status::Allowed,
+            Outcome::Allowed,
             0.0,
             vec![result("ip", 20.0, 5.0, 3.0, 0.0, 1.0)],
         );
-        let h = layer_headers(&d, &refs[..1], None).unwrap();
+        let h = layer_headers(&d, &refs[..1], None, 0.0).unwrap();
         assert_eq!(h.policy, r#""ip";q=20;w=4"#);
         let mut map = HeaderMap::new();
         h.apply_owned(&mut map);

@@ -2,20 +2,12 @@
 //! `Forwarded` from right to left), and the identity it is limited under (IPv6 grouped by
 //! prefix, /64 by default).
 //!
-//! Rules (the same in the Python package):
-//! - The peer is the TCP peer address. If it is not a trusted proxy, the forwarding headers
-//!   are ignored entirely: anybody can write them.
-//! - If it is, the header's entries are read from the right (the hop nearest to us), skipping
-//!   trusted addresses; the first untrusted one is the client. If every entry is trusted, the
-//!   leftmost is used. The leftmost entry is never believed just because it is leftmost.
-//! - A malformed entry (not an address, `unknown`, an obfuscated `_name`, a missing `for=`,
-//!   non-ASCII bytes) stops the walk: the last good address (the peer or the previous
-//!   trusted hop) is the client.
-//! - IPv4-mapped IPv6 addresses (`::ffff:192.0.2.1`) are IPv4.
+//! The rules are SPEC A1-A9 (the walk, the entry syntax of `X-Forwarded-For` and
+//! `Forwarded`, mapped addresses, zone ids, the identity) and C5 (trusted proxies).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use axum::http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
 use crate::error::BuildError;
@@ -30,11 +22,26 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
+impl std::str::FromStr for ForwardedHeader {
+    type Err = BuildError;
+
+    /// `x-forwarded-for` or `forwarded`, any case (SPEC C6).
+    fn from_str(s: &str) -> Result<Self, BuildError> {
+        if s.eq_ignore_ascii_case("x-forwarded-for") {
+            Ok(ForwardedHeader::XForwardedFor)
+        } else if s.eq_ignore_ascii_case("forwarded") {
+            Ok(ForwardedHeader::Forwarded)
+        } else {
+            Err(BuildError::InvalidForwardedHeader(s.to_owned()))
+        }
+    }
+}
+
 impl ForwardedHeader {
     fn name(self) -> HeaderName {
         match self {
             ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            ForwardedHeader::Forwarded => axum::http::header::FORWARDED,
+            ForwardedHeader::Forwarded => http::header::FORWARDED,
         }
     }
 }
@@ -221,17 +228,55 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn parse_cidr(s: &str) -> Result<IpNet, BuildError> {
-    let s = s.trim();
+/// A peer address as text, a zone id dropped (SPEC A8: `fe80::1%eth0` is `fe80::1`).
+pub fn parse_peer(s: &str) -> Option<IpAddr> {
+    let addr = s.split_once('%').map_or(s, |(a, _)| a);
+    addr.parse::<IpAddr>().ok()
+}
+
+/// A trusted proxy (SPEC C5): an address or CIDR, host bits masked, IPv4-mapped ranges
+/// unmapped (`::ffff:10.0.0.0/104` is `10.0.0.0/8`).
+pub fn parse_trusted_proxy(s: &str) -> Result<IpNet, BuildError> {
+    let invalid = || BuildError::InvalidProxy(s.to_owned());
     let net = s
         .parse::<IpNet>()
         .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-        .map_err(|_| BuildError::InvalidProxy(s.to_owned()))?;
-    Ok(net.trunc())
+        .map_err(|_| invalid())?
+        .trunc();
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96)
+                .map(IpNet::V4)
+                .map_err(|_| invalid()),
+            None => Ok(net),
+        },
+        _ => Ok(net),
+    }
 }
 
+fn parse_cidr(s: &str) -> Result<IpNet, BuildError> {
+    parse_trusted_proxy(s)
+}
+
+/// One `X-Forwarded-For` entry (SPEC A4): `a.b.c.d`, `a.b.c.d:port`, an IPv6 address,
+/// `[IPv6]` or `[IPv6]:port`; anything else is malformed.
 fn parse_xff_entry(entry: &str) -> Option<IpAddr> {
-    entry.trim_matches([' ', '\t']).parse::<IpAddr>().ok()
+    let entry = entry.trim_matches([' ', '\t']);
+    if let Some(rest) = entry.strip_prefix('[') {
+        let (addr, after) = rest.split_once(']')?;
+        if !(after.is_empty() || after.strip_prefix(':').is_some_and(valid_port)) {
+            return None;
+        }
+        return addr.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (addr, port) = entry.split_once(':')?;
+    if !valid_port(port) {
+        return None;
+    }
+    addr.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
 /// Splits on `sep` outside double-quoted strings (which may hold `\"` escapes).
@@ -269,7 +314,14 @@ fn parse_forwarded_element(element: &str) -> Option<IpAddr> {
         if found.is_some() {
             return None;
         }
-        found = Some(parse_forwarded_node(&unquote(value)?)?);
+        // An IPv6 node is quoted and bracketed (SPEC A5): `for=[2001:db8::1]` and
+        // `for=2001:db8::1` are malformed.
+        let quoted = value.starts_with('"');
+        let node = unquote(value)?;
+        if node.starts_with('[') && !quoted {
+            return None;
+        }
+        found = Some(parse_forwarded_node(&node)?);
     }
     found
 }
@@ -317,7 +369,7 @@ fn valid_port(p: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use http::HeaderValue;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -389,8 +441,9 @@ mod tests {
             ("nonsense, 10.0.0.7", "10.0.0.7"),
             ("203.0.113.9,,10.0.0.7", "10.0.0.7"),
             ("", "10.0.0.1"),
-            ("203.0.113.9:1234", "10.0.0.1"),
-            ("[2001:db8::1]", "10.0.0.1"),
+            ("203.0.113.9:1234", "203.0.113.9"),
+            ("[2001:db8::1]:443", "2001:db8::1"),
+            ("203.0.113.9:", "10.0.0.1"),
             ("unknown", "10.0.0.1"),
             ("fe80::1%eth0", "10.0.0.1"),
             ("999.1.1.1", "10.0.0.1"),

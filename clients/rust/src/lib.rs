@@ -1,19 +1,23 @@
-//! Rate limiting for axum and tower services on the redis-tb Redis module.
+//! Rate limiting on the redis-tb Redis module: a typed client, a framework-neutral
+//! limiter, and a tower layer (axum's `MatchedPath` and `ConnectInfo` with the `axum`
+//! feature). The behaviour is the contract in `clients/SPEC.md`; comments cite its rules.
 //!
 //! - [`TbClient`]: TB.TAKE, TB.MTAKE, TB.PEEK, TB.REFUND and TB.RESERVE over one multiplexed
 //!   connection, one round trip per call, typed replies, tight timeouts.
-//! - [`RateLimitLayer`]: a `tower::Layer` for axum. Several named [`Policy`]s per route (per
-//!   second and per hour, per IP and per user) checked together in one TB.MTAKE, all or
-//!   nothing; IETF `RateLimit-Policy` / `RateLimit` headers; 429 with `Retry-After` and an
-//!   RFC 9457 problem body; fail-open or fail-closed when Redis is down.
-//! - The [`Decision`] and a [`RefundHandle`] are in the request extensions for handlers.
+//! - The core, framework-neutral: [`Policy`] and [`Key`] ([`policy`]), the client address
+//!   ([`ip`]), the key builder ([`keys`]), headers ([`headers`]), problem bodies
+//!   ([`problem`]), the [`Decision`], the deny cache, the breaker, and the [`RateLimiter`]
+//!   with its injected [`Clock`].
+//! - [`RateLimitLayer`] ([`tower`]): the tower `Layer` around a limiter. The [`Decision`]
+//!   and a [`RefundHandle`] are in the request extensions for handlers.
 //!
 //! ```no_run
+//! # #[cfg(feature = "axum")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::net::SocketAddr;
 //! use axum::{Router, routing::get};
 //! use redis_tb_client::{Key, Policy, RateLimitLayer, TbClient};
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = TbClient::connect("redis://127.0.0.1:6379/").await?; // fails if the module is missing
 //! let limiter = RateLimitLayer::builder(client)
 //!     .policy(Policy::per_second("perip", 10.0))
@@ -31,24 +35,39 @@
 )]
 #![warn(missing_docs)]
 
+mod breaker;
 mod client;
+pub mod clock;
 mod decision;
 mod deny_cache;
 mod error;
 pub mod headers;
 pub mod ip;
-mod layer;
-mod policy;
+pub mod keys;
+mod limiter;
+pub mod policy;
+pub mod problem;
 pub mod telemetry;
+pub mod tower;
 
 pub use client::{
-    Charge, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient,
+    Charge, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient, Throttle,
+    WindowMode,
 };
-pub use decision::{Decision, PolicyResult, Status};
+pub use clock::{Clock, ManualClock, SystemClock};
+#[allow(deprecated)]
+pub use decision::Status;
+pub use decision::{Decision, Outcome, PolicyResult};
 pub use error::{BuildError, Error};
 pub use headers::LegacyReset;
 pub use ip::{ClientIp, ClientIpConfig, ForwardedHeader};
-pub use layer::{FailureMode, Metrics, RateLimit, RateLimitBuilder, RateLimitLayer, RefundHandle};
-pub use policy::{BoxFuture, Key, Limit, Policy, Route};
+#[allow(deprecated)]
+pub use limiter::Metrics;
+pub use limiter::{
+    Call, Check, FailureMode, FromLimiter, RateLimiter, RateLimiterBuilder, RefundHandle, Stats,
+    Store, valid_cost, valid_limit,
+};
+pub use policy::{BoxFuture, Identity, Key, Limit, Policy, Route};
 /// The `redis` crate this client is built on (to configure a `redis::Client`).
 pub use redis;
+pub use tower::{PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer, RouteTemplate};

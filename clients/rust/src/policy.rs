@@ -7,9 +7,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::extract::MatchedPath;
-use axum::http::request::Parts;
-use axum::http::{HeaderName, Method};
+use std::collections::HashMap;
+
+use http::request::Parts;
+use http::{HeaderName, Method};
 
 use crate::ip::ClientIp;
 
@@ -20,6 +21,7 @@ type SyncKeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type AsyncKeyFn = dyn Fn(&Parts) -> BoxFuture<Option<String>> + Send + Sync;
 type LimitFn = dyn Fn(&Parts) -> Option<Limit> + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> f64 + Send + Sync;
+type TierFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 
 /// A bucket shape: `capacity` tokens (the burst), refilled at `rate` tokens per second.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -87,12 +89,15 @@ impl Key {
         Key(KeyKind::ClientIp)
     }
 
-    /// The value of a request header (an API key); `None` when absent or not visible ASCII.
+    /// The value of a request header (an API key), SPEC I2: its lines joined with `, `,
+    /// optional white space trimmed; absent or empty skips the policy; bytes >= 0x80 are
+    /// kept (and escaped in the key, SPEC K2); a control byte is a 400.
     pub fn header(name: HeaderName) -> Key {
         Key(KeyKind::Header(name))
     }
 
-    /// One bucket for everybody (a global limit).
+    /// One bucket for everybody (a global limit). An empty value is a configuration error
+    /// (SPEC I3), found when the limiter is built.
     pub fn fixed(identity: &str) -> Key {
         Key(KeyKind::Fixed(Arc::from(identity)))
     }
@@ -115,22 +120,38 @@ impl Key {
         Key(KeyKind::Async(Arc::new(move |parts| Box::pin(f(parts)))))
     }
 
-    /// The identity for this request, borrowed from the request (or the key) when it can be.
-    pub(crate) async fn identity<'a>(&'a self, parts: &'a Parts) -> Option<Cow<'a, str>> {
+    /// The identity for this request (SPEC I1, I2), borrowed from the request (or the key)
+    /// when it can be.
+    pub async fn identity<'a>(&'a self, parts: &'a Parts) -> Identity<'a> {
+        let owned = |s: Option<String>| match s {
+            Some(s) if !s.is_empty() => Identity::Value(Cow::Owned(s.into_bytes())),
+            _ => Identity::Skip,
+        };
         match &self.0 {
-            KeyKind::ClientIp => parts
-                .extensions
-                .get::<ClientIp>()
-                .map(|c| Cow::Borrowed(c.identity.as_str())),
-            KeyKind::Header(name) => parts
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(Cow::Borrowed),
-            KeyKind::Fixed(s) => Some(Cow::Borrowed(s)),
-            KeyKind::Sync(f) => f(parts).map(Cow::Owned),
-            KeyKind::Async(f) => f(parts).await.map(Cow::Owned),
+            KeyKind::ClientIp => match parts.extensions.get::<ClientIp>() {
+                Some(c) => Identity::Value(Cow::Borrowed(c.identity.as_bytes())),
+                None => Identity::Skip,
+            },
+            KeyKind::Header(name) => {
+                header_identity(parts.headers.get_all(name).iter().map(|v| v.as_bytes()))
+            }
+            KeyKind::Fixed(s) => Identity::Value(Cow::Borrowed(s.as_bytes())),
+            KeyKind::Sync(f) => owned(f(parts)),
+            KeyKind::Async(f) => owned(f(parts).await),
         }
+    }
+
+    /// The header a [`Key::header`] reads.
+    pub(crate) fn header_name(&self) -> Option<&HeaderName> {
+        match &self.0 {
+            KeyKind::Header(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// `Key::fixed("")` (SPEC I3).
+    pub(crate) fn is_empty_fixed(&self) -> bool {
+        matches!(&self.0, KeyKind::Fixed(s) if s.is_empty())
     }
 
     pub(crate) fn uses_client_ip(&self) -> bool {
@@ -138,10 +159,75 @@ impl Key {
     }
 }
 
+/// What a key gives for one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity<'a> {
+    /// No identity: the policy is skipped for this request (SPEC I1).
+    Skip,
+    /// The identity's bytes (escaped and bounded by the key builder, SPEC K2, K3).
+    Value(Cow<'a, [u8]>),
+    /// A header identity with a control byte: a bad request (SPEC I2).
+    BadRequest,
+}
+
+/// A control byte of SPEC I2: 0x00-0x08, 0x0A-0x1F, 0x7F (a tab is kept).
+fn control(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
+
+fn trim_ows(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// The identity of a header's lines, in the order received (SPEC I2): joined with `, `,
+/// optional white space trimmed at both ends; none or empty skips; a control byte in any
+/// line is [`Identity::BadRequest`].
+pub fn header_identity<'a, I>(lines: I) -> Identity<'a>
+where
+    I: IntoIterator<Item = &'a [u8]>,
+{
+    let mut lines = lines.into_iter();
+    let Some(first) = lines.next() else {
+        return Identity::Skip;
+    };
+    if first.iter().any(|&b| control(b)) {
+        return Identity::BadRequest;
+    }
+    let mut joined: Option<Vec<u8>> = None;
+    for line in lines {
+        if line.iter().any(|&b| control(b)) {
+            return Identity::BadRequest;
+        }
+        let buf = joined.get_or_insert_with(|| first.to_vec());
+        buf.extend_from_slice(b", ");
+        buf.extend_from_slice(line);
+    }
+    let value = match joined {
+        None => Cow::Borrowed(trim_ows(first)),
+        Some(buf) => Cow::Owned(trim_ows(&buf).to_vec()),
+    };
+    if value.is_empty() {
+        Identity::Skip
+    } else {
+        Identity::Value(value)
+    }
+}
+
 #[derive(Clone)]
 enum Limits {
     Fixed(Limit),
     PerRequest(Arc<LimitFn>),
+    Tiered {
+        tiers: Arc<HashMap<String, Limit>>,
+        default: Limit,
+        tier: Arc<TierFn>,
+    },
 }
 
 #[derive(Clone)]
@@ -179,6 +265,9 @@ impl fmt::Debug for Policy {
         match &self.limits {
             Limits::Fixed(l) => d.field("limit", l),
             Limits::PerRequest(_) => d.field("limit", &"per request"),
+            Limits::Tiered { tiers, default, .. } => {
+                d.field("tiers", tiers).field("default", default)
+            }
         };
         d.field("key", &self.key);
         match &self.cost {
@@ -205,6 +294,24 @@ impl Policy {
             per_route: false,
             shadow: false,
         }
+    }
+
+    /// Plan tiers (SPEC L2): the limit of the tier `tier` names for the request; a tier
+    /// not listed, or no tier, takes `default`. Every limit is checked when the limiter is
+    /// built (SPEC C2).
+    pub fn tiered<I, S, F>(name: &str, tiers: I, default: Limit, tier: F) -> Policy
+    where
+        I: IntoIterator<Item = (S, Limit)>,
+        S: Into<String>,
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        let mut p = Policy::new(name, default);
+        p.limits = Limits::Tiered {
+            tiers: Arc::new(tiers.into_iter().map(|(k, l)| (k.into(), l)).collect()),
+            default,
+            tier: Arc::new(tier),
+        };
+        p
     }
 
     /// `n` requests per second.
@@ -309,7 +416,18 @@ impl Policy {
     pub(crate) fn fixed_limit(&self) -> Option<Limit> {
         match &self.limits {
             Limits::Fixed(l) => Some(*l),
-            Limits::PerRequest(_) => None,
+            Limits::PerRequest(_) | Limits::Tiered { .. } => None,
+        }
+    }
+
+    /// Every limit known when the limiter is built (the fixed one, or the tiers').
+    pub(crate) fn static_limits(&self) -> Vec<Limit> {
+        match &self.limits {
+            Limits::Fixed(l) => vec![*l],
+            Limits::PerRequest(_) => Vec::new(),
+            Limits::Tiered { tiers, default, .. } => {
+                tiers.values().copied().chain([*default]).collect()
+            }
         }
     }
 
@@ -324,6 +442,15 @@ impl Policy {
         match &self.limits {
             Limits::Fixed(l) => Some(*l),
             Limits::PerRequest(f) => f(parts),
+            Limits::Tiered {
+                tiers,
+                default,
+                tier,
+            } => Some(
+                tier(parts)
+                    .and_then(|t| tiers.get(&t).copied())
+                    .unwrap_or(*default),
+            ),
         }
     }
 
@@ -350,14 +477,9 @@ impl Policy {
     }
 }
 
-/// The route template axum matched, if any (a cheap clone of a shared string).
-pub(crate) fn matched_route(parts: &Parts) -> Option<MatchedPath> {
-    parts.extensions.get::<MatchedPath>().cloned()
-}
-
-/// Whether `name` is a policy-name token: `[a-z0-9_-]+`.
-pub(crate) fn valid_name(name: &str) -> bool {
-    !name.is_empty()
+/// Whether `name` is a policy name (SPEC C1): `[a-z0-9_-]{1,64}`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
@@ -366,7 +488,7 @@ pub(crate) fn valid_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::Request;
+    use http::Request;
 
     fn parts(method: Method, uri: &str) -> Parts {
         Request::builder()
@@ -406,31 +528,51 @@ mod tests {
         }
     }
 
+    fn v(s: &str) -> Identity<'static> {
+        Identity::Value(Cow::Owned(s.as_bytes().to_vec()))
+    }
+
     #[tokio::test]
     async fn key_functions_read_the_request_head() {
         let mut p = parts(Method::GET, "/x");
         p.headers.insert("x-api-key", "k1".parse().unwrap());
-        assert_eq!(
-            Key::header(HeaderName::from_static("x-api-key"))
-                .identity(&p)
-                .await
-                .as_deref(),
-            Some("k1")
-        );
-        assert_eq!(
-            Key::header(HeaderName::from_static("x-other"))
-                .identity(&p)
-                .await,
-            None
-        );
-        assert_eq!(Key::fixed("all").identity(&p).await.as_deref(), Some("all"));
+        let header = |n| Key::header(HeaderName::from_static(n));
+        assert_eq!(header("x-api-key").identity(&p).await, v("k1"));
+        assert_eq!(header("x-other").identity(&p).await, Identity::Skip);
+        assert_eq!(Key::fixed("all").identity(&p).await, v("all"));
         let k = Key::from_async_fn(|parts: &Parts| {
             let user = parts.headers.get("x-api-key").cloned();
             async move { user.map(|u| format!("user-{}", u.to_str().unwrap_or("?"))) }
         });
-        assert_eq!(k.identity(&p).await.as_deref(), Some("user-k1"));
-        // No ConnectInfo-derived ClientIp in the extensions: no identity.
-        assert_eq!(Key::client_ip().identity(&p).await, None);
+        assert_eq!(k.identity(&p).await, v("user-k1"));
+        assert_eq!(
+            Key::from_fn(|_| Some(String::new())).identity(&p).await,
+            Identity::Skip
+        );
+        // No ClientIp in the extensions (no peer address): no identity.
+        assert_eq!(Key::client_ip().identity(&p).await, Identity::Skip);
+    }
+
+    #[test]
+    fn tiers_pick_a_limit_and_unknown_tiers_the_default() {
+        let p = Policy::tiered(
+            "plan",
+            [("pro", Limit::per_hour(1000.0))],
+            Limit::per_hour(10.0),
+            |parts| {
+                parts
+                    .headers
+                    .get("x-plan")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            },
+        );
+        let mut req = parts(Method::GET, "/");
+        assert_eq!(p.limit_for(&req), Some(Limit::per_hour(10.0)));
+        req.headers.insert("x-plan", "pro".parse().unwrap());
+        assert_eq!(p.limit_for(&req), Some(Limit::per_hour(1000.0)));
+        req.headers.insert("x-plan", "gold".parse().unwrap());
+        assert_eq!(p.limit_for(&req), Some(Limit::per_hour(10.0)));
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub const REFUNDED_TOTAL: &str = "redis_tb_refunded_total";
 /// `redis_tb_deny_cache_hits_total{limiter,policy}`: +1 per request the local deny cache
 /// refused, for the policy whose cached refusal answered it.
 pub const DENY_CACHE_HITS_TOTAL: &str = "redis_tb_deny_cache_hits_total";
+/// `redis_tb_invalid_inputs_total{limiter,policy}`: +1 per out-of-range cost or limit
+/// from the application (SPEC L3).
+pub const INVALID_INPUTS_TOTAL: &str = "redis_tb_invalid_inputs_total";
 /// `redis_tb_store_errors_total{limiter}`: failed Redis calls (errors, timeouts).
 pub const STORE_ERRORS_TOTAL: &str = "redis_tb_store_errors_total";
 /// `redis_tb_degraded_total{limiter}`: requests decided by the failure mode.
@@ -45,6 +48,7 @@ pub(crate) struct PolicyMetrics {
     pub(crate) shadow_limited: Counter,
     pub(crate) refunded: Counter,
     pub(crate) deny_cache_hits: Counter,
+    pub(crate) invalid_inputs: Counter,
 }
 
 /// The layer's own series.
@@ -79,6 +83,11 @@ fn describe() {
         DENY_CACHE_HITS_TOTAL,
         Unit::Count,
         "Requests refused by the local deny cache without a Redis call"
+    );
+    metrics::describe_counter!(
+        INVALID_INPUTS_TOTAL,
+        Unit::Count,
+        "Out-of-range costs or limits from the application (answered 500)"
     );
     metrics::describe_counter!(
         STORE_ERRORS_TOTAL,
@@ -118,6 +127,7 @@ impl PolicyMetrics {
             shadow_limited: counter(SHADOW_LIMITED_TOTAL),
             refunded: counter(REFUNDED_TOTAL),
             deny_cache_hits: counter(DENY_CACHE_HITS_TOTAL),
+            invalid_inputs: counter(INVALID_INPUTS_TOTAL),
         }
     }
 }

@@ -21,8 +21,8 @@ use axum::{Json, Router};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use redis_tb_client::telemetry::{CALL_DURATION_BUCKETS, REDIS_CALL_DURATION_SECONDS};
 use redis_tb_client::{
-    BuildError, Decision, FailureMode, Key, LegacyReset, Limit, Policy, RateLimitLayer,
-    RefundHandle, Status, TbClient,
+    BuildError, Decision, FailureMode, Key, LegacyReset, Limit, Outcome, Policy, RateLimitLayer,
+    RefundHandle, TbClient,
 };
 use serde_json::{Value, json};
 
@@ -154,7 +154,13 @@ pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, Buil
     let (free, pro) = (config.user_free, config.user_pro);
     let rows_per_token = config.rows_per_token;
     let shadow = |name: &str| config.shadow_policies.iter().any(|s| s == name);
-    RateLimitLayer::builder(client)
+    let builder = RateLimitLayer::builder(client);
+    // SPEC C7: a deny cache holds at least one entry; 0 in the config means off.
+    let builder = match config.deny_cache {
+        0 => builder,
+        n => builder.deny_cache(n),
+    };
+    builder
         // Per client address (behind trusted proxies only), every route.
         .policy(
             Policy::new("ip", config.ip)
@@ -194,7 +200,6 @@ pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, Buil
         .failure_mode(config.failure_mode)
         .cooldown(config.cooldown)
         .legacy_headers(config.legacy_headers)
-        .deny_cache(config.deny_cache)
         .name(&config.name)
         .build()
 }
@@ -265,17 +270,12 @@ pub fn decision_json(decision: Option<&Decision>) -> Value {
     let Some(d) = decision else {
         return Value::Null;
     };
-    let status = match d.status {
-        Status::Allowed => "allowed",
-        Status::Limited => "limited",
-        Status::StoreError => "store_error",
-        Status::NotLimited => "not_limited",
-    };
     json!({
-        "status": status,
+        "outcome": d.outcome.as_str(),
         "shadow_limited": d.shadow_limited.iter().map(|n| &**n).collect::<Vec<_>>(),
-        "remaining": if d.remaining.is_finite() { json!(d.remaining) } else { Value::Null },
-        "policies": d.policies.iter().map(|p| json!({
+        "remaining": d.remaining,
+        "from_cache": d.from_cache,
+        "results": d.results.iter().map(|p| json!({
             "name": &*p.name,
             "key": p.key,
             "capacity": p.capacity,
@@ -297,7 +297,8 @@ async fn get_item(
     let decision = decision.map(|Extension(d)| d);
     if !(1..=1000).contains(&id) {
         if let Some(Extension(refund)) = refund {
-            refund.refund();
+            // SPEC F1: TB.REFUND now; true when the tokens were given back.
+            refund.refund().await;
         }
         return (
             StatusCode::NOT_FOUND,
@@ -308,7 +309,7 @@ async fn get_item(
     // The decision used in the handler: warn the client before it hits the wall.
     let last_one = decision
         .as_ref()
-        .is_some_and(|d| d.status == Status::Allowed && d.remaining < 1.0);
+        .is_some_and(|d| d.outcome == Outcome::Allowed && d.remaining.is_some_and(|r| r < 1.0));
     Json(json!({
         "id": id,
         "last_request_in_quota": last_one,

@@ -332,3 +332,120 @@ async fn the_layer_decides_the_same_over_resp2_and_resp3() -> TestResult {
     assert_eq!(seen[0][2].2.as_deref(), Some("1800"));
     Ok(())
 }
+
+#[tokio::test]
+async fn startup_failures_are_one_line_naming_the_address_and_what_to_do() -> TestResult {
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+        startup_timeout: Duration::from_secs(10),
+    };
+    // SPEC U2: unreachable fails the start by default.
+    let mut redis = RedisServer::start()?;
+    let addr = format!("127.0.0.1:{}", redis.port());
+    redis.stop();
+    let err = TbClient::connect_with(&redis.url(), config.clone())
+        .await
+        .err()
+        .ok_or("connected to a stopped server")?;
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    let line = err.to_string();
+    assert!(
+        line.starts_with(&format!("redis-tb: cannot reach Redis at {addr} ("))
+            && line.ends_with("): start it, or set start_degraded to start failing open")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    // ...and start_degraded starts.
+    assert!(
+        TbClient::start_degraded(&redis.url(), config.clone())
+            .await
+            .is_ok()
+    );
+
+    // SPEC U1: a user without +command|info.
+    redis.restart()?;
+    redis.command(&[
+        "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-command",
+    ])?;
+    let url = format!("redis://app:pw@{addr}/");
+    let err = TbClient::connect_with(&url, config)
+        .await
+        .err()
+        .ok_or("connected without COMMAND INFO")?;
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "redis-tb: user cannot run COMMAND INFO on {addr}: grant +command|info (see docs/operations.md)"
+        )
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn window_and_throttle_have_typed_replies() -> TestResult {
+    use redis_tb_client::{Reply, Throttle, WindowMode};
+    let redis = RedisServer::start()?;
+    let tb = client(&redis).await?;
+    // docs/commands.md's FIXED session: two in the last second of a window, one more
+    // refused, the next window's first admitted.
+    let now = 1_764_456_299.0;
+    let w = |n: f64, at: f64| tb.window("w", 2.0, 60.0, n, Some(at), WindowMode::Fixed);
+    assert_eq!(
+        w(1.0, now).await?,
+        Reply {
+            allowed: true,
+            remaining: 1.0,
+            retry_after: 0.0,
+            reset_after: 1.0
+        }
+    );
+    assert_eq!(w(1.0, now).await?.remaining, 0.0);
+    let refused = w(1.0, now).await?;
+    assert_eq!((refused.allowed, refused.retry_after), (false, 1.0));
+    assert_eq!(
+        w(1.0, now + 1.0).await?,
+        Reply {
+            allowed: true,
+            remaining: 1.0,
+            retry_after: 0.0,
+            reset_after: 60.0
+        }
+    );
+    assert!(w(3.0, now + 1.0).await?.never(), "n > limit: never");
+    // SLIDING by default, on the server's clock.
+    assert!(
+        tb.window("s", 100.0, 60.0, 1.0, None, WindowMode::default())
+            .await?
+            .allowed
+    );
+    // docs/commands.md's CL.THROTTLE session.
+    assert_eq!(
+        tb.throttle("user123", 15, 30.0, 60.0, 1).await?,
+        Throttle {
+            limited: false,
+            limit: 16,
+            remaining: 15,
+            retry_after: -1,
+            reset_after: 2
+        }
+    );
+    assert_eq!(
+        tb.throttle("user123", 15, 30.0, 60.0, 16).await?,
+        Throttle {
+            limited: true,
+            limit: 16,
+            remaining: 15,
+            retry_after: 2,
+            reset_after: 2
+        }
+    );
+    assert!(matches!(
+        tb.throttle("x", 1, 0.0, 60.0, 1).await,
+        Err(Error::InvalidArgument {
+            name: "count_per_period",
+            ..
+        })
+    ));
+    Ok(())
+}

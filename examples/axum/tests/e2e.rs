@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis_tb_axum_example::support::{HttpConn, HttpResponse, RedisServer, Served, request, serve};
 use redis_tb_axum_example::{Config, app, limiter};
 use redis_tb_client::headers::unix_now;
-use redis_tb_client::{ClientConfig, Error, FailureMode, LegacyReset, Limit, Metrics, TbClient};
+use redis_tb_client::{ClientConfig, Error, FailureMode, LegacyReset, Limit, Stats, TbClient};
 use serde_json::Value;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -29,9 +29,9 @@ async fn client(redis: &RedisServer) -> Result<TbClient, Error> {
 async fn start(
     redis: &RedisServer,
     config: Config,
-) -> Result<(Served, Metrics), Box<dyn std::error::Error>> {
+) -> Result<(Served, Stats), Box<dyn std::error::Error>> {
     let layer = limiter(client(redis).await?, &config)?;
-    let metrics = layer.metrics();
+    let metrics = layer.stats();
     Ok((serve(app(Some(layer))).await?, metrics))
 }
 
@@ -77,7 +77,7 @@ async fn burst_to_the_limit_then_429_with_every_header_value() -> TestResult {
         let after = unix_now();
         assert_eq!(r.status, 200, "{r:?}");
         let body = json(&r);
-        let p = &body["rate_limit"]["policies"][0];
+        let p = &body["rate_limit"]["results"][0];
         assert_eq!(p["name"], "ip");
         assert_eq!(p["key"], "rl:ip:127.0.0.1");
         let (remaining, reset) = (num(&p["remaining"]), num(&p["reset_after"]));
@@ -287,7 +287,7 @@ async fn spoofed_x_forwarded_for_from_an_untrusted_peer_is_ignored() -> TestResu
             .await?;
         assert_eq!(r.status, 200);
         assert_eq!(
-            json(&r)["rate_limit"]["policies"][0]["key"],
+            json(&r)["rate_limit"]["results"][0]["key"],
             "rl:ip:127.0.0.1"
         );
     }
@@ -316,7 +316,7 @@ async fn x_forwarded_for_from_a_trusted_proxy_is_walked_right_to_left() -> TestR
         )
         .await?;
     assert_eq!(
-        json(&r)["rate_limit"]["policies"][0]["key"],
+        json(&r)["rate_limit"]["results"][0]["key"],
         "rl:ip:203.0.113.9"
     );
     assert_eq!(redis.command(&["EXISTS", "rl:ip:6.6.6.6"])?, ":0\r\n");
@@ -326,7 +326,7 @@ async fn x_forwarded_for_from_a_trusted_proxy_is_walked_right_to_left() -> TestR
         let r = conn
             .request("GET", "/items/1", &[("x-forwarded-for", addr)])
             .await?;
-        let p = &json(&r)["rate_limit"]["policies"][0];
+        let p = &json(&r)["rate_limit"]["results"][0];
         assert_eq!(p["key"], "rl:ip:2001:db8::/64");
         assert_eq!(num(&p["remaining"]).floor(), 99.0 - i as f64);
     }
@@ -339,7 +339,7 @@ async fn x_forwarded_for_from_a_trusted_proxy_is_walked_right_to_left() -> TestR
         )
         .await?;
     assert_eq!(
-        json(&r)["rate_limit"]["policies"][0]["key"],
+        json(&r)["rate_limit"]["results"][0]["key"],
         "rl:ip:127.0.0.1"
     );
     Ok(())
@@ -365,7 +365,7 @@ async fn redis_stopped_mid_run_fails_open_with_a_counter_then_recovers() -> Test
         assert_eq!(r.status, 200, "fail-open lets requests through: {r:?}");
         assert_eq!(r.header("ratelimit"), None);
         assert_eq!(r.header("ratelimit-policy"), None);
-        assert_eq!(json(&r)["rate_limit"]["status"], "store_error");
+        assert_eq!(json(&r)["rate_limit"]["outcome"], "store_error");
     }
     assert_eq!(
         metrics.degraded(),
@@ -481,7 +481,7 @@ async fn cost_per_request_and_a_cost_that_can_never_fit() -> TestResult {
     // 250 rows at 100 rows per token: 3 tokens.
     let r = request(app.addr, "GET", "/export?rows=250", &[]).await?;
     assert_eq!(r.status, 200);
-    assert_eq!(json(&r)["rate_limit"]["policies"][0]["cost"], 3.0);
+    assert_eq!(json(&r)["rate_limit"]["results"][0]["cost"], 3.0);
     assert!(
         r.header("ratelimit")
             .is_some_and(|v| v.starts_with(r#""ip";r=97;"#)),
@@ -539,13 +539,13 @@ async fn per_route_buckets_and_requests_no_policy_applies_to() -> TestResult {
     use axum::Router;
     use axum::extract::Extension;
     use axum::routing::get;
-    use redis_tb_client::{Decision, Policy, RateLimitLayer, Status};
+    use redis_tb_client::{Decision, Outcome, Policy, RateLimitLayer};
 
     async fn echo(Extension(d): Extension<Decision>) -> String {
-        match d.status {
-            Status::NotLimited => "not_limited".to_owned(),
+        match d.outcome {
+            Outcome::NotLimited => "not_limited".to_owned(),
             _ => d
-                .policies
+                .results
                 .iter()
                 .map(|p| p.key.clone())
                 .collect::<Vec<_>>()
@@ -564,16 +564,20 @@ async fn per_route_buckets_and_requests_no_policy_applies_to() -> TestResult {
         .layer(layer);
     let app = serve(router).await?;
     let mut conn = HttpConn::connect(app.addr).await?;
-    // One bucket per route template (braces kept out of the key), not per raw path.
+    // One bucket per route template (SPEC K1, K2: `@<escaped route>`, braces escaped),
+    // not per raw path.
     for id in ["1", "2"] {
         let r = conn.request("GET", &format!("/a/{id}"), &[]).await?;
-        assert_eq!(r.body, "rl:route:GET /a/<id>:127.0.0.1");
+        assert_eq!(r.body, "rl:route@GET%20/a/%7Bid%7D:127.0.0.1");
     }
     let r = conn.request("GET", "/b/9", &[]).await?;
-    assert_eq!(r.body, "rl:route:GET /b/<id>:127.0.0.1 rl:only-b:127.0.0.1");
+    assert_eq!(
+        r.body,
+        "rl:route@GET%20/b/%7Bid%7D:127.0.0.1 rl:only-b:127.0.0.1"
+    );
     let tb = client(&redis).await?;
     let a = tb
-        .peek("rl:route:GET /a/<id>:127.0.0.1", 10.0, 10.0 / 3600.0)
+        .peek("rl:route@GET%20/a/%7Bid%7D:127.0.0.1", 10.0, 10.0 / 3600.0)
         .await?;
     assert!(a.remaining >= 8.0 && a.remaining < 8.05, "{a:?}");
     drop(tb);
@@ -600,7 +604,7 @@ async fn hash_tags_unmatched_requests_and_automatic_refunds() -> TestResult {
     use redis_tb_client::{ClientIp, Decision, Policy, RateLimitLayer};
 
     async fn keys(Extension(d): Extension<Decision>) -> String {
-        d.policies
+        d.results
             .iter()
             .map(|p| p.key.clone())
             .collect::<Vec<_>>()
@@ -660,7 +664,7 @@ async fn hash_tags_unmatched_requests_and_automatic_refunds() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_per_request_limit_out_of_range_is_a_store_error_not_a_panic() -> TestResult {
+async fn a_per_request_limit_out_of_range_is_the_applications_error() -> TestResult {
     use axum::Router;
     use axum::extract::Extension;
     use axum::routing::get;
@@ -675,9 +679,9 @@ async fn a_per_request_limit_out_of_range_is_a_store_error_not_a_panic() -> Test
                 .limit_fn(|parts| (parts.uri.path() == "/bad").then_some(Limit::new(0.0, 1.0))),
         )
         .build()?;
-    let metrics = layer.metrics();
+    let stats = layer.stats();
     async fn status(Extension(d): Extension<Decision>) -> String {
-        format!("{:?} {}", d.status, d.policies.len())
+        format!("{:?} {}", d.outcome, d.results.len())
     }
     let app = serve(
         Router::new()
@@ -686,13 +690,22 @@ async fn a_per_request_limit_out_of_range_is_a_store_error_not_a_panic() -> Test
             .layer(layer),
     )
     .await?;
+    // SPEC L3: a 500 naming the policy, never the value; never the failure mode.
     let r = request(app.addr, "GET", "/bad", &[]).await?;
+    assert_eq!(r.status, 500, "{r:?}");
     assert_eq!(
-        (r.status, r.body.as_str()),
-        (200, "StoreError 0"),
-        "fail-open"
+        r.body,
+        r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"rate limit policy 'tier' got an invalid cost or limit from the application"}"#
     );
-    assert_eq!(metrics.store_errors(), 1);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        (
+            stats.invalid_inputs(),
+            stats.store_errors(),
+            stats.degraded()
+        ),
+        (1, 0, 0)
+    );
     // Nothing was sent to Redis, and the breaker stays closed for the others.
     assert_eq!(redis.command(&["EXISTS", "rl:ok:127.0.0.1"])?, ":0\r\n");
     let r = request(app.addr, "GET", "/good", &[]).await?;

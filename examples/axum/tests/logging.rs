@@ -68,7 +68,7 @@ async fn store_errors_log_one_clear_line_per_second() -> Result<(), Box<dyn std:
         ..Config::default()
     };
     let layer = limiter(client, &app_config)?;
-    let metrics = layer.metrics();
+    let metrics = layer.stats();
     let served = serve(app(Some(layer))).await?;
     let port = redis.port();
     redis.stop();
@@ -135,7 +135,7 @@ async fn shadow_refusals_log_one_line_per_second_per_policy()
         ..Config::default()
     };
     let layer = limiter(client, &config)?;
-    let metrics = layer.metrics();
+    let metrics = layer.stats();
     let served = serve(app(Some(layer))).await?;
     let start = Instant::now();
     // The first takes the only token; the other 20 would have been limited.

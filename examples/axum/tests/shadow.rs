@@ -52,7 +52,7 @@ async fn shadow_to_enforced_and_back_by_configuration_only() -> TestResult {
 
     // `ip` in shadow: charged as usual, no header items (it is the only policy here).
     let layer = limiter(client(&redis).await?, &config(&["ip"]))?;
-    let metrics = layer.metrics();
+    let metrics = layer.stats();
     let shadow_app = serve(app(Some(layer))).await?;
     let mut conn = HttpConn::connect(shadow_app.addr).await?;
     for k in 1..=2 {
@@ -61,9 +61,9 @@ async fn shadow_to_enforced_and_back_by_configuration_only() -> TestResult {
         assert_eq!(r.header("ratelimit"), None, "shadow policies have no items");
         assert_eq!(r.header("ratelimit-policy"), None);
         let d = &body(&r)["rate_limit"];
-        assert_eq!(d["status"], "allowed");
+        assert_eq!(d["outcome"], "allowed");
         assert_eq!(d["shadow_limited"], json!([]));
-        assert_eq!(d["policies"][0]["shadow"], true);
+        assert_eq!(d["results"][0]["shadow"], true);
         let left = ip_left().await?;
         assert!(
             left >= 2.0 - k as f64 && left < 2.05 - k as f64,
@@ -75,7 +75,7 @@ async fn shadow_to_enforced_and_back_by_configuration_only() -> TestResult {
         let r = conn.request("GET", "/items/1", &[]).await?;
         assert_eq!(r.status, 200, "{r:?}");
         let d = &body(&r)["rate_limit"];
-        assert_eq!(d["status"], "allowed");
+        assert_eq!(d["outcome"], "allowed");
         assert_eq!(d["shadow_limited"], json!(["ip"]));
         assert_eq!(metrics.shadow_limited(), n);
     }
@@ -107,7 +107,7 @@ async fn a_shadow_refusal_spends_nothing_on_the_enforced_policies() -> TestResul
     let redis = RedisServer::start()?;
     let tb = client(&redis).await?;
     let layer = limiter(client(&redis).await?, &config(&["ip"]))?;
-    let metrics = layer.metrics();
+    let metrics = layer.stats();
     let served = serve(app(Some(layer))).await?;
     let mut conn = HttpConn::connect(served.addr).await?;
     for _ in 0..2 {
@@ -143,7 +143,7 @@ async fn a_shadow_refusal_spends_nothing_on_the_enforced_policies() -> TestResul
 async fn layer_wide_shadow_and_an_enforced_refusal_next_to_a_shadow_one() -> TestResult {
     async fn echo(Extension(d): Extension<Decision>) -> String {
         let names: Vec<&str> = d.shadow_limited.iter().map(|n| &**n).collect();
-        format!("{:?} {}", d.status, names.join(","))
+        format!("{:?} {}", d.outcome, names.join(","))
     }
     let redis = RedisServer::start()?;
     let policies = || {
@@ -158,7 +158,7 @@ async fn layer_wide_shadow_and_an_enforced_refusal_next_to_a_shadow_one() -> Tes
         .policy(b)
         .shadow(true)
         .build()?;
-    let metrics = layer.metrics();
+    let metrics = layer.stats();
     let served = serve(Router::new().route("/", get(echo)).layer(layer)).await?;
     let mut conn = HttpConn::connect(served.addr).await?;
     let r = conn.request("GET", "/", &[]).await?;
@@ -175,7 +175,7 @@ async fn layer_wide_shadow_and_an_enforced_refusal_next_to_a_shadow_one() -> Tes
         .policy(a)
         .policy(b.cost(2.0).shadow(true))
         .build()?;
-    let metrics = layer.metrics();
+    let metrics = layer.stats();
     let served = serve(Router::new().route("/", get(echo)).layer(layer)).await?;
     let r = HttpConn::connect(served.addr)
         .await?

@@ -25,7 +25,7 @@ use redis_tb_axum_example::bench::{
 };
 use redis_tb_axum_example::support::{RedisServer, Served, serve};
 use redis_tb_axum_example::{Config, app, limiter};
-use redis_tb_client::{ClientConfig, Limit, Metrics, TbClient};
+use redis_tb_client::{ClientConfig, Limit, Stats, TbClient};
 
 const SECTION: &str = "\n## Deny cache flood";
 const TB_COMMANDS: [&str; 2] = ["tb.take", "tb.mtake"];
@@ -50,7 +50,7 @@ async fn serve_app(
     url: &str,
     limit: Limit,
     deny_cache: usize,
-) -> Result<(Served, Metrics)> {
+) -> Result<(Served, Stats)> {
     let url = url.to_owned();
     rt.apps
         .spawn(async move {
@@ -69,7 +69,7 @@ async fn serve_app(
                 ..Config::default()
             };
             let layer = limiter(client, &config).map_err(|e| e.to_string())?;
-            let metrics = layer.metrics();
+            let metrics = layer.stats();
             let served = serve(app(Some(layer))).await.map_err(|e| e.to_string())?;
             Ok::<_, String>((served, metrics))
         })
@@ -80,7 +80,7 @@ async fn serve_app(
 async fn flood(
     redis: &RedisServer,
     served: &Served,
-    metrics: &Metrics,
+    metrics: &Stats,
     connections: usize,
     secs: f64,
 ) -> Result<Outcome> {

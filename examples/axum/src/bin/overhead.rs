@@ -233,7 +233,7 @@ async fn run(rt: &Runtimes) -> Result<()> {
     let non_200: u64 = rows.iter().flatten().map(|p| p.other + p.limited).sum();
     let (store_errors, degraded) = served
         .iter()
-        .filter_map(|(_, l)| l.as_ref().map(RateLimitLayer::metrics))
+        .filter_map(|(_, l)| l.as_ref().map(RateLimitLayer::stats))
         .fold((0, 0), |(e, d), m| (e + m.store_errors(), d + m.degraded()));
 
     let mut md = String::new();

@@ -1,0 +1,1259 @@
+//! The framework-neutral limiter (SPEC L, D, R, B, F, S, T): for one request head, the
+//! applicable policies, their keys (one key builder, SPEC K), the deny cache, the breaker,
+//! one TB.TAKE or TB.MTAKE through a [`Store`], and the [`Check`] an adapter turns into a
+//! response (the tower layer in [`crate::tower`]). Time comes from the limiter's [`Clock`].
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+
+use crate::breaker::{Breaker, LogLimiter};
+use crate::client::{Charge, MAX_NUMBER, MIN_RATE, MultiReply, Reply, TbClient, num};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::{Decision, Outcome, PolicyResult};
+use crate::deny_cache::{DenyCache, Entry, Lookup, Probe};
+use crate::error::{BuildError, Error};
+use crate::headers::{
+    LegacyReset, PolicyHeader, RateLimitHeaders, layer_headers, rate_limit_headers_at,
+};
+use crate::ip::{ClientIpConfig, ForwardedHeader};
+use crate::keys::{self, Head};
+use crate::policy::{Identity, Limit, Policy, Route, valid_name};
+use crate::problem;
+use crate::telemetry::{LimiterMetrics, PolicyMetrics};
+
+type TagFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+type StatusFn = dyn Fn(StatusCode) -> bool + Send + Sync;
+
+/// The store the limiter calls, at the level of the typed client: TB.TAKE / TB.MTAKE for a
+/// check and TB.REFUND for a refund. [`TbClient`] is the real one; tests script a fake.
+pub trait Store: Send + Sync + 'static {
+    /// The check: TB.TAKE for one bucket, TB.MTAKE for several (SPEC L4), the reply in
+    /// TB.MTAKE's shape. One attempt, within the store's timeout (SPEC L5).
+    fn take(&self, call: &Call) -> impl Future<Output = Result<MultiReply, Error>> + Send;
+    /// One TB.REFUND per charge (SPEC F1), never retried.
+    fn refund(&self, charges: &[Charge]) -> impl Future<Output = Result<Vec<Reply>, Error>> + Send;
+    /// `host:port`, for log lines.
+    fn addr(&self) -> &str;
+    /// The call timeout (a deny-cache probe out for twice as long is lost, SPEC R4).
+    fn timeout(&self) -> Duration;
+}
+
+impl Store for TbClient {
+    async fn take(&self, call: &Call) -> Result<MultiReply, Error> {
+        self.mtake_encoded(&call.cmd, call.charges.len()).await
+    }
+
+    async fn refund(&self, charges: &[Charge]) -> Result<Vec<Reply>, Error> {
+        self.refund_many(charges).await
+    }
+
+    fn addr(&self) -> &str {
+        TbClient::addr(self)
+    }
+
+    fn timeout(&self) -> Duration {
+        self.config().call_timeout
+    }
+}
+
+/// One check's call: its buckets and the encoded command (`TB.TAKE key capacity rate cost`
+/// or `TB.MTAKE n key.. (capacity rate cost)..`, the fixed numbers formatted once).
+pub struct Call {
+    charges: Vec<Charge>,
+    cmd: redis::Cmd,
+}
+
+impl Call {
+    /// The buckets, in policy order.
+    pub fn charges(&self) -> &[Charge] {
+        &self.charges
+    }
+
+    /// The command's arguments as sent (name first).
+    pub fn args(&self) -> Vec<Vec<u8>> {
+        self.cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => b"CURSOR".to_vec(),
+            })
+            .collect()
+    }
+}
+
+impl fmt::Debug for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call")
+            .field("charges", &self.charges)
+            .finish()
+    }
+}
+
+/// What a request gets when Redis cannot be asked (SPEC B4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Let the request through unlimited (the default), no rate-limit headers.
+    #[default]
+    FailOpen,
+    /// Answer 503 with `Retry-After: 1` and a problem body (SPEC P3).
+    FailClosed,
+}
+
+/// Counters of one limiter (SPEC "Names": `stats`), shared by its clones.
+#[derive(Clone, Debug, Default)]
+pub struct Stats(Arc<Counters>);
+
+/// The old name of [`Stats`].
+#[deprecated(note = "renamed Stats (SPEC names: `stats`)")]
+pub type Metrics = Stats;
+
+#[derive(Debug, Default)]
+struct Counters {
+    checks: AtomicU64,
+    allowed: AtomicU64,
+    limited: AtomicU64,
+    shadow_limited: AtomicU64,
+    store_errors: AtomicU64,
+    degraded: AtomicU64,
+    deny_cache_hits: AtomicU64,
+    refunds: AtomicU64,
+    refund_errors: AtomicU64,
+    invalid_inputs: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) -> u64 {
+    c.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+}
+
+impl Stats {
+    /// Requests to which at least one policy applied.
+    pub fn checks(&self) -> u64 {
+        self.0.checks.load(Ordering::Relaxed)
+    }
+    /// Requests admitted and charged.
+    pub fn allowed(&self) -> u64 {
+        self.0.allowed.load(Ordering::Relaxed)
+    }
+    /// Requests refused with 429 (by Redis or the deny cache).
+    pub fn limited(&self) -> u64 {
+        self.0.limited.load(Ordering::Relaxed)
+    }
+    /// Requests a shadow policy refused.
+    pub fn shadow_limited(&self) -> u64 {
+        self.0.shadow_limited.load(Ordering::Relaxed)
+    }
+    /// Failed Redis calls (checks and refunds): connection errors, timeouts, error replies.
+    pub fn store_errors(&self) -> u64 {
+        self.0.store_errors.load(Ordering::Relaxed)
+    }
+    /// Requests decided by the failure mode (SPEC B5).
+    pub fn degraded(&self) -> u64 {
+        self.0.degraded.load(Ordering::Relaxed)
+    }
+    /// Requests refused by the local deny cache (also counted in `limited`).
+    pub fn deny_cache_hits(&self) -> u64 {
+        self.0.deny_cache_hits.load(Ordering::Relaxed)
+    }
+    /// Refunds made.
+    pub fn refunds(&self) -> u64 {
+        self.0.refunds.load(Ordering::Relaxed)
+    }
+    /// Refunds that failed or were not sent because the breaker was open.
+    pub fn refund_errors(&self) -> u64 {
+        self.0.refund_errors.load(Ordering::Relaxed)
+    }
+    /// Out-of-range costs or limits from the application (SPEC L3).
+    pub fn invalid_inputs(&self) -> u64 {
+        self.0.invalid_inputs.load(Ordering::Relaxed)
+    }
+}
+
+/// How much of an unread request body an adapter reads before answering itself.
+const DRAIN_LIMIT: usize = 64 * 1024;
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// What `build()` makes: a [`RateLimiter`] or an adapter around one.
+pub trait FromLimiter<S: Store> {
+    /// Wraps the limiter.
+    fn from_limiter(limiter: RateLimiter<S>) -> Self;
+}
+
+impl<S: Store> FromLimiter<S> for RateLimiter<S> {
+    fn from_limiter(limiter: RateLimiter<S>) -> Self {
+        limiter
+    }
+}
+
+/// Builds a [`RateLimiter`] (or, from [`crate::RateLimitLayer::builder`], the tower layer).
+#[must_use]
+pub struct RateLimiterBuilder<S: Store = TbClient, T = RateLimiter<S>> {
+    store: S,
+    policies: Vec<Policy>,
+    prefix: String,
+    trusted_proxies: Vec<String>,
+    forwarded_header: ForwardedHeader,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+    hash_tag: Option<Arc<TagFn>>,
+    failure_mode: FailureMode,
+    cooldown: Duration,
+    legacy_headers: Option<LegacyReset>,
+    refund_on: Option<Arc<StatusFn>>,
+    limit_unmatched: bool,
+    exclude: Vec<Route>,
+    name: String,
+    shadow: bool,
+    deny_cache: Option<usize>,
+    drain_limit: usize,
+    drain_wait: Duration,
+    clock: Arc<dyn Clock>,
+    out: PhantomData<fn() -> T>,
+}
+
+impl<S: Store, T> fmt::Debug for RateLimiterBuilder<S, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiterBuilder")
+            .field("addr", &self.store.addr())
+            .field("policies", &self.policies)
+            .field("prefix", &self.prefix)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("failure_mode", &self.failure_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
+    pub(crate) fn new(store: S) -> Self {
+        RateLimiterBuilder {
+            store,
+            policies: Vec::new(),
+            prefix: "rl".to_owned(),
+            trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::XForwardedFor,
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            hash_tag: None,
+            failure_mode: FailureMode::FailOpen,
+            cooldown: Duration::from_secs(1),
+            legacy_headers: None,
+            refund_on: None,
+            limit_unmatched: false,
+            exclude: Vec::new(),
+            name: "default".to_owned(),
+            shadow: false,
+            deny_cache: None,
+            drain_limit: DRAIN_LIMIT,
+            drain_wait: DRAIN_WAIT,
+            clock: Arc::new(SystemClock::new()),
+            out: PhantomData,
+        }
+    }
+
+    /// Adds a policy. The policies that apply to a request are checked in one call.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Key prefix (default `rl`, SPEC C4: `[A-Za-z0-9_.:-]{1,64}`).
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// Proxies (CIDRs or addresses, SPEC C5) whose forwarding header is believed.
+    pub fn trusted_proxies<I, P>(mut self, cidrs: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<str>,
+    {
+        self.trusted_proxies = cidrs.into_iter().map(|s| s.as_ref().to_owned()).collect();
+        self
+    }
+
+    /// Which forwarding header trusted proxies write (default `X-Forwarded-For`).
+    pub fn forwarded_header(mut self, header: ForwardedHeader) -> Self {
+        self.forwarded_header = header;
+        self
+    }
+
+    /// IPv4 grouping prefix (default 32, SPEC C6).
+    pub fn ipv4_prefix(mut self, prefix: u8) -> Self {
+        self.ipv4_prefix = prefix;
+        self
+    }
+
+    /// IPv6 grouping prefix (default 64, SPEC C6).
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.ipv6_prefix = prefix;
+        self
+    }
+
+    /// A hash tag per request (SPEC K4; Redis Cluster needs one request's keys in one
+    /// slot): keys become `<prefix>:{<tag>}:...`. `None` or an empty tag is no tag.
+    pub fn hash_tag<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.hash_tag = Some(Arc::new(f));
+        self
+    }
+
+    /// What to do when Redis cannot be asked (default [`FailureMode::FailOpen`]).
+    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
+        self.failure_mode = mode;
+        self
+    }
+
+    /// After a connection error or a timeout, skip Redis this long (default 1 s, SPEC B1).
+    pub fn cooldown(mut self, cooldown: Duration) -> Self {
+        self.cooldown = cooldown;
+        self
+    }
+
+    /// Also send `X-RateLimit-*` (SPEC H4; default off).
+    pub fn legacy_headers(mut self, reset: impl Into<Option<LegacyReset>>) -> Self {
+        self.legacy_headers = reset.into();
+        self
+    }
+
+    /// The limiter's name: the `limiter` label of its metrics (default `default`).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// Every policy in shadow mode (SPEC S1).
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.shadow = on;
+        self
+    }
+
+    /// The local deny cache of at most `max_entries` keys (SPEC R; default off; 0 is a
+    /// configuration error, SPEC C7).
+    pub fn deny_cache(mut self, max_entries: usize) -> Self {
+        self.deny_cache = Some(max_entries);
+        self
+    }
+
+    /// The time source (SPEC T1; default the system clocks).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Before answering 429, 503, 400 or 500 itself, an adapter reads (and drops) the
+    /// request body up to `limit` bytes within `wait` (default 64 KiB, 1 s); a larger or
+    /// slower body gets `Connection: close` instead.
+    pub fn drain_body(mut self, limit: usize, wait: Duration) -> Self {
+        self.drain_limit = limit;
+        self.drain_wait = wait;
+        self
+    }
+
+    /// Refund automatically after the handler answered with a matching status (SPEC F2).
+    pub fn refund_on<F>(mut self, f: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.refund_on = Some(Arc::new(f));
+        self
+    }
+
+    /// Apply unscoped policies to requests that match no route (SPEC L1; default off).
+    pub fn limit_unmatched(mut self, on: bool) -> Self {
+        self.limit_unmatched = on;
+        self
+    }
+
+    /// Never limit `method` on the route `template` (SPEC L1).
+    pub fn exclude(mut self, method: Method, template: &str) -> Self {
+        self.exclude.push(Route {
+            method: Some(method),
+            template: template.to_owned(),
+        });
+        self
+    }
+
+    /// Never limit any method of the route `template` (SPEC L1).
+    pub fn exclude_any_method(mut self, template: &str) -> Self {
+        self.exclude.push(Route {
+            method: None,
+            template: template.to_owned(),
+        });
+        self
+    }
+
+    /// Checks the configuration (SPEC C) and builds.
+    pub fn build(mut self) -> Result<T, BuildError> {
+        if self.policies.is_empty() {
+            return Err(BuildError::NoPolicies);
+        }
+        keys::check_prefix(&self.prefix)?;
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.policies {
+            if !valid_name(&p.name) {
+                return Err(BuildError::InvalidPolicyName(p.name.to_string()));
+            }
+            if !seen.insert(p.name.clone()) {
+                return Err(BuildError::DuplicatePolicy(p.name.to_string()));
+            }
+            if p.key.is_empty_fixed() {
+                return Err(BuildError::EmptyFixedKey(p.name.to_string()));
+            }
+            let invalid = |detail: String| BuildError::InvalidLimit {
+                policy: p.name.to_string(),
+                detail,
+            };
+            for l in p.static_limits() {
+                if !valid_limit(l) {
+                    return Err(invalid(format!(
+                        "capacity {} and rate {} must be finite, capacity in (0, 2^53], rate in [1e-9, 2^53]",
+                        l.capacity, l.rate
+                    )));
+                }
+            }
+            if let Some(c) = p.fixed_cost()
+                && !valid_cost(c)
+            {
+                return Err(invalid(format!("cost {c} must be finite, in [0, 2^53]")));
+            }
+        }
+        if self.deny_cache == Some(0) {
+            return Err(BuildError::InvalidSetting(
+                "deny_cache max_entries must be at least 1".to_owned(),
+            ));
+        }
+        if self.name.is_empty() {
+            return Err(BuildError::InvalidLimiterName(self.name));
+        }
+        let ip = ClientIpConfig::new()
+            .trusted_proxies(&self.trusted_proxies)?
+            .header(self.forwarded_header)
+            .ipv4_prefix(self.ipv4_prefix)?
+            .ipv6_prefix(self.ipv6_prefix)?;
+        let needs_peer = self.policies.iter().any(|p| p.key.uses_client_ip());
+        let name: Arc<str> = Arc::from(self.name.as_str());
+        for p in &mut self.policies {
+            p.shadow |= self.shadow;
+        }
+        let mut runtime = Vec::with_capacity(self.policies.len());
+        for p in &self.policies {
+            let fixed = p.fixed_limit();
+            runtime.push(PolicyRuntime {
+                metrics: PolicyMetrics::register(&name, &p.name),
+                shadow_log: LogLimiter::new(),
+                invalid_log: LogLimiter::new(),
+                head: Head::new(&self.prefix, &p.name),
+                fixed: fixed.map(|l| (l, num(l.capacity), num(l.rate))),
+                cost: p.fixed_cost().map(|c| (c, num(c))),
+                header: PolicyHeader::new(&p.name, fixed)
+                    .ok_or_else(|| BuildError::InvalidPolicyName(p.name.to_string()))?,
+            });
+        }
+        let probe_timeout = self.store.timeout().saturating_mul(2);
+        let breaker = Breaker::new(self.cooldown, self.clock.clone());
+        let inner = Inner {
+            store: self.store,
+            policies: self.policies,
+            runtime,
+            telemetry: LimiterMetrics::register(&name),
+            name,
+            deny_cache: self.deny_cache.map(|n| DenyCache::new(n, probe_timeout)),
+            drain_limit: self.drain_limit,
+            drain_wait: self.drain_wait,
+            ip,
+            needs_peer,
+            hash_tag: self.hash_tag,
+            failure_mode: self.failure_mode,
+            legacy_headers: self.legacy_headers,
+            refund_on: self.refund_on,
+            limit_unmatched: self.limit_unmatched,
+            exclude: self.exclude,
+            stats: Stats::default(),
+            breaker,
+            log: LogLimiter::new(),
+            clock: self.clock,
+        };
+        Ok(T::from_limiter(RateLimiter {
+            inner: Arc::new(inner),
+        }))
+    }
+}
+
+/// SPEC C2: capacity finite in `(0, 2^53]`, rate finite in `[1e-9, 2^53]`.
+pub fn valid_limit(l: Limit) -> bool {
+    l.capacity > 0.0 && l.capacity <= MAX_NUMBER && (MIN_RATE..=MAX_NUMBER).contains(&l.rate)
+}
+
+/// SPEC C3: a cost finite in `[0, 2^53]`.
+pub fn valid_cost(c: f64) -> bool {
+    (0.0..=MAX_NUMBER).contains(&c)
+}
+
+/// The limiter (SPEC `RateLimiter`). Clones share configuration, store, caches and
+/// [`Stats`].
+pub struct RateLimiter<S: Store = TbClient> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for RateLimiter<S> {
+    fn clone(&self) -> Self {
+        RateLimiter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: Store> fmt::Debug for RateLimiter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("name", &self.inner.name)
+            .field("policies", &self.inner.policies)
+            .field("failure_mode", &self.inner.failure_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner<S: Store> {
+    store: S,
+    policies: Vec<Policy>,
+    runtime: Vec<PolicyRuntime>,
+    telemetry: LimiterMetrics,
+    name: Arc<str>,
+    deny_cache: Option<DenyCache>,
+    drain_limit: usize,
+    drain_wait: Duration,
+    ip: ClientIpConfig,
+    needs_peer: bool,
+    hash_tag: Option<Arc<TagFn>>,
+    failure_mode: FailureMode,
+    legacy_headers: Option<LegacyReset>,
+    refund_on: Option<Arc<StatusFn>>,
+    limit_unmatched: bool,
+    exclude: Vec<Route>,
+    stats: Stats,
+    breaker: Breaker,
+    log: LogLimiter,
+    clock: Arc<dyn Clock>,
+}
+
+/// What the limiter prepares once per policy.
+struct PolicyRuntime {
+    metrics: PolicyMetrics,
+    shadow_log: LogLimiter,
+    invalid_log: LogLimiter,
+    head: Head,
+    /// The fixed limit with its capacity and rate as command arguments.
+    fixed: Option<(Limit, String, String)>,
+    /// The fixed cost as an argument.
+    cost: Option<(f64, String)>,
+    header: PolicyHeader,
+}
+
+/// The buckets one request is charged on, and the index of each one's policy.
+struct Plan {
+    charges: Vec<Charge>,
+    policy: Vec<usize>,
+}
+
+enum Planned {
+    NotLimited,
+    Charges(Plan),
+    BadRequest(String),
+    Invalid(usize, &'static str, f64),
+}
+
+/// The result of one check: the decision, and what the response carries.
+#[derive(Debug)]
+pub struct Check {
+    /// The decision (also put in the request extensions by the adapter).
+    pub decision: Decision,
+    /// The rate-limit headers (SPEC H), on a refusal and on the admitted response.
+    pub headers: Option<RateLimitHeaders>,
+    /// The limiter's own answer when the request does not go on: status and problem body.
+    pub problem: Option<(StatusCode, String)>,
+    /// Gives the tokens back (SPEC F1); does nothing when nothing was charged.
+    pub refund: RefundHandle,
+}
+
+impl Check {
+    fn pass(decision: Decision) -> Check {
+        Check {
+            decision,
+            headers: None,
+            problem: None,
+            refund: RefundHandle::default(),
+        }
+    }
+
+    /// The response status: the problem's, else 200 (the handler decides).
+    pub fn status(&self) -> StatusCode {
+        self.problem.as_ref().map_or(StatusCode::OK, |(s, _)| *s)
+    }
+
+    /// Writes the headers of the limiter's own answer (problem content type, rate-limit
+    /// headers, `Retry-After`) or of an admitted response (rate-limit headers) into `map`.
+    pub fn write_headers(&self, map: &mut HeaderMap) {
+        if let Some((status, _)) = &self.problem {
+            map.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(problem::CONTENT_TYPE),
+            );
+            if *status == StatusCode::SERVICE_UNAVAILABLE {
+                map.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+        }
+        if let Some(h) = &self.headers {
+            h.apply(map);
+        }
+    }
+}
+
+impl<S: Store> RateLimiter<S> {
+    /// Starts a builder over a store (a connected [`TbClient`]).
+    pub fn builder(store: S) -> RateLimiterBuilder<S, RateLimiter<S>> {
+        RateLimiterBuilder::new(store)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats.clone()
+    }
+
+    /// The limiter's name (the `limiter` label of its metrics).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Entries in the local deny cache (0 when it is off).
+    pub fn deny_cache_len(&self) -> usize {
+        self.inner.deny_cache.as_ref().map_or(0, DenyCache::len)
+    }
+
+    /// Whether a policy is keyed by client address (an adapter that cannot find the peer
+    /// says so once).
+    pub fn needs_peer(&self) -> bool {
+        self.inner.needs_peer
+    }
+
+    /// Logs once that the adapter found no peer address.
+    pub fn warn_once(&self, message: &str) {
+        self.inner.log.warn_once(message);
+    }
+
+    /// The body-draining settings of adapters: `(limit, wait)`.
+    pub fn drain_settings(&self) -> (usize, Duration) {
+        (self.inner.drain_limit, self.inner.drain_wait)
+    }
+
+    /// Whether a response status asks for an automatic refund (SPEC F2).
+    pub fn refund_on(&self, status: StatusCode) -> bool {
+        self.inner.refund_on.as_ref().is_some_and(|f| f(status))
+    }
+
+    /// Checks one request: `parts` is its head (key, cost, limit and tag functions read
+    /// it; the resolved [`crate::ClientIp`] is put in its extensions), `peer` the TCP peer
+    /// address (`None`: a Unix socket, SPEC A8), `route` the matched route template
+    /// (`None`: no route matched, SPEC L1).
+    pub async fn check(
+        &self,
+        parts: &mut Parts,
+        peer: Option<IpAddr>,
+        route: Option<&str>,
+    ) -> Check {
+        self.inner.check(&self.inner, parts, peer, route).await
+    }
+}
+
+impl<S: Store> Inner<S> {
+    async fn check(
+        &self,
+        this: &Arc<Inner<S>>,
+        parts: &mut Parts,
+        peer: Option<IpAddr>,
+        route: Option<&str>,
+    ) -> Check {
+        let plan = match self.plan(parts, peer, route).await {
+            Planned::NotLimited => return Check::pass(Decision::not_limited()),
+            Planned::BadRequest(header) => {
+                bump(&self.stats.0.checks);
+                let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
+                c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
+                return c;
+            }
+            Planned::Invalid(i, what, value) => {
+                bump(&self.stats.0.checks);
+                return self.invalid_input(i, what, value);
+            }
+            Planned::Charges(plan) => plan,
+        };
+        bump(&self.stats.0.checks);
+
+        // The entries this request probes (one probe per expired refusal, SPEC R4): the
+        // drop removes those the answer did not renew (or all, if the request is
+        // cancelled).
+        let probe = match self.cached_refusal(&plan) {
+            Ok(probe) => probe,
+            Err(decision) => {
+                let decision = *decision;
+                let headers =
+                    rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
+                let body = problem::too_many_requests(&decision);
+                return Check {
+                    decision,
+                    headers,
+                    problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
+                    refund: RefundHandle::default(),
+                };
+            }
+        };
+
+        if !self.breaker.admit() {
+            // SPEC R6: this probe never reaches Redis; the entries stay for the next one.
+            probe.release();
+            return self.store_error_check();
+        }
+        let call = self.call(plan.charges, &plan.policy);
+        let started = Instant::now();
+        let result = self.store.take(&call).await;
+        self.telemetry
+            .call_duration
+            .record(started.elapsed().as_secs_f64());
+        let Call { charges, .. } = call;
+        let plan = Plan {
+            charges,
+            policy: plan.policy,
+        };
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                let what = if plan.charges.len() == 1 {
+                    "TB.TAKE"
+                } else {
+                    "TB.MTAKE"
+                };
+                self.failed(&e, what);
+                drop(probe);
+                return self.store_error_check();
+            }
+        };
+        self.breaker.success();
+        let decision = self.decide(plan_results(&plan, &reply, &self.policies), &plan.policy);
+        match decision.outcome {
+            // SPEC R4: a refusal renews the probed entries (and caches new ones, R1).
+            Outcome::Limited => self.remember(&decision),
+            // SPEC R5: after any admission that leaves a bucket below the cost.
+            Outcome::Allowed if decision.charged() => self.remember_spent(&decision),
+            _ => {}
+        }
+        drop(probe);
+        let headers = self.headers(&decision, &plan);
+        if decision.outcome == Outcome::Limited {
+            let body = problem::too_many_requests(&decision);
+            return Check {
+                decision,
+                headers,
+                problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
+                refund: RefundHandle::default(),
+            };
+        }
+        let refund = if decision.charged() {
+            RefundHandle::new(this.clone(), plan)
+        } else {
+            RefundHandle::default()
+        };
+        Check {
+            decision,
+            headers,
+            problem: None,
+            refund,
+        }
+    }
+
+    /// SPEC L3: the application gave an out-of-range cost or limit. Nothing is sent,
+    /// nothing admitted; counted, logged at most once a second per policy, 500.
+    fn invalid_input(&self, i: usize, what: &str, value: f64) -> Check {
+        bump(&self.stats.0.invalid_inputs);
+        let rt = &self.runtime[i];
+        rt.metrics.invalid_inputs.increment(1);
+        let name = &self.policies[i].name;
+        if let Some(held_back) = rt.invalid_log.admit(&*self.clock) {
+            tracing::error!(
+                target: "redis_tb",
+                "redis-tb: policy '{name}' got an invalid {what} from the application ({value}); the request is answered 500 ({} since the last line)",
+                held_back + 1
+            );
+        }
+        let mut c = Check::pass(Decision::without_results(Outcome::InvalidInput, false));
+        c.problem = Some((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            problem::invalid_input(name),
+        ));
+        c
+    }
+
+    fn store_error_check(&self) -> Check {
+        bump(&self.stats.0.degraded);
+        self.telemetry.degraded.increment(1);
+        let fail_open = self.failure_mode == FailureMode::FailOpen;
+        let mut c = Check::pass(Decision::store_error(fail_open));
+        if !fail_open {
+            c.problem = Some((StatusCode::SERVICE_UNAVAILABLE, problem::unavailable()));
+        }
+        c
+    }
+
+    fn applies(&self, p: &Policy, method: &Method, route: Option<&str>) -> bool {
+        p.applies(method, route)
+    }
+
+    /// SPEC L1, A, I, K, L2, L3: the applicable policies' keys, limits and costs.
+    async fn plan(&self, parts: &mut Parts, peer: Option<IpAddr>, route: Option<&str>) -> Planned {
+        if route.is_none() && !self.limit_unmatched {
+            return Planned::NotLimited;
+        }
+        if let Some(route) = route
+            && self.exclude.iter().any(|r| {
+                r.template == route && r.method.as_ref().is_none_or(|m| *m == parts.method)
+            })
+        {
+            return Planned::NotLimited;
+        }
+        if !self
+            .policies
+            .iter()
+            .any(|p| self.applies(p, &parts.method, route))
+        {
+            return Planned::NotLimited;
+        }
+        if let Some(peer) = peer {
+            let client = self.ip.resolve(peer, &parts.headers);
+            parts.extensions.insert(client);
+        }
+        let parts: &Parts = parts;
+        let tag = self.hash_tag.as_ref().and_then(|f| f(parts));
+        let tag = tag.as_deref().map(str::as_bytes).filter(|t| !t.is_empty());
+        let mut route_segment: Option<String> = None;
+        let mut plan = Plan {
+            charges: Vec::with_capacity(self.policies.len()),
+            policy: Vec::with_capacity(self.policies.len()),
+        };
+        for (i, p) in self.policies.iter().enumerate() {
+            if !self.applies(p, &parts.method, route) {
+                continue;
+            }
+            let identity = match p.key.identity(parts).await {
+                Identity::Skip => continue,
+                Identity::BadRequest => {
+                    let name = p.key.header_name().map_or("", |h| h.as_str());
+                    return Planned::BadRequest(name.to_owned());
+                }
+                Identity::Value(v) => v,
+            };
+            let Some(limit) = p.limit_for(parts) else {
+                continue;
+            };
+            if !(limit.capacity > 0.0 && limit.capacity <= MAX_NUMBER) {
+                return Planned::Invalid(i, "capacity", limit.capacity);
+            }
+            if !(MIN_RATE..=MAX_NUMBER).contains(&limit.rate) {
+                return Planned::Invalid(i, "rate", limit.rate);
+            }
+            let cost = p.cost_for(parts);
+            if !valid_cost(cost) {
+                return Planned::Invalid(i, "cost", cost);
+            }
+            let segment = match (route, p.per_route) {
+                (Some(route), true) => Some(
+                    route_segment
+                        .get_or_insert_with(|| {
+                            keys::route_segment(&format!("{} {route}", parts.method))
+                        })
+                        .as_str(),
+                ),
+                _ => None,
+            };
+            let key = self.runtime[i].head.key(tag, segment, &identity);
+            plan.charges.push(Charge {
+                key,
+                capacity: limit.capacity,
+                rate: limit.rate,
+                n: cost,
+            });
+            plan.policy.push(i);
+        }
+        if plan.charges.is_empty() {
+            Planned::NotLimited
+        } else {
+            Planned::Charges(plan)
+        }
+    }
+
+    /// `TB.TAKE key capacity rate cost` for one bucket (SPEC L4), else `TB.MTAKE n key..
+    /// (capacity rate cost)..`, the fixed limits' and costs' numbers formatted once.
+    fn call(&self, charges: Vec<Charge>, policy: &[usize]) -> Call {
+        let n = charges.len();
+        let mut cmd = redis::Cmd::with_capacity(
+            1 + 4 * n,
+            16 + charges.iter().map(|c| c.key.len() + 32).sum::<usize>(),
+        );
+        if n == 1 {
+            cmd.arg("TB.TAKE");
+        } else {
+            cmd.arg("TB.MTAKE").arg(n);
+        }
+        for c in &charges {
+            cmd.arg(c.key.as_str());
+        }
+        for (c, &i) in charges.iter().zip(policy) {
+            let rt = &self.runtime[i];
+            match &rt.fixed {
+                Some((l, capacity, rate)) if l.capacity == c.capacity && l.rate == c.rate => {
+                    cmd.arg(capacity.as_str()).arg(rate.as_str());
+                }
+                _ => {
+                    cmd.arg(num(c.capacity)).arg(num(c.rate));
+                }
+            }
+            match &rt.cost {
+                Some((cost, text)) if *cost == c.n => {
+                    cmd.arg(text.as_str());
+                }
+                _ => {
+                    cmd.arg(num(c.n));
+                }
+            }
+        }
+        Call { charges, cmd }
+    }
+
+    /// Counts a Redis decision (allowed, limited, shadow-limited) and logs shadow refusals.
+    fn decide(&self, decision: Decision, policy_index: &[usize]) -> Decision {
+        let results = decision.results.iter().zip(policy_index);
+        match decision.outcome {
+            Outcome::Allowed if decision.charged() => {
+                bump(&self.stats.0.allowed);
+                for (_, &i) in results.clone() {
+                    self.runtime[i].metrics.allowed.increment(1);
+                }
+            }
+            Outcome::Limited => {
+                bump(&self.stats.0.limited);
+                for (_, &i) in results.clone().filter(|(p, _)| !p.allowed && !p.shadow) {
+                    self.runtime[i].metrics.limited.increment(1);
+                }
+            }
+            _ => {}
+        }
+        if !decision.shadow_limited.is_empty() {
+            bump(&self.stats.0.shadow_limited);
+            for (p, &i) in results.filter(|(p, _)| !p.allowed && p.shadow) {
+                let rt = &self.runtime[i];
+                rt.metrics.shadow_limited.increment(1);
+                if let Some(held_back) = rt.shadow_log.admit(&*self.clock) {
+                    tracing::warn!(
+                        target: "redis_tb",
+                        "redis-tb: shadow policy '{}' would have limited a request ({} since the last line)",
+                        p.name,
+                        held_back + 1
+                    );
+                }
+            }
+        }
+        decision
+    }
+
+    /// A refusal from the deny cache (`Err`, SPEC R2, R4, H6), else the entries this
+    /// request is to probe.
+    fn cached_refusal(&self, plan: &Plan) -> Result<Probe<'_>, Box<Decision>> {
+        let Some(cache) = self.deny_cache.as_ref() else {
+            return Ok(Probe::none());
+        };
+        let now = self.clock.monotonic();
+        let wanted = plan
+            .charges
+            .iter()
+            .zip(&plan.policy)
+            .enumerate()
+            .filter(|(_, (_, i))| !self.policies[**i].shadow)
+            .map(|(j, (c, _))| (j, c.key.as_str(), c.capacity, c.rate, c.n));
+        let Lookup { hits, probe } = cache.lookup(wanted, now);
+        if hits.is_empty() {
+            return Ok(probe);
+        }
+        bump(&self.stats.0.limited);
+        bump(&self.stats.0.deny_cache_hits);
+        let mut results = Vec::with_capacity(hits.len());
+        for (j, e) in hits {
+            let (Some(c), Some(&i)) = (plan.charges.get(j), plan.policy.get(j)) else {
+                continue;
+            };
+            let rt = &self.runtime[i];
+            rt.metrics.deny_cache_hits.increment(1);
+            rt.metrics.limited.increment(1);
+            results.push(PolicyResult {
+                name: self.policies[i].name.clone(),
+                key: c.key.clone(),
+                capacity: c.capacity,
+                rate: c.rate,
+                cost: c.n,
+                allowed: false,
+                remaining: 0.0,
+                retry_after: e.deny_until.saturating_sub(now).as_secs_f64(),
+                reset_after: e.reset_at.saturating_sub(now).as_secs_f64(),
+                shadow: false,
+            });
+        }
+        let mut decision = Decision::from_results(results);
+        decision.from_cache = true;
+        Err(Box::new(decision))
+    }
+
+    fn cache_entry(&self, cache: &DenyCache, p: &PolicyResult, wait: f64) {
+        let now = self.clock.monotonic();
+        let (Ok(wait), Ok(full)) = (
+            Duration::try_from_secs_f64(wait),
+            Duration::try_from_secs_f64(p.reset_after.max(0.0)),
+        ) else {
+            return;
+        };
+        let (Some(deny_until), Some(reset_at)) = (now.checked_add(wait), now.checked_add(full))
+        else {
+            return;
+        };
+        cache.insert(
+            &p.key,
+            Entry::new(p.capacity, p.rate, p.cost, deny_until, reset_at),
+        );
+    }
+
+    /// SPEC R1: a Redis refusal's enforced violated buckets that a wait can cure.
+    fn remember(&self, decision: &Decision) {
+        let Some(cache) = &self.deny_cache else {
+            return;
+        };
+        for p in decision.violated_results().filter(|p| p.retry_after > 0.0) {
+            self.cache_entry(cache, p, p.retry_after);
+        }
+    }
+
+    /// SPEC R5: after any admission, an enforced bucket left with `remaining < cost` is
+    /// refused by Redis to the next such request until `(cost - remaining) / rate`.
+    fn remember_spent(&self, decision: &Decision) {
+        let Some(cache) = &self.deny_cache else {
+            return;
+        };
+        for p in &decision.results {
+            if p.shadow || p.rate <= 0.0 || p.remaining >= p.cost {
+                continue;
+            }
+            self.cache_entry(cache, p, (p.cost - p.remaining) / p.rate);
+        }
+    }
+
+    fn headers(&self, decision: &Decision, plan: &Plan) -> Option<RateLimitHeaders> {
+        let items: Vec<&PolicyHeader> = plan
+            .policy
+            .iter()
+            .map(|&i| &self.runtime[i].header)
+            .collect();
+        let now = match self.legacy_headers {
+            Some(LegacyReset::UnixTime) => self.clock.unix(),
+            _ => 0.0,
+        };
+        layer_headers(decision, &items, self.legacy_headers, now)
+    }
+
+    /// Counts a failed call, opens the breaker on a connection error or a timeout (SPEC
+    /// B1; also when the module is gone), and logs at most one line per second (B5).
+    fn failed(&self, e: &Error, what: &str) {
+        let errors = bump(&self.stats.0.store_errors);
+        self.telemetry.store_errors.increment(1);
+        let unknown_command = matches!(e, Error::Server { source, .. }
+            if source.to_string().to_ascii_lowercase().contains("unknown command"));
+        let server_wide =
+            unknown_command || matches!(e, Error::Connection { .. } | Error::Timeout { .. });
+        if server_wide {
+            self.breaker.failure();
+        }
+        let Some(unlogged) = self.log.admit(&*self.clock) else {
+            return;
+        };
+        let mut reason = match e {
+            Error::Timeout { timeout, .. } => {
+                format!("no answer within {} ms", timeout.as_millis())
+            }
+            Error::Connection { source, .. } | Error::Server { source, .. } => source.to_string(),
+            Error::UnexpectedReply { detail, .. } => format!("unexpected reply: {detail}"),
+            other => other.to_string(),
+        };
+        if unknown_command {
+            reason.push_str(" (is the redis-tb module loaded?)");
+        }
+        let mode = match self.failure_mode {
+            FailureMode::FailOpen => "open: requests pass unlimited",
+            FailureMode::FailClosed => "closed: requests get 503",
+        };
+        let skipped = if server_wide && self.breaker.cooldown_ms > 0 {
+            format!(
+                ", Redis skipped for {} s",
+                self.breaker.cooldown_ms as f64 / 1000.0
+            )
+        } else {
+            String::new()
+        };
+        let not_logged = if unlogged > 0 {
+            format!(" ({unlogged} not logged)")
+        } else {
+            String::new()
+        };
+        tracing::warn!(
+            target: "redis_tb",
+            "redis-tb: {what} on {} failed ({reason}); failing {mode}{skipped}; store errors so far: {errors}{not_logged}",
+            self.store.addr()
+        );
+    }
+
+    /// SPEC F1, B2, B3, R8: one TB.REFUND per charged policy, now.
+    async fn refund(&self, plan: &Plan) -> bool {
+        let given: Vec<Charge> = plan.charges.iter().filter(|c| c.n > 0.0).cloned().collect();
+        if given.is_empty() {
+            return false;
+        }
+        if !self.breaker.admit() {
+            // B2: Redis is known to be failing; a refund after the cool-down may be the
+            // probe (B3).
+            bump(&self.stats.0.refund_errors);
+            return false;
+        }
+        let started = Instant::now();
+        let result = self.store.refund(&given).await;
+        self.telemetry
+            .call_duration
+            .record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(_) => {
+                self.breaker.success();
+                bump(&self.stats.0.refunds);
+                for (c, &i) in plan.charges.iter().zip(&plan.policy) {
+                    if c.n > 0.0 {
+                        self.runtime[i].metrics.refunded.increment(1);
+                    }
+                    if let Some(cache) = &self.deny_cache {
+                        cache.remove(&c.key);
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                bump(&self.stats.0.refund_errors);
+                self.failed(&e, "TB.REFUND");
+                false
+            }
+        }
+    }
+}
+
+/// The decision's per-policy results: the per-bucket replies with the plan's shapes.
+fn plan_results(plan: &Plan, reply: &MultiReply, policies: &[Policy]) -> Decision {
+    let results = plan
+        .charges
+        .iter()
+        .zip(&plan.policy)
+        .zip(&reply.buckets)
+        .map(|((c, &i), b)| PolicyResult {
+            name: policies[i].name.clone(),
+            key: c.key.clone(),
+            capacity: c.capacity,
+            rate: c.rate,
+            cost: c.n,
+            allowed: b.allowed,
+            remaining: b.remaining,
+            retry_after: b.retry_after,
+            reset_after: b.reset_after,
+            shadow: policies[i].shadow,
+        })
+        .collect();
+    Decision::from_results(results)
+}
+
+type RefundFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+
+trait Refunder: Send + Sync {
+    fn refund<'a>(&'a self, plan: &'a Plan) -> RefundFuture<'a>;
+}
+
+impl<S: Store> Refunder for Inner<S> {
+    fn refund<'a>(&'a self, plan: &'a Plan) -> RefundFuture<'a> {
+        Box::pin(Inner::refund(self, plan))
+    }
+}
+
+struct RefundState {
+    limiter: Arc<dyn Refunder>,
+    plan: Plan,
+    done: AtomicBool,
+}
+
+/// Gives an admitted request's tokens back (SPEC F1): in the request extensions of every
+/// request the limiter lets through. Clones share the state.
+#[derive(Clone, Default)]
+pub struct RefundHandle {
+    state: Option<Arc<RefundState>>,
+}
+
+impl fmt::Debug for RefundHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefundHandle")
+            .field("charged", &self.state.is_some())
+            .finish()
+    }
+}
+
+impl RefundHandle {
+    fn new<S: Store>(limiter: Arc<Inner<S>>, plan: Plan) -> RefundHandle {
+        RefundHandle {
+            state: Some(Arc::new(RefundState {
+                limiter,
+                plan,
+                done: AtomicBool::new(false),
+            })),
+        }
+    }
+
+    /// Sends TB.REFUND for every policy that charged the request, now, and returns true
+    /// when every refund succeeded. Returns false and sends nothing when nothing was
+    /// charged (limited, shadow-only refusal, from the cache, store error, not limited) or
+    /// it was already refunded; a failed refund returns false and counts `refund_errors`.
+    pub async fn refund(&self) -> bool {
+        let Some(state) = &self.state else {
+            return false;
+        };
+        if state.done.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        state.limiter.refund(&state.plan).await
+    }
+
+    /// Whether the request was charged (so a refund has something to give back).
+    pub fn is_charged(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// Whether a refund was already made or attempted.
+    pub fn is_refunded(&self) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|s| s.done.load(Ordering::Acquire))
+    }
+}

@@ -1,0 +1,295 @@
+//! The tower adapter: a `Layer` + `Service` pair around the framework-neutral
+//! [`RateLimiter`]. Per request it finds the peer address and the matched route template,
+//! runs the check, and answers 429 / 503 / 400 / 500 itself or passes the request on with
+//! the [`Decision`] and a [`RefundHandle`] in its extensions, adding the rate-limit headers
+//! to the response.
+//!
+//! Peer: axum's `ConnectInfo<SocketAddr>` (feature `axum`), else a [`PeerAddr`] or a
+//! `SocketAddr` extension. Route: axum's `MatchedPath` (feature `axum`), else a
+//! [`RouteTemplate`] extension set by the router.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response, header};
+use http_body::Body;
+use http_body_util::{BodyExt, Limited};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::client::TbClient;
+use crate::decision::Decision;
+use crate::limiter::{Check, FromLimiter, RateLimiter, RateLimiterBuilder, Stats, Store};
+
+/// A boxed error, as tower and hyper use.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A boxed, sendable future (the service's future).
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
+
+/// The peer address of a request, for servers that are not axum (put it in the request
+/// extensions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr(pub IpAddr);
+
+/// The matched route template (`/items/{id}`), for routers that are not axum (put it in
+/// the request extensions before the layer runs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteTemplate(pub Arc<str>);
+
+/// Builds a [`RateLimitLayer`]: `RateLimitLayer::builder(client).policy(..).build()?`.
+pub type RateLimitBuilder<S = TbClient> = RateLimiterBuilder<S, RateLimitLayer<S>>;
+
+/// The rate-limit layer. Clones share the limiter.
+pub struct RateLimitLayer<S: Store = TbClient> {
+    limiter: RateLimiter<S>,
+}
+
+impl<S: Store> Clone for RateLimitLayer<S> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+impl<S: Store> fmt::Debug for RateLimitLayer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.limiter)
+            .finish()
+    }
+}
+
+impl<S: Store> FromLimiter<S> for RateLimitLayer<S> {
+    fn from_limiter(limiter: RateLimiter<S>) -> Self {
+        RateLimitLayer { limiter }
+    }
+}
+
+impl<S: Store> RateLimitLayer<S> {
+    /// Starts a builder over a store (a connected [`TbClient`]).
+    pub fn builder(store: S) -> RateLimitBuilder<S> {
+        RateLimiterBuilder::new(store)
+    }
+
+    /// The layer of an existing limiter.
+    pub fn new(limiter: RateLimiter<S>) -> Self {
+        RateLimitLayer { limiter }
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &RateLimiter<S> {
+        &self.limiter
+    }
+
+    /// The limiter's counters.
+    pub fn stats(&self) -> Stats {
+        self.limiter.stats()
+    }
+
+    /// The old name of [`RateLimitLayer::stats`].
+    #[deprecated(note = "renamed stats (SPEC names)")]
+    pub fn metrics(&self) -> Stats {
+        self.limiter.stats()
+    }
+
+    /// The limiter's name (the `limiter` label of its metrics).
+    pub fn name(&self) -> &str {
+        self.limiter.name()
+    }
+
+    /// Entries in the local deny cache (0 when it is off).
+    pub fn deny_cache_len(&self) -> usize {
+        self.limiter.deny_cache_len()
+    }
+}
+
+impl<I, S: Store> Layer<I> for RateLimitLayer<S> {
+    type Service = RateLimit<I, S>;
+
+    fn layer(&self, inner: I) -> RateLimit<I, S> {
+        RateLimit {
+            inner,
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+/// The rate-limit service wrapping `I`.
+pub struct RateLimit<I, S: Store = TbClient> {
+    inner: I,
+    limiter: RateLimiter<S>,
+}
+
+impl<I: Clone, S: Store> Clone for RateLimit<I, S> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+impl<I: fmt::Debug, S: Store> fmt::Debug for RateLimit<I, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I, S, ReqB, ResB> Service<Request<ReqB>> for RateLimit<I, S>
+where
+    I: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    I::Future: Send + 'static,
+    S: Store,
+    ReqB: Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    // The limiter's own answers (429, 503, 400, 500) are made in the inner service's body
+    // type (axum's `Body`, `Full<Bytes>`, ...), so the response is passed through
+    // unwrapped: no second body layer, no boxing by the framework.
+    ResB: Body<Data = Bytes> + From<Bytes> + Send,
+{
+    type Response = Response<ResB>;
+    type Error = I::Error;
+    type Future = BoxFuture<Result<Self::Response, I::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The clone is not ready; the instance that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let limiter = self.limiter.clone();
+        Box::pin(async move { handle(limiter, req, inner).await })
+    }
+}
+
+/// The route template the router matched.
+enum Matched {
+    #[cfg(feature = "axum")]
+    Axum(axum::extract::MatchedPath),
+    Own(Arc<str>),
+}
+
+impl Matched {
+    fn as_str(&self) -> &str {
+        match self {
+            #[cfg(feature = "axum")]
+            Matched::Axum(m) => m.as_str(),
+            Matched::Own(s) => s,
+        }
+    }
+}
+
+fn route_of(parts: &Parts) -> Option<Matched> {
+    #[cfg(feature = "axum")]
+    if let Some(m) = parts.extensions.get::<axum::extract::MatchedPath>() {
+        return Some(Matched::Axum(m.clone()));
+    }
+    parts
+        .extensions
+        .get::<RouteTemplate>()
+        .map(|r| Matched::Own(r.0.clone()))
+}
+
+fn peer_of(parts: &Parts) -> Option<IpAddr> {
+    if let Some(PeerAddr(ip)) = parts.extensions.get::<PeerAddr>() {
+        return Some(*ip);
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(addr.ip());
+    }
+    parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
+}
+
+async fn handle<I, S, ReqB, ResB>(
+    limiter: RateLimiter<S>,
+    req: Request<ReqB>,
+    mut inner: I,
+) -> Result<Response<ResB>, I::Error>
+where
+    I: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: From<Bytes>,
+    S: Store,
+    ReqB: Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
+    let (mut parts, body) = req.into_parts();
+    let peer = peer_of(&parts);
+    let route = route_of(&parts);
+    if peer.is_none() && limiter.needs_peer() {
+        limiter.warn_once(
+            "redis-tb-client: no peer address in the request (serve axum apps with \
+             into_make_service_with_connect_info::<SocketAddr>(), or insert a PeerAddr): \
+             policies keyed by client IP are skipped",
+        );
+    }
+    let mut check = limiter
+        .check(&mut parts, peer, route.as_ref().map(Matched::as_str))
+        .await;
+    if let Some((status, text)) = check.problem.as_mut().map(|(s, t)| (*s, std::mem::take(t))) {
+        let mut resp = Response::new(ResB::from(Bytes::from(text)));
+        *resp.status_mut() = status;
+        check.write_headers(resp.headers_mut());
+        let (limit, wait) = limiter.drain_settings();
+        if !drain(body, limit, wait).await {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return Ok(resp);
+    }
+    let Check {
+        decision,
+        headers,
+        refund,
+        ..
+    } = check;
+    let charged = refund.is_charged();
+    insert_decision(&mut parts, decision);
+    parts.extensions.insert(refund.clone());
+    let resp = inner.call(Request::from_parts(parts, body)).await?;
+    let mut resp = resp;
+    if charged && limiter.refund_on(resp.status()) {
+        refund.refund().await;
+    }
+    if let Some(h) = headers {
+        h.apply_owned(resp.headers_mut());
+    }
+    Ok(resp)
+}
+
+fn insert_decision(parts: &mut Parts, decision: Decision) {
+    parts.extensions.insert(decision);
+}
+
+/// Reads and drops a request body of at most `limit` bytes within `wait`; `false` when the
+/// body is larger, slower, or broken (the connection should then be closed).
+async fn drain<B>(body: B, limit: usize, wait: Duration) -> bool
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    if body.is_end_stream() {
+        return true;
+    }
+    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return false;
+    }
+    matches!(
+        tokio::time::timeout(wait, Limited::new(body, limit).collect()).await,
+        Ok(Ok(_))
+    )
+}
