@@ -36,7 +36,34 @@ pub enum TbError {
     BucketNotWindow,
     /// A LOG entry whose score is not an accepted time.
     CorruptLog,
+    /// TB.ACQUIRE, TB.RELEASE, TB.RENEW and TB.PEEK ... LEASES.
+    Lease(LeaseError),
     Internal,
+}
+
+/// The errors of the in-flight limit's commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseError {
+    Limit,
+    LeaseMs,
+    LeaseId,
+    /// A sorted set with a member or score that is not a lease of this module.
+    NotLeases,
+}
+
+impl LeaseError {
+    fn text(self) -> &'static str {
+        match self {
+            LeaseError::Limit => "ERR limit must be a whole number >= 1 and <= 10000\0",
+            LeaseError::LeaseMs => {
+                "ERR lease_ms must be a whole number of milliseconds >= 1 and <= 31536000000\0"
+            }
+            LeaseError::LeaseId => "ERR lease_id must be the 16 hex digits TB.ACQUIRE replied\0",
+            LeaseError::NotLeases => {
+                "ERR key holds a sorted set that is not TB.ACQUIRE's leases (members lease:<16 hex digits>, scores whole ms)\0"
+            }
+        }
+    }
 }
 
 /// The numeric arguments of the commands, named in error texts.
@@ -155,6 +182,7 @@ impl TbError {
             CorruptState(LastRefillTime) => {
                 "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds\0"
             }
+            Lease(e) => e.text(),
             Internal => "ERR internal error in the tb module (see the server log)\0",
         }
     }
@@ -190,6 +218,10 @@ mod tests {
             TbError::WindowNotBucket,
             TbError::BucketNotWindow,
             TbError::CorruptLog,
+            TbError::Lease(LeaseError::Limit),
+            TbError::Lease(LeaseError::LeaseMs),
+            TbError::Lease(LeaseError::LeaseId),
+            TbError::Lease(LeaseError::NotLeases),
             TbError::CorruptState(Field::Start),
             TbError::CorruptState(Field::Count),
             TbError::CorruptState(Field::Counts),

@@ -150,6 +150,8 @@ const DOUBLE: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE;
 const INTEGER: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const STRING: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
 const BLOCK: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
 const PURE_TOKEN: raw::RedisModuleCommandArgType =
@@ -171,7 +173,7 @@ const KEY_RW_UPDATE: u32 =
 const KEY_RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
 /// The command table: one row per command.
-static COMMANDS: [CommandDef; 7] = [
+static COMMANDS: [CommandDef; 10] = [
     CommandDef {
         name: c"tb.take",
         body: commands::take::run,
@@ -236,8 +238,8 @@ static COMMANDS: [CommandDef; 7] = [
         name: c"tb.peek",
         body: commands::peek::run,
         flags: c"readonly fast",
-        arity: -4,
-        summary: c"Reports a token bucket without changing it: [allowed, remaining, retry_after, reset_after], allowed and retry_after for one token. Runs on replicas.",
+        arity: -3,
+        summary: c"Reports a token bucket without changing it: [allowed, remaining, retry_after, reset_after], allowed and retry_after for one token. TB.PEEK key LEASES reports an in-flight key: [in_flight, ms until the earliest lease expires]. Runs on replicas.",
         complexity: c"O(1)",
         since: c"0.2.0",
         keys: Keys::One(KEY_RO_ACCESS),
@@ -335,6 +337,51 @@ static COMMANDS: [CommandDef; 7] = [
         stats: CommandStats::new(),
         alias: None,
     },
+    CommandDef {
+        name: c"tb.acquire",
+        body: commands::lease::acquire,
+        flags: c"write deny-oom fast",
+        arity: 4,
+        summary: c"In-flight limit: takes one of limit slots on the key as a lease of lease_ms on the server's clock. Replies [granted, in_flight, lease_id or nil, ms: the lease's time left, or when refused the wait until a lease expires].",
+        complexity: c"O(log(N) + M) where N is the leases held and M the expired ones reclaimed",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, arg(c"limit", INTEGER), arg(c"lease_ms", INTEGER)],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.release",
+        body: commands::lease::release,
+        flags: c"write fast",
+        arity: 3,
+        summary: c"Gives back a lease of TB.ACQUIRE by its id. Replies [released, in_flight]; released is 0 for an id not held (already released, expired or unknown).",
+        complexity: c"O(log(N) + M) where N is the leases held and M the expired ones reclaimed",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, arg(c"lease_id", STRING)],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.renew",
+        body: commands::lease::renew,
+        flags: c"write fast",
+        arity: 4,
+        summary: c"Extends a held lease of TB.ACQUIRE to lease_ms from now (server clock). Replies [renewed, in_flight, ms left]; renewed is 0 (nothing changed) for a lease not held: expired, released or unknown.",
+        complexity: c"O(log(N) + M) where N is the leases held and M the expired ones reclaimed",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, arg(c"lease_id", STRING), arg(c"lease_ms", INTEGER)],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
 ];
 
 type CommandFunc =
@@ -359,8 +406,9 @@ unsafe extern "C" fn entry<const I: usize>(
 }
 
 /// One entry point per row, by position.
-const ENTRIES: [CommandFunc; 7] = [
-    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>, entry::<6>,
+const ENTRIES: [CommandFunc; 10] = [
+    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>, entry::<6>, entry::<7>,
+    entry::<8>, entry::<9>,
 ];
 const _: () = assert!(ENTRIES.len() == COMMANDS.len());
 

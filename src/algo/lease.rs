@@ -81,11 +81,7 @@ pub fn acquire(limit: u64, lease_ms: u64, live: u64, earliest: &[u64], now_us: u
 /// How many of the earliest live expiries `acquire` needs when `live` are held: the one
 /// whose end leaves `limit - 1` held.
 pub fn needed_earliest(limit: u64, live: u64) -> u64 {
-    if live < limit {
-        0
-    } else {
-        live - limit + 1
-    }
+    if live < limit { 0 } else { live - limit + 1 }
 }
 
 /// The wait of a refused caller: until the lease whose end brings the count below the
@@ -227,7 +223,10 @@ mod tests {
     #[test]
     fn renew_extends_a_live_lease_and_refuses_an_expired_or_unknown_one() {
         let now = now_ms(NOW_US);
-        assert_eq!(renew(Some(now + 1), 500, NOW_US), Some(expiry_of(NOW_US, 500)));
+        assert_eq!(
+            renew(Some(now + 1), 500, NOW_US),
+            Some(expiry_of(NOW_US, 500))
+        );
         assert_eq!(renew(Some(now), 500, NOW_US), None);
         assert_eq!(renew(None, 500, NOW_US), None);
         // A renewal may also shorten a lease.
