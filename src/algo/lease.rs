@@ -116,6 +116,20 @@ pub fn key_expiry(current: Option<i64>, expiry_ms: u64, lease_ms: u64) -> Option
     }
 }
 
+/// The key's expiry once leases were removed and the latest one left expires at
+/// `latest_ms`: a TTL more than two slacks (a quarter of the time left, and a second)
+/// beyond it is brought back to one slack, so a key whose long lease was released does not
+/// linger for that lease's length. `None`: keep.
+pub fn shrunk_expiry(current: Option<i64>, latest_ms: u64, now_ms: u64) -> Option<i64> {
+    let latest = i64::try_from(latest_ms).ok()?;
+    let slack = i64::try_from(latest_ms.saturating_sub(now_ms) / 4 + 1000).ok()?;
+    let target = latest.saturating_add(slack);
+    match current {
+        Some(at) if at > target.saturating_add(slack) => Some(target),
+        _ => None,
+    }
+}
+
 /// A lease id's member name: the prefix and the id as 16 lowercase hex digits.
 pub fn member(id: u64) -> [u8; MEMBER_LEN] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -239,6 +253,15 @@ mod tests {
         assert_eq!(key_expiry(Some(4999), 5000, 1000), Some(6250));
         assert_eq!(key_expiry(Some(5000), 5000, 1000), None);
         assert_eq!(key_expiry(Some(9000), 5000, 1000), None);
+    }
+
+    #[test]
+    fn a_ttl_far_beyond_the_last_lease_is_brought_back() {
+        // 4 s left on the latest lease: slack 2 s, so 6 s..8 s is kept, beyond it 6 s.
+        assert_eq!(shrunk_expiry(Some(9000), 4000, 0), Some(6000));
+        assert_eq!(shrunk_expiry(Some(8000), 4000, 0), None);
+        assert_eq!(shrunk_expiry(Some(5000), 4000, 0), None);
+        assert_eq!(shrunk_expiry(None, 4000, 0), None);
     }
 
     #[test]

@@ -163,6 +163,40 @@ impl<'a> LeaseKey<'a> {
             .effect(REDISMODULE_NOTIFY_ZSET, c"zrem", c"ZREM", &mut argv);
     }
 
+    /// After removals: brings a TTL far beyond the latest lease left back
+    /// (`lease::shrunk_expiry`); nothing when the key is gone (its last lease removed).
+    pub fn fit_expiry(&self, now_ms: u64) {
+        let api = self.key.api;
+        let key = self.key.key;
+        if !self.key.writable() {
+            return;
+        }
+        let mut latest = None;
+        // SAFETY: valid open key, no iterator active; a key emptied by ZsetRem reads as
+        // empty; the iterator is stopped and the element freed before returning.
+        unsafe {
+            if (api.key_type)(key) as isize != redis_module::raw::REDISMODULE_KEYTYPE_ZSET {
+                return;
+            }
+            let found = (api.zset_last_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0)
+                == 0
+                && (api.zset_range_end_reached)(key) == 0;
+            if found {
+                let mut score = 0.0;
+                let element = (api.zset_range_current_element)(key, &mut score);
+                drop(OwnedString::new(api, self.key.ctx, element));
+                latest = lease::valid_expiry(score);
+            }
+            (api.zset_range_stop)(key);
+        }
+        // SAFETY: valid open key.
+        let current = unsafe { (api.get_abs_expire)(key) };
+        let current = (current >= 0).then_some(current);
+        if let Some(at) = latest.and_then(|l| lease::shrunk_expiry(current, l, now_ms)) {
+            self.key.apply_expiry(ExpiryPlan::SetAt(at));
+        }
+    }
+
     /// Adds `member` (or, `update`, moves an existing one) at `expiry_ms`, replicating
     /// `ZADD key expiry member` (`ZADD key XX expiry member` for an update), then keeps the
     /// key alive at least as long as the lease (`lease::key_expiry`).

@@ -57,6 +57,11 @@ fn open_reclaiming<'a>(
     let leases = LeaseKey::open(call.api, call.ctx, key, Access::Write)?;
     let expired = leases.expired(now_ms)?;
     let live = leases.count().saturating_sub(expired.len() as u64);
+    if expired.is_empty() && live > 0 {
+        // Nothing reclaimed: read the first live member, so a sorted set that is not
+        // ours is refused even by a call that would only look up one id.
+        leases.earliest_live(now_ms, 1)?;
+    }
     Ok((leases, expired, live))
 }
 
@@ -95,8 +100,10 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
         None => None,
     };
     leases.remove(&pointers(&expired));
-    if let Some((_, string, expiry)) = &granted {
-        leases.put(string, *expiry, lease_ms, false);
+    match &granted {
+        Some((_, string, expiry)) => leases.put(string, *expiry, lease_ms, false),
+        None if !expired.is_empty() => leases.fit_expiry(now_ms),
+        None => {}
     }
     drop(leases);
 
@@ -135,7 +142,10 @@ pub fn release(call: &Call) -> Result<Outcome, TbError> {
     if held {
         gone.push(member.ptr);
     }
-    leases.remove(&gone);
+    if !gone.is_empty() {
+        leases.remove(&gone);
+        leases.fit_expiry(now_ms);
+    }
     drop(leases);
     let in_flight = live.saturating_sub(u64::from(held));
     call.reply().integers(&[
@@ -163,8 +173,10 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
         .filter(|&e| lease::is_live(e, now_ms));
     let renewed = lease::renew(current, lease_ms, now_us);
     leases.remove(&pointers(&expired));
-    if let Some(expiry) = renewed {
-        leases.put(&member, expiry, lease_ms, true);
+    match renewed {
+        Some(expiry) => leases.put(&member, expiry, lease_ms, true),
+        None if !expired.is_empty() => leases.fit_expiry(now_ms),
+        None => {}
     }
     drop(leases);
     let ms = renewed.map_or(0, |e| e.saturating_sub(now_ms));
