@@ -49,6 +49,8 @@ pub enum LeaseError {
     LeaseId,
     /// A sorted set with a member or score that is not a lease of this module.
     NotLeases,
+    /// TB.WINDOW LOG on a key of leases.
+    LeasesNotWindow,
 }
 
 impl LeaseError {
@@ -59,6 +61,9 @@ impl LeaseError {
                 "ERR lease_ms must be a whole number of milliseconds >= 1 and <= 31536000000\0"
             }
             LeaseError::LeaseId => "ERR lease_id must be the 16 hex digits TB.ACQUIRE replied\0",
+            LeaseError::LeasesNotWindow => {
+                "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window\0"
+            }
             LeaseError::NotLeases => {
                 "ERR key holds a sorted set that is not TB.ACQUIRE's leases (members lease:<16 hex digits>, scores whole ms)\0"
             }
@@ -222,6 +227,7 @@ mod tests {
             TbError::Lease(LeaseError::LeaseMs),
             TbError::Lease(LeaseError::LeaseId),
             TbError::Lease(LeaseError::NotLeases),
+            TbError::Lease(LeaseError::LeasesNotWindow),
             TbError::CorruptState(Field::Start),
             TbError::CorruptState(Field::Count),
             TbError::CorruptState(Field::Counts),

@@ -255,6 +255,14 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
             (&["TB.TAKE", "k", "10", "1", "1"], WRONGTYPE),
             (&["TB.PEEK", "k", "10", "1"], WRONGTYPE),
             (&["TB.WINDOW", "k", "10", "60", "1", "FIXED"], WRONGTYPE),
+            (
+                &["TB.WINDOW", "k", "10", "60", "1", "LOG"],
+                "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window",
+            ),
+            (
+                &["TB.WINDOW", "k", "10", "60", "0", "1764456268", "LOG"],
+                "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window",
+            ),
         ],
     );
     assert_eq!(members(&mut c, "k").len(), 1);

@@ -55,6 +55,8 @@ struct Front<'a> {
     done: bool,
     /// A score that is not an accepted time (set by hand): the call fails as corrupt.
     corrupt: bool,
+    /// A member of TB.ACQUIRE's leases: the key is an in-flight limit, not a window.
+    leases: bool,
 }
 
 impl Front<'_> {
@@ -101,6 +103,7 @@ impl<'a> LogKey<'a> {
                 pass_hi: f64::NEG_INFINITY,
                 done: false,
                 corrupt: false,
+                leases: false,
             }),
         })
     }
@@ -156,10 +159,10 @@ impl<'a> LogKey<'a> {
             if !valid_entry(log_time(score)) {
                 front.corrupt = true;
             }
+            let member = OwnedString::new(api, self.key.ctx, element);
+            front.leases |= member.bytes().is_some_and(crate::algo::lease::is_member);
             front.scores.push(score);
-            front
-                .members
-                .push(OwnedString::new(api, self.key.ctx, element));
+            front.members.push(member);
             // SAFETY: as above; a pass that has ended is stopped.
             if unsafe { (api.zset_range_next)(key) } == 0 {
                 unsafe { (api.zset_range_stop)(key) };
@@ -180,7 +183,9 @@ impl<'a> LogKey<'a> {
             // SAFETY: stopping an iterator (or none) on a valid open key is allowed.
             unsafe { (self.key.api.zset_range_stop)(self.key.key) };
         }
-        if front.corrupt {
+        if front.leases {
+            Err(TbError::Lease(crate::error::LeaseError::LeasesNotWindow))
+        } else if front.corrupt {
             Err(TbError::CorruptLog)
         } else {
             Ok(())
@@ -232,7 +237,12 @@ impl<'a> LogKey<'a> {
                 && (api.zset_range_end_reached)(key) == 0;
             if found {
                 let element = (api.zset_range_current_element)(key, &mut score);
-                drop(OwnedString::new(api, self.key.ctx, element));
+                let member = OwnedString::new(api, self.key.ctx, element);
+                if member.bytes().is_some_and(crate::algo::lease::is_member)
+                    && let Ok(mut front) = self.front.try_borrow_mut()
+                {
+                    front.leases = true;
+                }
             }
             (api.zset_range_stop)(key);
             found
