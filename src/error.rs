@@ -51,6 +51,16 @@ pub enum LeaseError {
     NotLeases,
     /// TB.WINDOW LOG on a key of leases.
     LeasesNotWindow,
+    /// TB.HOLD's ttl_ms.
+    TtlMs,
+    /// TB.HOLD's estimate of 0.
+    Estimate,
+    /// TB.SETTLE's hold_id.
+    HoldId,
+    /// TB.SETTLE's actual.
+    Actual,
+    /// TB.HOLD on a bucket with MAX_HOLDS outstanding.
+    TooManyHolds,
 }
 
 impl LeaseError {
@@ -61,6 +71,15 @@ impl LeaseError {
                 "ERR lease_ms must be a whole number of milliseconds >= 1 and <= 31536000000\0"
             }
             LeaseError::LeaseId => "ERR lease_id must be the 16 hex digits TB.ACQUIRE replied\0",
+            LeaseError::TtlMs => {
+                "ERR ttl_ms must be a whole number of milliseconds >= 1 and <= 31536000000\0"
+            }
+            LeaseError::Estimate => "ERR estimate must be > 0 and <= 9007199254740992\0",
+            LeaseError::Actual => "ERR actual must be >= 0 and <= 9007199254740992\0",
+            LeaseError::HoldId => "ERR hold_id must be the 16 hex digits TB.HOLD replied\0",
+            LeaseError::TooManyHolds => {
+                "ERR the bucket has 100 outstanding holds: settle some first\0"
+            }
             LeaseError::LeasesNotWindow => {
                 "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window\0"
             }
@@ -100,6 +119,8 @@ pub enum Field {
     /// SLIDING: this window's count and the previous window's, in one value
     /// (`"<count> <previous>"`), so a call reads two fields, not three.
     Counts,
+    /// Token bucket: the outstanding holds of TB.HOLD (`algo::hold`).
+    Holds,
     /// SLIDING keys written before `counts` (`start`, `count`, `previous`): still read,
     /// and rewritten as `start`, `counts` by their next write.
     Previous,
@@ -181,6 +202,9 @@ impl TbError {
                 "ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now\0"
             }
             DuplicateKey => "ERR tb.mtake got the same key more than once\0",
+            CorruptState(Holds) => {
+                "ERR bucket state is corrupt: field 'holds' is not a list of holds\0"
+            }
             CorruptState(Tokens) => {
                 "ERR bucket state is corrupt: field 'tokens' is not a valid token count\0"
             }
@@ -228,6 +252,12 @@ mod tests {
             TbError::Lease(LeaseError::LeaseId),
             TbError::Lease(LeaseError::NotLeases),
             TbError::Lease(LeaseError::LeasesNotWindow),
+            TbError::Lease(LeaseError::TtlMs),
+            TbError::Lease(LeaseError::Estimate),
+            TbError::Lease(LeaseError::HoldId),
+            TbError::Lease(LeaseError::Actual),
+            TbError::Lease(LeaseError::TooManyHolds),
+            TbError::CorruptState(Field::Holds),
             TbError::CorruptState(Field::Start),
             TbError::CorruptState(Field::Count),
             TbError::CorruptState(Field::Counts),

@@ -173,7 +173,7 @@ const KEY_RW_UPDATE: u32 =
 const KEY_RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
 /// The command table: one row per command.
-static COMMANDS: [CommandDef; 10] = [
+static COMMANDS: [CommandDef; 12] = [
     CommandDef {
         name: c"tb.take",
         body: commands::take::run,
@@ -382,6 +382,46 @@ static COMMANDS: [CommandDef; 10] = [
         stats: CommandStats::new(),
         alias: None,
     },
+    CommandDef {
+        name: c"tb.hold",
+        body: commands::hold::hold,
+        flags: c"write deny-oom fast",
+        arity: 6,
+        summary: c"Takes an estimated cost from a token bucket now as a hold of ttl_ms, to settle later with TB.SETTLE. Replies [allowed, remaining, retry_after, reset_after, hold_id or nil].",
+        complexity: c"O(H) where H is the bucket's outstanding holds (at most 100)",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, CAPACITY, RATE, arg(c"estimate", DOUBLE), arg(c"ttl_ms", INTEGER)],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.settle",
+        body: commands::hold::settle,
+        flags: c"write fast",
+        arity: -6,
+        summary: c"Settles a hold of TB.HOLD with the actual cost: the surplus goes back, an excess is charged (as debt, bounded). Replies [settled, remaining, charged, reset_after]; settled 0 and nothing charged for a hold settled already, expired or unknown.",
+        complexity: c"O(H) where H is the bucket's outstanding holds (at most 100)",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[
+            KEY_ARG,
+            CAPACITY,
+            RATE,
+            arg(c"hold_id", STRING),
+            arg(c"actual", DOUBLE),
+            ArgDef {
+                flags: OPTIONAL,
+                ..arg(c"max_wait", DOUBLE)
+            },
+        ],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
 ];
 
 type CommandFunc =
@@ -406,9 +446,19 @@ unsafe extern "C" fn entry<const I: usize>(
 }
 
 /// One entry point per row, by position.
-const ENTRIES: [CommandFunc; 10] = [
-    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>, entry::<6>, entry::<7>,
-    entry::<8>, entry::<9>,
+const ENTRIES: [CommandFunc; 12] = [
+    entry::<0>,
+    entry::<1>,
+    entry::<2>,
+    entry::<3>,
+    entry::<4>,
+    entry::<5>,
+    entry::<6>,
+    entry::<7>,
+    entry::<8>,
+    entry::<9>,
+    entry::<10>,
+    entry::<11>,
 ];
 const _: () = assert!(ENTRIES.len() == COMMANDS.len());
 

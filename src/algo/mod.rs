@@ -5,12 +5,14 @@
 //! - `bucket`: the token bucket of TB.TAKE, TB.MTAKE, TB.RESERVE, TB.PEEK, TB.REFUND
 //! - `window`: TB.WINDOW's FIXED, SLIDING and LOG windows
 //! - `throttle`: redis-cell's CL.THROTTLE mapped onto a bucket
+//! - `hold`: TB.HOLD / TB.SETTLE: an estimate taken now, settled with the actual cost
 //! - `lease`: the in-flight limits of TB.ACQUIRE, TB.RELEASE, TB.RENEW
 //! - `expiry`: when a key's TTL is set, kept or dropped
 //! - `num`: strict number parsing and shortest round-trip formatting
 
 pub mod bucket;
 pub mod expiry;
+pub mod hold;
 pub mod lease;
 pub mod num;
 pub mod throttle;

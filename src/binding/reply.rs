@@ -68,6 +68,11 @@ impl<'a> Replier<'a> {
         unsafe { (self.api.reply_with_long_long)(self.ctx, v) };
     }
 
+    /// One number: a RESP3 double, or RESP2 shortest round-trip text.
+    pub fn number(&self, v: f64) {
+        self.double(v, None);
+    }
+
     /// One bulk string.
     pub fn bulk(&self, bytes: &[u8]) {
         // SAFETY: bytes is valid for its length; Redis copies it.

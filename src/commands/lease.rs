@@ -17,7 +17,7 @@ use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
 use super::{Call, Clock};
 
 /// The server's clock in whole microseconds.
-fn server_micros() -> u64 {
+pub(crate) fn server_micros() -> u64 {
     match Clock::new(None, None) {
         Clock::Server { micros } => micros,
         Clock::Client { .. } => 0,
@@ -28,7 +28,7 @@ fn server_micros() -> u64 {
 /// source on first use, so a promoted replica's ids are independent of its old master's.
 static ID_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn next_id() -> u64 {
+pub(crate) fn next_id() -> u64 {
     let mut c = ID_COUNTER.load(Relaxed);
     if c == 0 {
         let mut seed = [0u8; 8];
