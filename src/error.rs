@@ -59,6 +59,10 @@ pub enum LeaseError {
     HoldId,
     /// TB.SETTLE's actual.
     Actual,
+    /// TB.ACQUIRE's TAKE part does not fit its syntax.
+    TakeSyntax,
+    /// TB.ACQUIRE ... TAKE naming a key twice (or the lease key).
+    TakeDuplicate,
     /// TB.HOLD on a bucket with MAX_HOLDS outstanding.
     TooManyHolds,
 }
@@ -75,6 +79,12 @@ impl LeaseError {
                 "ERR ttl_ms must be a whole number of milliseconds >= 1 and <= 31536000000\0"
             }
             LeaseError::Estimate => "ERR estimate must be > 0 and <= 9007199254740992\0",
+            LeaseError::TakeSyntax => {
+                "ERR syntax: TB.ACQUIRE key limit lease_ms [TAKE numkeys key [key ...] capacity rate n [capacity rate n ...]] (no now: the server's clock)\0"
+            }
+            LeaseError::TakeDuplicate => {
+                "ERR tb.acquire got the same key more than once (the lease key and every bucket must differ)\0"
+            }
             LeaseError::Actual => "ERR actual must be >= 0 and <= 9007199254740992\0",
             LeaseError::HoldId => "ERR hold_id must be the 16 hex digits TB.HOLD replied\0",
             LeaseError::TooManyHolds => {
@@ -256,6 +266,8 @@ mod tests {
             TbError::Lease(LeaseError::Estimate),
             TbError::Lease(LeaseError::HoldId),
             TbError::Lease(LeaseError::Actual),
+            TbError::Lease(LeaseError::TakeSyntax),
+            TbError::Lease(LeaseError::TakeDuplicate),
             TbError::Lease(LeaseError::TooManyHolds),
             TbError::CorruptState(Field::Holds),
             TbError::CorruptState(Field::Start),

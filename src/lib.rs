@@ -126,6 +126,9 @@ enum Keys {
     One(u32),
     /// `numkeys key [key ...]`: the count at position 1, the keys after it.
     Counted(u32),
+    /// TB.ACQUIRE: one key at position 1, and optionally `TAKE numkeys key [key ...]`
+    /// from position 4 on.
+    OneThenTake(u32),
 }
 
 /// One documented argument (COMMAND DOCS), possibly a block of others.
@@ -340,13 +343,43 @@ static COMMANDS: [CommandDef; 12] = [
     CommandDef {
         name: c"tb.acquire",
         body: commands::lease::acquire,
-        flags: c"write deny-oom fast",
-        arity: 4,
-        summary: c"In-flight limit: takes one of limit slots on the key as a lease of lease_ms on the server's clock. Replies [granted, in_flight, lease_id or nil, ms: the lease's time left, or when refused the wait until a lease expires].",
-        complexity: c"O(log(N) + M) where N is the leases held and M the expired ones reclaimed",
+        // getkeys-api: the TAKE buckets are declared to cluster routing by the command
+        // (commands::lease::declare_keys); the key specs serve COMMAND GETKEYS and ACL.
+        flags: c"write deny-oom fast getkeys-api",
+        arity: -4,
+        summary: c"In-flight limit: takes one of limit slots on the key as a lease of lease_ms on the server's clock; with TAKE, also takes from token buckets, all or nothing. Replies [granted, in_flight, lease_id or nil, ms: the lease's time left, or when refused the wait until a lease expires] (with TAKE: and TB.MTAKE's aggregate and per-key arrays).",
+        complexity: c"O(log(N) + M + K) where N is the leases held, M the expired ones reclaimed and K the TAKE buckets",
         since: c"0.3.0",
-        keys: Keys::One(KEY_RW_UPDATE),
-        args: &[KEY_ARG, arg(c"limit", INTEGER), arg(c"lease_ms", INTEGER)],
+        keys: Keys::OneThenTake(KEY_RW_UPDATE),
+        args: &[
+            KEY_ARG,
+            arg(c"limit", INTEGER),
+            arg(c"lease_ms", INTEGER),
+            ArgDef {
+                name: c"take",
+                kind: BLOCK,
+                flags: OPTIONAL,
+                subargs: &[
+                    ArgDef {
+                        name: c"TAKE",
+                        kind: PURE_TOKEN,
+                        flags: 0,
+                        subargs: &[],
+                    },
+                    arg(c"numkeys", INTEGER),
+                    ArgDef {
+                        flags: MULTIPLE,
+                        ..KEY_ARG
+                    },
+                    ArgDef {
+                        name: c"limit",
+                        kind: BLOCK,
+                        flags: MULTIPLE,
+                        subargs: &[CAPACITY, RATE, N],
+                    },
+                ],
+            },
+        ],
         acl_categories: c"write fast",
         acl_categories_with_own: c"write fast ratelimit",
         stats: CommandStats::new(),
@@ -442,6 +475,9 @@ unsafe extern "C" fn entry<const I: usize>(
     if matches!(def.keys, Keys::Counted(_)) && commands::declare_counted_keys(ctx, argv, argc) {
         return OK;
     }
+    if matches!(def.keys, Keys::OneThenTake(_)) && commands::lease::declare_keys(ctx, argv, argc) {
+        return OK;
+    }
     commands::dispatch(def.body, &def.stats, def.name, ctx, argv, argc)
 }
 
@@ -526,7 +562,7 @@ fn register(
     // Counted keys cannot be said in first/last/step: the key spec below declares them.
     let (first, last, step) = match def.keys {
         Keys::One(_) => (1, 1, 1),
-        Keys::Counted(_) => (0, 0, 0),
+        Keys::Counted(_) | Keys::OneThenTake(_) => (0, 0, 0),
     };
     // SAFETY: ctx is the load context; name and flags are static C strings.
     let created = unsafe {
@@ -602,12 +638,24 @@ fn set_command_info(
     };
     // Zeroed arrays end each list, as the API requires.
     // SAFETY: all-zero is a valid value of these plain C structs (NULL pointers, zeros).
-    let mut key_specs: [RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    let mut key_specs: [RedisModuleCommandKeySpec; 3] = unsafe { std::mem::zeroed() };
+    if let (Keys::OneThenTake(flags), Some(spec)) = (&def.keys, key_specs.get_mut(1)) {
+        // The buckets of TB.ACQUIRE ... TAKE numkeys key [key ...].
+        spec.flags = u64::from(*flags);
+        spec.begin_search_type =
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_KEYWORD;
+        spec.bs.keyword.keyword = c"TAKE".as_ptr();
+        spec.bs.keyword.startfrom = 4;
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        spec.fk.keynum.keynumidx = 0;
+        spec.fk.keynum.firstkey = 1;
+        spec.fk.keynum.keystep = 1;
+    }
     if let Some(spec) = key_specs.first_mut() {
         spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
         spec.bs.index.pos = 1;
         match def.keys {
-            Keys::One(flags) => {
+            Keys::One(flags) | Keys::OneThenTake(flags) => {
                 spec.flags = u64::from(flags);
                 spec.find_keys_type =
                     raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;

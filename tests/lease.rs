@@ -21,6 +21,9 @@ use common::{
 const LIMIT_ERR: &str = "ERR limit must be a whole number >= 1 and <= 10000";
 const MS_ERR: &str = "ERR lease_ms must be a whole number of milliseconds >= 1 and <= 31536000000";
 const ID_ERR: &str = "ERR lease_id must be the 16 hex digits TB.ACQUIRE replied";
+const TAKE_SYNTAX: &str = "ERR syntax: TB.ACQUIRE key limit lease_ms [TAKE numkeys key [key ...] capacity rate n [capacity rate n ...]] (no now: the server's clock)";
+const TAKE_DUP: &str =
+    "ERR tb.acquire got the same key more than once (the lease key and every bucket must differ)";
 const NOT_LEASES: &str = "ERR key holds a sorted set that is not TB.ACQUIRE's leases (members lease:<16 hex digits>, scores whole ms)";
 
 /// TB.ACQUIRE's reply, decoded.
@@ -186,7 +189,9 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
     c.q("TB.WINDOW log 10 60 1 LOG");
     c.q("SET str v");
     c.cmd(&["ZADD", "fake", "1.5", &format!("lease:{id}")]);
-    let keys = ["k", "user", "bucket", "zs", "log", "str", "fake", "none"];
+    let keys = [
+        "k", "user", "bucket", "zs", "log", "str", "fake", "none", "b1",
+    ];
     let arity = |name: &str| format!("ERR wrong number of arguments for '{name}' command");
     assert_errors_change_nothing(
         &mut c,
@@ -202,7 +207,46 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
             (&["k", "1", "1e3"], MS_ERR),
             (&["k", "1", "31536000001"], MS_ERR),
             (&["k", "1"], &arity("tb.acquire")),
-            (&["k", "1", "1", "1"], &arity("tb.acquire")),
+            (&["k", "1", "1", "1"], TAKE_SYNTAX),
+            (&["k", "1", "1", "TAKE", "1", "b1", "10", "1"], TAKE_SYNTAX),
+            (
+                &[
+                    "k",
+                    "1",
+                    "1",
+                    "TAKE",
+                    "1",
+                    "b1",
+                    "10",
+                    "1",
+                    "1",
+                    "1764456268",
+                ],
+                TAKE_SYNTAX,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "0", "b1", "10", "1", "1"],
+                "ERR numkeys must be a positive integer",
+            ),
+            (&["k", "1", "1", "TAKE", "1", "k", "10", "1", "1"], TAKE_DUP),
+            (
+                &[
+                    "k", "1", "1", "TAKE", "2", "b1", "b1", "10", "1", "1", "10", "1", "1",
+                ],
+                TAKE_DUP,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "1", "str", "10", "1", "1"],
+                WRONGTYPE,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "1", "log", "10", "1", "1"],
+                WRONGTYPE,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "1", "b1", "0", "1", "1"],
+                "ERR capacity must be > 0 and <= 9007199254740992",
+            ),
             (&["user", "1", "100"], WRONGTYPE),
             (&["bucket", "1", "100"], WRONGTYPE),
             (&["str", "1", "100"], WRONGTYPE),
@@ -266,8 +310,8 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
         ],
     );
     assert_eq!(members(&mut c, "k").len(), 1);
-    // 16 cases, two of them wrong arity, which Redis refuses before the module runs.
-    assert_eq!(tb_counters(&mut c, "acquire")[3], 14);
+    // 24 cases, one of them wrong arity, which Redis refuses before the module runs.
+    assert_eq!(tb_counters(&mut c, "acquire")[3], 23);
 }
 
 #[test]
@@ -284,7 +328,11 @@ fn info_counts_and_command_metadata() {
     assert_eq!(renew(&mut c, "k", &id, "5"), vec![0, 0, 0]);
     assert_eq!(tb_counters(&mut c, "renew"), [1, 0, 1, 0]);
     for (name, arity, args) in [
-        ("tb.acquire", 4, &["key", "limit", "lease_ms"][..]),
+        (
+            "tb.acquire",
+            -4,
+            &["key", "limit", "lease_ms", "TAKE", "numkeys"][..],
+        ),
         ("tb.release", 3, &["key", "lease_id"]),
         ("tb.renew", 4, &["key", "lease_id", "lease_ms"]),
     ] {
@@ -592,4 +640,86 @@ fn memory_per_lease_at_the_largest_limit() {
         acquire(&mut c, "k", "10000", "600000");
     }
     assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+/// TB.ACQUIRE ... TAKE's reply: the lease part and the buckets' (aggregate, per key).
+fn acquire_take(c: &mut Conn, args: &[&str]) -> (Acquired, Vec<Reply>, Vec<Reply>) {
+    let mut full = vec!["TB.ACQUIRE"];
+    full.extend_from_slice(args);
+    let r = c.cmd(&full);
+    let a = r.array();
+    assert_eq!(a.len(), 6, "{r:?}");
+    let lease = Acquired {
+        granted: a[0].int() == 1,
+        in_flight: a[1].int(),
+        id: match &a[2] {
+            Reply::Nil => None,
+            other => Some(other.text()),
+        },
+        ms: a[3].int(),
+    };
+    (lease, a[4].array().to_vec(), a[5].array().to_vec())
+}
+
+#[test]
+fn acquire_with_take_charges_nothing_anywhere_unless_the_slot_and_every_bucket_pass() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let slow = "0.000000001";
+    let take = |c: &mut Conn, limit: &str, n_b: &str| {
+        acquire_take(
+            c,
+            &[
+                "sem", limit, "60000", "TAKE", "2", "ba", "bb", "10", slow, "3", "5", slow, n_b,
+            ],
+        )
+    };
+    let tokens =
+        |c: &mut Conn, k: &str| common::hget(c, k, "tokens").map(|t| t.parse::<f64>().unwrap());
+    // Everything passes: a lease and both buckets charged.
+    let (l, total, each) = take(&mut c, "1", "4");
+    assert!(l.granted && l.in_flight == 1 && l.id.is_some(), "{l:?}");
+    assert_eq!(total[0].int(), 1);
+    assert_eq!(each.len(), 2);
+    assert!((tokens(&mut c, "ba").unwrap() - 7.0).abs() < 1e-6);
+    assert!((tokens(&mut c, "bb").unwrap() - 1.0).abs() < 1e-6);
+    let before = fingerprint(&mut c, &["sem", "ba", "bb"]);
+    // The slot is taken: nothing charged, though both buckets had enough.
+    let (l, total, each) = take(&mut c, "1", "1");
+    assert!(!l.granted && l.id.is_none() && l.ms > 0, "{l:?}");
+    assert_eq!(total[0].int(), 1, "the buckets alone had enough");
+    assert_eq!(each[0].array()[0].int(), 1);
+    assert_eq!(fingerprint(&mut c, &["sem", "ba", "bb"]), before);
+    // A slot is free but one bucket is short: no lease, nothing charged.
+    let (l, total, each) = take(&mut c, "2", "4");
+    assert!(!l.granted && l.in_flight == 1 && l.ms == 0, "{l:?}");
+    assert_eq!(total[0].int(), 0);
+    assert_eq!(each[1].array()[0].int(), 0);
+    assert_eq!(fingerprint(&mut c, &["sem", "ba", "bb"]), before);
+    // TB.MTAKE's syntax and replies are unchanged beside it.
+    let m = c.cmd(&["TB.MTAKE", "2", "ba", "bb", "10", slow, "1", "5", slow, "1"]);
+    assert_eq!(m.array().len(), 5);
+    assert_eq!(
+        c.q("COMMAND GETKEYS TB.ACQUIRE sem 1 100 TAKE 2 ba bb 10 1 1 5 1 1"),
+        Reply::Array(vec![
+            Reply::Bulk(b"sem".to_vec()),
+            Reply::Bulk(b"ba".to_vec()),
+            Reply::Bulk(b"bb".to_vec())
+        ])
+    );
+}
+
+#[test]
+fn in_a_cluster_acquire_with_take_on_two_slots_gets_crossslot() {
+    let (a, _b) = common::start_two_node_cluster();
+    let mut c = a.conn();
+    let r = c.q("TB.ACQUIRE {u1}sem 1 1000 TAKE 1 {u2}b 10 1 1");
+    assert!(r.error().starts_with("CROSSSLOT"), "{r:?}");
+    // Same hash tag: served (or redirected, when the slot is the other node's).
+    let r = c.q("TB.ACQUIRE {u1}sem 1 1000 TAKE 1 {u1}b 10 1 1");
+    match &r {
+        Reply::Array(items) => assert_eq!(items.len(), 6),
+        Reply::Error(e) => assert!(e.starts_with("MOVED"), "{r:?}"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -7,14 +7,17 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::raw::RedisModuleString;
 
+use crate::algo::bucket::{self, Limit, Part};
 use crate::algo::lease::{self, ID_STEP, mix};
+use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
-use crate::binding::store::{Access, OwnedString};
+use crate::binding::store::{Access, BucketKey, OwnedString, string_bytes};
 use crate::binding::store_lease::{Held, LeaseKey};
-use crate::error::TbError;
+use crate::error::{LeaseError, TbError};
+use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
 use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
 
-use super::{Call, Clock};
+use super::{Call, Clock, store};
 
 /// The server's clock in whole microseconds.
 pub(crate) fn server_micros() -> u64 {
@@ -69,20 +72,132 @@ fn pointers(held: &[Held]) -> Vec<*mut RedisModuleString> {
     held.iter().map(|h| h.member.ptr).collect()
 }
 
-/// TB.ACQUIRE key limit lease_ms -> [granted, in_flight, lease_id | nil, ms].
-pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
-    let (key, raw, count) = call.key_and_args::<2>()?;
-    let [limit, lease_ms] = raw;
-    if count != 2 {
-        return Err(TbError::WrongArity);
+/// TB.ACQUIRE's optional `TAKE numkeys key [key ...] capacity rate n [...]`: the bucket
+/// keys and their limits (none without TAKE).
+type TakePart<'a> = (Vec<*mut RedisModuleString>, Vec<(Limit, f64)>);
+
+fn parse_take_part<'a>(call: &Call<'a>) -> Result<TakePart<'a>, TbError> {
+    let syntax = TbError::Lease(LeaseError::TakeSyntax);
+    if call.argv.len() == 4 {
+        return Ok((Vec::new(), Vec::new()));
     }
-    let limit = parse_limit(limit)?;
-    let lease_ms = parse_lease_ms(lease_ms)?;
+    if !call
+        .bytes(4)
+        .is_some_and(|w| w.eq_ignore_ascii_case(b"TAKE"))
+    {
+        return Err(syntax);
+    }
+    let numkeys = call.bytes(5).ok_or(syntax)?;
+    let layout = mtake_layout(numkeys, call.argv.len().saturating_sub(6)).map_err(|e| match e {
+        TbError::NumKeysNotPositive => e,
+        _ => syntax,
+    })?;
+    if layout.has_now {
+        return Err(syntax);
+    }
+    let keys = call.argv.get(6..6 + layout.keys).ok_or(syntax)?.to_vec();
+    let first = 6 + layout.keys;
+    let triples: Vec<&[u8]> = (first..first + 3 * layout.keys)
+        .filter_map(|i| call.bytes(i))
+        .collect();
+    let limits = parse_triples(&triples)?;
+    let names: Vec<&[u8]> = (1..first)
+        .filter(|&i| i == 1 || i >= 6)
+        .filter_map(|i| call.bytes(i))
+        .collect();
+    if has_duplicates(&names) {
+        return Err(TbError::Lease(LeaseError::TakeDuplicate));
+    }
+    Ok((keys, limits))
+}
+
+/// For TB.ACQUIRE (registered `getkeys-api`): when Redis asks where the keys are, declare
+/// the lease key and any TAKE buckets, and return true.
+pub fn declare_keys(
+    ctx: *mut redis_module::raw::RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: std::os::raw::c_int,
+) -> bool {
+    let Some(api) = crate::binding::api::api() else {
+        return false;
+    };
+    // SAFETY: ctx is the live command context.
+    if unsafe { (api.is_keys_position_request)(ctx) } == 0 {
+        return false;
+    }
+    let count = usize::try_from(argc).unwrap_or(0);
+    let args: &[*mut RedisModuleString] = if argv.is_null() {
+        &[]
+    } else {
+        // SAFETY: Redis passes argc valid pointers in argv for the duration of the call.
+        unsafe { std::slice::from_raw_parts(argv, count) }
+    };
+    let word = |i: usize| args.get(i).map(|&s| string_bytes(api, s));
+    let mut positions = vec![1usize];
+    if word(4).is_some_and(|w| w.eq_ignore_ascii_case(b"TAKE"))
+        && let Some(layout) = word(5).and_then(|n| mtake_layout(n, count.saturating_sub(6)).ok())
+    {
+        positions.extend(6..6 + layout.keys);
+    }
+    for pos in positions.into_iter().filter(|&p| p < count) {
+        if let Ok(pos) = std::os::raw::c_int::try_from(pos) {
+            // SAFETY: ctx is a keys-position request context; pos is within argc.
+            unsafe { (api.key_at_pos)(ctx, pos) };
+        }
+    }
+    true
+}
+
+/// TB.ACQUIRE key limit lease_ms [TAKE numkeys key [key ...] capacity rate n [...]] ->
+/// [granted, in_flight, lease_id | nil, ms] (with TAKE: then TB.MTAKE's aggregate
+/// `[allowed, remaining, retry_after, reset_after]` and one such array per bucket). All
+/// or nothing: every key is opened and read before anything is written, and a lease is
+/// granted and the buckets charged only when the slot and every bucket allow it.
+pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
+    let key = *call.argv.get(1).ok_or(TbError::WrongArity)?;
+    let limit = parse_limit(call.bytes(2).ok_or(TbError::WrongArity)?)?;
+    let lease_ms = parse_lease_ms(call.bytes(3).ok_or(TbError::WrongArity)?)?;
+    let (bucket_keys, limits) = parse_take_part(call)?;
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
+    let clock = Clock::Server { micros: now_us };
     let (leases, expired, live) = open_reclaiming(call, key, now_ms)?;
     let earliest = leases.earliest_live(now_ms, lease::needed_earliest(limit, live))?;
-    let decision = lease::acquire(limit, lease_ms, live, &earliest, now_us);
+    let mut decision = lease::acquire(limit, lease_ms, live, &earliest, now_us);
+    let buckets = bucket_keys
+        .iter()
+        .map(|&k| BucketKey::open(call.api, call.ctx, k, Access::Write))
+        .collect::<Result<Vec<_>, _>>()?;
+    let parts = buckets
+        .iter()
+        .zip(&limits)
+        .map(|(b, &(limit, n))| {
+            Ok(Part {
+                limit,
+                n,
+                stored: b.read()?,
+            })
+        })
+        .collect::<Result<Vec<_>, TbError>>()?;
+    let now = clock.now();
+    let (mut total, mut each) = bucket::take_all(&parts, now);
+    if !total.allowed && decision.granted {
+        // A bucket is short: no slot either.
+        decision = lease::Acquire {
+            granted: false,
+            in_flight: live,
+            expiry_ms: None,
+            ms: 0,
+        };
+    }
+    if !decision.granted {
+        // The slot is refused: no bucket is charged; each is reported as it stands.
+        for (d, p) in each.iter_mut().zip(&parts) {
+            if d.new_state.is_some() {
+                *d = bucket::report(p.limit, p.n, now, p.stored);
+            }
+        }
+    }
     // A fresh id not on the key already (a collision is a 2^-64 event; a few tries).
     let granted = match decision.expiry_ms {
         Some(expiry) => {
@@ -105,10 +220,22 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
         None if !expired.is_empty() => leases.fit_expiry(now_ms),
         None => {}
     }
+    clock.round(&mut total);
+    let texts: Vec<_> = each
+        .iter_mut()
+        .map(|d| {
+            clock.round(d);
+            format_f64(d.remaining)
+        })
+        .collect();
+    for (((bucket, part), d), text) in buckets.iter().zip(&parts).zip(&each).zip(&texts) {
+        store(bucket, part.stored, d, text, &clock);
+    }
+    drop(buckets);
     drop(leases);
 
     let reply = call.reply();
-    reply.array(4);
+    reply.array(if limits.is_empty() { 4 } else { 6 });
     reply.integer(i64::from(decision.granted));
     reply.integer(i64::try_from(decision.in_flight).unwrap_or(i64::MAX));
     match &granted {
@@ -116,6 +243,13 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
         None => reply.null(),
     }
     reply.integer(i64::try_from(decision.ms).unwrap_or(i64::MAX));
+    if !limits.is_empty() {
+        reply.decision(&total, &format_f64(total.remaining));
+        reply.array(each.len());
+        for (d, text) in each.iter().zip(&texts) {
+            reply.decision(d, text);
+        }
+    }
     Ok(Outcome::of(decision.granted))
 }
 
