@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -16,6 +16,7 @@ help:
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make bench-leases  TB.ACQUIRE/RELEASE vs redis-semaphore, combined call, hold+settle, bytes per lease"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
 	@echo "make bench-floor-log  TB.WINDOW LOG vs the module API calls it cannot avoid, and the notes' script (bench/floor/)"
@@ -71,6 +72,13 @@ fuzz:
 
 bench: build
 	python3 bench/bench.py
+	python3 bench/leases.py
+
+# In-flight limits and holds (issue 25): TB.ACQUIRE + TB.RELEASE against redis-semaphore
+# (installed by npm into ~/.cache/redis-tb), the combined call, hold + settle, bytes per
+# lease (writes bench/results/leases.md).
+bench-leases: build
+	python3 bench/leases.py
 
 # SLIDING against LOG on the same synthetic traffic: share of requests decided differently
 # and the error of the estimated rate (deterministic; writes bench/results/window-accuracy.md).
