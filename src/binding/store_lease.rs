@@ -22,6 +22,10 @@ use crate::error::{LeaseError, TbError};
 
 /// REDISMODULE_ZADD_XX: update an existing member only.
 const ZADD_XX: c_int = 1;
+/// REDISMODULE_ZADD_NX: add a new member only.
+const ZADD_NX: c_int = 1 << 1;
+/// REDISMODULE_ZADD_NOP (out flag): nothing was done, because of XX or NX.
+const ZADD_NOP: c_int = 1 << 4;
 
 /// An open lease key (or a missing one).
 pub struct LeaseKey<'a> {
@@ -36,10 +40,9 @@ impl<'a> Deref for LeaseKey<'a> {
     }
 }
 
-/// A lease read from the key: its member string and expiry.
+/// An expired lease read from the key, to reclaim: its member string.
 pub struct Held<'a> {
     pub member: OwnedString<'a>,
-    pub expiry_ms: u64,
 }
 
 impl<'a> LeaseKey<'a> {
@@ -65,22 +68,25 @@ impl<'a> LeaseKey<'a> {
         self.count
     }
 
-    /// The leases with an expiry in `(lo, hi]` (`lo` = -inf: from the first), ascending,
-    /// at most `max` of them; any member or score that is not a lease is an error.
-    fn range(&self, lo: f64, hi: f64, max: u64) -> Result<Vec<Held<'a>>, TbError> {
+    /// One pass from the earliest lease: the leases expired at `now_ms` (expiry <= now, to
+    /// reclaim) and the expiries of the first `k` (at least one) live ones, ascending;
+    /// every member and score read is checked, so a sorted set that is not ours is
+    /// refused before anything is written.
+    pub fn front(&self, now_ms: u64, k: u64) -> Result<(Vec<Held<'a>>, Vec<u64>), TbError> {
         let api = self.key.api;
         let key = self.key.key;
-        let mut out = Vec::new();
-        if !self.key.exists() || max == 0 {
-            return Ok(out);
+        let (mut expired, mut live) = (Vec::new(), Vec::new());
+        if !self.key.exists() {
+            return Ok((expired, live));
         }
-        let minex = c_int::from(lo > f64::NEG_INFINITY);
+        let want = k.max(1);
         let mut bad = false;
         // SAFETY: valid open sorted-set key with no other iterator active; the iterator is
         // stopped before returning; each element returned is ours to free (OwnedString).
         unsafe {
-            let empty = (api.zset_first_in_score_range)(key, lo, hi, minex, 0) != 0
-                || (api.zset_range_end_reached)(key) != 0;
+            let empty =
+                (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0) != 0
+                    || (api.zset_range_end_reached)(key) != 0;
             if !empty {
                 loop {
                     let mut score = 0.0;
@@ -90,10 +96,13 @@ impl<'a> LeaseKey<'a> {
                         lease::valid_expiry(score),
                         member.bytes().is_some_and(lease::is_member),
                     ) {
-                        (Some(expiry_ms), true) => out.push(Held { member, expiry_ms }),
+                        (Some(e), true) if !lease::is_live(e, now_ms) => {
+                            expired.push(Held { member })
+                        }
+                        (Some(e), true) => live.push(e),
                         _ => bad = true,
                     }
-                    if bad || out.len() as u64 >= max || (api.zset_range_next)(key) == 0 {
+                    if bad || live.len() as u64 >= want || (api.zset_range_next)(key) == 0 {
                         break;
                     }
                 }
@@ -103,21 +112,8 @@ impl<'a> LeaseKey<'a> {
         if bad {
             return Err(TbError::Lease(LeaseError::NotLeases));
         }
-        Ok(out)
-    }
-
-    /// The leases that have expired at `now_ms` (expiry <= now), to reclaim.
-    pub fn expired(&self, now_ms: u64) -> Result<Vec<Held<'a>>, TbError> {
-        self.range(f64::NEG_INFINITY, now_ms as f64, u64::MAX)
-    }
-
-    /// The expiries of the first `k` live leases at `now_ms`, ascending (at least the first
-    /// one is read, so a key whose live members are not leases is refused).
-    pub fn earliest_live(&self, now_ms: u64, k: u64) -> Result<Vec<u64>, TbError> {
-        let held = self.range(now_ms as f64, f64::INFINITY, k.max(1))?;
-        let mut v: Vec<u64> = held.iter().map(|h| h.expiry_ms).collect();
-        v.truncate(usize::try_from(k).unwrap_or(usize::MAX));
-        Ok(v)
+        live.truncate(usize::try_from(k).unwrap_or(usize::MAX));
+        Ok((expired, live))
     }
 
     /// A string for `member` (freed on drop).
@@ -200,16 +196,22 @@ impl<'a> LeaseKey<'a> {
     /// Adds `member` (or, `update`, moves an existing one) at `expiry_ms`, replicating
     /// `ZADD key expiry member` (`ZADD key XX expiry member` for an update), then keeps the
     /// key alive at least as long as the lease (`lease::key_expiry`).
-    pub fn put(&self, member: &OwnedString, expiry_ms: u64, lease_ms: u64, update: bool) {
+    ///
+    /// A new member is added only if absent (`NX`): false, and nothing written, when the
+    /// key already holds it (an id collision: the caller draws another).
+    pub fn put(&self, member: &OwnedString, expiry_ms: u64, lease_ms: u64, update: bool) -> bool {
         if !self.key.writable() {
-            return;
+            return false;
         }
         let api = self.key.api;
-        self.key.mark_modified();
-        let mut flags: c_int = if update { ZADD_XX } else { 0 };
+        let mut flags: c_int = if update { ZADD_XX } else { ZADD_NX };
         // SAFETY: valid key; ZsetAdd copies what it keeps. A u64 expiry below 2^53 is
         // exact as a double.
         unsafe { (api.zset_add)(self.key.key, expiry_ms as f64, member.ptr, &mut flags) };
+        if flags & ZADD_NOP != 0 {
+            return false;
+        }
+        self.key.mark_modified();
         let score = self.string(format_whole(expiry_ms as f64).as_bytes());
         if update {
             let xx = self.string(b"XX");
@@ -233,5 +235,6 @@ impl<'a> LeaseKey<'a> {
         if let Some(at) = lease::key_expiry(current, expiry_ms, lease_ms) {
             self.key.apply_expiry(ExpiryPlan::SetAt(at));
         }
+        true
     }
 }

@@ -52,20 +52,21 @@ pub(crate) fn next_id() -> u64 {
 
 /// Opens the key for writing and reads what every writing call needs: the expired
 /// leases (to reclaim) and the live count.
+///
+/// `k` live expiries are read too (at least the first live member, so a sorted set that
+/// is not ours is refused even by a call that only looks up one id).
+#[allow(clippy::type_complexity)]
 fn open_reclaiming<'a>(
     call: &Call<'a>,
     key: *mut RedisModuleString,
     now_ms: u64,
-) -> Result<(LeaseKey<'a>, Vec<Held<'a>>, u64), TbError> {
+    k: impl FnOnce(u64) -> u64,
+) -> Result<(LeaseKey<'a>, Vec<Held<'a>>, u64, Vec<u64>), TbError> {
     let leases = LeaseKey::open(call.api, call.ctx, key, Access::Write)?;
-    let expired = leases.expired(now_ms)?;
+    // `k` of the count before reclaiming is at least `k` of the live count.
+    let (expired, earliest) = leases.front(now_ms, k(leases.count()))?;
     let live = leases.count().saturating_sub(expired.len() as u64);
-    if expired.is_empty() && live > 0 {
-        // Nothing reclaimed: read the first live member, so a sorted set that is not
-        // ours is refused even by a call that would only look up one id.
-        leases.earliest_live(now_ms, 1)?;
-    }
-    Ok((leases, expired, live))
+    Ok((leases, expired, live, earliest))
 }
 
 fn pointers(held: &[Held]) -> Vec<*mut RedisModuleString> {
@@ -161,8 +162,10 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
     let clock = Clock::Server { micros: now_us };
-    let (leases, expired, live) = open_reclaiming(call, key, now_ms)?;
-    let earliest = leases.earliest_live(now_ms, lease::needed_earliest(limit, live))?;
+    let (leases, expired, live, mut earliest) = open_reclaiming(call, key, now_ms, |count| {
+        lease::needed_earliest(limit, count)
+    })?;
+    earliest.truncate(usize::try_from(lease::needed_earliest(limit, live)).unwrap_or(0));
     let mut decision = lease::acquire(limit, lease_ms, live, &earliest, now_us);
     let buckets = bucket_keys
         .iter()
@@ -198,28 +201,28 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
             }
         }
     }
-    // A fresh id not on the key already (a collision is a 2^-64 event; a few tries).
+    leases.remove(&pointers(&expired));
+    // A fresh id not on the key already (ZADD NX; a collision is a 2^-64 event, and the
+    // next draw differs).
     let granted = match decision.expiry_ms {
         Some(expiry) => {
-            let mut found = None;
+            let mut added = None;
             for _ in 0..4 {
                 let member = lease::member(next_id());
-                let string = leases.string(&member);
-                if leases.expiry_of(&string)?.is_none() {
-                    found = Some((member, string, expiry));
+                if leases.put(&leases.string(&member), expiry, lease_ms, false) {
+                    added = Some(member);
                     break;
                 }
             }
-            Some(found.ok_or(TbError::Internal)?)
+            Some(added.ok_or(TbError::Internal)?)
         }
-        None => None,
+        None => {
+            if !expired.is_empty() {
+                leases.fit_expiry(now_ms);
+            }
+            None
+        }
     };
-    leases.remove(&pointers(&expired));
-    match &granted {
-        Some((_, string, expiry)) => leases.put(string, *expiry, lease_ms, false),
-        None if !expired.is_empty() => leases.fit_expiry(now_ms),
-        None => {}
-    }
     clock.round(&mut total);
     let texts: Vec<_> = each
         .iter_mut()
@@ -239,7 +242,7 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     reply.integer(i64::from(decision.granted));
     reply.integer(i64::try_from(decision.in_flight).unwrap_or(i64::MAX));
     match &granted {
-        Some((member, _, _)) => reply.bulk(lease::id_text(member)),
+        Some(member) => reply.bulk(lease::id_text(member)),
         None => reply.null(),
     }
     reply.integer(i64::try_from(decision.ms).unwrap_or(i64::MAX));
@@ -267,7 +270,7 @@ pub fn release(call: &Call) -> Result<Outcome, TbError> {
     }
     parse_lease_id(id)?;
     let now_ms = lease::now_ms(server_micros());
-    let (leases, expired, live) = open_reclaiming(call, key, now_ms)?;
+    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 1)?;
     let member = member_of(&leases, id)?;
     let held = leases
         .expiry_of(&member)?
@@ -300,7 +303,7 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     let lease_ms = parse_lease_ms(lease_ms)?;
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
-    let (leases, expired, live) = open_reclaiming(call, key, now_ms)?;
+    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 1)?;
     let member = member_of(&leases, id)?;
     let current = leases
         .expiry_of(&member)?
@@ -308,7 +311,9 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     let renewed = lease::renew(current, lease_ms, now_us);
     leases.remove(&pointers(&expired));
     match renewed {
-        Some(expiry) => leases.put(&member, expiry, lease_ms, true),
+        Some(expiry) => {
+            leases.put(&member, expiry, lease_ms, true);
+        }
         None if !expired.is_empty() => leases.fit_expiry(now_ms),
         None => {}
     }
@@ -327,9 +332,8 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
 pub fn peek(call: &Call, key: *mut RedisModuleString) -> Result<Outcome, TbError> {
     let now_ms = lease::now_ms(server_micros());
     let leases = LeaseKey::open(call.api, call.ctx, key, Access::Read)?;
-    let expired = leases.expired(now_ms)?.len() as u64;
-    let live = leases.count().saturating_sub(expired);
-    let earliest = leases.earliest_live(now_ms, 1)?;
+    let (expired, earliest) = leases.front(now_ms, 1)?;
+    let live = leases.count().saturating_sub(expired.len() as u64);
     drop(leases);
     let ms = earliest.first().map_or(0, |e| e.saturating_sub(now_ms));
     call.reply().integers(&[
