@@ -207,7 +207,10 @@ def main() -> int:
         f"{args.workers} client processes x {args.ops} operations, one at a time; median "
         f"of {args.rounds} runs by server CPU. Server CPU per operation is the server "
         "process's utime + stime over the run; commandstats usec is the time inside the "
-        "timed commands only.",
+        "timed commands only. The clients send one operation at a time, so the server's "
+        "CPU per operation is mostly reading and writing the socket, the same for every "
+        "row; commandstats shows the commands' own cost. On a shared machine runs vary by "
+        "a third: compare rows of one run.",
         "",
         "| operation | server CPU µs / op | commandstats µs / op | ops / s |",
         "|---|---|---|---|",
