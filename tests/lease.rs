@@ -551,6 +551,9 @@ fn lease_race_holder_process() {
     };
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut rng = std::process::id() as u64;
+    // Printed at the end: the parent reads the children's pipes one after another, and a
+    // holder blocked on a full pipe would hold its lease past its end.
+    let mut intervals = Vec::new();
     while Instant::now() < end {
         let a = acquire(&mut c, "race", &limit, "10000");
         if !a.granted {
@@ -565,9 +568,14 @@ fn lease_race_holder_process() {
         rng ^= rng << 17;
         std::thread::sleep(Duration::from_micros(rng % 3000));
         let to = wall();
-        println!("HELD {from} {to}");
+        intervals.push((from, to));
         assert_eq!(release(&mut c, "race", a.id.as_deref().unwrap())[0], 1);
     }
+    let text: String = intervals
+        .iter()
+        .map(|(from, to)| format!("HELD {from} {to}\n"))
+        .collect();
+    print!("{text}");
 }
 
 #[test]
