@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -26,6 +26,7 @@ help:
 	@echo "make test-rust-client  the Rust client crate (vectors included, with and without axum) and the axum example"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make bench-leases  TB.ACQUIRE/RELEASE vs redis-semaphore, combined call, hold+settle, bytes per lease"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
 	@echo "make bench-floor-log  TB.WINDOW LOG vs the module API calls it cannot avoid, and the notes' script (bench/floor/)"
@@ -106,6 +107,13 @@ fuzz:
 
 bench: build
 	python3 bench/bench.py
+	python3 bench/leases.py
+
+# In-flight limits and holds (issue 25): TB.ACQUIRE + TB.RELEASE against redis-semaphore
+# (installed by npm into ~/.cache/redis-tb), the combined call, hold + settle, bytes per
+# lease (writes bench/results/leases.md).
+bench-leases: build
+	python3 bench/leases.py
 
 # SLIDING against LOG on the same synthetic traffic: share of requests decided differently
 # and the error of the estimated rate (deterministic; writes bench/results/window-accuracy.md).

@@ -45,7 +45,68 @@ pub enum TbError {
     ClockAhead,
     /// TB.WINDOW LOG with a limit above `LOG_MAX_LIMIT` (10,000).
     LogLimitTooLarge,
+    /// TB.ACQUIRE, TB.RELEASE, TB.RENEW and TB.PEEK ... LEASES.
+    Lease(LeaseError),
     Internal,
+}
+
+/// The errors of the in-flight limit's commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseError {
+    Limit,
+    LeaseMs,
+    LeaseId,
+    /// A sorted set with a member or score that is not a lease of this module.
+    NotLeases,
+    /// TB.WINDOW LOG on a key of leases.
+    LeasesNotWindow,
+    /// TB.HOLD's ttl_ms.
+    TtlMs,
+    /// TB.HOLD's estimate of 0.
+    Estimate,
+    /// TB.SETTLE's hold_id.
+    HoldId,
+    /// TB.SETTLE's actual.
+    Actual,
+    /// TB.ACQUIRE's TAKE part does not fit its syntax.
+    TakeSyntax,
+    /// TB.ACQUIRE ... TAKE naming a key twice (or the lease key).
+    TakeDuplicate,
+    /// TB.HOLD on a bucket with MAX_HOLDS outstanding.
+    TooManyHolds,
+}
+
+impl LeaseError {
+    fn text(self) -> &'static str {
+        match self {
+            LeaseError::Limit => "ERR limit must be a whole number >= 1 and <= 10000\0",
+            LeaseError::LeaseMs => {
+                "ERR lease_ms must be a whole number of milliseconds >= 1 and <= 31536000000\0"
+            }
+            LeaseError::LeaseId => "ERR lease_id must be the 16 hex digits TB.ACQUIRE replied\0",
+            LeaseError::TtlMs => {
+                "ERR ttl_ms must be a whole number of milliseconds >= 1 and <= 31536000000\0"
+            }
+            LeaseError::Estimate => "ERR estimate must be > 0 and <= 9007199254740992\0",
+            LeaseError::TakeSyntax => {
+                "ERR syntax: TB.ACQUIRE key limit lease_ms [TAKE numkeys key [key ...] capacity rate n [capacity rate n ...]] (no now: the server's clock)\0"
+            }
+            LeaseError::TakeDuplicate => {
+                "ERR tb.acquire got the same key more than once (the lease key and every bucket must differ)\0"
+            }
+            LeaseError::Actual => "ERR actual must be >= 0 and <= 9007199254740992\0",
+            LeaseError::HoldId => "ERR hold_id must be the 16 hex digits TB.HOLD replied\0",
+            LeaseError::TooManyHolds => {
+                "ERR the bucket has 100 outstanding holds: settle some first\0"
+            }
+            LeaseError::LeasesNotWindow => {
+                "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window\0"
+            }
+            LeaseError::NotLeases => {
+                "ERR key holds a sorted set that is not TB.ACQUIRE's leases (members lease:<16 hex digits>, scores whole ms)\0"
+            }
+        }
+    }
 }
 
 /// The numeric arguments of the commands, named in error texts.
@@ -88,6 +149,8 @@ pub enum Field {
     /// SLIDING: this window's count and the previous window's, in one value
     /// (`"<count> <previous>"`), so a call reads two fields, not three.
     Counts,
+    /// Token bucket: the outstanding holds of TB.HOLD (`algo::hold`).
+    Holds,
     /// SLIDING keys written before `counts` (`start`, `count`, `previous`): still read,
     /// and rewritten as `start`, `counts` by their next write.
     Previous,
@@ -185,12 +248,16 @@ impl TbError {
                 "ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now\0"
             }
             DuplicateKey => "ERR tb.mtake got the same key more than once\0",
+            CorruptState(Holds) => {
+                "ERR bucket state is corrupt: field 'holds' is not a list of holds\0"
+            }
             CorruptState(Tokens) => {
                 "ERR bucket state is corrupt: field 'tokens' is not a valid token count\0"
             }
             CorruptState(LastRefillTime) => {
                 "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds\0"
             }
+            Lease(e) => e.text(),
             Internal => "ERR internal error in the tb module (see the server log)\0",
         }
     }
@@ -232,6 +299,19 @@ mod tests {
             TbError::MixedState,
             TbError::ClockAhead,
             TbError::LogLimitTooLarge,
+            TbError::Lease(LeaseError::Limit),
+            TbError::Lease(LeaseError::LeaseMs),
+            TbError::Lease(LeaseError::LeaseId),
+            TbError::Lease(LeaseError::NotLeases),
+            TbError::Lease(LeaseError::LeasesNotWindow),
+            TbError::Lease(LeaseError::TtlMs),
+            TbError::Lease(LeaseError::Estimate),
+            TbError::Lease(LeaseError::HoldId),
+            TbError::Lease(LeaseError::Actual),
+            TbError::Lease(LeaseError::TakeSyntax),
+            TbError::Lease(LeaseError::TakeDuplicate),
+            TbError::Lease(LeaseError::TooManyHolds),
+            TbError::CorruptState(Field::Holds),
             TbError::CorruptState(Field::Start),
             TbError::CorruptState(Field::Count),
             TbError::CorruptState(Field::Counts),

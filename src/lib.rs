@@ -138,6 +138,9 @@ enum Keys {
     One(u32),
     /// `numkeys key [key ...]`: the count at position 1, the keys after it.
     Counted(u32),
+    /// TB.ACQUIRE: one key at position 1, and optionally `TAKE numkeys key [key ...]`
+    /// from position 4 on.
+    OneThenTake(u32),
 }
 
 /// One documented argument (COMMAND DOCS), possibly a block of others.
@@ -162,6 +165,8 @@ const DOUBLE: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE;
 const INTEGER: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const STRING: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
 const BLOCK: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
 const PURE_TOKEN: raw::RedisModuleCommandArgType =
@@ -183,7 +188,7 @@ const KEY_RW_UPDATE: u32 =
 const KEY_RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
 /// The command table: one row per command.
-static COMMANDS: [CommandDef; 7] = [
+static COMMANDS: [CommandDef; 12] = [
     CommandDef {
         name: c"tb.take",
         body: commands::take::run,
@@ -248,8 +253,8 @@ static COMMANDS: [CommandDef; 7] = [
         name: c"tb.peek",
         body: commands::peek::run,
         flags: c"readonly fast",
-        arity: -4,
-        summary: c"Reports a token bucket without changing it: [allowed, remaining, retry_after, reset_after], allowed and retry_after for one token. Runs on replicas.",
+        arity: -3,
+        summary: c"Reports a token bucket without changing it: [allowed, remaining, retry_after, reset_after], allowed and retry_after for one token. TB.PEEK key LEASES reports an in-flight key: [in_flight, ms until the earliest lease expires]. Runs on replicas.",
         complexity: c"O(1)",
         since: c"0.2.0",
         keys: Keys::One(KEY_RO_ACCESS),
@@ -347,6 +352,121 @@ static COMMANDS: [CommandDef; 7] = [
         stats: CommandStats::new(),
         alias: None,
     },
+    CommandDef {
+        name: c"tb.acquire",
+        body: commands::lease::acquire,
+        // getkeys-api: the TAKE buckets are declared to cluster routing by the command
+        // (commands::lease::declare_keys); the key specs serve COMMAND GETKEYS and ACL.
+        flags: c"write deny-oom fast getkeys-api",
+        arity: -4,
+        summary: c"In-flight limit: takes one of limit slots on the key as a lease of lease_ms on the server's clock; with TAKE, also takes from token buckets, all or nothing. Replies [granted, in_flight, lease_id or nil, ms: the lease's time left, or when refused the wait until a lease expires] (with TAKE: and TB.MTAKE's aggregate and per-key arrays).",
+        complexity: c"O(log(N) + M + K) where N is the leases held, M the expired ones reclaimed and K the TAKE buckets",
+        since: c"0.3.0",
+        keys: Keys::OneThenTake(KEY_RW_UPDATE),
+        args: &[
+            KEY_ARG,
+            arg(c"limit", INTEGER),
+            arg(c"lease_ms", INTEGER),
+            ArgDef {
+                name: c"take",
+                kind: BLOCK,
+                flags: OPTIONAL,
+                subargs: &[
+                    ArgDef {
+                        name: c"TAKE",
+                        kind: PURE_TOKEN,
+                        flags: 0,
+                        subargs: &[],
+                    },
+                    arg(c"numkeys", INTEGER),
+                    ArgDef {
+                        flags: MULTIPLE,
+                        ..KEY_ARG
+                    },
+                    ArgDef {
+                        name: c"limit",
+                        kind: BLOCK,
+                        flags: MULTIPLE,
+                        subargs: &[CAPACITY, RATE, N],
+                    },
+                ],
+            },
+        ],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.release",
+        body: commands::lease::release,
+        flags: c"write fast",
+        arity: 3,
+        summary: c"Gives back a lease of TB.ACQUIRE by its id. Replies [released, in_flight]; released is 0 for an id not held (already released, expired or unknown).",
+        complexity: c"O(log(N) + M) where N is the leases held and M the expired ones reclaimed",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, arg(c"lease_id", STRING)],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.renew",
+        body: commands::lease::renew,
+        flags: c"write fast",
+        arity: 4,
+        summary: c"Extends a held lease of TB.ACQUIRE to lease_ms from now (server clock). Replies [renewed, in_flight, ms left]; renewed is 0 (nothing changed) for a lease not held: expired, released or unknown.",
+        complexity: c"O(log(N) + M) where N is the leases held and M the expired ones reclaimed",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, arg(c"lease_id", STRING), arg(c"lease_ms", INTEGER)],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.hold",
+        body: commands::hold::hold,
+        flags: c"write deny-oom fast",
+        arity: 6,
+        summary: c"Takes an estimated cost from a token bucket now as a hold of ttl_ms, to settle later with TB.SETTLE. Replies [allowed, remaining, retry_after, reset_after, hold_id or nil].",
+        complexity: c"O(H) where H is the bucket's outstanding holds (at most 100)",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[KEY_ARG, CAPACITY, RATE, arg(c"estimate", DOUBLE), arg(c"ttl_ms", INTEGER)],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
+    CommandDef {
+        name: c"tb.settle",
+        body: commands::hold::settle,
+        flags: c"write fast",
+        arity: -6,
+        summary: c"Settles a hold of TB.HOLD with the actual cost: the surplus goes back, an excess is charged (as debt, bounded). Replies [settled, remaining, charged, reset_after]; settled 0 and nothing charged for a hold settled already, expired or unknown.",
+        complexity: c"O(H) where H is the bucket's outstanding holds (at most 100)",
+        since: c"0.3.0",
+        keys: Keys::One(KEY_RW_UPDATE),
+        args: &[
+            KEY_ARG,
+            CAPACITY,
+            RATE,
+            arg(c"hold_id", STRING),
+            arg(c"actual", DOUBLE),
+            ArgDef {
+                flags: OPTIONAL,
+                ..arg(c"max_wait", DOUBLE)
+            },
+        ],
+        acl_categories: c"write fast",
+        acl_categories_with_own: c"write fast ratelimit",
+        stats: CommandStats::new(),
+        alias: None,
+    },
 ];
 
 type CommandFunc =
@@ -367,12 +487,26 @@ unsafe extern "C" fn entry<const I: usize>(
     if matches!(def.keys, Keys::Counted(_)) && commands::declare_counted_keys(ctx, argv, argc) {
         return OK;
     }
+    if matches!(def.keys, Keys::OneThenTake(_)) && commands::lease::declare_keys(ctx, argv, argc) {
+        return OK;
+    }
     commands::dispatch(def.body, &def.stats, def.name, ctx, argv, argc)
 }
 
 /// One entry point per row, by position.
-const ENTRIES: [CommandFunc; 7] = [
-    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>, entry::<6>,
+const ENTRIES: [CommandFunc; 12] = [
+    entry::<0>,
+    entry::<1>,
+    entry::<2>,
+    entry::<3>,
+    entry::<4>,
+    entry::<5>,
+    entry::<6>,
+    entry::<7>,
+    entry::<8>,
+    entry::<9>,
+    entry::<10>,
+    entry::<11>,
 ];
 const _: () = assert!(ENTRIES.len() == COMMANDS.len());
 
@@ -440,7 +574,7 @@ fn register(
     // Counted keys cannot be said in first/last/step: the key spec below declares them.
     let (first, last, step) = match def.keys {
         Keys::One(_) => (1, 1, 1),
-        Keys::Counted(_) => (0, 0, 0),
+        Keys::Counted(_) | Keys::OneThenTake(_) => (0, 0, 0),
     };
     // SAFETY: ctx is the load context; name and flags are static C strings.
     let created = unsafe {
@@ -517,12 +651,24 @@ fn set_command_info(
     };
     // Zeroed arrays end each list, as the API requires.
     // SAFETY: all-zero is a valid value of these plain C structs (NULL pointers, zeros).
-    let mut key_specs: [RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    let mut key_specs: [RedisModuleCommandKeySpec; 3] = unsafe { std::mem::zeroed() };
+    if let (Keys::OneThenTake(flags), Some(spec)) = (&def.keys, key_specs.get_mut(1)) {
+        // The buckets of TB.ACQUIRE ... TAKE numkeys key [key ...].
+        spec.flags = u64::from(*flags);
+        spec.begin_search_type =
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_KEYWORD;
+        spec.bs.keyword.keyword = c"TAKE".as_ptr();
+        spec.bs.keyword.startfrom = 4;
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        spec.fk.keynum.keynumidx = 0;
+        spec.fk.keynum.firstkey = 1;
+        spec.fk.keynum.keystep = 1;
+    }
     if let Some(spec) = key_specs.first_mut() {
         spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
         spec.bs.index.pos = 1;
         match def.keys {
-            Keys::One(flags) => {
+            Keys::One(flags) | Keys::OneThenTake(flags) => {
                 spec.flags = u64::from(flags);
                 spec.find_keys_type =
                     raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;

@@ -81,7 +81,7 @@ fn effective_time(stored: Option<State>, now: f64) -> f64 {
 
 /// The bucket as it stands at `now`, changing nothing: `allowed` says whether `n` tokens
 /// are there (with a balance in debt after reservations, `n = 0` is "not in debt").
-fn report(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
+pub fn report(limit: Limit, n: f64, now: f64, stored: Option<State>) -> Decision {
     let current = tokens_at(limit, stored, effective_time(stored, now));
     let (allowed, retry_after) = if n > limit.capacity {
         (false, -1.0)

@@ -5,6 +5,8 @@
 //! - `bucket`: the token bucket of TB.TAKE, TB.MTAKE, TB.RESERVE, TB.PEEK, TB.REFUND
 //! - `window`: TB.WINDOW's FIXED, SLIDING and LOG windows
 //! - `throttle`: redis-cell's CL.THROTTLE mapped onto a bucket
+//! - `hold`: TB.HOLD / TB.SETTLE: an estimate taken now, settled with the actual cost
+//! - `lease`: the in-flight limits of TB.ACQUIRE, TB.RELEASE, TB.RENEW
 //! - `expiry`: when a key's TTL is set, kept or dropped
 //! - `clock`: how far ahead of the server's clock a client's `now` may be
 //! - `num`: strict number parsing and shortest round-trip formatting
@@ -12,6 +14,8 @@
 pub mod bucket;
 pub mod clock;
 pub mod expiry;
+pub mod hold;
+pub mod lease;
 pub mod num;
 pub mod throttle;
 pub mod window;

@@ -4,6 +4,7 @@
 //! - `store`: key access (open, type check, expiry, the one modified-key signal) and the
 //!   bucket / window hash; `Key::effect` notifies and replicates every write
 //! - `store_log`: the LOG window's sorted set
+//! - `store_lease`: the in-flight limit's sorted set of leases
 //! - `reply`: RESP2 / RESP3 replies and error replies
 //! - `stats`: the per-command counters of `INFO tb`
 
@@ -11,4 +12,5 @@ pub mod api;
 pub mod reply;
 pub mod stats;
 pub mod store;
+pub mod store_lease;
 pub mod store_log;

@@ -62,6 +62,31 @@ impl<'a> Replier<'a> {
         }
     }
 
+    /// One integer.
+    pub fn integer(&self, v: i64) {
+        // SAFETY: ctx is the live command context.
+        unsafe { (self.api.reply_with_long_long)(self.ctx, v) };
+    }
+
+    /// One number: a RESP3 double, or RESP2 shortest round-trip text.
+    pub fn number(&self, v: f64) {
+        self.double(v, None);
+    }
+
+    /// One bulk string.
+    pub fn bulk(&self, bytes: &[u8]) {
+        // SAFETY: bytes is valid for its length; Redis copies it.
+        unsafe {
+            (self.api.reply_with_string_buffer)(self.ctx, bytes.as_ptr().cast(), bytes.len())
+        };
+    }
+
+    /// A null (RESP2 nil bulk string, RESP3 null).
+    pub fn null(&self) {
+        // SAFETY: ctx is the live command context.
+        unsafe { (self.api.reply_with_null)(self.ctx) };
+    }
+
     fn double(&self, v: f64, formatted: Option<&NumText>) {
         if self.resp3 {
             // SAFETY: as above.

@@ -31,7 +31,7 @@ const NO_EXPIRE: i64 = -1;
 const HASH_DELETE: *mut RedisModuleString = std::ptr::without_provenance_mut(1);
 
 /// The field-name strings, created once: building them per call is measurable.
-struct FieldNames([*mut RedisModuleString; 6]);
+struct FieldNames([*mut RedisModuleString; 7]);
 
 // SAFETY: the strings are created at load and only ever read (never mutated or freed)
 // by commands, which Redis runs on its main thread.
@@ -47,6 +47,7 @@ impl FieldNames {
             Field::Count => 3,
             Field::Previous => 4,
             Field::Counts => 5,
+            Field::Holds => 6,
         };
         self.0.get(i).copied().unwrap_or(null_mut())
     }
@@ -70,6 +71,7 @@ pub fn init(api: &Api) {
                 "count",
                 "previous",
                 "counts",
+                "holds",
             ]
             .map(make),
         )
@@ -524,6 +526,39 @@ impl<'a> BucketKey<'a> {
         let argv = argv.get_mut(..1 + 2 * pairs.len()).unwrap_or(&mut []);
         self.key
             .effect(REDISMODULE_NOTIFY_HASH, c"hset", c"HSET", argv);
+    }
+
+    /// TB.HOLD's `holds` field, as stored (`None`: missing), for `decode` to read while
+    /// the string is alive.
+    pub fn read_holds<T>(&self, decode: impl FnOnce(Option<&[u8]>) -> T) -> T {
+        let [holds] = self.get([Field::Holds]);
+        decode(holds.bytes())
+    }
+
+    /// Deletes one field, notifying and replicating `HDEL` as a user's would.
+    pub fn delete_field(&self, name: Field) {
+        if !self.key.writable() {
+            return;
+        }
+        let api = self.key.api;
+        let f = self.fields.get(name);
+        self.key.mark_modified();
+        // SAFETY: varargs are one (field, REDISMODULE_HASH_DELETE) pair ended by NULL.
+        unsafe {
+            (api.hash_set)(
+                self.key.key,
+                HASH_NONE,
+                f,
+                HASH_DELETE,
+                null_mut::<c_void>(),
+            );
+        }
+        self.key.effect(
+            REDISMODULE_NOTIFY_HASH,
+            c"hdel",
+            c"HDEL",
+            &mut [self.key.name, f],
+        );
     }
 
     /// Deletes two fields (a SLIDING key's `count` and `previous`, once it is

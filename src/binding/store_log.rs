@@ -61,6 +61,8 @@ struct Front<'a> {
     /// Some member has been checked by `is_log_entry` (the oldest is checked at the end
     /// when the call read none).
     checked: bool,
+    /// A member of TB.ACQUIRE's leases: the key is an in-flight limit, not a window.
+    leases: bool,
 }
 
 impl Front<'_> {
@@ -71,7 +73,10 @@ impl Front<'_> {
         if !valid_entry(log_time(score)) {
             self.corrupt = true;
         }
-        if element.is_null() || !is_log_entry(string_bytes(api, element), score) {
+        let bytes = if element.is_null() { &[][..] } else { string_bytes(api, element) };
+        if crate::algo::lease::is_member(bytes) {
+            self.leases = true;
+        } else if element.is_null() || !is_log_entry(bytes, score) {
             self.foreign = true;
         }
     }
@@ -123,6 +128,7 @@ impl<'a> LogKey<'a> {
                 corrupt: false,
                 foreign: false,
                 checked: false,
+                leases: false,
             }),
         })
     }
@@ -176,10 +182,9 @@ impl<'a> LogKey<'a> {
             // (OwnedString frees it).
             let element = unsafe { (api.zset_range_current_element)(key, &mut score) };
             front.check(api, element, score);
+            let member = OwnedString::new(api, self.key.ctx, element);
             front.scores.push(score);
-            front
-                .members
-                .push(OwnedString::new(api, self.key.ctx, element));
+            front.members.push(member);
             // SAFETY: as above; a pass that has ended is stopped.
             if unsafe { (api.zset_range_next)(key) } == 0 {
                 unsafe { (api.zset_range_stop)(key) };
@@ -222,7 +227,9 @@ impl<'a> LogKey<'a> {
                 (api.zset_range_stop)(key);
             }
         }
-        if front.corrupt {
+        if front.leases {
+            Err(TbError::Lease(crate::error::LeaseError::LeasesNotWindow))
+        } else if front.corrupt {
             Err(TbError::CorruptLog)
         } else if front.foreign {
             Err(TbError::NotLimiterState(StateKind::Log))

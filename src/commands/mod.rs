@@ -3,6 +3,8 @@
 //! -> reply sequence. Each command's own file only parses its arguments and picks its
 //! bucket math.
 
+pub mod hold;
+pub mod lease;
 pub mod mtake;
 pub mod peek;
 pub mod refund;

@@ -4,3 +4,4 @@
 
 pub mod args;
 pub mod fields;
+pub mod lease;

@@ -1,0 +1,240 @@
+//! In-flight limit storage: a sorted set whose members are the leases held
+//! (`lease:<16 hex digits>`, `algo::lease::member`) and whose scores are their expiries
+//! in whole milliseconds on the server's clock. Every member or score read is checked, so
+//! a sorted set that is not ours (a user's, a LOG window's) is refused before anything is
+//! written. Writes go through ZsetRem / ZsetAdd and are replicated as the commands a user
+//! would send (`ZREM key member ...`, `ZADD key score member`, `PEXPIREAT`): replicas and
+//! AOF replay store the same members and absolute expiries, need no module, and never
+//! read a clock or make an id. Removing the last member deletes the key, on the master
+//! and on replicas alike.
+
+use std::ops::Deref;
+use std::os::raw::c_int;
+
+use redis_module::raw::{REDISMODULE_NOTIFY_ZSET, RedisModuleCtx, RedisModuleString};
+
+use crate::algo::expiry::ExpiryPlan;
+use crate::algo::lease;
+use crate::algo::num::format_whole;
+use crate::binding::api::Api;
+use crate::binding::store::{Access, Key, Kind, OwnedString};
+use crate::error::{LeaseError, TbError};
+
+/// REDISMODULE_ZADD_XX: update an existing member only.
+const ZADD_XX: c_int = 1;
+/// REDISMODULE_ZADD_NX: add a new member only.
+const ZADD_NX: c_int = 1 << 1;
+/// REDISMODULE_ZADD_NOP (out flag): nothing was done, because of XX or NX.
+const ZADD_NOP: c_int = 1 << 4;
+
+/// An open lease key (or a missing one).
+pub struct LeaseKey<'a> {
+    key: Key<'a>,
+    count: u64,
+}
+
+impl<'a> Deref for LeaseKey<'a> {
+    type Target = Key<'a>;
+    fn deref(&self) -> &Key<'a> {
+        &self.key
+    }
+}
+
+/// An expired lease read from the key, to reclaim: its member string.
+pub struct Held<'a> {
+    pub member: OwnedString<'a>,
+}
+
+impl<'a> LeaseKey<'a> {
+    /// Opens `name`. Anything but a sorted set or nothing is WRONGTYPE.
+    pub fn open(
+        api: &'a Api,
+        ctx: *mut RedisModuleCtx,
+        name: *mut RedisModuleString,
+        access: Access,
+    ) -> Result<Self, TbError> {
+        let key = Key::open(api, ctx, name, access, Kind::SortedSet)?;
+        let count = if key.exists() {
+            // SAFETY: valid open sorted-set key.
+            unsafe { (api.value_length)(key.key) as u64 }
+        } else {
+            0
+        };
+        Ok(LeaseKey { key, count })
+    }
+
+    /// Members held, live or not.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// One pass from the earliest lease: the leases expired at `now_ms` (expiry <= now, to
+    /// reclaim) and the expiries of the first `k` (at least one) live ones, ascending;
+    /// every member and score read is checked, so a sorted set that is not ours is
+    /// refused before anything is written.
+    pub fn front(&self, now_ms: u64, k: u64) -> Result<(Vec<Held<'a>>, Vec<u64>), TbError> {
+        let api = self.key.api;
+        let key = self.key.key;
+        let (mut expired, mut live) = (Vec::new(), Vec::new());
+        if !self.key.exists() {
+            return Ok((expired, live));
+        }
+        let want = k.max(1);
+        let mut bad = false;
+        // SAFETY: valid open sorted-set key with no other iterator active; the iterator is
+        // stopped before returning; each element returned is ours to free (OwnedString).
+        unsafe {
+            let empty =
+                (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0) != 0
+                    || (api.zset_range_end_reached)(key) != 0;
+            if !empty {
+                loop {
+                    let mut score = 0.0;
+                    let element = (api.zset_range_current_element)(key, &mut score);
+                    let member = OwnedString::new(api, self.key.ctx, element);
+                    match (
+                        lease::valid_expiry(score),
+                        member.bytes().is_some_and(lease::is_member),
+                    ) {
+                        (Some(e), true) if !lease::is_live(e, now_ms) => {
+                            expired.push(Held { member })
+                        }
+                        (Some(e), true) => live.push(e),
+                        _ => bad = true,
+                    }
+                    if bad || live.len() as u64 >= want || (api.zset_range_next)(key) == 0 {
+                        break;
+                    }
+                }
+            }
+            (api.zset_range_stop)(key);
+        }
+        if bad {
+            return Err(TbError::Lease(LeaseError::NotLeases));
+        }
+        live.truncate(usize::try_from(k).unwrap_or(usize::MAX));
+        Ok((expired, live))
+    }
+
+    /// A string for `member` (freed on drop).
+    pub fn string(&self, bytes: &[u8]) -> OwnedString<'a> {
+        let api = self.key.api;
+        // SAFETY: bytes is valid for its length; the string is freed on drop.
+        let ptr = unsafe { (api.create_string)(self.key.ctx, bytes.as_ptr().cast(), bytes.len()) };
+        OwnedString::new(api, self.key.ctx, ptr)
+    }
+
+    /// The expiry of `member`, if the key holds it (a score that is not an expiry: error).
+    pub fn expiry_of(&self, member: &OwnedString) -> Result<Option<u64>, TbError> {
+        if !self.key.exists() {
+            return Ok(None);
+        }
+        let mut score = 0.0;
+        // SAFETY: valid open sorted-set key; the member string lives for the call.
+        let found = unsafe { (self.key.api.zset_score)(self.key.key, member.ptr, &mut score) };
+        if found != 0 {
+            return Ok(None);
+        }
+        lease::valid_expiry(score)
+            .map(Some)
+            .ok_or(TbError::Lease(LeaseError::NotLeases))
+    }
+
+    /// Removes `members`, replicating one `ZREM key member ...`.
+    pub fn remove(&self, members: &[*mut RedisModuleString]) {
+        if members.is_empty() || !self.key.writable() {
+            return;
+        }
+        let api = self.key.api;
+        self.key.mark_modified();
+        for &m in members {
+            let mut deleted: c_int = 0;
+            // SAFETY: valid key; the member string lives until the end of the call.
+            unsafe { (api.zset_rem)(self.key.key, m, &mut deleted) };
+        }
+        let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + members.len());
+        argv.push(self.key.name);
+        argv.extend_from_slice(members);
+        self.key
+            .effect(REDISMODULE_NOTIFY_ZSET, c"zrem", c"ZREM", &mut argv);
+    }
+
+    /// After removals: brings a TTL far beyond the latest lease left back
+    /// (`lease::shrunk_expiry`); nothing when the key is gone (its last lease removed).
+    pub fn fit_expiry(&self, now_ms: u64) {
+        let api = self.key.api;
+        let key = self.key.key;
+        if !self.key.writable() {
+            return;
+        }
+        let mut latest = None;
+        // SAFETY: valid open key, no iterator active; a key emptied by ZsetRem reads as
+        // empty; the iterator is stopped and the element freed before returning.
+        unsafe {
+            if (api.key_type)(key) as isize != redis_module::raw::REDISMODULE_KEYTYPE_ZSET {
+                return;
+            }
+            let found = (api.zset_last_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0)
+                == 0
+                && (api.zset_range_end_reached)(key) == 0;
+            if found {
+                let mut score = 0.0;
+                let element = (api.zset_range_current_element)(key, &mut score);
+                drop(OwnedString::new(api, self.key.ctx, element));
+                latest = lease::valid_expiry(score);
+            }
+            (api.zset_range_stop)(key);
+        }
+        // SAFETY: valid open key.
+        let current = unsafe { (api.get_abs_expire)(key) };
+        let current = (current >= 0).then_some(current);
+        if let Some(at) = latest.and_then(|l| lease::shrunk_expiry(current, l, now_ms)) {
+            self.key.apply_expiry(ExpiryPlan::SetAt(at));
+        }
+    }
+
+    /// Adds `member` (or, `update`, moves an existing one) at `expiry_ms`, replicating
+    /// `ZADD key expiry member` (`ZADD key XX expiry member` for an update), then keeps the
+    /// key alive at least as long as the lease (`lease::key_expiry`).
+    ///
+    /// A new member is added only if absent (`NX`): false, and nothing written, when the
+    /// key already holds it (an id collision: the caller draws another).
+    pub fn put(&self, member: &OwnedString, expiry_ms: u64, lease_ms: u64, update: bool) -> bool {
+        if !self.key.writable() {
+            return false;
+        }
+        let api = self.key.api;
+        let mut flags: c_int = if update { ZADD_XX } else { ZADD_NX };
+        // SAFETY: valid key; ZsetAdd copies what it keeps. A u64 expiry below 2^53 is
+        // exact as a double.
+        unsafe { (api.zset_add)(self.key.key, expiry_ms as f64, member.ptr, &mut flags) };
+        if flags & ZADD_NOP != 0 {
+            return false;
+        }
+        self.key.mark_modified();
+        let score = self.string(format_whole(expiry_ms as f64).as_bytes());
+        if update {
+            let xx = self.string(b"XX");
+            self.key.effect(
+                REDISMODULE_NOTIFY_ZSET,
+                c"zadd",
+                c"ZADD",
+                &mut [self.key.name, xx.ptr, score.ptr, member.ptr],
+            );
+        } else {
+            self.key.effect(
+                REDISMODULE_NOTIFY_ZSET,
+                c"zadd",
+                c"ZADD",
+                &mut [self.key.name, score.ptr, member.ptr],
+            );
+        }
+        // SAFETY: valid open key (it holds the member just added).
+        let current = unsafe { (api.get_abs_expire)(self.key.key) };
+        let current = (current >= 0).then_some(current);
+        if let Some(at) = lease::key_expiry(current, expiry_ms, lease_ms) {
+            self.key.apply_expiry(ExpiryPlan::SetAt(at));
+        }
+        true
+    }
+}

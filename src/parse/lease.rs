@@ -1,0 +1,189 @@
+//! The in-flight limit's arguments: TB.ACQUIRE's `limit lease_ms`, TB.RENEW's
+//! `lease_id lease_ms`, TB.RELEASE's `lease_id`. Whole numbers only, written plainly
+//! (digits, no sign, no leading zero): a lease is timed in whole milliseconds. Also the
+//! holds' TB.HOLD `capacity rate estimate ttl_ms` and TB.SETTLE `capacity rate hold_id
+//! actual [max_wait]` (TB.TAKE's ranges for the bucket's numbers).
+
+use crate::algo::bucket::{Limit, MAX_AMOUNT};
+use crate::algo::lease::{MAX_LEASE_MS, MAX_LIMIT, parse_id};
+use crate::error::{Arg, LeaseError, TbError};
+use crate::parse::args::{parse_reserve, parse_take};
+
+/// TB.TAKE's parser names its third number `n`: here it is `estimate` or `actual`.
+fn named(e: TbError, as_: LeaseError) -> TbError {
+    match e {
+        TbError::OutOfRange(Arg::N) | TbError::InvalidNumber(Arg::N) => TbError::Lease(as_),
+        e => e,
+    }
+}
+
+/// Validated TB.HOLD arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HoldArgs {
+    pub limit: Limit,
+    pub estimate: f64,
+    pub ttl_ms: u64,
+}
+
+/// Parses `capacity rate estimate ttl_ms`: the arguments after the key.
+pub fn parse_hold(args: &[&[u8]]) -> Result<HoldArgs, TbError> {
+    let [c, r, estimate, ttl] = *args else {
+        return Err(TbError::WrongArity);
+    };
+    let t = parse_take(&[c, r, estimate]).map_err(|e| named(e, LeaseError::Estimate))?;
+    if t.n <= 0.0 {
+        return Err(TbError::Lease(LeaseError::Estimate));
+    }
+    let ttl_ms = whole(ttl, MAX_LEASE_MS).ok_or(TbError::Lease(LeaseError::TtlMs))?;
+    Ok(HoldArgs {
+        limit: t.limit,
+        estimate: t.n,
+        ttl_ms,
+    })
+}
+
+/// Validated TB.SETTLE arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SettleArgs {
+    pub limit: Limit,
+    pub id: u64,
+    pub actual: f64,
+    /// The deepest debt the excess may leave: `max_wait * rate`, at most `MAX_AMOUNT`.
+    pub max_debt: f64,
+}
+
+/// Parses `capacity rate hold_id actual [max_wait]`: the arguments after the key.
+pub fn parse_settle(args: &[&[u8]]) -> Result<SettleArgs, TbError> {
+    let (c, r, id, actual, max_wait) = match *args {
+        [c, r, id, a] => (c, r, id, a, None),
+        [c, r, id, a, w] => (c, r, id, a, Some(w)),
+        _ => return Err(TbError::WrongArity),
+    };
+    let (limit, actual, max_debt) = match max_wait {
+        None => {
+            let t = parse_take(&[c, r, actual]).map_err(|e| named(e, LeaseError::Actual))?;
+            (t.limit, t.n, MAX_AMOUNT)
+        }
+        Some(w) => {
+            let t = parse_reserve(&[c, r, actual, w]).map_err(|e| named(e, LeaseError::Actual))?;
+            (t.limit, t.n, (t.max_wait * t.limit.rate).min(MAX_AMOUNT))
+        }
+    };
+    let id = parse_id(id).ok_or(TbError::Lease(LeaseError::HoldId))?;
+    Ok(SettleArgs {
+        limit,
+        id,
+        actual,
+        max_debt,
+    })
+}
+
+/// A whole number in `[1, max]`, digits only, no leading zero.
+fn whole(bytes: &[u8], max: u64) -> Option<u64> {
+    if bytes.first() == Some(&b'0') || bytes.len() > 20 || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+    (1..=max).contains(&v).then_some(v)
+}
+
+/// TB.ACQUIRE's limit.
+pub fn parse_limit(bytes: &[u8]) -> Result<u64, TbError> {
+    whole(bytes, MAX_LIMIT).ok_or(TbError::Lease(LeaseError::Limit))
+}
+
+/// A lease duration in ms.
+pub fn parse_lease_ms(bytes: &[u8]) -> Result<u64, TbError> {
+    whole(bytes, MAX_LEASE_MS).ok_or(TbError::Lease(LeaseError::LeaseMs))
+}
+
+/// A lease id as TB.ACQUIRE replied it.
+pub fn parse_lease_id(bytes: &[u8]) -> Result<u64, TbError> {
+    parse_id(bytes).ok_or(TbError::Lease(LeaseError::LeaseId))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn limits_and_durations_are_plain_whole_numbers_in_range() {
+        assert_eq!(parse_limit(b"1"), Ok(1));
+        assert_eq!(parse_limit(b"10000"), Ok(10_000));
+        assert_eq!(parse_lease_ms(b"31536000000"), Ok(31_536_000_000));
+        let limit = Err(TbError::Lease(LeaseError::Limit));
+        for bad in [
+            &b""[..],
+            b"0",
+            b"10001",
+            b"-1",
+            b"+1",
+            b"01",
+            b"1.0",
+            b"1e3",
+            b" 1",
+            b"99999999999999999999999",
+        ] {
+            assert_eq!(parse_limit(bad), limit, "{bad:?}");
+        }
+        let ms = Err(TbError::Lease(LeaseError::LeaseMs));
+        assert_eq!(parse_lease_ms(b"0"), ms);
+        assert_eq!(parse_lease_ms(b"31536000001"), ms);
+        assert_eq!(parse_lease_ms(b"18446744073709551616"), ms);
+        assert_eq!(
+            parse_lease_id(b"xyz"),
+            Err(TbError::Lease(LeaseError::LeaseId))
+        );
+    }
+
+    #[test]
+    fn hold_and_settle_arguments() {
+        let b = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        let call = |v: &[&str]| {
+            let owned = b(v);
+            let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            parse_hold(&refs)
+        };
+        let h = call(&["10", "1", "2.5", "1000"]).unwrap();
+        assert_eq!((h.estimate, h.ttl_ms), (2.5, 1000));
+        assert_eq!(
+            call(&["10", "1", "0", "1000"]),
+            Err(TbError::Lease(LeaseError::Estimate))
+        );
+        assert_eq!(
+            call(&["10", "1", "-1", "1000"]),
+            Err(TbError::Lease(LeaseError::Estimate))
+        );
+        assert_eq!(
+            call(&["10", "1", "1", "0"]),
+            Err(TbError::Lease(LeaseError::TtlMs))
+        );
+        assert_eq!(call(&["10", "1", "1"]), Err(TbError::WrongArity));
+        let settle = |v: &[&str]| {
+            let owned = b(v);
+            let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            parse_settle(&refs)
+        };
+        let s = settle(&["10", "2", "0123456789abcdef", "3"]).unwrap();
+        assert_eq!(
+            (s.id, s.actual, s.max_debt),
+            (0x0123_4567_89ab_cdef, 3.0, MAX_AMOUNT)
+        );
+        let s = settle(&["10", "2", "0123456789abcdef", "3", "1.5"]).unwrap();
+        assert_eq!(s.max_debt, 3.0);
+        assert_eq!(
+            settle(&["10", "2", "xyz", "3"]),
+            Err(TbError::Lease(LeaseError::HoldId))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_parse_or_error_without_panicking(b in prop::collection::vec(any::<u8>(), 0..24)) {
+            let _ = parse_limit(&b);
+            let _ = parse_lease_ms(&b);
+            let _ = parse_lease_id(&b);
+        }
+    }
+}

@@ -1,0 +1,733 @@
+//! The in-flight limit (TB.ACQUIRE, TB.RELEASE, TB.RENEW, TB.PEEK key LEASES) against real
+//! redis-server processes: grants up to the limit, refusals and their wait, the defined
+//! answers for releasing twice / unknown / expired ids and renewing expired leases, the key
+//! going away with its last lease, foreign keys refused unchanged, exact effects on the
+//! replication stream, a promoted replica and an AOF restart keeping the leases, a killed
+//! holder's slot coming back after its lease and not before, and many processes racing
+//! on one key never exceeding the limit (measured by the holders themselves).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{
+    Conn, ReplStream, Reply, Server, WRONGTYPE, assert_documented, assert_errors_change_nothing,
+    assert_replicas_hold_the_masters_bytes, command_info, dump, fingerprint, server_ms,
+    start_aof_server, start_master, start_replica, tb_counters, wait_for, watch_survives,
+};
+
+const LIMIT_ERR: &str = "ERR limit must be a whole number >= 1 and <= 10000";
+const MS_ERR: &str = "ERR lease_ms must be a whole number of milliseconds >= 1 and <= 31536000000";
+const ID_ERR: &str = "ERR lease_id must be the 16 hex digits TB.ACQUIRE replied";
+const TAKE_SYNTAX: &str = "ERR syntax: TB.ACQUIRE key limit lease_ms [TAKE numkeys key [key ...] capacity rate n [capacity rate n ...]] (no now: the server's clock)";
+const TAKE_DUP: &str =
+    "ERR tb.acquire got the same key more than once (the lease key and every bucket must differ)";
+const NOT_LEASES: &str = "ERR key holds a sorted set that is not TB.ACQUIRE's leases (members lease:<16 hex digits>, scores whole ms)";
+
+/// TB.ACQUIRE's reply, decoded.
+#[derive(Debug, Clone, PartialEq)]
+struct Acquired {
+    granted: bool,
+    in_flight: i64,
+    id: Option<String>,
+    ms: i64,
+}
+
+fn acquire(c: &mut Conn, key: &str, limit: &str, lease_ms: &str) -> Acquired {
+    let r = c.cmd(&["TB.ACQUIRE", key, limit, lease_ms]);
+    let a = r.array();
+    assert_eq!(a.len(), 4, "{r:?}");
+    let id = match &a[2] {
+        Reply::Nil => None,
+        other => Some(other.text()),
+    };
+    let granted = a[0].int() == 1;
+    assert_eq!(granted, id.is_some(), "{r:?}");
+    Acquired {
+        granted,
+        in_flight: a[1].int(),
+        id,
+        ms: a[3].int(),
+    }
+}
+
+fn ints(r: &Reply) -> Vec<i64> {
+    r.array().iter().map(Reply::int).collect()
+}
+
+fn release(c: &mut Conn, key: &str, id: &str) -> Vec<i64> {
+    ints(&c.cmd(&["TB.RELEASE", key, id]))
+}
+
+fn renew(c: &mut Conn, key: &str, id: &str, lease_ms: &str) -> Vec<i64> {
+    ints(&c.cmd(&["TB.RENEW", key, id, lease_ms]))
+}
+
+fn peek(c: &mut Conn, key: &str) -> Vec<i64> {
+    ints(&c.cmd(&["TB.PEEK", key, "LEASES"]))
+}
+
+/// The key's members and scores.
+fn members(c: &mut Conn, key: &str) -> Vec<(String, i64)> {
+    let r = c.cmd(&["ZRANGE", key, "0", "-1", "WITHSCORES"]);
+    r.array()
+        .chunks(2)
+        .map(|p| (p[0].text(), p[1].text().parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn acquire_grants_up_to_the_limit_then_refuses_with_the_wait_of_the_earliest_lease() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t0 = server_ms(&mut c);
+    let a = acquire(&mut c, "k", "2", "5000");
+    assert!(a.granted && a.in_flight == 1, "{a:?}");
+    assert!((5000..=5001).contains(&a.ms), "{a:?}");
+    let id = a.id.unwrap();
+    assert_eq!(id.len(), 16);
+    assert!(
+        id.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    let b = acquire(&mut c, "k", "2", "9000");
+    assert!(b.granted && b.in_flight == 2, "{b:?}");
+    assert_ne!(b.id.as_deref(), Some(id.as_str()));
+    let r = acquire(&mut c, "k", "2", "5000");
+    assert_eq!((r.granted, r.in_flight, r.id.clone()), (false, 2, None));
+    // The wait is until the first lease (5 s) expires, not the second.
+    assert!((4000..=5001).contains(&r.ms), "{r:?}");
+    // Stored: one member per lease, scored by its absolute expiry on the server's clock.
+    let m = members(&mut c, "k");
+    assert_eq!(m.len(), 2);
+    assert_eq!(m[0].0, format!("lease:{id}"));
+    assert!(
+        (t0 + 5000..=t0 + 5000 + 1000).contains(&m[0].1),
+        "{m:?} {t0}"
+    );
+    // The key outlives its last lease.
+    let expire = c.cmd(&["PEXPIRETIME", "k"]).int();
+    assert!(expire >= m[1].1, "{expire} {m:?}");
+    // A higher limit on the same key grants more; TB.PEEK counts them.
+    assert!(acquire(&mut c, "k", "3", "5000").granted);
+    let p = peek(&mut c, "k");
+    assert_eq!(p[0], 3);
+    assert!((1..=5001).contains(&p[1]), "{p:?}");
+    assert_eq!(peek(&mut c, "missing"), vec![0, 0]);
+}
+
+#[test]
+fn a_lowered_limit_refuses_until_enough_leases_have_ended() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for ms in ["1000", "3000", "6000"] {
+        assert!(acquire(&mut c, "k", "3", ms).granted);
+    }
+    // Limit 2 with 3 held: a slot frees when two of them have ended (the 3 s one).
+    let r = acquire(&mut c, "k", "2", "1000");
+    assert!(!r.granted);
+    assert!((2000..=3001).contains(&r.ms), "{r:?}");
+}
+
+#[test]
+fn release_renew_and_their_defined_answers_for_ids_not_held() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let a = acquire(&mut c, "k", "2", "10000").id.unwrap();
+    let b = acquire(&mut c, "k", "2", "10000").id.unwrap();
+    // Renewing a live lease: [1, in_flight, ms left].
+    let r = renew(&mut c, "k", &a, "20000");
+    assert_eq!(&r[..2], &[1, 2]);
+    assert!((20000..=20001).contains(&r[2]), "{r:?}");
+    // Uppercase hex is the same id.
+    assert_eq!(release(&mut c, "k", &a.to_uppercase()), vec![1, 1]);
+    // Releasing twice, an unknown id, renewing a released one: 0, nothing changed.
+    let before = fingerprint(&mut c, &["k"]);
+    assert_eq!(release(&mut c, "k", &a), vec![0, 1]);
+    assert_eq!(release(&mut c, "k", "0123456789abcdef"), vec![0, 1]);
+    assert_eq!(renew(&mut c, "k", &a, "1000"), vec![0, 1, 0]);
+    assert_eq!(fingerprint(&mut c, &["k"]), before);
+    assert!(watch_survives(&s, &["k"], &["TB.RELEASE", "k", a.as_str()]));
+    // The last release removes the key.
+    assert_eq!(release(&mut c, "k", &b), vec![1, 0]);
+    assert_eq!(c.q("EXISTS k").int(), 0);
+    assert_eq!(release(&mut c, "k", &b), vec![0, 0]);
+    assert_eq!(c.q("EXISTS k").int(), 0);
+}
+
+#[test]
+fn an_expired_lease_is_reclaimed_and_cannot_be_renewed_or_released() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let short = acquire(&mut c, "k", "2", "100").id.unwrap();
+    let long = acquire(&mut c, "k", "2", "60000").id.unwrap();
+    assert!(!acquire(&mut c, "k", "2", "100").granted);
+    std::thread::sleep(Duration::from_millis(150));
+    // Expired: renewing it does not hand the slot back, and the call reclaims it.
+    assert_eq!(renew(&mut c, "k", &short, "60000"), vec![0, 1, 0]);
+    assert_eq!(members(&mut c, "k").len(), 1);
+    assert_eq!(release(&mut c, "k", &short), vec![0, 1]);
+    // The freed slot is there.
+    assert!(acquire(&mut c, "k", "2", "100").granted);
+    assert_eq!(release(&mut c, "k", &long), vec![1, 1]);
+    // When every lease has expired, the key goes (by its TTL, no call needed).
+    wait_for(Duration::from_secs(5), "the key to expire", || {
+        c.q("EXISTS k").int() == 0
+    });
+}
+
+#[test]
+fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let id = acquire(&mut c, "k", "5", "60000").id.unwrap();
+    c.q("HSET user name x");
+    c.q("TB.TAKE bucket 10 1 1");
+    c.q("ZADD zs 1 a 2 b");
+    c.q("TB.WINDOW log 10 60 1 LOG");
+    c.q("SET str v");
+    c.cmd(&["ZADD", "fake", "1.5", &format!("lease:{id}")]);
+    let keys = [
+        "k", "user", "bucket", "zs", "log", "str", "fake", "none", "b1",
+    ];
+    let arity = |name: &str| format!("ERR wrong number of arguments for '{name}' command");
+    assert_errors_change_nothing(
+        &mut c,
+        &["TB.ACQUIRE"],
+        &keys,
+        &[
+            (&["k", "0", "100"], LIMIT_ERR),
+            (&["k", "10001", "100"], LIMIT_ERR),
+            (&["k", "1.5", "100"], LIMIT_ERR),
+            (&["k", "-1", "100"], LIMIT_ERR),
+            (&["k", "x", "100"], LIMIT_ERR),
+            (&["k", "1", "0"], MS_ERR),
+            (&["k", "1", "1e3"], MS_ERR),
+            (&["k", "1", "31536000001"], MS_ERR),
+            (&["k", "1"], &arity("tb.acquire")),
+            (&["k", "1", "1", "1"], TAKE_SYNTAX),
+            (&["k", "1", "1", "TAKE", "1", "b1", "10", "1"], TAKE_SYNTAX),
+            (
+                &[
+                    "k",
+                    "1",
+                    "1",
+                    "TAKE",
+                    "1",
+                    "b1",
+                    "10",
+                    "1",
+                    "1",
+                    "1764456268",
+                ],
+                TAKE_SYNTAX,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "0", "b1", "10", "1", "1"],
+                "ERR numkeys must be a positive integer",
+            ),
+            (&["k", "1", "1", "TAKE", "1", "k", "10", "1", "1"], TAKE_DUP),
+            (
+                &[
+                    "k", "1", "1", "TAKE", "2", "b1", "b1", "10", "1", "1", "10", "1", "1",
+                ],
+                TAKE_DUP,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "1", "str", "10", "1", "1"],
+                WRONGTYPE,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "1", "log", "10", "1", "1"],
+                WRONGTYPE,
+            ),
+            (
+                &["k", "1", "1", "TAKE", "1", "b1", "0", "1", "1"],
+                "ERR capacity must be > 0 and <= 9007199254740992",
+            ),
+            (&["user", "1", "100"], WRONGTYPE),
+            (&["bucket", "1", "100"], WRONGTYPE),
+            (&["str", "1", "100"], WRONGTYPE),
+            (&["zs", "5", "100"], NOT_LEASES),
+            (&["log", "5", "100"], NOT_LEASES),
+            (&["fake", "5", "100"], NOT_LEASES),
+        ],
+    );
+    assert_errors_change_nothing(
+        &mut c,
+        &["TB.RELEASE"],
+        &keys,
+        &[
+            (&["k", "xyz"], ID_ERR),
+            (&["k", "0123456789abcdeg"], ID_ERR),
+            (&["k", ""], ID_ERR),
+            (&["k"], &arity("tb.release")),
+            (&["user", &id], WRONGTYPE),
+            (&["zs", &id], NOT_LEASES),
+            (&["fake", &id], NOT_LEASES),
+        ],
+    );
+    assert_errors_change_nothing(
+        &mut c,
+        &["TB.RENEW"],
+        &keys,
+        &[
+            (&["k", "xyz", "100"], ID_ERR),
+            (&["k", &id, "0"], MS_ERR),
+            (&["k", &id], &arity("tb.renew")),
+            (&["log", &id, "100"], NOT_LEASES),
+            (&["bucket", &id, "100"], WRONGTYPE),
+        ],
+    );
+    assert_errors_change_nothing(
+        &mut c,
+        &["TB.PEEK"],
+        &keys,
+        &[
+            (&["zs", "LEASES"], NOT_LEASES),
+            (&["user", "LEASES"], WRONGTYPE),
+        ],
+    );
+    // The bucket commands do not read a lease key as theirs.
+    assert_errors_change_nothing(
+        &mut c,
+        &[],
+        &keys,
+        &[
+            (&["TB.TAKE", "k", "10", "1", "1"], WRONGTYPE),
+            (&["TB.PEEK", "k", "10", "1"], WRONGTYPE),
+            (&["TB.WINDOW", "k", "10", "60", "1", "FIXED"], WRONGTYPE),
+            (
+                &["TB.WINDOW", "k", "10", "60", "1", "LOG"],
+                "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window",
+            ),
+            (
+                &["TB.WINDOW", "k", "10", "60", "0", "1764456268", "LOG"],
+                "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window",
+            ),
+        ],
+    );
+    assert_eq!(members(&mut c, "k").len(), 1);
+    // 24 cases, one of them wrong arity, which Redis refuses before the module runs.
+    assert_eq!(tb_counters(&mut c, "acquire")[3], 23);
+}
+
+#[test]
+fn info_counts_and_command_metadata() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let id = acquire(&mut c, "k", "1", "60000").id.unwrap();
+    assert!(!acquire(&mut c, "k", "1", "60000").granted);
+    c.q("TB.ACQUIRE k 0 1");
+    assert_eq!(tb_counters(&mut c, "acquire"), [3, 1, 1, 1]);
+    assert_eq!(release(&mut c, "k", &id), vec![1, 0]);
+    assert_eq!(release(&mut c, "k", &id), vec![0, 0]);
+    assert_eq!(tb_counters(&mut c, "release"), [2, 1, 1, 0]);
+    assert_eq!(renew(&mut c, "k", &id, "5"), vec![0, 0, 0]);
+    assert_eq!(tb_counters(&mut c, "renew"), [1, 0, 1, 0]);
+    for (name, arity, args) in [
+        (
+            "tb.acquire",
+            -4,
+            &["key", "limit", "lease_ms", "TAKE", "numkeys"][..],
+        ),
+        ("tb.release", 3, &["key", "lease_id"]),
+        ("tb.renew", 4, &["key", "lease_id", "lease_ms"]),
+    ] {
+        assert_documented(&mut c, name, args);
+        let (got, flags, keys) = command_info(&mut c, name);
+        assert_eq!(got, arity, "{name}");
+        assert!(flags.contains(&"write".to_string()), "{name} {flags:?}");
+        assert!(keys.contains("RW"), "{name} {keys}");
+    }
+    assert_eq!(
+        c.q("COMMAND GETKEYS TB.ACQUIRE sem 3 100"),
+        Reply::Array(vec![Reply::Bulk(b"sem".to_vec())])
+    );
+    assert_eq!(
+        c.q("COMMAND GETKEYS TB.RENEW sem 0123456789abcdef 100"),
+        Reply::Array(vec![Reply::Bulk(b"sem".to_vec())])
+    );
+    let (_, flags, _) = command_info(&mut c, "tb.peek");
+    assert!(flags.contains(&"readonly".to_string()));
+}
+
+#[test]
+fn effects_are_replicated_with_the_masters_ids_and_absolute_expiries() {
+    let master = start_master();
+    let replica = start_replica(&master, false);
+    let mut c = master.conn();
+    let mut stream = ReplStream::attach(&master);
+    let a = acquire(&mut c, "k", "2", "100").id.unwrap();
+    let b = acquire(&mut c, "k", "2", "60000").id.unwrap();
+    assert!(!acquire(&mut c, "k", "2", "60000").granted); // refused: nothing replicated
+    assert_eq!(release(&mut c, "k", "0123456789abcdef"), vec![0, 2]); // nothing
+    std::thread::sleep(Duration::from_millis(150));
+    let c2 = acquire(&mut c, "k", "2", "60000").id.unwrap(); // reclaims a
+    assert_eq!(renew(&mut c, "k", &b, "70000")[0], 1);
+    assert_eq!(release(&mut c, "k", &c2), vec![1, 1]);
+    c.q("SET marker 1");
+    let got = stream.until_marker("marker");
+    let m = members(&mut c, "k");
+    let score_b = m[0].1.to_string();
+    let names: Vec<String> = got.iter().map(|cmd| cmd[0].clone()).collect();
+    // Each call's effects: ZADD (+ PEXPIREAT), ..., the reclaim as ZREM by name.
+    assert!(got.iter().all(|cmd| {
+        matches!(
+            cmd[0].as_str(),
+            "MULTI" | "EXEC" | "ZADD" | "ZREM" | "PEXPIREAT"
+        )
+    }));
+    assert!(
+        got.contains(&vec!["ZREM".into(), "k".into(), format!("lease:{a}")]),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&vec![
+            "ZADD".into(),
+            "k".into(),
+            "XX".into(),
+            score_b,
+            format!("lease:{b}")
+        ]),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&vec!["ZREM".into(), "k".into(), format!("lease:{c2}")]),
+        "{got:?}"
+    );
+    assert_eq!(names.iter().filter(|n| *n == "ZADD").count(), 4, "{got:?}");
+    assert_replicas_hold_the_masters_bytes(&mut c, &[(&replica, "replica without the module")]);
+}
+
+#[test]
+fn a_promoted_replica_keeps_the_leases_and_the_limit() {
+    let master = start_master();
+    let replica = start_replica(&master, true);
+    let mut c = master.conn();
+    let a = acquire(&mut c, "k", "2", "60000").id.unwrap();
+    let b = acquire(&mut c, "k", "2", "60000").id.unwrap();
+    // What a failover can lose: writes the replica had not acknowledged. WAIT makes
+    // these two acknowledged, so the promoted replica must hold both.
+    assert_eq!(c.q("WAIT 1 10000").int(), 1);
+    let before = members(&mut c, "k");
+    drop(master);
+    let mut r = replica.conn();
+    assert_eq!(r.q("REPLICAOF NO ONE"), Reply::Simple("OK".into()));
+    assert_eq!(members(&mut r, "k"), before);
+    assert!(!acquire(&mut r, "k", "2", "60000").granted);
+    assert_eq!(peek(&mut r, "k")[0], 2);
+    // The old ids still work on the new master; its new ids are its own.
+    assert_eq!(release(&mut r, "k", &a), vec![1, 1]);
+    let n = acquire(&mut r, "k", "2", "60000").id.unwrap();
+    assert!(n != a && n != b);
+    assert_eq!(renew(&mut r, "k", &b, "60000")[0], 1);
+}
+
+#[test]
+fn an_unacknowledged_acquire_is_what_a_failover_can_lose() {
+    // The bound: a grant the replica never received is lost (its holder's RELEASE then
+    // answers 0 and its slot is free again on the new master), never one it did receive.
+    let master = start_master();
+    let replica = start_replica(&master, true);
+    let mut c = master.conn();
+    let kept = acquire(&mut c, "k", "2", "60000").id.unwrap();
+    assert_eq!(c.q("WAIT 1 10000").int(), 1);
+    // Cut the link, then grant on the master only.
+    let mut r = replica.conn();
+    assert_eq!(r.q("REPLICAOF NO ONE"), Reply::Simple("OK".into()));
+    let lost = acquire(&mut c, "k", "2", "60000").id.unwrap();
+    assert_eq!(peek(&mut r, "k")[0], 1);
+    assert_eq!(release(&mut r, "k", &lost), vec![0, 1]);
+    assert_eq!(release(&mut r, "k", &kept), vec![1, 0]);
+}
+
+#[test]
+fn aof_restart_after_kill_keeps_every_lease() {
+    let mut server = start_aof_server("always");
+    let mut c = server.conn();
+    let a = acquire(&mut c, "k", "3", "60000").id.unwrap();
+    let b = acquire(&mut c, "k", "3", "60000").id.unwrap();
+    assert_eq!(release(&mut c, "k", &b), vec![1, 1]);
+    let d = acquire(&mut c, "k", "3", "60000").id.unwrap();
+    assert_eq!(renew(&mut c, "k", &d, "50000")[0], 1);
+    let want = (
+        members(&mut c, "k"),
+        c.q("PEXPIRETIME k").int(),
+        dump(&mut c, b"k"),
+    );
+    drop(c);
+    server.restart(false);
+    let mut c = server.conn();
+    assert_eq!(
+        (
+            members(&mut c, "k"),
+            c.q("PEXPIRETIME k").int(),
+            dump(&mut c, b"k")
+        ),
+        want,
+        "replayed without the module"
+    );
+    server.restart(true);
+    let mut c = server.conn();
+    assert_eq!(members(&mut c, "k"), want.0);
+    assert_eq!(release(&mut c, "k", &a), vec![1, 1]);
+    assert_eq!(release(&mut c, "k", &b), vec![0, 1]);
+}
+
+#[test]
+fn a_killed_holders_slot_is_back_after_its_lease_and_not_before() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let lease_ms = 1500;
+    // A separate process acquires the only slot and is killed without releasing.
+    let mut holder = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "redis-cli -p {} TB.ACQUIRE k 1 {lease_ms}; exec sleep 60",
+            s.port
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sh and redis-cli");
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "1", "holder: {line}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let expiry = members(&mut c, "k")[0].1;
+    let granted_by = expiry - lease_ms; // the grant's ceil(ms): at or after the grant
+    let start = Instant::now();
+    let mut refusals = 0;
+    loop {
+        let before = server_ms(&mut c);
+        let a = acquire(&mut c, "k", "1", "1000");
+        let after = server_ms(&mut c);
+        if a.granted {
+            // Granted only once the lease had run its full length, and soon after.
+            assert!(
+                after >= granted_by + lease_ms,
+                "granted at {after}, lease until {expiry}"
+            );
+            assert!(before <= expiry + 500, "granted late: {before} vs {expiry}");
+            break;
+        }
+        // Refused: the call ran at or after `before`, so the lease had not ended then.
+        assert!(
+            before < expiry,
+            "refused at {before}, the lease ended at {expiry}"
+        );
+        assert!(
+            a.ms >= 1 && a.ms <= expiry - before,
+            "{a:?} {before} {expiry}"
+        );
+        refusals += 1;
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(refusals > 50, "{refusals}");
+}
+
+/// The holders of the race test: when `TB_LEASE_RACE_PORT` is set this runs as one of the
+/// child processes (started by `many_processes_never_hold_more_than_the_limit`), else it
+/// returns at once.
+#[test]
+fn lease_race_holder_process() {
+    let Ok(port) = std::env::var("TB_LEASE_RACE_PORT") else {
+        return;
+    };
+    let port: u16 = port.parse().unwrap();
+    let secs: f64 = std::env::var("TB_LEASE_RACE_RUN").unwrap().parse().unwrap();
+    let limit = std::env::var("TB_LEASE_RACE_LIMIT").unwrap();
+    let mut c = Conn::connect(port).unwrap();
+    let wall = || {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        t.as_micros()
+    };
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut rng = std::process::id() as u64;
+    // Printed at the end: the parent reads the children's pipes one after another, and a
+    // holder blocked on a full pipe would hold its lease past its end.
+    let mut intervals = Vec::new();
+    while Instant::now() < end {
+        let a = acquire(&mut c, "race", &limit, "10000");
+        if !a.granted {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        // The interval the holder itself believes it holds the slot: after the grant
+        // arrived, until before the release is sent.
+        let from = wall();
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_micros(rng % 3000));
+        let to = wall();
+        intervals.push((from, to));
+        assert_eq!(release(&mut c, "race", a.id.as_deref().unwrap())[0], 1);
+    }
+    let text: String = intervals
+        .iter()
+        .map(|(from, to)| format!("HELD {from} {to}\n"))
+        .collect();
+    print!("{text}");
+}
+
+#[test]
+fn many_processes_never_hold_more_than_the_limit() {
+    let secs: f64 = std::env::var("TB_LEASE_RACE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30.0);
+    let limit = 3;
+    let processes = 12;
+    let s = Server::start();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--exact", "lease_race_holder_process", "--nocapture"])
+                .env("TB_LEASE_RACE_PORT", s.port.to_string())
+                .env("TB_LEASE_RACE_RUN", secs.to_string())
+                .env("TB_LEASE_RACE_LIMIT", limit.to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut events: Vec<(u128, i32)> = Vec::new();
+    let mut held = 0;
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "holder failed");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some(rest) = line.strip_prefix("HELD ") {
+                let (a, b) = rest.split_once(' ').unwrap();
+                let (a, b): (u128, u128) = (a.parse().unwrap(), b.parse().unwrap());
+                events.push((a, 1));
+                events.push((b, -1));
+                held += 1;
+            }
+        }
+    }
+    // Ends sort before starts at the same microsecond (touching is not overlapping).
+    events.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in &events {
+        now += d;
+        most = most.max(now);
+    }
+    eprintln!("{held} holds by {processes} processes in {secs} s; at most {most} at once");
+    assert!(held > processes, "too few holds: {held}");
+    assert!(most <= limit, "{most} holders at once, limit {limit}");
+    // The limit is actually reached (so the check above could fail).
+    assert_eq!(most, limit);
+    assert_eq!(peek(&mut s.conn(), "race"), vec![0, 0]);
+}
+
+#[test]
+fn memory_per_lease_at_the_largest_limit() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for _ in 0..10_000 {
+        assert!(acquire(&mut c, "k", "10000", "600000").granted);
+    }
+    assert!(!acquire(&mut c, "k", "10000", "600000").granted);
+    let bytes = c.q("MEMORY USAGE k SAMPLES 0").int();
+    let per = bytes as f64 / 10_000.0;
+    eprintln!("MEMORY USAGE of 10000 leases: {bytes} bytes, {per:.1} per lease");
+    assert!(per < 200.0, "{per} bytes per lease");
+    // A call at the limit reclaims at most the limit and stays quick.
+    let t = Instant::now();
+    for _ in 0..100 {
+        acquire(&mut c, "k", "10000", "600000");
+    }
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+/// TB.ACQUIRE ... TAKE's reply: the lease part and the buckets' (aggregate, per key).
+fn acquire_take(c: &mut Conn, args: &[&str]) -> (Acquired, Vec<Reply>, Vec<Reply>) {
+    let mut full = vec!["TB.ACQUIRE"];
+    full.extend_from_slice(args);
+    let r = c.cmd(&full);
+    let a = r.array();
+    assert_eq!(a.len(), 6, "{r:?}");
+    let lease = Acquired {
+        granted: a[0].int() == 1,
+        in_flight: a[1].int(),
+        id: match &a[2] {
+            Reply::Nil => None,
+            other => Some(other.text()),
+        },
+        ms: a[3].int(),
+    };
+    (lease, a[4].array().to_vec(), a[5].array().to_vec())
+}
+
+#[test]
+fn acquire_with_take_charges_nothing_anywhere_unless_the_slot_and_every_bucket_pass() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let slow = "0.000000001";
+    let take = |c: &mut Conn, limit: &str, n_b: &str| {
+        acquire_take(
+            c,
+            &[
+                "sem", limit, "60000", "TAKE", "2", "ba", "bb", "10", slow, "3", "5", slow, n_b,
+            ],
+        )
+    };
+    let tokens =
+        |c: &mut Conn, k: &str| common::hget(c, k, "tokens").map(|t| t.parse::<f64>().unwrap());
+    // Everything passes: a lease and both buckets charged.
+    let (l, total, each) = take(&mut c, "1", "4");
+    assert!(l.granted && l.in_flight == 1 && l.id.is_some(), "{l:?}");
+    assert_eq!(total[0].int(), 1);
+    assert_eq!(each.len(), 2);
+    assert!((tokens(&mut c, "ba").unwrap() - 7.0).abs() < 1e-6);
+    assert!((tokens(&mut c, "bb").unwrap() - 1.0).abs() < 1e-6);
+    let before = fingerprint(&mut c, &["sem", "ba", "bb"]);
+    // The slot is taken: nothing charged, though both buckets had enough.
+    let (l, total, each) = take(&mut c, "1", "1");
+    assert!(!l.granted && l.id.is_none() && l.ms > 0, "{l:?}");
+    assert_eq!(total[0].int(), 1, "the buckets alone had enough");
+    assert_eq!(each[0].array()[0].int(), 1);
+    assert_eq!(fingerprint(&mut c, &["sem", "ba", "bb"]), before);
+    // A slot is free but one bucket is short: no lease, nothing charged.
+    let (l, total, each) = take(&mut c, "2", "4");
+    assert!(!l.granted && l.in_flight == 1 && l.ms == 0, "{l:?}");
+    assert_eq!(total[0].int(), 0);
+    assert_eq!(each[1].array()[0].int(), 0);
+    assert_eq!(fingerprint(&mut c, &["sem", "ba", "bb"]), before);
+    // TB.MTAKE's syntax and replies are unchanged beside it.
+    let m = c.cmd(&["TB.MTAKE", "2", "ba", "bb", "10", slow, "1", "5", slow, "1"]);
+    assert_eq!(m.array().len(), 5);
+    assert_eq!(
+        c.q("COMMAND GETKEYS TB.ACQUIRE sem 1 100 TAKE 2 ba bb 10 1 1 5 1 1"),
+        Reply::Array(vec![
+            Reply::Bulk(b"sem".to_vec()),
+            Reply::Bulk(b"ba".to_vec()),
+            Reply::Bulk(b"bb".to_vec())
+        ])
+    );
+}
+
+#[test]
+fn in_a_cluster_acquire_with_take_on_two_slots_gets_crossslot() {
+    let (a, _b) = common::start_two_node_cluster();
+    let mut c = a.conn();
+    let r = c.q("TB.ACQUIRE {u1}sem 1 1000 TAKE 1 {u2}b 10 1 1");
+    assert!(r.error().starts_with("CROSSSLOT"), "{r:?}");
+    // Same hash tag: served (or redirected, when the slot is the other node's).
+    let r = c.q("TB.ACQUIRE {u1}sem 1 1000 TAKE 1 {u1}b 10 1 1");
+    match &r {
+        Reply::Array(items) => assert_eq!(items.len(), 6),
+        Reply::Error(e) => assert!(e.starts_with("MOVED"), "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+}
