@@ -37,6 +37,11 @@ fn valid_call(command: &str) -> Option<Vec<String>> {
         "tb.refund" => format!("TB.REFUND rl:acl:a 10 1 1 {T0}"),
         "tb.throttle" => "TB.THROTTLE rl:acl:t 15 30 60".to_string(),
         "tb.window" => format!("TB.WINDOW rl:acl:w 10 60 1 {T0}"),
+        "tb.acquire" => "TB.ACQUIRE rl:acl:l 2 1000".to_string(),
+        "tb.release" => "TB.RELEASE rl:acl:l 00000000000000ff".to_string(),
+        "tb.renew" => "TB.RENEW rl:acl:l 00000000000000ff 1000".to_string(),
+        "tb.hold" => "TB.HOLD rl:acl:h 10 1 1 1000".to_string(),
+        "tb.settle" => "TB.SETTLE rl:acl:h 10 1 00000000000000ff 1".to_string(),
         _ => return None,
     };
     Some(args.split(' ').map(String::from).collect())
