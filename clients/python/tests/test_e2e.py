@@ -263,7 +263,7 @@ def test_redis_stopped_mid_run(fail_open: bool) -> None:
         assert stats["store_errors"] >= 1  # the timeout; the cool-down then spares Redis
         assert stats["degraded"] == 4  # every request after the failure, cool-down included
         log = served.output()
-        assert "redis-tb: TB.MTAKE on 127.0.0.1:" in log
+        assert "redis-tb: TB.TAKE on 127.0.0.1:" in log  # SPEC L4: one policy
         assert ("failing open" if fail_open else "failing closed") in log
     finally:
         served.stop()

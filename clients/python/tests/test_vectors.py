@@ -318,7 +318,7 @@ class Script:
 class FakeAsyncClient(AsyncClient):
     """The typed client with a scripted store behind it."""
 
-    server = "fake:6379"  # type: ignore[assignment]
+    server = "fake:6379"
 
     def __init__(self, script: Script) -> None:
         self.script = script
@@ -348,7 +348,7 @@ class FakeAsyncClient(AsyncClient):
             raise redis.exceptions.ResponseError(value)
         return value
 
-    async def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:  # type: ignore[override]
+    async def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:
         out = []
         for b in buckets:
             exp = self.script.next(["TB.REFUND", b.key, float(b.capacity), float(b.rate), float(b.n)])
@@ -363,7 +363,7 @@ class FakeAsyncClient(AsyncClient):
 
 
 class FakeSyncClient(Client):
-    server = "fake:6379"  # type: ignore[assignment]
+    server = "fake:6379"
 
     def __init__(self, script: Script) -> None:
         self.script = script
@@ -391,7 +391,7 @@ class FakeSyncClient(Client):
     def call_packed(self, packed: bytes) -> Any:
         return self._answer(self.script.next(decode_command(packed)))
 
-    def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:  # type: ignore[override]
+    def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:
         return [
             self._answer(self.script.next(["TB.REFUND", b.key, float(b.capacity), float(b.rate), float(b.n)]))
             for b in buckets
@@ -399,6 +399,13 @@ class FakeSyncClient(Client):
 
     def close(self) -> None:
         pass
+
+
+def getter(hs: dict[str, list[str]]) -> Callable[[str], list[str]]:
+    def get(name: str) -> list[str]:
+        return hs.get(name, [])
+
+    return get
 
 
 class Req:
@@ -487,7 +494,7 @@ def _step_kind(case_id: str, i: int, step: dict[str, Any]) -> str:
 async def run_async(case: dict[str, Any]) -> None:
     clock = FakeClock()
     script = Script(case["id"])
-    limiter = RateLimiter(FakeAsyncClient(script), **limiter_options(case, clock))  # type: ignore[arg-type]
+    limiter = RateLimiter(FakeAsyncClient(script), **limiter_options(case, clock))
     policies = build_policies(case)
     decisions: dict[int, Decision] = {}
     held: dict[str, tuple[int, asyncio.Task[Decision]]] = {}
@@ -499,9 +506,7 @@ async def run_async(case: dict[str, Any]) -> None:
             c = step["check"]
             hs: dict[str, list[str]] = c.get("headers", {})
             script.calls.extend(step["redis"])
-            task = asyncio.create_task(
-                limiter.check(Req(c), policies, None, peer=c["peer"], headers=lambda n, hs=hs: hs.get(n, []))
-            )
+            task = asyncio.create_task(limiter.check(Req(c), policies, None, peer=c["peer"], headers=getter(hs)))
             hold = next((r["hold"] for r in step["redis"] if "hold" in r), None)
             if hold is not None:
                 for _ in range(1000):
@@ -543,7 +548,7 @@ async def run_async(case: dict[str, Any]) -> None:
 def run_sync(case: dict[str, Any]) -> None:
     clock = FakeClock()
     script = Script(case["id"])
-    limiter = SyncRateLimiter(FakeSyncClient(script), **limiter_options(case, clock))  # type: ignore[arg-type]
+    limiter = SyncRateLimiter(FakeSyncClient(script), **limiter_options(case, clock))
     policies = build_policies(case)
     decisions: dict[int, Decision] = {}
     held: dict[str, tuple[int, threading.Thread, dict[str, Any]]] = {}
@@ -557,7 +562,7 @@ def run_sync(case: dict[str, Any]) -> None:
             script.calls.extend(step["redis"])
 
             def run(c: dict[str, Any] = c, hs: dict[str, list[str]] = hs, out: dict[str, Any] | None = None) -> Decision:
-                return limiter.check(Req(c), policies, None, peer=c["peer"], headers=lambda n: hs.get(n, []))
+                return limiter.check(Req(c), policies, None, peer=c["peer"], headers=getter(hs))
 
             hold = next((r["hold"] for r in step["redis"] if "hold" in r), None)
             if hold is not None:
@@ -622,7 +627,7 @@ def test_sync_breaker_one_probe_across_threads() -> None:
     one reaches Redis; the others keep the failure mode until it answers."""
     clock = FakeClock()
     script = Script("b3-threads")
-    limiter = SyncRateLimiter(FakeSyncClient(script), clock=clock)  # type: ignore[arg-type]
+    limiter = SyncRateLimiter(FakeSyncClient(script), clock=clock)
     policies = [Policy("ip", Limit(2, 1))]
     script.calls.append({"call": ["TB.TAKE", "rl:ip:203.0.113.9", 2, 1, 1], "connection_error": True})
     assert limiter.check(None, policies, peer="203.0.113.9").outcome.value == "store_error"

@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast
 
 import redis
 import redis.asyncio
@@ -146,6 +146,11 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.TimeoutError,
     asyncio.TimeoutError,
     OSError,
+)
+_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
+    ModuleNotLoadedError,
+    redis.exceptions.NoPermissionError,
+    *_CONNECTION_ERRORS,
 )
 _STORE_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.RedisError,
@@ -304,19 +309,22 @@ class BaseLimiter:
         self.timeout = timeout
         self.cooldown = cooldown
         self.legacy_headers = legacy_headers
-        if clock is not None and not hasattr(clock, "monotonic"):
-            redis_now, clock = redis_now or clock, None  # the old meaning of `clock`
-        self.clock: Clock | None = clock
+        given: Clock | None = None
+        if isinstance(clock, Clock) or hasattr(clock, "monotonic"):
+            given = cast(Clock, clock)
+        elif clock is not None:  # the old meaning of `clock` (deprecated)
+            redis_now = redis_now or clock
+        self.clock: Clock | None = given
         self.redis_now = redis_now
-        self._mono: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
-        self._wall: Callable[[], float] = clock.time if clock is not None else time.time
+        self._mono: Callable[[], float] = given.monotonic if given is not None else time.monotonic
+        self._wall: Callable[[], float] = given.time if given is not None else time.time
         self.shadow = shadow
         self.metrics = metrics
         self.deny_cache = deny_cache
         # The deny cache reads the limiter's clock (SPEC T1), or its own when the
         # limiter has the system clock (a cache built with a test clock).
         self._cache_now: Callable[[], float] = (
-            self._mono if clock is not None or deny_cache is None else deny_cache.clock
+            self._mono if given is not None or deny_cache is None else deny_cache.clock
         )
         self.legacy_reset: Literal["unix", "delta"] = legacy_reset
         self.start_degraded = start_degraded
@@ -414,7 +422,7 @@ class BaseLimiter:
             elif type(keyfunc) is FixedKey:
                 identity = keyfunc.value
             else:
-                identity = keyfunc(request)
+                identity = cast(Callable[[Any], Any], keyfunc)(request)
                 if _pending(identity):
                     identity = yield identity
             if not identity:  # None or "": skipped (SPEC I1)
@@ -580,10 +588,10 @@ class BaseLimiter:
             parts.append(encode_arg(now))
         return b"".join(parts)
 
-    def _after_error(self, exc: BaseException, started: float | None) -> Decision:
+    def _after_error(self, exc: BaseException, started: float | None, n: int = 2) -> Decision:
         if self.metrics is not None and started is not None:
             self.metrics.redis_call(time.perf_counter() - started)
-        self._failed(exc)
+        self._failed(exc, "TB.TAKE" if n == 1 else "TB.MTAKE")
         return self._degraded(exc)
 
     def _after_reply(
@@ -773,7 +781,7 @@ class RateLimiter(BaseLimiter):
         unreachable (unless ``start_degraded``: then one line is logged)."""
         try:
             await asyncio.wait_for(self.client.check_module(), max(self.timeout, 1.0))
-        except (ModuleNotLoadedError, redis.exceptions.NoPermissionError, *_CONNECTION_ERRORS) as exc:
+        except _STARTUP_ERRORS as exc:
             self._startup_failed(exc)
         except redis.exceptions.ResponseError as exc:
             if "NOPERM" not in str(exc):
@@ -813,7 +821,7 @@ class RateLimiter(BaseLimiter):
                     reader = self._readers[len(plans)] = mtake_reader(len(plans))
                 values = await _bounded(self.client.call_packed(command, reader), self.timeout)
             except _STORE_ERRORS as exc:
-                return self._after_error(exc, started)
+                return self._after_error(exc, started, len(plans))
             finally:
                 if way == _PROBE:
                     self._probe_over()
@@ -864,7 +872,7 @@ class SyncRateLimiter(BaseLimiter):
         """:meth:`RateLimiter.startup`, blocking (e.g. in Django's ``AppConfig.ready``)."""
         try:
             self.client.check_module()
-        except (ModuleNotLoadedError, redis.exceptions.NoPermissionError, *_CONNECTION_ERRORS) as exc:
+        except _STARTUP_ERRORS as exc:
             self._startup_failed(exc)
         except redis.exceptions.ResponseError as exc:
             if "NOPERM" not in str(exc):
@@ -897,7 +905,7 @@ class SyncRateLimiter(BaseLimiter):
                 raw = self.client.call_packed(command)
                 values = take_values(raw) if len(plans) == 1 else mtake_values(raw, len(plans))
             except _STORE_ERRORS as exc:
-                return self._after_error(exc, started)
+                return self._after_error(exc, started, len(plans))
             finally:
                 if way == _PROBE:
                     self._probe_over()
