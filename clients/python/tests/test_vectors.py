@@ -654,3 +654,45 @@ def test_sync_breaker_one_probe_across_threads() -> None:
         t.join(5)
     assert sorted(d.outcome.value for d in results) == ["allowed"] + ["store_error"] * 7
     assert not script.unexpected
+
+
+# A case in the vectors' format that clients/vectors does not hold yet (proposed for
+# limiter.json): lim-017 passes whether a probe stopped by the open breaker gives its
+# claim back (SPEC R6) or drops the entry; this one tells them apart. After the
+# cool-down, the entry given back is claimed by the next probe, so a second check
+# while that probe is out is refused from the cache; had the entry been dropped, it
+# would take the failure mode (the breaker's probe is out).
+R6_CASE: dict[str, Any] = {
+    "id": "py-r6-001",
+    "rule": "R6",
+    "title": "D12: the claim given back is probed again after the cool-down, one probe at a time",
+    "limiter": {
+        "policies": [{"name": "ip", "capacity": 2, "rate": 1, "cost": 1}],
+        "deny_cache": {"max_entries": 100},
+        "timeout_ms": 60000,
+    },
+    "steps": [
+        {"at_ms": 0, "check": {"peer": "203.0.113.9", "headers": {}},
+         "redis": [{"call": ["TB.TAKE", "rl:ip:203.0.113.9", 2, 1, 1], "reply": [0, 0, 1.5, 2]}],
+         "expect": {"outcome": "limited", "from_cache": False}},
+        {"at_ms": 1000, "check": {"peer": "198.51.100.7", "headers": {}},
+         "redis": [{"call": ["TB.TAKE", "rl:ip:198.51.100.7", 2, 1, 1], "connection_error": True}],
+         "expect": {"outcome": "store_error"}},
+        {"at_ms": 1600, "check": {"peer": "203.0.113.9", "headers": {}}, "redis": [],
+         "expect": {"outcome": "store_error", "from_cache": False}},
+        {"at_ms": 2100, "check": {"peer": "203.0.113.9", "headers": {}},
+         "redis": [{"call": ["TB.TAKE", "rl:ip:203.0.113.9", 2, 1, 1], "hold": "p"}], "expect": None},
+        {"at_ms": 2110, "check": {"peer": "203.0.113.9", "headers": {}}, "redis": [],
+         "expect": {"outcome": "limited", "from_cache": True, "headers": {"retry-after": "1"}}},
+        {"at_ms": 2120, "release": "p", "reply": [1, 1, 0, 1],
+         "expect": {"outcome": "allowed", "from_cache": False}},
+    ],
+}
+
+
+async def test_r6_claim_given_back_async() -> None:
+    await run_async(R6_CASE)
+
+
+def test_r6_claim_given_back_sync() -> None:
+    run_sync(R6_CASE)
