@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_tb.so
 REDIS_SERVER ?= redis-server
 
-.PHONY: all build run test test-examples bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run test test-examples test-python lint-python bench-accuracy unit integration lint fmt fuzz bench bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -45,7 +45,7 @@ test: build
 # examples; the Rust client crate with the axum example; the Node package (npm ci from its
 # lockfile) with the Express and Fastify examples.
 test-examples: build
-	clients/python/run-tests.sh
+	$(MAKE) test-python
 	cargo test -p redis-tb-client -p redis-tb-axum-example
 	clients/node/run-tests.sh
 	examples/express/run-tests.sh
@@ -57,6 +57,17 @@ unit:
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
+	$(MAKE) lint-python
+
+# The Python package (clients/python: the vectors of clients/vectors, unit and end-to-end
+# tests, limits' own suite) and its examples (FastAPI, Flask, slowapi, Django, shell),
+# against real redis-server, uvicorn and gunicorn processes; its lint alone: ruff and
+# mypy --strict (both pinned in clients/python/requirements-test.txt).
+test-python: build
+	clients/python/run-tests.sh
+
+lint-python:
+	clients/python/lint.sh
 
 fmt:
 	cargo fmt
