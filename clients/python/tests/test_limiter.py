@@ -12,8 +12,10 @@ from starlette.requests import Request
 from starlette.routing import Mount, Route
 
 from redis_tb import (
-    StartupError,
     AsyncClient,
+    Client,
+    StartupError,
+    SyncRateLimiter,
     Limit,
     Outcome,
     Policy,
@@ -201,3 +203,28 @@ def test_configuration_errors_are_refused_at_setup() -> None:
         RateLimitMiddleware(FastAPI(), RateLimiter(AsyncClient.from_url("redis://127.0.0.1:1")), [per_hour("a", 1), per_hour("a", 2)])
     with pytest.raises(ValueError, match="default tier"):
         tiered("t", {"free": Limit(1, 1)}, lambda r: None, default="gold")
+
+
+async def test_startup_without_permission_for_command_info_is_one_clear_line(redis_server: RedisServer) -> None:
+    """SPEC U1: NOPERM on COMMAND INFO fails the start with one line saying what to grant."""
+    admin = Client.from_url(redis_server.url, timeout=5)
+    admin_redis: Any = admin.redis
+    admin_redis.execute_command("ACL", "SETUSER", "nocmd", "on", ">pw", "~*", "+@all", "-command")
+    try:
+        host_port = redis_server.url.removeprefix("redis://").split("/")[0]
+        for lim in (
+            RateLimiter(AsyncClient.from_url(f"redis://nocmd:pw@{host_port}", timeout=5)),
+            SyncRateLimiter(Client.from_url(f"redis://nocmd:pw@{host_port}", timeout=5)),
+        ):
+            with pytest.raises(StartupError) as info:
+                if isinstance(lim, RateLimiter):
+                    await lim.startup()
+                else:
+                    lim.startup()
+            assert str(info.value) == (
+                f"redis-tb: user cannot run COMMAND INFO on {host_port}: grant +command|info (see docs/operations.md)"
+            )
+            assert info.value.__cause__ is None and info.value.__suppress_context__
+    finally:
+        admin_redis.execute_command("ACL", "DELUSER", "nocmd")
+        admin.close()
