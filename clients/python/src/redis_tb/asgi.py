@@ -123,7 +123,9 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         route = route_template(scope)
-        if (route is None and not self.limit_unmatched) or route in self.exclude:
+        if (route is None and not self.limit_unmatched) or (
+            route is not None and (route in self.exclude or "* " + route.partition(" ")[2] in self.exclude)
+        ):
             await self.app(scope, receive, send)
             return
         client = scope.get("client")

@@ -394,8 +394,13 @@ class BaseLimiter:
         cost: Any
         keys = self.keys
         for p in policies:
+            matched = route
             if p.routes is not None and (route is None or route not in p.routes):
-                continue
+                if not p.any_method:
+                    continue
+                matched = p.matched_route(route)  # SPEC K5: "* <template>"
+                if matched is None:
+                    continue
             keyfunc = p.key
             if keyfunc is None or type(keyfunc) is ClientIpKey:
                 if keyfunc is None and client_ip is not _NO_PEER:
@@ -444,7 +449,7 @@ class BaseLimiter:
                     cost = yield cost
                 if not cost_ok(cost):  # SPEC L3
                     return _Early(Outcome.INVALID_INPUT, p.name)
-            per_route = route if p.per_route else None
+            per_route = matched if p.per_route else None
             if tag:
                 key = keys.key(p.name, identity, route=per_route, tag=tag)
             else:  # SPEC K1-K3, the head of each (policy, route) built once

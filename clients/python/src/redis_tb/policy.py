@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, TypeVar, Union
 
 from .address import ClientIpConfig
@@ -178,6 +178,8 @@ class Policy:
     routes: Collection[str] | None = None
     per_route: bool = False
     shadow: bool = False
+    #: one of ``routes`` is ``"* <template>"`` (every method, SPEC K5); set from ``routes``
+    any_method: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_policy_name(self.name)
@@ -200,11 +202,24 @@ class Policy:
         elif key is not None and not callable(key) and not isinstance(key, Key):
             raise TypeError(f"policy {self.name!r}: key is a Key or a function, got {key!r}")
         object.__setattr__(self, "routes", route_set(self.routes))
+        object.__setattr__(self, "any_method", any(r.startswith("* ") for r in self.routes or ()))
 
     def applies_to(self, route: str | None) -> bool:
-        if self.routes is None:
-            return True
-        return route is not None and route in self.routes
+        return self.matched_route(route) is not None or self.routes is None
+
+    def matched_route(self, route: str | None) -> str | None:
+        """The listed route that ``route`` (``"GET /items/{id}"``) matches: itself, or
+        ``"* /items/{id}"`` for an any-method route (SPEC K5); None when none does."""
+        routes = self.routes
+        if routes is None or route is None:
+            return None
+        if route in routes:
+            return route
+        if self.any_method:
+            wild = "* " + route.partition(" ")[2]
+            if wild in routes:
+                return wild
+        return None
 
     async def limit_for(self, request: Any) -> Limit | None:
         if isinstance(self.limit, Limit):
