@@ -14,7 +14,6 @@ from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .decision import Decision
-from .headers import PROBLEM_TYPE, problem_body
 from .keys import ClientIpKey, FixedKey, HeaderKey
 from .limiter import RateLimiter
 from .policy import Limit, Policy, check_policy_names, route_set
@@ -58,18 +57,6 @@ def route_template(scope: Scope) -> str | None:
 
 def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-
-
-async def send_problem(
-    send: Send, status: int, body: dict[str, object], headers: list[tuple[str, str]]
-) -> None:
-    payload = problem_body(body)
-    raw = _raw(headers) + [
-        (b"content-type", PROBLEM_TYPE.encode()),
-        (b"content-length", str(len(payload)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": payload})
 
 
 class RateLimitMiddleware:
