@@ -62,7 +62,6 @@ import inspect
 import logging
 import re
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast
@@ -72,6 +71,7 @@ import redis.asyncio
 import redis.exceptions
 
 from .address import ClientIpConfig, HeaderGetter
+from .breaker import CALL, PROBE, SKIP, Breaker
 from .client import AsyncClient, Client, ModuleNotLoadedError, StartupError
 from .decision import Decision, Outcome, PolicyResult
 from .deny_cache import DenyCache, DenyEntry
@@ -130,7 +130,7 @@ def check_prefix(prefix: object) -> str:
 
 
 # what the breaker lets a call do (SPEC B2, B3)
-_SKIP, _CALL, _PROBE = 0, 1, 2
+_SKIP, _CALL, _PROBE = SKIP, CALL, PROBE
 
 
 async def _bounded(call: Awaitable[T], seconds: float) -> T:
@@ -330,9 +330,7 @@ class BaseLimiter:
         self.start_degraded = start_degraded
         self.log = logger or logging.getLogger("redis_tb")
         self.stats = LimiterStats()
-        self._open_until = 0.0
-        self._probing = False
-        self._breaker = threading.Lock()  # one probe across threads (SPEC B3, D17)
+        self.breaker = Breaker(cooldown, self._mono)
         self._last_log = float("-inf")
         self._unlogged = 0
         self._shadow_log: dict[str, tuple[float, int]] = {}
@@ -510,20 +508,10 @@ class BaseLimiter:
         return None, way
 
     def _acquire(self) -> int:
-        """SPEC B2, B3: a call while the breaker is closed; while open, nothing until
-        the cool-down is over, then exactly one probe (across threads and tasks)."""
-        if self._open_until == 0.0:
-            return _CALL
-        with self._breaker:
-            if self._open_until == 0.0:
-                return _CALL
-            if self._probing or self._mono() < self._open_until:
-                return _SKIP
-            self._probing = True
-            return _PROBE
+        return self.breaker.acquire()
 
     def _probe_over(self) -> None:
-        self._probing = False
+        self.breaker.probe_over()
 
     def _cached_refusal(
         self, plans: list[_Plan], cache: DenyCache, probes: list[tuple[str, DenyEntry]]
@@ -604,7 +592,7 @@ class BaseLimiter:
     ) -> Decision:
         if self.metrics is not None:
             self.metrics.redis_call(time.perf_counter() - started)
-        self._open_until = 0.0  # SPEC B3: success closes the breaker
+        self.breaker.succeeded()  # SPEC B3: success closes the breaker
         return self._decision(plans, values[0], values[1])
 
     def _decision(
@@ -681,7 +669,7 @@ class BaseLimiter:
         server_wide = unknown or not isinstance(exc, (redis.exceptions.ResponseError, UnexpectedReplyError))
         now = self._mono()
         if server_wide:  # SPEC B1: a connection error or a timeout opens the breaker
-            self._open_until = now + self.cooldown
+            self.breaker.open()
         if now - self._last_log < 1.0:  # SPEC B5
             self._unlogged += 1
             return
@@ -723,7 +711,7 @@ class BaseLimiter:
         return False
 
     def _refunded(self, decision: Decision, started: float) -> bool:
-        self._open_until = 0.0  # SPEC B3: a refund may be the probe; success closes
+        self.breaker.succeeded()  # SPEC B3: a refund may be the probe; success closes
         self.stats.refunds += 1
         m = self.metrics
         if m is not None:
