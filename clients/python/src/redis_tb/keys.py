@@ -49,6 +49,7 @@ KeyFuncResult = Union[Awaitable[Union[str, None]], str, None]
 # string without one is returned unchanged (the hot path: no copy, no encode).
 _NEEDS = re.compile(r"[^\x21-\x24\x26-\x7a\x7c\x7e]")
 _NEEDS_ROUTE = re.compile(r"[^\x21-\x24\x26-\x39\x3b-\x3f\x41-\x7a\x7c\x7e]")
+_search = _NEEDS.search
 _ESC = [chr(b) if 0x21 <= b <= 0x7E and chr(b) not in "%{}" else f"%{b:02X}" for b in range(256)]
 _ESC_ROUTE = [c if c not in (":", "@") else f"%{ord(c):02X}" for c in _ESC]
 
@@ -81,6 +82,8 @@ def bounded(value: Identity) -> str:
     """SPEC K2 + K3: the escaped part, or ``%h`` and the first 32 hex digits of the
     SHA-256 of its unescaped bytes when the escaped form is longer than 128 bytes."""
     if len(value) <= MAX_PART:  # str length <= its escaped length: maybe short enough
+        if type(value) is str and _search(value) is None:
+            return value  # the hot path: nothing to escape, no copy
         out = escape(value)
         if len(out) <= MAX_PART:
             return out
@@ -91,15 +94,20 @@ def bounded(value: Identity) -> str:
 class KeyBuilder:
     """The one key builder of a limiter (SPEC K1): ``prefix`` is validated (C4)."""
 
-    __slots__ = ("prefix", "_heads", "_routes")
+    __slots__ = ("prefix", "_heads", "_plain")
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self._heads: dict[tuple[str, str | None], str] = {}
-        self._routes: dict[str, str] = {}
+        self._plain: dict[str, str] = {}
 
     def head(self, policy: str, route: str | None = None) -> str:
         """``<prefix>:<policy>[@<route>]:``, cached per (policy, route)."""
+        if route is None:
+            got = self._plain.get(policy)
+            if got is None:
+                got = self._plain[policy] = f"{self.prefix}:{policy}:"
+            return got
         got = self._heads.get((policy, route))
         if got is None:
             if route is None:
