@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -65,7 +65,7 @@ test: build
 # examples; the Rust client crate with the axum example; the Node package (npm ci from its
 # lockfile) with the Express and Fastify examples.
 test-examples: build
-	clients/python/run-tests.sh
+	$(MAKE) test-python
 	$(MAKE) test-rust-client
 	$(MAKE) test-node
 
@@ -93,6 +93,17 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
 	$(MAKE) lint-node
+	$(MAKE) lint-python
+
+# The Python package (clients/python: the vectors of clients/vectors, unit and end-to-end
+# tests, limits' own suite) and its examples (FastAPI, Flask, slowapi, Django, shell),
+# against real redis-server, uvicorn and gunicorn processes; its lint alone: ruff and
+# mypy --strict (both pinned in clients/python/requirements-test.txt).
+test-python: build
+	clients/python/run-tests.sh
+
+lint-python:
+	clients/python/lint.sh
 
 fmt:
 	cargo fmt

@@ -3,8 +3,8 @@
 #
 # Creates the venv .venv/python at the repo root (or $REDIS_TB_VENV) when missing (python3 -m venv),
 # installs the pinned requirements-test.txt and this package (no build isolation:
-# the pinned hatchling builds it, nothing else is fetched), type-checks the package
-# (mypy --strict), then runs pytest over clients/python/tests, examples/fastapi,
+# the pinned hatchling builds it, nothing else is fetched), lints (lint.sh: ruff, and
+# mypy --strict), then runs pytest over clients/python/tests, examples/fastapi,
 # examples/shell and examples/django against real redis-server, uvicorn and gunicorn
 # processes.
 #
@@ -23,26 +23,8 @@ if [ ! -f "$module" ]; then
     exit 1
 fi
 
-if [ ! -x "$venv/bin/python" ]; then
-    "${PYTHON:-python3}" -m venv "$venv"
-fi
-pip=("$venv/bin/python" -m pip --disable-pip-version-check --quiet)
-stamp="$venv/.requirements-test.txt"
-if ! cmp -s "$here/requirements-test.txt" "$stamp"; then
-    "${pip[@]}" install -r "$here/requirements-test.txt"
-    cp "$here/requirements-test.txt" "$stamp"
-fi
-"${pip[@]}" install --no-deps --no-build-isolation --force-reinstall "$here"
-
-# The package, then the tests and examples (separately: each has a conftest.py).
-mypy=("$venv/bin/python" -m mypy --strict --cache-dir "$venv/.mypy_cache")
-"${mypy[@]}" "$here/src/redis_tb"
-MYPYPATH="$here/tests" "${mypy[@]}" "$here/tests"
-MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/fastapi"
-MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/shell"
-MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/flask"
-MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/slowapi"
-MYPYPATH="$here/tests" "${mypy[@]}" "$repo/examples/django"
+# The venv, then the lint (ruff and mypy --strict over the package, tests and examples).
+"$here/lint.sh"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -252,7 +252,7 @@ def main() -> None:
         f"redis-tb one policy {cpu['one'] - cpu['ping']:+.0f} µs, three policies "
         f"{cpu['three'] - cpu['ping']:+.0f} µs, slowapi {cpu['slowapi'] - cpu['ping']:+.0f} µs.",
         "",
-        f"Responses other than the expected status, in all rounds (not counted above): "
+        "Responses other than the expected status, in all rounds (not counted above): "
         + ", ".join(f"{v} {n}" for v, n in unexpected.items())
         + f". redis-tb warning lines in the app logs: {len(warnings)}"
         + (f", e.g. `{warnings[0][:300]}`" if warnings else "") + ".",

@@ -17,6 +17,7 @@ from redis_tb import (
     AsyncClient,
     ClientIP,
     Decision,
+    Key,
     Limit,
     Policy,
     RateLimiter,
@@ -49,6 +50,15 @@ def cost(request: Request) -> float:
     return float(request.headers.get("x-cost", "1"))
 
 
+def export_cost(request: Request) -> float:
+    # whatever the application computes, out of range included (SPEC L3)
+    return float(request.headers.get("x-cost", "1"))
+
+
+def export_limit(request: Request) -> Limit:
+    return Limit(10, float(request.headers.get("x-rate", "1")))
+
+
 policies = [
     # 4 at once, one back every 4 s: exact header values under a fixed clock.
     Policy("burst", Limit(4, 0.25), routes=["GET /burst"]),
@@ -62,7 +72,24 @@ policies = [
     per_hour("costly", 5, cost=cost, routes=["GET /cost"]),
     per_hour("refunds", 2, routes=["GET /refund", "GET /boom/{code}"]),
     per_hour("comboip", 100, routes=["GET /combo"]),
+    # issue 27: out-of-range costs and limits, header identities, unambiguous keys
+    per_hour("invip", 100, routes=["GET /invalid"]),
+    per_hour("export", 10, cost=export_cost, routes=["GET /invalid"]),
+    Policy("exportlim", export_limit, routes=["GET /invalid"]),
+    per_hour("apikey", 100, key=Key.header("x-api-key"), routes=["GET /hdr"]),
+    per_hour("amb", 100, key=user, per_route=True, routes=["GET /amb/x", "GET /amb/x:y"]),
 ]
+
+
+def tag_of(request: Request) -> str | None:
+    return request.headers.get("x-tag")
+
+
+# a limiter whose keys carry the request's hash tag (SPEC K4), checked by a dependency
+tag_limiter = RateLimiter(
+    AsyncClient.from_url(env["TB_REDIS_URL"], timeout=timeout), hash_tag=tag_of, timeout=timeout,
+)
+tagged = RateLimit(tag_limiter, [per_hour("tagged", 100, key=user)])
 
 
 @asynccontextmanager
@@ -70,6 +97,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await limiter.startup()
     yield
     await limiter.aclose()
+    await tag_limiter.aclose()
 
 
 app = FastAPI(lifespan=lifespan)
@@ -93,6 +121,10 @@ def summary(request: Request) -> dict[str, object]:
 @app.get("/layered")
 @app.get("/whoami")
 @app.get("/cost")
+@app.get("/invalid")
+@app.get("/hdr")
+@app.get("/amb/x")
+@app.get("/amb/x:y")
 async def plain(request: Request) -> dict[str, object]:
     return summary(request)
 
@@ -121,3 +153,13 @@ async def with_dependency(request: Request, decision: Decision = Depends(combo))
 async def stats() -> dict[str, int]:
     s = limiter.stats
     return {"store_errors": s.store_errors, "degraded": s.degraded, "refunds": s.refunds}
+
+
+@app.get("/tagged")
+async def with_tag(request: Request, decision: Decision = Depends(tagged)) -> dict[str, object]:
+    return {"keys": [r.key for r in decision.results]}
+
+
+@app.get("/stats/invalid")
+async def invalid_stats() -> dict[str, int]:
+    return {"invalid_inputs": limiter.stats.invalid_inputs, "checks": limiter.stats.checks}

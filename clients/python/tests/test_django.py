@@ -37,7 +37,7 @@ from django.test import Client as DjangoClient  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from redis_tb import Client, Limit, ModuleNotLoadedError, Policy, per_minute  # noqa: E402
+from redis_tb import Client, Limit, ModuleNotLoadedError, Policy, StartupError, per_minute  # noqa: E402
 from redis_tb.django import get_rate_limit, normalise_route, parse_config  # noqa: E402
 from redis_tb.django.apps import RedisTbConfig  # noqa: E402
 from servers import RedisServer, free_port  # noqa: E402
@@ -134,7 +134,7 @@ def test_settings_dicts_dotted_paths_and_policy_objects() -> None:
         ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "PER_MINUTE": 1, "COLOUR": 2}]}, "COLOUR"),
         ({"URL": "redis://x", "FAIL_OPNE": True}, "FAIL_OPNE"),
         ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "PER_MINUTE": 1}, {"NAME": "a", "PER_HOUR": 1}]}, "distinct"),
-        ({"URL": "redis://x", "POLICIES": [{"NAME": "A b", "PER_MINUTE": 1}]}, "token"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "A b", "PER_MINUTE": 1}]}, r"\[a-z0-9_-\]\{1,64\}"),
         ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "PER_MINUTE": 1, "KEY": "no.such.module"}]}, "import"),
         ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "TIERS": {"x": None}}]}, "TIER"),
         ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "PER_MINUTE": 1, "ROUTES": ["items/"]}]}, "METHOD"),
@@ -255,7 +255,7 @@ def test_route_and_url_name_policies_and_per_route_keys(redis_server: RedisServe
     with override_settings(REDIS_TB=conf(redis_server, policies)):
         c = DjangoClient()
         r = c.get("/items/7")
-        assert body(r)["keys"] == ["rl:byroute:GET /items/<int:item_id>:127.0.0.1"]
+        assert body(r)["keys"] == ["rl:byroute@GET%20/items/<int%3Aitem_id>:127.0.0.1"]  # SPEC K1, K2
         assert c.post("/items/7").status_code == 200  # another method: not this route
         assert body(c.post("/items/7"))["outcome"] == "not_limited"
         assert body(c.get("/shop/orders/3"))["keys"] == ["rl:byname:127.0.0.1", "rl:bare:127.0.0.1"]
@@ -274,7 +274,7 @@ def test_hash_tag_forwarded_header_and_braces_of_a_regex_route(redis_server: Red
             "/legacy/12", REMOTE_ADDR="10.0.0.1", HTTP_FORWARDED='for=198.51.100.1, for="[2001:db8::1]:443"'
         )
     # a Redis Cluster hash tag's braces are the only ones in the key: the route's are <>
-    assert body(r)["keys"] == ["rl:{tenant-1}:re:GET /^legacy/(?P<item_id>[0-9]<1,4>)$:2001:db8::/64"]
+    assert body(r)["keys"] == ["rl:{tenant-1}:re@GET%20/^legacy/(?P<item_id>[0-9]%7B1,4%7D)$:2001:db8::/64"]  # SPEC K2
 
 
 def test_limit_unmatched_charges_404s(redis_server: RedisServer, tb: Client) -> None:
@@ -467,7 +467,7 @@ async def test_fail_open_and_fail_closed(asynchronous: bool, caplog: pytest.LogC
             assert body(rs[0])["detail"] == "the rate limiter's store is unavailable; retry shortly"
         # one Redis call, then the cool-down skips Redis
         assert stats.store_errors == 1 and stats.degraded == 3
-    assert "redis-tb: TB.MTAKE on 127.0.0.1" in caplog.text
+    assert "redis-tb: TB.TAKE on 127.0.0.1" in caplog.text  # SPEC L4: one policy
 
 
 # -- issue 21: shadow, deny cache, metrics ----------------------------------------------
@@ -568,9 +568,16 @@ def test_startup_check_fails_without_the_module_and_only_logs_when_unreachable(
                 app.ready()
     finally:
         plain.stop()
-    dead = f"redis://127.0.0.1:{free_port()}/0"
-    with override_settings(REDIS_TB={"URL": dead, "POLICIES": []}), caplog.at_level(logging.WARNING, "redis_tb"):
+    dead_port = free_port()
+    dead = f"redis://127.0.0.1:{dead_port}/0"
+    # SPEC U2: an unreachable Redis fails the start, in one line, unless START_DEGRADED
+    with override_settings(REDIS_TB={"URL": dead, "POLICIES": []}):
+        with pytest.raises(StartupError, match=f"cannot reach Redis at 127.0.0.1:{dead_port} .*start_degraded"):
+            RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django).ready()
+    with override_settings(REDIS_TB={"URL": dead, "POLICIES": [], "START_DEGRADED": True}), caplog.at_level(
+        logging.WARNING, "redis_tb"
+    ):
         RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django).ready()
-    assert "cannot reach Redis" in caplog.text
+    assert f"Redis at 127.0.0.1:{dead_port} unreachable at startup; starting degraded" in caplog.text
     with override_settings(REDIS_TB={"URL": dead, "CHECK_MODULE": False}):
         RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django).ready()

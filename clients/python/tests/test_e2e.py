@@ -8,8 +8,10 @@ refill slower than any test runs; the recovery test sleeps Retry-After.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -263,7 +265,7 @@ def test_redis_stopped_mid_run(fail_open: bool) -> None:
         assert stats["store_errors"] >= 1  # the timeout; the cool-down then spares Redis
         assert stats["degraded"] == 4  # every request after the failure, cool-down included
         log = served.output()
-        assert "redis-tb: TB.MTAKE on 127.0.0.1:" in log
+        assert "redis-tb: TB.TAKE on 127.0.0.1:" in log  # SPEC L4: one policy
         assert ("failing open" if fail_open else "failing closed") in log
     finally:
         served.stop()
@@ -296,3 +298,96 @@ def test_problem_json_is_valid_json_with_content_length(apps: dict[str, Uvicorn]
         r = c.get("/burst")
     assert int(r.headers["content-length"]) == len(r.content)
     assert json.loads(r.content)["status"] == 429
+
+
+def test_issue_27_costs_tags_identity_length_key_ambiguity_and_header_identities(
+    redis_server: RedisServer, tb: Client
+) -> None:
+    """Issue 27 over real HTTP (uvicorn) and a real redis-server with the module."""
+    big = Uvicorn(
+        "e2e_app:app", HERE, {"TB_REDIS_URL": redis_server.url},
+        extra=["--h11-max-incomplete-event-size", str(1 << 20)],  # a 100 KB header gets through
+    )
+    start_all([big])
+    try:
+        with httpx.Client(base_url=big.url, timeout=30) as c:
+            # out-of-range costs and limits (SPEC L3): 500, the policy named, never the
+            # value; no Redis call (the other policy is not charged); counted
+            for bad in ("nan", "-1", "inf", "1e18"):
+                r = c.get("/invalid", headers={"x-cost": bad})
+                assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
+                assert r.text == (
+                    '{"type":"about:blank","title":"Internal Server Error","status":500,'
+                    '"detail":"rate limit policy \'export\' got an invalid cost or limit from the application"}'
+                )
+                assert bad not in r.text and "ratelimit" not in r.headers
+            r = c.get("/invalid", headers={"x-rate": "0"})
+            assert r.status_code == 500 and "'exportlim'" in r.json()["detail"]
+            assert tb.redis.keys("rl:invip:*") == []  # nothing sent, nothing charged
+            assert c.get("/stats/invalid").json()["invalid_inputs"] == 5
+            r = c.get("/invalid", headers={"x-cost": "2"})
+            assert r.status_code == 200 and r.json()["keys"] == [
+                "rl:invip:127.0.0.1", "rl:export:127.0.0.1", "rl:exportlim:127.0.0.1",
+            ]
+            # hash tags (SPEC K2, K4): an empty tag is no tag; braces never reach a key
+            assert c.get("/tagged", headers={"x-user": "alice", "x-tag": ""}).json()["keys"] == ["rl:tagged:alice"]
+            assert c.get("/tagged", headers={"x-user": "alice", "x-tag": "{x}"}).json()["keys"] == [
+                "rl:{%7Bx%7D}:tagged:alice"
+            ]
+            assert c.get("/tagged", headers={"x-user": "{x}bob"}).json()["keys"] == ["rl:tagged:%7Bx%7Dbob"]
+            # identity length (SPEC K3): a 100 KB header makes a bounded key
+            huge = "z" * 100_000
+            r = c.get("/hdr", headers={"x-api-key": huge})
+            assert r.status_code == 200
+            (key,) = r.json()["keys"]
+            assert key == "rl:apikey:%h" + hashlib.sha256(huge.encode()).hexdigest()[:32]
+            assert tb.redis.exists(key) == 1 and all(len(k) <= 64 for k in tb.redis.keys("rl:apikey:*"))
+            # key ambiguity (SPEC K2): route "/amb/x:y" with user "bob" and route "/amb/x"
+            # with user "y:bob" were one key before; now two
+            k1 = c.get("/amb/x:y", headers={"x-user": "bob"}).json()["keys"]
+            k2 = c.get("/amb/x", headers={"x-user": "y:bob"}).json()["keys"]
+            assert k1 == ["rl:amb@GET%20/amb/x%3Ay:bob"] and k2 == ["rl:amb@GET%20/amb/x:y:bob"]
+            # header identities (SPEC I2): non-ASCII bytes kept, duplicates joined
+            assert c.get("/hdr", headers={b"x-api-key": b"\xc3\xa9"}).json()["keys"] == ["rl:apikey:%C3%A9"]
+            assert c.get("/hdr", headers={b"x-api-key": b"\xe9"}).json()["keys"] == ["rl:apikey:%E9"]
+            r = c.get("/hdr", headers=[("x-api-key", "k"), ("x-api-key", "x1")])
+            assert r.json()["keys"] == ["rl:apikey:k,%20x1"]
+            assert c.get("/hdr").json()["keys"] == []  # absent: skipped
+        # a control byte: uvicorn's HTTP parser (h11) refuses the request itself with a
+        # 400 before any app runs; the limiter's own 400 (SPEC P4) is checked through
+        # the ASGI middleware in test_header_identity_control_byte_is_a_400_problem
+        with socket.create_connection(("127.0.0.1", big.port)) as s:
+            s.sendall(b"GET /hdr HTTP/1.1\r\nHost: x\r\nX-Api-Key: a\x01b\r\nConnection: close\r\n\r\n")
+            reply = s.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 400")
+    finally:
+        big.stop()
+
+
+async def test_header_identity_control_byte_is_a_400_problem(redis_server: RedisServer, tb: Client) -> None:
+    """SPEC I2, P4 through the ASGI middleware (a server that lets the byte through):
+    400 with the problem body, no Redis call, the policy not skipped."""
+    from redis_tb import AsyncClient, Key, RateLimiter, RateLimitMiddleware, per_hour
+
+    lim = RateLimiter(AsyncClient.from_url(redis_server.url, timeout=5), timeout=5)
+    sent: list[dict[str, object]] = []
+
+    async def app(scope: object, receive: object, send: object) -> None:  # never reached
+        raise AssertionError("the app ran")
+
+    mw = RateLimitMiddleware(app, lim, [per_hour("apikey", 5, key=Key.header("x-api-key"))], limit_unmatched=True)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request"}
+
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [(b"x-api-key", b"a\x01b")], "client": ("127.0.0.1", 1)}
+    await mw(scope, receive, send)
+    assert sent[0]["status"] == 400
+    assert sent[1]["body"] == (
+        b'{"type":"about:blank","title":"Bad Request","status":400,"detail":"header \'x-api-key\' holds a control byte"}'
+    )
+    assert tb.redis.keys("rl:apikey:*") == [] and lim.stats.checks == 1
+    await lim.aclose()

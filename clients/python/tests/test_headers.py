@@ -121,7 +121,7 @@ def test_never_wins_over_a_finite_wait_of_another_policy() -> None:
         result("a", allowed=False, retry_after=3),
         result("b", capacity=1, rate=1, cost=2, allowed=False, remaining=1, retry_after=-1, reset_after=0),
     )
-    assert d.retry_after == -1
+    assert d.retry_after is None  # SPEC D3: one violated policy can never pass
     assert "Retry-After" not in headers(d)
     assert problem(d)["violated_policies"] == ["a", "b"]
 

@@ -6,10 +6,16 @@ against a real redis-server (both protocols, a timeout mid-call, a dead server).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import random
+import re
+import tomllib
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
+import redis
 import redis.exceptions
 from http_sfv.item import Item
 from http_sfv.list import List
@@ -63,8 +69,11 @@ def test_client_ip_fast_path_equals_the_general_walk() -> None:
     for _ in range(3000):
         peer = rnd.choice(pool + [None])
         values = [", ".join(rnd.choice(pool) for _ in range(rnd.randint(0, 4))) for _ in range(rnd.choice([0, 1, 1, 2]))]
+        def get(name: str, values: list[str] = values) -> list[str]:
+            return values
+
         for c in configs:
-            assert c.of(peer, lambda name: values) == c.identity(peer, values if c.trusted else []), (peer, values)
+            assert c.of(peer, get) == c.identity(peer, values if c.trusted else []), (peer, values)
 
 
 def test_cached_header_items_equal_the_serializer() -> None:
@@ -125,3 +134,32 @@ async def test_a_timed_out_call_never_leaves_its_late_reply_for_the_next(redis_s
     after = await lim.check(object(), policy, **PEER)
     assert after.outcome is Outcome.ALLOWED and after.results[0].remaining == pytest.approx(97)
     await lim.aclose()
+
+
+async def test_the_redis_py_internals_the_raw_path_relies_on(redis_server: RedisServer) -> None:
+    """AsyncClient.call_packed reads and writes redis-py's asyncio connection streams
+    (``Connection._reader`` / ``_writer``, ``connect()``, ``disconnect(nowait=True)``,
+    ``_parser.parse_error``): no public interface of redis-py reaches its speed (one
+    write and one read per call, no pool lock or response callbacks; the public path,
+    ``send_packed_command`` + ``read_response`` through the pool, costs about 4x the
+    client CPU per call, see docs/performance.md). The supported redis-py versions are
+    pinned in pyproject.toml; this test fails when those internals change, and the
+    client falls back to the public path (``_raw`` False) when the fields are gone."""
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    (pin,) = [d for d in meta["dependencies"] if d.startswith("redis")]
+    low, high = re.fullmatch(r"redis>=([\d.]+),<([\d.]+)", pin).groups()  # type: ignore[union-attr]
+    version = tuple(int(x) for x in redis.__version__.split(".")[:2])
+    assert tuple(int(x) for x in low.split(".")[:2]) <= version < tuple(int(x) for x in high.split(".")[:2]), redis.__version__
+    client = AsyncClient.from_url(redis_server.url, timeout=5)
+    try:
+        await client.call_packed(b"*1\r\n$4\r\nPING\r\n")
+        assert client._raw, "redis-py's connection lost _reader/_writer: the raw path is off"
+        (conn,) = client._idle
+        assert isinstance(conn._reader, asyncio.StreamReader) and isinstance(conn._writer, asyncio.StreamWriter)
+        assert "nowait" in inspect.signature(conn.disconnect).parameters
+        assert isinstance(conn._parser.parse_error("NOPERM no"), redis.exceptions.NoPermissionError)
+        await conn.disconnect(nowait=True)
+        assert conn._writer is None  # what call_packed checks before reconnecting
+        assert await client.call_packed(b"*1\r\n$4\r\nPING\r\n") == b"PONG"
+    finally:
+        await client.aclose()

@@ -13,6 +13,9 @@ from starlette.routing import Mount, Route
 
 from redis_tb import (
     AsyncClient,
+    Client,
+    StartupError,
+    SyncRateLimiter,
     Limit,
     Outcome,
     Policy,
@@ -60,7 +63,7 @@ async def test_hash_tag_puts_every_key_of_a_request_in_one_slot(redis_server: Re
 async def test_per_route_buckets_keep_braces_out_of_the_key(limiter: RateLimiter) -> None:
     p = per_minute("endpoint", 5, per_route=True)
     d = await limiter.check(request(), [p], route="GET /items/{item_id}")
-    assert [r.key for r in d.results] == ["rl:endpoint:GET /items/<item_id>:203.0.113.7"]
+    assert [r.key for r in d.results] == ["rl:endpoint@GET%20/items/%7Bitem_id%7D:203.0.113.7"]
 
 
 async def test_route_scoped_policy_applies_to_its_routes_only(limiter: RateLimiter) -> None:
@@ -126,11 +129,20 @@ async def test_fail_closed_refuses_on_a_store_error() -> None:
     await lim.aclose()
 
 
-async def test_startup_tolerates_an_unreachable_redis(caplog: pytest.LogCaptureFixture) -> None:
-    lim = RateLimiter(AsyncClient.from_url(f"redis://127.0.0.1:{free_port()}"))
+async def test_an_unreachable_redis_fails_the_start_unless_start_degraded(caplog: pytest.LogCaptureFixture) -> None:
+    # SPEC U2: one line naming the address and what to do
+    port = free_port()
+    lim = RateLimiter(AsyncClient.from_url(f"redis://127.0.0.1:{port}"))
+    with pytest.raises(StartupError) as info:
+        await lim.startup()
+    msg = str(info.value)
+    assert msg.startswith(f"redis-tb: cannot reach Redis at 127.0.0.1:{port} (") and "\n" not in msg
+    assert msg.endswith("): start it, or set start_degraded to start failing open")
+    await lim.aclose()
+    lim = RateLimiter(AsyncClient.from_url(f"redis://127.0.0.1:{port}"), start_degraded=True)
     caplog.set_level(logging.WARNING, logger="redis_tb")
     await lim.startup()
-    assert "cannot reach Redis" in caplog.text
+    assert f"redis-tb: Redis at 127.0.0.1:{port} unreachable at startup; starting degraded (fail-open)" in caplog.text
     await lim.aclose()
 
 
@@ -171,17 +183,62 @@ def test_route_template_of_a_starlette_app_and_a_mounted_asgi_app() -> None:
 
 
 def test_configuration_errors_are_refused_at_setup() -> None:
-    with pytest.raises(ValueError, match="token"):
+    with pytest.raises(ValueError, match=r"\[a-z0-9_-\]"):
         per_hour("Per Hour", 10)
     with pytest.raises(ValueError, match="cost"):
         Policy("x", Limit(1, 1), cost=-1)
+    # a Limit is a value; a policy checks it when built (SPEC C2), a limit function's
+    # per request (L3: invalid_input, not an exception in the app's code)
     with pytest.raises(ValueError, match="capacity"):
-        Limit(0, 1)
+        Policy("x", Limit(0, 1))
     with pytest.raises(ValueError, match="rate"):
-        Limit(1, 0)
+        Policy("x", Limit(1, 0))
+    with pytest.raises(ValueError, match="tier 'free'"):
+        tiered("t", {"free": Limit(1, 0)}, lambda r: None)
+    with pytest.raises(ValueError, match="prefix"):
+        RateLimiter(AsyncClient.from_url("redis://127.0.0.1:1"), prefix="{rl}")
     with pytest.raises(ValueError, match="METHOD /template"):
         per_hour("x", 1, routes=["/items"])
     with pytest.raises(ValueError, match="distinct"):
         RateLimitMiddleware(FastAPI(), RateLimiter(AsyncClient.from_url("redis://127.0.0.1:1")), [per_hour("a", 1), per_hour("a", 2)])
     with pytest.raises(ValueError, match="default tier"):
         tiered("t", {"free": Limit(1, 1)}, lambda r: None, default="gold")
+
+
+async def test_startup_without_permission_for_command_info_is_one_clear_line(redis_server: RedisServer) -> None:
+    """SPEC U1: NOPERM on COMMAND INFO fails the start with one line saying what to grant."""
+    admin = Client.from_url(redis_server.url, timeout=5)
+    admin_redis: Any = admin.redis
+    admin_redis.execute_command("ACL", "SETUSER", "nocmd", "on", ">pw", "~*", "+@all", "-command")
+    try:
+        host_port = redis_server.url.removeprefix("redis://").split("/")[0]
+        for lim in (
+            RateLimiter(AsyncClient.from_url(f"redis://nocmd:pw@{host_port}", timeout=5)),
+            SyncRateLimiter(Client.from_url(f"redis://nocmd:pw@{host_port}", timeout=5)),
+        ):
+            with pytest.raises(StartupError) as info:
+                if isinstance(lim, RateLimiter):
+                    await lim.startup()
+                else:
+                    lim.startup()
+            assert str(info.value) == (
+                f"redis-tb: user cannot run COMMAND INFO on {host_port}: grant +command|info (see docs/operations.md)"
+            )
+            assert info.value.__cause__ is None and info.value.__suppress_context__
+    finally:
+        admin_redis.execute_command("ACL", "DELUSER", "nocmd")
+        admin.close()
+
+
+async def test_an_any_method_route_matches_every_method_with_one_bucket(limiter: RateLimiter) -> None:
+    """SPEC K5: ``* <template>`` matches every method; per route, its key names the
+    ``*`` route, so GET and POST share one bucket."""
+    p = per_minute("items", 5, routes=["* /items/{id}"], per_route=True)
+    keys = []
+    for method in ("GET", "POST", "DELETE"):
+        d = await limiter.check(request(), [p], route=f"{method} /items/{{id}}")
+        assert d.outcome is Outcome.ALLOWED
+        keys.append(d.results[0].key)
+    assert keys == ["rl:items@*%20/items/%7Bid%7D:203.0.113.7"] * 3
+    assert d.results[0].remaining == pytest.approx(2, abs=0.01)
+    assert (await limiter.check(request(), [p], route="GET /other")).outcome is Outcome.NOT_LIMITED

@@ -1,16 +1,19 @@
 """redis-tb for Python: typed clients for the module's TB.* commands, the HTTP
-header mapping, and rate limiting for ASGI (Starlette/FastAPI) apps.
-
-The FastAPI dependency lives in :mod:`redis_tb.fastapi`.
+header mapping, and a framework-neutral rate limiter (clients/SPEC.md) with thin
+adapters: ASGI (:mod:`redis_tb.asgi`, needs the ``asgi`` extra: starlette), FastAPI
+(:mod:`redis_tb.fastapi`), Django (:mod:`redis_tb.django`) and ``limits``
+(:mod:`redis_tb.limits`). Importing this package never imports starlette.
 """
 
-from .asgi import RateLimitMiddleware, route_template
-from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError
+from typing import Any
+
+from .address import ClientIP, ClientIp, ClientIpConfig
+from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError
 from .decision import Decision, Outcome, PolicyResult
 from .deny_cache import DenyCache
-from .headers import decision_headers
-from .keys import ClientIP
-from .limiter import BaseLimiter, LimiterStats, RateLimiter, SyncRateLimiter
+from .headers import decision_headers, respond
+from .keys import Key
+from .limiter import BaseLimiter, Clock, LimiterStats, RateLimiter, SyncRateLimiter
 from .policy import Limit, Policy, per_day, per_hour, per_minute, per_second, tiered
 from .replies import Bucket, MultiReply, Reply, UnexpectedReplyError
 
@@ -21,6 +24,12 @@ __all__ = [
     "Bucket",
     "Client",
     "ClientIP",
+    "ClientIp",
+    "ClientIpConfig",
+    "Clock",
+    "Key",
+    "StartupError",
+    "respond",
     "Decision",
     "DenyCache",
     "Limit",
@@ -45,3 +54,13 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The ASGI middleware needs starlette (the `asgi` extra): imported on first use,
+    # so Django and `limits` users install and import redis_tb without it.
+    if name in ("RateLimitMiddleware", "route_template"):
+        from . import asgi
+
+        return getattr(asgi, name)
+    raise AttributeError(f"module 'redis_tb' has no attribute {name!r}")

@@ -13,16 +13,10 @@ from starlette.requests import Request
 from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .decision import Decision, Outcome
-from .headers import (
-    PROBLEM_TYPE,
-    problem,
-    problem_body,
-    store_error_problem,
-)
-from .keys import ClientIP
+from .decision import Decision
+from .keys import ClientIpKey, FixedKey, HeaderKey
 from .limiter import RateLimiter
-from .policy import Limit, Policy, route_set
+from .policy import Limit, Policy, check_policy_names, route_set
 
 __all__ = ["RateLimitMiddleware", "route_template"]
 
@@ -65,20 +59,9 @@ def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
-async def send_problem(
-    send: Send, status: int, body: dict[str, object], headers: list[tuple[str, str]]
-) -> None:
-    payload = problem_body(body)
-    raw = _raw(headers) + [
-        (b"content-type", PROBLEM_TYPE.encode()),
-        (b"content-length", str(len(payload)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": payload})
-
-
 class RateLimitMiddleware:
-    """Checks every HTTP request against ``policies`` in one TB.MTAKE.
+    """Checks every HTTP request against ``policies`` in one call (TB.TAKE for one
+    applicable policy, TB.MTAKE for several; SPEC L4).
 
     - Policies with ``routes`` apply to those route templates only; the others to
       every route. Requests that match no route pass unlimited unless
@@ -105,12 +88,9 @@ class RateLimitMiddleware:
         exclude: Collection[str] = (),
         refund_on: Collection[int] | Callable[[int], bool] = (),
     ) -> None:
-        names = [p.name for p in policies]
-        if len(set(names)) != len(names):
-            raise ValueError(f"policy names must be distinct: {names}")
         self.app = app
         self.limiter = limiter
-        self.policies = tuple(policies)
+        self.policies = check_policy_names(policies)  # SPEC C1
         self.limit_unmatched = limit_unmatched
         self.exclude = frozenset(route_set(exclude) or ())
         self._refund_on: Callable[[int], bool] = (
@@ -119,7 +99,7 @@ class RateLimitMiddleware:
         # A Starlette Request is built only for user functions (key/limit/cost/tier,
         # hash_tag); the default identity reads the peer and headers off the scope.
         self._needs_request = limiter.hash_tag is not None or any(
-            (p.key is not None and not isinstance(p.key, ClientIP))
+            (p.key is not None and not isinstance(p.key, (ClientIpKey, HeaderKey, FixedKey)))
             or not isinstance(p.limit, Limit)
             or callable(p.cost)
             for p in self.policies
@@ -130,7 +110,9 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         route = route_template(scope)
-        if (route is None and not self.limit_unmatched) or route in self.exclude:
+        if (route is None and not self.limit_unmatched) or (
+            route is not None and (route in self.exclude or "* " + route.partition(" ")[2] in self.exclude)
+        ):
             await self.app(scope, receive, send)
             return
         client = scope.get("client")
@@ -144,12 +126,11 @@ class RateLimitMiddleware:
         request = Request(scope) if self._needs_request else scope
         decision = await self.limiter.check(request, self.policies, route, peer=peer, headers=header_values)
         scope.setdefault("state", {})["rate_limit"] = decision
-        headers = self.limiter.headers(decision)
-        if decision.outcome is Outcome.LIMITED:
-            await send_problem(send, 429, problem(decision), headers)
-            return
-        if not decision.allowed:  # store error, failing closed
-            await send_problem(send, 503, store_error_problem(), [("Retry-After", "1")])
+        status, headers, body = self.limiter.response(decision)
+        if body is not None:  # 429, 503 (failing closed), 400 (I2), 500 (L3)
+            raw = _raw(headers) + [(b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": raw})
+            await send({"type": "http.response.body", "body": body})
             return
         await self._serve(scope, receive, send, decision, _raw(headers))
 

@@ -33,15 +33,20 @@ from .replies import (
     take_args,
 )
 
-__all__ = ["AsyncClient", "Client", "ModuleNotLoadedError", "DEFAULT_TIMEOUT"]
+__all__ = ["AsyncClient", "Client", "ModuleNotLoadedError", "StartupError", "DEFAULT_TIMEOUT"]
 
 #: Connect and per-call timeout, seconds, of connections made by ``from_url``.
 DEFAULT_TIMEOUT = 0.05
 
-_PROBE = ("COMMAND", "INFO", "tb.mtake")
+_PROBE = ("COMMAND", "INFO", "tb.take")  # SPEC U1
 
 
-class ModuleNotLoadedError(RuntimeError):
+class StartupError(RuntimeError):
+    """The limiter cannot start (SPEC U1, U2); the message is one line naming the
+    address and what to do."""
+
+
+class ModuleNotLoadedError(StartupError):
     """The server answers, but the redis-tb module is not loaded there."""
 
     def __init__(self, where: str) -> None:

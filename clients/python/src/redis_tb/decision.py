@@ -20,6 +20,11 @@ class Outcome(str, enum.Enum):
     STORE_ERROR = "store_error"
     #: No policy applied to this request (no route match, key functions gave None).
     NOT_LIMITED = "not_limited"
+    #: A cost or limit function gave a value out of range (SPEC L3): a 500, never an
+    #: admission, nothing sent to Redis.
+    INVALID_INPUT = "invalid_input"
+    #: A header identity held a control byte (SPEC I2): a 400, nothing sent to Redis.
+    BAD_REQUEST = "bad_request"
 
 
 class PolicyResult(NamedTuple):
@@ -57,13 +62,16 @@ class Decision:
     (empty for a store error or when no policy applied; for a refusal answered by
     the local deny cache, the cached violated policies only).
     ``shadow_limited`` names the shadow policies that refused (the request was not
-    charged then, and went on unless an enforced policy refused too). ``cached`` is
-    True for a refusal answered by the local deny cache without calling Redis.
+    charged then, and went on unless an enforced policy refused too). ``from_cache``
+    is True for a refusal answered by the local deny cache without calling Redis.
+    ``culprit`` names the policy of an ``invalid_input`` decision, or the header of a
+    ``bad_request`` one. The aggregates (``remaining``, ``reset_after``,
+    ``retry_after``) are over enforced policies only (SPEC D3).
     """
 
     __slots__ = (
-        "outcome", "allowed", "results", "error", "refunded", "shadow_limited", "cached",
-        "_refunder", "_sync_refunder",
+        "outcome", "allowed", "results", "error", "refunded", "shadow_limited", "from_cache",
+        "culprit", "_refunder", "_sync_refunder",
     )
 
     def __init__(
@@ -76,7 +84,8 @@ class Decision:
         refunder: Refunder | None = None,
         sync_refunder: SyncRefunder | None = None,
         shadow_limited: tuple[str, ...] = (),
-        cached: bool = False,
+        from_cache: bool = False,
+        culprit: str | None = None,
     ) -> None:
         self.outcome = outcome
         self.allowed = allowed
@@ -85,9 +94,24 @@ class Decision:
         self.error = error
         self.refunded = False
         self.shadow_limited = shadow_limited
-        self.cached = cached
+        self.from_cache = from_cache
+        self.culprit = culprit
         self._refunder = refunder
         self._sync_refunder = sync_refunder
+
+    @classmethod
+    def of(cls, results: tuple[PolicyResult, ...]) -> Decision:
+        """The decision of per-policy results (SPEC D1, D4, S2, S3), uncharged: limited
+        when an enforced policy refused, else allowed (shadow refusals listed)."""
+        shadowed = tuple(r.name for r in results if not r.allowed and r.shadow)
+        if any(not r.allowed and not r.shadow for r in results):
+            return cls(Outcome.LIMITED, False, results, shadow_limited=shadowed)
+        return cls(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
+
+    @property
+    def cached(self) -> bool:
+        """Deprecated name of :attr:`from_cache`."""
+        return self.from_cache
 
     @property
     def limited(self) -> bool:
@@ -111,33 +135,34 @@ class Decision:
 
     @property
     def remaining(self) -> float | None:
-        """The smallest remaining of the applied enforced policies (None if none applied)."""
+        """SPEC D3: the smallest remaining of the enforced policies (None if none applied)."""
         return min((r.remaining for r in self.results if not r.shadow), default=None)
 
     @property
     def retry_after(self) -> float | None:
-        """0 when allowed; -1 when a violated policy can never admit the request; else
-        the largest wait of the violated policies (after it, every bucket has enough).
-        None when Redis was not asked."""
-        if not self.results:
-            return None
+        """SPEC D3: the largest ``retry_after`` of the enforced violated policies; None
+        when one of them can never pass, or none refused."""
         if self.outcome is not Outcome.LIMITED:
-            return 0.0
-        waits = [r.retry_after for r in self.results if not r.allowed and not r.shadow]
-        if any(w < 0 for w in waits):
-            return -1.0
-        return max(waits, default=0.0)
+            return None
+        wait: float | None = None
+        for r in self.results:
+            if not r.allowed and not r.shadow:
+                if r.retry_after < 0:
+                    return None
+                if wait is None or r.retry_after > wait:
+                    wait = r.retry_after
+        return wait
 
     @property
     def reset_after(self) -> float | None:
-        """The largest reset_after of the applied policies."""
-        return max((r.reset_after for r in self.results), default=None)
+        """SPEC D3: the largest reset of the enforced policies (None if none applied)."""
+        return max((r.reset_after for r in self.results if not r.shadow), default=None)
 
     async def refund(self) -> bool:
-        """Give this request's tokens back (TB.REFUND on every bucket it was charged on):
-        for requests the app decides not to count. Idempotent; a no-op for a request
-        that was not charged. Returns whether a refund was made. Never raises for a
-        store error (it is logged and counted)."""
+        """SPEC F1: give this request's tokens back now (TB.REFUND on every bucket it
+        was charged on). True when every refund succeeded; False, sending nothing, when
+        nothing was charged or it was already refunded; False for a failed refund
+        (counted in ``refund_errors``, never retried, never raised)."""
         if self._refunder is None and self._sync_refunder is not None:
             return self.refund_sync()  # a decision of the sync path, refunded from async code
         if self.refunded or self.outcome is not Outcome.ALLOWED or self._refunder is None:
@@ -156,17 +181,25 @@ class Decision:
 
     def merged(self, other: Decision) -> Decision:
         """One decision for two checks of the same request (middleware + dependency)."""
-        order = [Outcome.STORE_ERROR, Outcome.LIMITED, Outcome.ALLOWED, Outcome.NOT_LIMITED]
+        order = [
+            Outcome.BAD_REQUEST, Outcome.INVALID_INPUT, Outcome.STORE_ERROR, Outcome.LIMITED,
+            Outcome.ALLOWED, Outcome.NOT_LIMITED,
+        ]
         worst = min(self.outcome, other.outcome, key=order.index)
         parts = (self, other)
 
+        def charged(p: Decision) -> bool:
+            return p.outcome is Outcome.ALLOWED and not p.refunded and (
+                p._refunder is not None or p._sync_refunder is not None
+            )
+
         async def refund_both(_: Decision) -> bool:
-            done = [await p.refund() for p in parts]
-            return any(done)
+            done = [await p.refund() for p in parts if charged(p)]
+            return bool(done) and all(done)
 
         def refund_both_sync(_: Decision) -> bool:
-            done = [p.refund_sync() for p in parts]
-            return any(done)
+            done = [p.refund_sync() for p in parts if charged(p)]
+            return bool(done) and all(done)
 
         sync_parts = all(p._refunder is None for p in parts)
         out = Decision(
@@ -177,7 +210,8 @@ class Decision:
             refunder=None if sync_parts else refund_both,
             sync_refunder=refund_both_sync if sync_parts else None,
             shadow_limited=self.shadow_limited + other.shadow_limited,
-            cached=self.cached or other.cached,
+            from_cache=self.from_cache or other.from_cache,
+            culprit=self.culprit or other.culprit,
         )
         out.refunded = self.refunded and other.refunded
         return out
@@ -185,5 +219,5 @@ class Decision:
     def __repr__(self) -> str:
         names = ", ".join(f"{r.name}:{r.remaining:g}" for r in self.results)
         extra = f", shadow_limited={list(self.shadow_limited)}" if self.shadow_limited else ""
-        extra += ", cached" if self.cached else ""
+        extra += ", from_cache" if self.from_cache else ""
         return f"Decision({self.outcome.value}, allowed={self.allowed}, [{names}]{extra})"

@@ -63,8 +63,8 @@ class DenyCache:
     """
 
     def __init__(self, max_entries: int = 10_000, *, clock: Callable[[], float] = time.monotonic) -> None:
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        if type(max_entries) is not int or max_entries < 1:  # SPEC C7
+            raise ValueError(f"max_entries must be a whole number >= 1, got {max_entries!r}")
         self.max_entries = max_entries
         self.clock = clock
         self._entries: dict[str, DenyEntry] = {}

@@ -19,16 +19,16 @@ refusal burns nothing either way.
 # No ``from __future__ import annotations`` here: FastAPI reads these signatures'
 # annotations at runtime to inject the request and the response.
 
+import json
 from typing import Any, Sequence
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from .decision import Decision, Outcome
-from .headers import PROBLEM_TYPE, problem, store_error_problem
+from .decision import Decision
 from .limiter import RateLimiter
-from .policy import Policy
+from .policy import Policy, check_policy_names
 
 __all__ = ["RateLimit", "RateLimitExceeded", "install_problem_handler", "problem_handler"]
 
@@ -41,16 +41,20 @@ class RateLimitExceeded(HTTPException):
     headers (and FastAPI's usual ``{"detail": ...}`` body).
     """
 
-    def __init__(self, decision: Decision, status_code: int, body: dict[str, object], headers: dict[str, str]) -> None:
-        super().__init__(status_code=status_code, detail=str(body.get("detail", "")), headers=headers)
+    def __init__(self, decision: Decision, status_code: int, body: bytes, headers: list[tuple[str, str]]) -> None:
+        detail = json.loads(body).get("detail", "")
+        plain = {k: v for k, v in headers if k.lower() != "content-type"}
+        super().__init__(status_code=status_code, detail=str(detail), headers=plain)
         self.decision = decision
         self.body = body
+        self.media_type = next((v for k, v in headers if k.lower() == "content-type"), "application/problem+json")
 
 
 async def problem_handler(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, RateLimitExceeded):  # pragma: no cover - registered for it only
         raise exc
-    return JSONResponse(exc.body, status_code=exc.status_code, headers=exc.headers, media_type=PROBLEM_TYPE)
+    # the exact body of SPEC P1-P6, not re-serialized
+    return Response(exc.body, status_code=exc.status_code, headers=exc.headers, media_type=exc.media_type)
 
 
 def install_problem_handler(app: Any) -> None:
@@ -74,24 +78,17 @@ class RateLimit:
     """
 
     def __init__(self, limiter: RateLimiter, policies: Sequence[Policy]) -> None:
-        names = [p.name for p in policies]
-        if len(set(names)) != len(names):
-            raise ValueError(f"policy names must be distinct: {names}")
         self.limiter = limiter
-        self.policies = tuple(policies)
+        self.policies = check_policy_names(policies)  # SPEC C1
 
     async def __call__(self, request: Request, response: Response) -> Decision:
         decision = await self.limiter.check(request, self.policies, _route_of(request))
         earlier = getattr(request.state, "rate_limit", None)
-        headers = self.limiter.headers(decision)
-        if decision.outcome is Outcome.LIMITED:
+        status, headers, body = self.limiter.response(decision)
+        if body is not None:  # 429, 503, 400 (SPEC I2) or 500 (L3)
             if isinstance(earlier, Decision):
                 await earlier.refund()  # the middleware charged; a refusal burns nothing
-            raise RateLimitExceeded(decision, 429, problem(decision), dict(headers))
-        if not decision.allowed:
-            if isinstance(earlier, Decision):
-                await earlier.refund()
-            raise RateLimitExceeded(decision, 503, store_error_problem(), {"Retry-After": "1"})
+            raise RateLimitExceeded(decision, status, body, headers)
         request.state.rate_limit = earlier.merged(decision) if isinstance(earlier, Decision) else decision
         for name, value in headers:
             response.headers.append(name, value)

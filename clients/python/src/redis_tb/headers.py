@@ -37,10 +37,17 @@ from typing import Literal, Sequence
 from http_sfv.item import Item
 from http_sfv.list import List
 
-from .decision import Decision, PolicyResult
+from .decision import Decision, Outcome, PolicyResult
 
 __all__ = [
+    "PROBLEM_TYPE",
     "SF_INT_MAX",
+    "Response",
+    "bad_request_problem",
+    "body_number",
+    "invalid_input_problem",
+    "problem_bytes",
+    "respond",
     "decision_headers",
     "legacy_headers",
     "problem",
@@ -146,19 +153,20 @@ def ratelimit(results: Sequence[PolicyResult]) -> str:
 
 
 def legacy_headers(
-    results: Sequence[PolicyResult], *, reset: Literal["unix", "delta"] = "unix"
+    results: Sequence[PolicyResult], *, reset: Literal["unix", "delta"] = "unix", now_unix: float | None = None
 ) -> list[tuple[str, str]]:
-    """``X-RateLimit-Limit/Remaining/Reset`` of the policy with the smallest remaining
-    (ties: the first): Limit = q, Remaining = r, Reset = a Unix timestamp in whole
-    seconds, ``ceil(now + reset_after)`` by this server's wall clock (``"unix"``, what
-    GitHub and most clients expect), or t in delta seconds (``"delta"``)."""
+    """SPEC H4: ``X-RateLimit-Limit/Remaining/Reset`` of the enforced policy with the
+    smallest remaining (ties: the first): Limit = q, Remaining = r, Reset =
+    ``ceil(now_unix + reset_after)`` (``"unix"``; ``now_unix`` defaults to
+    ``time.time()``) or t (``"delta"``)."""
     if not results:
         return []
     tight = min(results, key=lambda r: r.remaining)  # min() keeps the first of equals
     if reset == "delta":
         when = reset_seconds(tight.reset_after)
     else:
-        when = math.ceil(time.time() + min(max(tight.reset_after, 0.0), SF_INT_MAX))
+        now = time.time() if now_unix is None else now_unix
+        when = math.ceil(now + min(max(tight.reset_after, 0.0), SF_INT_MAX))
     return [
         ("X-RateLimit-Limit", str(quota(tight.capacity))),
         ("X-RateLimit-Remaining", str(remaining_units(tight.remaining))),
@@ -167,19 +175,27 @@ def legacy_headers(
 
 
 def retry_after_header(decision: Decision) -> str | None:
-    """``Retry-After`` for a refused decision, None when allowed or never admissible."""
-    if not decision.limited or decision.retry_after is None:
+    """SPEC H3: ``Retry-After`` of a refused decision, None when allowed or when the
+    request can never pass."""
+    if not decision.limited:
         return None
-    secs = retry_after_seconds(decision.retry_after)
+    wait = decision.retry_after
+    if wait is None:
+        return None
+    secs = retry_after_seconds(wait)
     return None if secs is None else str(secs)
 
 
 def decision_headers(
-    decision: Decision, *, legacy: bool = False, legacy_reset: Literal["unix", "delta"] = "unix"
+    decision: Decision,
+    *,
+    legacy: bool = False,
+    legacy_reset: Literal["unix", "delta"] = "unix",
+    now_unix: float | None = None,
 ) -> list[tuple[str, str]]:
-    """Every rate-limit header for a decision (empty when Redis was not consulted).
-    Shadow policies are left out: a client must not slow down for a limit that is
-    not enforced."""
+    """SPEC H1-H4, H6: every rate-limit header of a decision (none when Redis and the
+    deny cache were not consulted). Shadow policies are left out: a client must not
+    slow down for a limit that is not enforced."""
     results = decision.results
     if not results:
         return []
@@ -194,28 +210,53 @@ def decision_headers(
         ("RateLimit", ratelimit(results)),
     ]
     if legacy:
-        headers.extend(legacy_headers(results, reset=legacy_reset))
+        headers.extend(legacy_headers(results, reset=legacy_reset, now_unix=now_unix))
     retry = retry_after_header(decision)
     if retry is not None:
         headers.append(("Retry-After", retry))
     return headers
 
 
+#: SPEC P5: the largest number a body writes.
+BODY_MAX = 999_999_999_999
+
+
+def body_number(x: float) -> str:
+    """SPEC P5: clamped to 0..=999999999999, rounded up to the millisecond (a
+    product within 1e-9 relative of a whole number of milliseconds is that number),
+    written as a decimal without exponent or trailing zeros."""
+    if not x > 0:  # negative, zero or NaN
+        return "0"
+    t = min(x, BODY_MAX) * 1000
+    m = round(t)
+    if abs(t - m) > 1e-9 * max(1.0, t):
+        m = math.ceil(t)
+    whole, frac = divmod(int(m), 1000)
+    if not frac:
+        return str(whole)
+    return f"{whole}.{frac:03d}".rstrip("0")
+
+
+def _never(decision: Decision) -> list[PolicyResult]:
+    return [r for r in decision.results if not r.allowed and not r.shadow and r.retry_after < 0]
+
+
 def problem(decision: Decision) -> dict[str, object]:
-    """The RFC 9457 body of a 429."""
+    """The RFC 9457 body of a 429 (SPEC P1, P2) as a dict; :func:`problem_bytes`
+    writes the exact text (P5, P6)."""
     violated = list(decision.violated)
-    wait = decision.retry_after
-    never = [r for r in decision.results if not r.allowed and r.never]
-    names = ", ".join(f"'{n}'" for n in violated)
+    never = _never(decision)
     if never:
         detail = "; ".join(
-            f"this request costs {r.cost:g} but policy '{r.name}' allows at most "
-            f"{r.capacity:g} at once: it can never succeed"
+            f"this request costs {body_number(r.cost)} but policy '{r.name}' allows at most "
+            f"{body_number(r.capacity)} at once: it can never succeed"
             for r in never
         )
         retry: float | None = None
     else:
+        wait = decision.retry_after
         secs = retry_after_seconds(wait if wait is not None else 0.0)
+        names = ", ".join(f"'{n}'" for n in violated)
         detail = f"rate limit exceeded for {names}: retry after {secs} s"
         retry = wait
     return {
@@ -229,7 +270,7 @@ def problem(decision: Decision) -> dict[str, object]:
 
 
 def store_error_problem() -> dict[str, object]:
-    """The RFC 9457 body of the 503 a fail-closed limiter answers when Redis fails."""
+    """SPEC P3: the body of the 503 a fail-closed limiter answers when Redis fails."""
     return {
         "type": "about:blank",
         "title": "Service Unavailable",
@@ -238,5 +279,78 @@ def store_error_problem() -> dict[str, object]:
     }
 
 
+def bad_request_problem(header: str) -> dict[str, object]:
+    """SPEC P4: the body of the 400 for a header identity with a control byte."""
+    return {
+        "type": "about:blank",
+        "title": "Bad Request",
+        "status": 400,
+        "detail": f"header '{header}' holds a control byte",
+    }
+
+
+def invalid_input_problem(policy: str) -> dict[str, object]:
+    """SPEC P4: the body of the 500 for an out-of-range cost or limit (never the value)."""
+    return {
+        "type": "about:blank",
+        "title": "Internal Server Error",
+        "status": 500,
+        "detail": f"rate limit policy '{policy}' got an invalid cost or limit from the application",
+    }
+
+
+def _json_value(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return body_number(v) if isinstance(v, float) or v >= 0 else str(v)
+    if isinstance(v, list):
+        return "[" + ",".join(_json_value(x) for x in v) + "]"
+    return json.dumps(v, ensure_ascii=False)
+
+
 def problem_body(body: dict[str, object]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    """SPEC P5, P6: compact JSON, keys in order, numbers in the one body format
+    (``status`` is an integer and stays one)."""
+    parts = []
+    for k, v in body.items():
+        text = str(v) if k == "status" else _json_value(v)
+        parts.append(f"{json.dumps(k)}:{text}")
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+def problem_bytes(decision: Decision) -> bytes:
+    """The exact 429 body of a limited decision (SPEC P1, P2, P5, P6)."""
+    return problem_body(problem(decision))
+
+
+#: (status, headers, body or None): what a framework answers for a decision.
+Response = tuple[int, list[tuple[str, str]], bytes | None]
+
+
+def respond(
+    decision: Decision,
+    *,
+    legacy: bool = False,
+    legacy_reset: Literal["unix", "delta"] = "unix",
+    now_unix: float | None = None,
+) -> Response:
+    """The HTTP side of a decision, framework-neutral: ``(200, rate-limit headers,
+    None)`` when the request goes on; else the status (429, 503, 400, 500), its
+    headers (``Content-Type`` included) and the problem body (SPEC H, P, B4)."""
+    outcome = decision.outcome
+    if decision.allowed:
+        return 200, decision_headers(decision, legacy=legacy, legacy_reset=legacy_reset, now_unix=now_unix), None
+    if outcome is Outcome.LIMITED:
+        hs = decision_headers(decision, legacy=legacy, legacy_reset=legacy_reset, now_unix=now_unix)
+        status, body = 429, problem_bytes(decision)
+    elif outcome is Outcome.BAD_REQUEST:
+        hs, status, body = [], 400, problem_body(bad_request_problem(decision.culprit or ""))
+    elif outcome is Outcome.INVALID_INPUT:
+        hs, status, body = [], 500, problem_body(invalid_input_problem(decision.culprit or ""))
+    else:  # a store error, failing closed (SPEC H5, B4)
+        hs, status, body = [("Retry-After", "1")], 503, problem_body(store_error_problem())
+    hs.append(("Content-Type", PROBLEM_TYPE))
+    return status, hs, body

@@ -1,249 +1,253 @@
-"""Who is calling: the client address behind trusted proxies, grouped by prefix.
+"""Bucket keys and the identities they are made of (SPEC I1-I3, K1-K5).
 
-The rules (shared with the Rust integration):
+One key builder (:class:`KeyBuilder`) for every path that makes a key: the limiter,
+refunds, the deny cache and helpers. A key is
+``<prefix>:[{<tag>}:]<policy>[@<route>]:<identity>`` (K1), each part escaped (K2) and
+long identities and tags hashed (K3), so a key is bounded and two different
+(tag, policy, route, identity) never share one.
 
-- The TCP peer is the client unless it is inside a trusted CIDR. A spoofed
-  ``X-Forwarded-For`` from an untrusted peer is ignored entirely.
-- From a trusted peer, the forwarding header is walked from RIGHT to LEFT (each
-  proxy appends the address it received from), skipping trusted addresses; the
-  first untrusted address is the client. If every entry is trusted, the leftmost
-  is used. The leftmost entry is otherwise never believed: anyone can write it.
-- A malformed entry stops the walk: the last good address seen (the peer or the
-  previous trusted hop) is the client. A garbled header never picks the identity.
-- IPv4-mapped IPv6 (``::ffff:1.2.3.4``) is IPv4. IPv6 is grouped by prefix (/64
-  by default: one subscriber's LAN), IPv4 by /32.
+Key sources (SPEC "Names"): :meth:`Key.client_ip` (the default), :meth:`Key.header`,
+:meth:`Key.fixed`, :meth:`Key.from_fn`.
 """
 
 from __future__ import annotations
 
-import functools
-import ipaddress
-import socket
-from typing import Any, Callable, Iterable, Literal, Sequence
+import hashlib
+import re
+from typing import Any, Awaitable, Callable, Union
 
-__all__ = ["ClientIP", "HeaderGetter", "IPAddress", "IPNetwork", "parse_address"]
+from .address import ClientIP, ClientIp, ClientIpConfig, HeaderGetter, parse_address
 
-#: lower-case header name -> every value of that header in the request, in order
-#: (what a framework adapter supplies so :class:`ClientIP` can walk the proxies).
-HeaderGetter = Callable[[str], Sequence[str]]
+__all__ = [
+    "BadHeader",
+    "ClientIP",
+    "ClientIp",
+    "ClientIpConfig",
+    "FixedKey",
+    "FnKey",
+    "HeaderKey",
+    "Key",
+    "KeyBuilder",
+    "ClientIpKey",
+    "escape",
+    "escape_route",
+    "bounded",
+    "header_identity",
+    "HeaderGetter",
+    "parse_address",
+]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-Header = Literal["x-forwarded-for", "forwarded"]
+#: an identity: a Unicode string (escaped as its UTF-8 bytes) or the bytes of a
+#: header value as received (SPEC K2).
+Identity = Union[str, bytes]
 
+#: what a key function returns: an identity, or None / "" to skip the policy (I1).
+KeyFuncResult = Union[Awaitable[Union[str, None]], str, None]
 
-def _unmap(addr: IPAddress) -> IPAddress:
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
-    return addr
+# SPEC K2: bytes kept as they are are 0x21..0x7E except '%', '{', '}' (and, in a
+# route, ':' and '@'). The regexes find the first character that needs work; a
+# string without one is returned unchanged (the hot path: no copy, no encode).
+_NEEDS = re.compile(r"[^\x21-\x24\x26-\x7a\x7c\x7e]")
+_NEEDS_ROUTE = re.compile(r"[^\x21-\x24\x26-\x39\x3b-\x3f\x41-\x7a\x7c\x7e]")
+_search = _NEEDS.search
+_ESC = [chr(b) if 0x21 <= b <= 0x7E and chr(b) not in "%{}" else f"%{b:02X}" for b in range(256)]
+_ESC_ROUTE = [c if c not in (":", "@") else f"%{ord(c):02X}" for c in _ESC]
 
-
-@functools.lru_cache(maxsize=4096)  # the same few addresses arrive again and again
-def parse_address(text: str) -> IPAddress | None:
-    """An address as proxies write it: ``1.2.3.4``, ``1.2.3.4:80``, ``2001:db8::1``,
-    ``[2001:db8::1]`` or ``[2001:db8::1]:443``. Anything else (``unknown``,
-    obfuscated ``_node`` names, garbage) is None."""
-    text = text.strip()
-    if not text:
-        return None
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None
-        rest = text[end + 1 :]
-        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
-            return None
-        text = text[1:end]
-        if ":" not in text:  # brackets are for IPv6 only
-            return None
-    elif text.count(":") == 1:  # IPv4 with a port
-        host, _, port = text.partition(":")
-        if not port.isdigit():
-            return None
-        text = host
-    if "%" in text:  # a zone id names a local interface, not a client
-        return None
-    try:
-        return _unmap(ipaddress.ip_address(text))
-    except ValueError:
-        return None
+#: SPEC K3: an escaped identity or tag longer than this is hashed.
+MAX_PART = 128
 
 
-@functools.lru_cache(maxsize=4096)
-def _network(addr: IPAddress, prefix: int) -> str:
-    return str(ipaddress.ip_network(f"{addr}/{prefix}", strict=False))
+def _escape_bytes(data: bytes, table: list[str]) -> str:
+    return "".join([table[b] for b in data])
 
 
-def _split_list(value: str) -> list[str]:
-    """Split a comma-separated header, keeping commas inside double quotes."""
-    out: list[str] = []
-    cur: list[str] = []
-    quoted = False
-    escaped = False
-    for ch in value:
-        if escaped:
-            cur.append(ch)
-            escaped = False
-        elif quoted and ch == "\\":
-            cur.append(ch)
-            escaped = True
-        elif ch == '"':
-            cur.append(ch)
-            quoted = not quoted
-        elif ch == "," and not quoted:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return out
-
-
-def _forwarded_for(element: str) -> str | None:
-    """The ``for=`` value of one RFC 7239 element, unquoted; None when absent."""
-    for pair in element.split(";"):
-        name, sep, value = pair.strip().partition("=")
-        if sep and name.strip().lower() == "for":
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] == '"':
-                value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+def escape(value: Identity) -> str:
+    """SPEC K2 for a tag or an identity: every byte outside 0x21..0x7E and each of
+    ``%``, ``{``, ``}`` written ``%XX``; a str as its UTF-8 bytes, bytes as they are."""
+    if isinstance(value, str):
+        if _NEEDS.search(value) is None:
             return value
-    return None
+        return _escape_bytes(value.encode("utf-8", "surrogatepass"), _ESC)
+    return _escape_bytes(value, _ESC)
 
 
-def _v4(text: str) -> int | None:
-    """A plain dotted-quad IPv4 address as an int (inet_pton is strict: no leading
-    zeros, no ports, no spaces), else None (the general parser decides)."""
-    try:
-        return int.from_bytes(socket.inet_pton(socket.AF_INET, text), "big")
-    except (OSError, ValueError, TypeError):
+def escape_route(route: str) -> str:
+    """SPEC K2 for a route: the identity's escaping, plus ``:`` and ``@``."""
+    if _NEEDS_ROUTE.search(route) is None:
+        return route
+    return _escape_bytes(route.encode("utf-8", "surrogatepass"), _ESC_ROUTE)
+
+
+def bounded(value: Identity) -> str:
+    """SPEC K2 + K3: the escaped part, or ``%h`` and the first 32 hex digits of the
+    SHA-256 of its unescaped bytes when the escaped form is longer than 128 bytes."""
+    if len(value) <= MAX_PART:  # str length <= its escaped length: maybe short enough
+        if type(value) is str and _search(value) is None:
+            return value  # the hot path: nothing to escape, no copy
+        out = escape(value)
+        if len(out) <= MAX_PART:
+            return out
+    raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+    return "%h" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+class KeyBuilder:
+    """The one key builder of a limiter (SPEC K1): ``prefix`` is validated (C4)."""
+
+    __slots__ = ("prefix", "_heads", "_plain")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._heads: dict[tuple[str, str | None], str] = {}
+        self._plain: dict[str, str] = {}
+
+    def head(self, policy: str, route: str | None = None) -> str:
+        """``<prefix>:<policy>[@<route>]:``, cached per (policy, route)."""
+        if route is None:
+            got = self._plain.get(policy)
+            if got is None:
+                got = self._plain[policy] = f"{self.prefix}:{policy}:"
+            return got
+        got = self._heads.get((policy, route))
+        if got is None:
+            if route is None:
+                got = f"{self.prefix}:{policy}:"
+            else:
+                got = f"{self.prefix}:{policy}@{escape_route(route)}:"
+            if len(self._heads) < 4096:  # routes are configuration: a few of them
+                self._heads[(policy, route)] = got
+        return got
+
+    def key(self, policy: str, identity: Identity, *, route: str | None = None, tag: Identity | None = None) -> str:
+        """The bucket key of ``identity`` under ``policy`` (SPEC K1-K4). An empty
+        tag is no tag (K4)."""
+        ident = bounded(identity)
+        if tag:
+            head = f"{self.prefix}:{{{bounded(tag)}}}:{policy}"
+            if route is not None:
+                head += "@" + escape_route(route)
+            return f"{head}:{ident}"
+        return self.head(policy, route) + ident
+
+
+class BadHeader(Exception):
+    """A header identity holds a control byte (SPEC I2): the request is a 400."""
+
+    def __init__(self, header: str) -> None:
+        super().__init__(f"header '{header}' holds a control byte")
+        self.header = header
+
+
+# SPEC I2: control bytes (0x00-0x08, 0x0A-0x1F, 0x7F) make a bad request; a tab is
+# kept inside (and trimmed at both ends with the spaces).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def header_identity(name: str, lines: list[str] | tuple[str, ...] | Any) -> Identity | None:
+    """The identity of header ``name`` from its lines (each a str of bytes, one
+    character per byte, as ASGI and WSGI give them): joined with ``", "``, optional
+    white space trimmed; None when absent or empty (the policy is skipped, I1).
+    Raises :class:`BadHeader` for a control byte. Bytes >= 0x80 are kept: the result
+    is then ``bytes``, escaped byte by byte (K2)."""
+    if not lines:
         return None
+    value = lines[0] if len(lines) == 1 else ", ".join(lines)
+    if _CONTROL.search(value) is not None:
+        raise BadHeader(name)
+    value = value.strip(" \t")
+    if not value:
+        return None
+    if value.isascii():
+        return value
+    return value.encode("latin-1", "replace")
 
 
-class ClientIP:
-    """A key function: the client's address, grouped (``"203.0.113.7"``,
-    ``"2001:db8:1:2::/64"``), or None when the peer address is unknown (a Unix socket
-    without trusted proxies in front: the policy is then skipped).
+class Key:
+    """Where a policy's identity comes from (SPEC "Names": key sources)."""
 
-    ``trusted_proxies``: CIDRs (or addresses) of your load balancers and reverse
-    proxies; empty (the default) means the headers are never read.
-    ``header``: ``"x-forwarded-for"`` (default) or ``"forwarded"`` (RFC 7239 ``for=``).
-    """
+    __slots__ = ()
 
-    def __init__(
-        self,
-        trusted_proxies: Iterable[str | IPNetwork] = (),
-        *,
-        header: Header = "x-forwarded-for",
-        ipv4_prefix: int = 32,
-        ipv6_prefix: int = 64,
-    ) -> None:
-        if header not in ("x-forwarded-for", "forwarded"):
-            raise ValueError(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
-        if not 0 <= ipv4_prefix <= 32:
-            raise ValueError(f"ipv4_prefix must be 0..32, got {ipv4_prefix}")
-        if not 0 <= ipv6_prefix <= 128:
-            raise ValueError(f"ipv6_prefix must be 0..128, got {ipv6_prefix}")
-        self.trusted: tuple[IPNetwork, ...] = tuple(
-            n if isinstance(n, (ipaddress.IPv4Network, ipaddress.IPv6Network))
-            else ipaddress.ip_network(n.strip(), strict=False)
-            for n in trusted_proxies
-        )
-        self.header: Header = header
-        self.ipv4_prefix = ipv4_prefix
-        self.ipv6_prefix = ipv6_prefix
-        # The fast path of :meth:`of`: trusted IPv4 networks as (network, mask) ints.
-        self._v4_nets = tuple(
-            (int(n.network_address), int(n.netmask)) for n in self.trusted if n.version == 4
-        )
+    @staticmethod
+    def client_ip(config: ClientIpConfig | None = None) -> ClientIpKey:
+        """The client address (the default): the limiter's ``client_ip`` config, or
+        ``config``."""
+        return ClientIpKey(config)
 
-    def is_trusted(self, addr: IPAddress) -> bool:
-        return any(addr in net for net in self.trusted)
+    @staticmethod
+    def header(name: str) -> HeaderKey:
+        """The value of request header ``name`` (SPEC I2)."""
+        return HeaderKey(name)
 
-    def _entries(self, values: Sequence[str]) -> list[str]:
-        entries: list[str] = []
-        for v in values:  # several header lines form one list, in order
-            entries.extend(_split_list(v))
-        return entries
+    @staticmethod
+    def fixed(value: str) -> FixedKey:
+        """The same identity for every request: one bucket for the route (SPEC I3)."""
+        return FixedKey(value)
 
-    def client_address(self, peer: str | None, header_values: Sequence[str]) -> IPAddress | None:
-        """The client's address given the peer and the forwarding header's lines."""
-        addr = parse_address(peer) if peer else None
-        if addr is None or not self.is_trusted(addr):
-            return addr
-        for entry in reversed(self._entries(header_values)):
-            hop = (
-                parse_address(entry)
-                if self.header == "x-forwarded-for"
-                else parse_address(_forwarded_for(entry) or "")
-            )
-            if hop is None:
-                return addr  # malformed: keep the last good address
-            addr = hop
-            if not self.is_trusted(hop):
-                return hop
-        return addr  # every hop trusted: the leftmost
+    @staticmethod
+    def from_fn(fn: Callable[[Any], KeyFuncResult]) -> FnKey:
+        """A function of the framework's request returning an identity or None."""
+        return FnKey(fn)
 
-    def group(self, addr: IPAddress) -> str:
-        """The identity of an address: itself at /32 (/128), else its network."""
-        if isinstance(addr, ipaddress.IPv4Address):
-            prefix, full = self.ipv4_prefix, 32
-        else:
-            prefix, full = self.ipv6_prefix, 128
-        if prefix == full:
-            return str(addr)
-        return _network(addr, prefix)
 
-    def identity(self, peer: str | None, header_values: Sequence[str]) -> str | None:
-        addr = self.client_address(peer, header_values)
-        return None if addr is None else self.group(addr)
+class ClientIpKey(Key):
+    __slots__ = ("config",)
 
-    def _v4_trusted(self, x: int) -> bool:
-        for net, mask in self._v4_nets:
-            if x & mask == net:
-                return True
-        return False
+    def __init__(self, config: ClientIpConfig | None = None) -> None:
+        self.config = config
 
-    def of(self, peer: str | None, headers: HeaderGetter) -> str | None:
-        """The identity from what a framework adapter supplies: the TCP peer address
-        and a getter of header values (read only when the peer is a trusted proxy).
+    def __repr__(self) -> str:
+        return "Key.client_ip()"
 
-        The same answer as :meth:`identity`; plain IPv4 addresses (the peer, and the
-        entries of a one-line ``X-Forwarded-For``) take a fast path of integer
-        compares, anything else the general parser."""
-        x = None if peer is None else _v4(peer)
-        if x is not None and peer is not None:
-            if not self._v4_trusted(x):
-                return peer if self.ipv4_prefix == 32 else self.group(ipaddress.IPv4Address(x))
-            values = headers(self.header)
-            if self.header == "x-forwarded-for" and len(values) == 1 and '"' not in values[0]:
-                hop: str = peer
-                for entry in reversed(values[0].split(",")):
-                    entry = entry.strip()
-                    h = _v4(entry)
-                    if h is None:
-                        break  # not a plain IPv4 entry: the general walk decides
-                    hop = entry
-                    if not self._v4_trusted(h):
-                        return hop if self.ipv4_prefix == 32 else self.group(ipaddress.IPv4Address(h))
-                else:  # every hop trusted: the leftmost
-                    return self.group(ipaddress.IPv4Address(_v4(hop) or 0)) if self.ipv4_prefix != 32 else hop
-            return self.identity(peer, values)
-        if self.trusted:
-            addr = parse_address(peer) if peer else None
-            if addr is not None and self.is_trusted(addr):
-                return self.identity(peer, headers(self.header))
-        return self.identity(peer, ())
 
-    def __call__(self, request: Any) -> str | None:
-        """As a key function of a Starlette request (``request.client``) or a Django
-        one (``request.META``). The limiter itself calls :meth:`of` with what its
-        adapter supplies."""
-        client = getattr(request, "client", None)
-        if client is not None or hasattr(request, "headers") and hasattr(request.headers, "getlist"):
-            peer = client.host if client else None
-            values = request.headers.getlist(self.header) if self.trusted else []
-            return self.identity(peer, values)
-        meta = request.META
-        value = meta.get("HTTP_" + self.header.upper().replace("-", "_")) if self.trusted else None
-        return self.identity(meta.get("REMOTE_ADDR") or None, [value] if value else [])
+class HeaderKey(Key):
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+            raise ValueError(f"Key.header: a header name is a token, got {name!r}")
+        self.name = name.lower()
+
+    def identity(self, headers: HeaderGetter) -> Identity | None:
+        return header_identity(self.name, headers(self.name))
+
+    def __call__(self, request: Any) -> Identity | None:
+        """As a key function of a Starlette or Django request."""
+        hs = getattr(request, "headers", None)
+        if hs is not None and hasattr(hs, "getlist"):
+            return self.identity(hs.getlist)
+        meta = getattr(request, "META", {})
+        value = meta.get("HTTP_" + self.name.upper().replace("-", "_"))
+        return self.identity(lambda _: [value] if value is not None else [])
+
+    def __repr__(self) -> str:
+        return f"Key.header({self.name!r})"
+
+
+class FixedKey(Key):
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"Key.fixed: the value must be a non-empty string, got {value!r}")  # SPEC I3
+        self.value = value
+
+    def __call__(self, request: Any) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Key.fixed({self.value!r})"
+
+
+class FnKey(Key):
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any], KeyFuncResult]) -> None:
+        if not callable(fn):
+            raise TypeError(f"Key.from_fn needs a function, got {fn!r}")
+        self.fn = fn
+
+    def __call__(self, request: Any) -> KeyFuncResult:
+        return self.fn(request)
+
+    def __repr__(self) -> str:
+        return f"Key.from_fn({self.fn!r})"

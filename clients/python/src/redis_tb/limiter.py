@@ -35,9 +35,11 @@ How a framework adapter uses it
 - Refund: ``await decision.refund()`` (async path) / ``decision.refund_sync()``
   (sync path), by the handler, or by the adapter's ``refund_on`` after the response.
 - Startup: ``await limiter.startup()`` / ``limiter.startup()`` (sync), which raise
-  :class:`ModuleNotLoadedError` without the module and only log an unreachable Redis.
+  :class:`StartupError` (one line, SPEC U1, U2) without the module, without the
+  permission to run COMMAND INFO, or with Redis unreachable (unless
+  ``start_degraded``).
 
-Failure handling (the same in the Rust integration):
+The rules are clients/SPEC.md's (cited by number below). Failure handling (B1-B5):
 
 - every call is bounded by ``timeout`` (default 50 ms) and made at most once (on
   the sync path the client's socket timeout bounds it: use ``Client.from_url``,
@@ -58,25 +60,39 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast
 
 import redis
 import redis.asyncio
 import redis.exceptions
 
-from .client import AsyncClient, Client, ModuleNotLoadedError
+from .address import ClientIpConfig, HeaderGetter
+from .breaker import CALL, PROBE, SKIP, Breaker
+from .client import AsyncClient, Client, ModuleNotLoadedError, StartupError
 from .decision import Decision, Outcome, PolicyResult
 from .deny_cache import DenyCache, DenyEntry
-from .headers import decision_headers, problem, problem_body, store_error_problem, PROBLEM_TYPE
-from .keys import ClientIP, HeaderGetter
+from .headers import Response, decision_headers, respond
+from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded
 from .metrics import Metrics
-from .policy import Limit, Policy
-from .replies import Bucket, UnexpectedReplyError, encode_arg, mtake_reader, mtake_values
+from .policy import Limit, Policy, cost_ok, limit_ok
+from .replies import (
+    Bucket,
+    UnexpectedReplyError,
+    encode_arg,
+    mtake_reader,
+    mtake_values,
+    take_reader,
+    take_values,
+)
 
-__all__ = ["BaseLimiter", "HashTagFunc", "LimiterStats", "RateLimiter", "Rejection", "SyncRateLimiter"]
+__all__ = [
+    "BaseLimiter", "Clock", "HashTagFunc", "LimiterStats", "RateLimiter", "Rejection", "SyncRateLimiter",
+    "SystemClock", "check_prefix",
+]
 
 T = TypeVar("T")
 #: request -> the hash tag of this request's keys (Redis Cluster), or None.
@@ -85,6 +101,36 @@ HashTagFunc = Callable[[Any], Awaitable[str | None] | str | None]
 Rejection = tuple[int, list[tuple[str, str]], bytes]
 
 _NO_PEER: Any = object()
+
+
+class Clock:
+    """The limiter's time source (SPEC T1): ``monotonic()`` seconds for the deny cache
+    (R) and the breaker (B), ``time()`` epoch seconds for ``X-RateLimit-Reset`` (H4).
+    Tests pass their own."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+
+#: the default clock
+SystemClock = Clock
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+
+
+def check_prefix(prefix: object) -> str:
+    """SPEC C4: a key prefix matches ``[A-Za-z0-9_.:-]{1,64}`` (no braces, spaces or
+    control bytes)."""
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ValueError(f"prefix must match [A-Za-z0-9_.:-]{{1,64}}, got {prefix!r}")
+    return prefix
+
+
+# what the breaker lets a call do (SPEC B2, B3)
+_SKIP, _CALL, _PROBE = SKIP, CALL, PROBE
 
 
 async def _bounded(call: Awaitable[T], seconds: float) -> T:
@@ -100,6 +146,11 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.TimeoutError,
     asyncio.TimeoutError,
     OSError,
+)
+_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
+    ModuleNotLoadedError,
+    redis.exceptions.NoPermissionError,
+    *_CONNECTION_ERRORS,
 )
 _STORE_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.RedisError,
@@ -130,11 +181,8 @@ class LimiterStats:
     shadow_limited: int = 0
     #: requests refused by the local deny cache (also counted in ``limited``)
     deny_cache_hits: int = 0
-
-
-def _route_part(route: str) -> str:
-    # A '{' in a key starts a Redis Cluster hash tag: keep templates' braces out.
-    return route.replace("{", "<").replace("}", ">")
+    #: requests whose cost or limit function gave a value out of range (SPEC L3)
+    invalid_inputs: int = 0
 
 
 class _Plan:
@@ -151,11 +199,21 @@ class _Plan:
         self.shadow = shadow
 
 
+class _Early:
+    """A request decided while planning (SPEC I2, L3): no Redis call."""
+
+    __slots__ = ("outcome", "culprit")
+
+    def __init__(self, outcome: Outcome, culprit: str) -> None:
+        self.outcome = outcome
+        self.culprit = culprit
+
+
 #: the plan builder yields awaitables it needs resolved and returns the plans
-_PlanSteps = Generator[Any, Any, list[_Plan]]
+_PlanSteps = Generator[Any, Any, "list[_Plan] | _Early"]
 
 
-async def _resolved(steps: _PlanSteps) -> list[_Plan]:
+async def _resolved(steps: _PlanSteps) -> list[_Plan] | _Early:
     """The plans, awaiting what the user functions returned (the async path)."""
     try:
         pending = steps.send(None)
@@ -165,7 +223,7 @@ async def _resolved(steps: _PlanSteps) -> list[_Plan]:
         return done.value  # type: ignore[no-any-return]
 
 
-def _resolved_sync(steps: _PlanSteps) -> list[_Plan]:
+def _resolved_sync(steps: _PlanSteps) -> list[_Plan] | _Early:
     """The plans on the sync path, where a user function may not return an awaitable."""
     try:
         pending = steps.send(None)
@@ -194,24 +252,26 @@ def _pending(value: object) -> bool:
 
 class BaseLimiter:
     """Everything both paths share: configuration, plans, decisions, failure mode,
-    cool-down, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
+    breaker, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
     :class:`SyncRateLimiter` add the Redis calls.
 
-    ``client_ip``: the default key function (peer IP; pass
-    ``ClientIP(trusted_proxies=[...])`` behind proxies).
-    ``prefix``: keys are ``<prefix>:<policy>:<identity>``, or
-    ``<prefix>:{<tag>}:<policy>:<identity>`` with ``hash_tag`` (a function of the
-    request). On Redis Cluster, layered policies need one hash tag per request
-    (e.g. the user id or the client IP) so that their keys share a slot.
-    ``clock``: None (default) uses the Redis server's clock, the one clock every
-    app server agrees on; a function returning epoch seconds passes ``now``.
-    ``shadow``: every policy of this limiter in shadow mode (observe only).
-    ``metrics``: e.g. ``PrometheusMetrics(registry, limiter="api")``; None (the
-    default) makes no metric calls.
-    ``deny_cache``: a :class:`DenyCache` to refuse repeat offenders locally
-    without calling Redis (off by default: see its docstring for what it trades).
+    ``client_ip``: the default identity (a :class:`ClientIpConfig`: peer address,
+    trusted proxies, prefixes).
+    ``prefix``: keys are ``<prefix>:[{<tag>}:]<policy>[@<route>]:<identity>`` (SPEC
+    C4, K1), with ``hash_tag`` a function of the request giving the tag (K4). On Redis
+    Cluster, layered policies need one hash tag per request so their keys share a slot.
+    ``clock``: a :class:`Clock` (SPEC T1); tests pass their own.
+    ``redis_now``: None (default) uses the Redis server's clock for the buckets, the
+    one clock every app server agrees on; a function returning epoch seconds sends
+    that ``now`` with each command instead. (A plain function given as ``clock`` is
+    taken as ``redis_now``, its old meaning; deprecated.)
+    ``shadow``: every policy of this limiter in shadow mode (observe only, S1).
+    ``metrics``: e.g. ``PrometheusMetrics(registry, limiter="api")`` (M1).
+    ``deny_cache``: a :class:`DenyCache` (R1-R9, off by default).
     ``legacy_reset``: ``X-RateLimit-Reset`` as a Unix timestamp (``"unix"``, the
-    default) or in delta seconds (``"delta"``), with ``legacy_headers=True``.
+    default) or in delta seconds (``"delta"``), with ``legacy_headers=True`` (H4).
+    ``start_degraded``: an unreachable Redis at startup logs one line and starts in
+    the failure mode instead of failing the start (U2).
     """
 
     client: AsyncClient | Client
@@ -220,65 +280,95 @@ class BaseLimiter:
         self,
         *,
         prefix: str = "rl",
-        client_ip: ClientIP | None = None,
+        client_ip: ClientIpConfig | None = None,
         hash_tag: HashTagFunc | None = None,
         fail_open: bool = True,
         timeout: float = 0.05,
         cooldown: float = 1.0,
         legacy_headers: bool = False,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
+        redis_now: Callable[[], float] | None = None,
         logger: logging.Logger | None = None,
         shadow: bool = False,
         metrics: Metrics | None = None,
         deny_cache: DenyCache | None = None,
         legacy_reset: Literal["unix", "delta"] = "unix",
+        start_degraded: bool = False,
     ) -> None:
         if legacy_reset not in ("unix", "delta"):
             raise ValueError(f"legacy_reset must be 'unix' or 'delta', got {legacy_reset!r}")
-        self.prefix = prefix
-        self.client_ip = client_ip or ClientIP()
+        if not (isinstance(timeout, (int, float)) and timeout > 0):  # SPEC C7
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if not (isinstance(cooldown, (int, float)) and cooldown >= 0):
+            raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown!r}")
+        self.prefix = check_prefix(prefix)
+        self.keys = KeyBuilder(prefix)
+        self.client_ip = client_ip or ClientIpConfig()
         self.hash_tag = hash_tag
         self.fail_open = fail_open
         self.timeout = timeout
         self.cooldown = cooldown
         self.legacy_headers = legacy_headers
-        self.clock = clock
+        given: Clock | None = None
+        if isinstance(clock, Clock) or hasattr(clock, "monotonic"):
+            given = cast(Clock, clock)
+        elif clock is not None:  # the old meaning of `clock` (deprecated)
+            redis_now = redis_now or clock
+        self.clock: Clock | None = given
+        self.redis_now = redis_now
+        self._mono: Callable[[], float] = given.monotonic if given is not None else time.monotonic
+        self._wall: Callable[[], float] = given.time if given is not None else time.time
         self.shadow = shadow
         self.metrics = metrics
         self.deny_cache = deny_cache
+        # The deny cache reads the limiter's clock (SPEC T1), or its own when the
+        # limiter has the system clock (a cache built with a test clock).
+        self._cache_now: Callable[[], float] = (
+            self._mono if given is not None or deny_cache is None else deny_cache.clock
+        )
         self.legacy_reset: Literal["unix", "delta"] = legacy_reset
+        self.start_degraded = start_degraded
         self.log = logger or logging.getLogger("redis_tb")
         self.stats = LimiterStats()
-        self._open_until = 0.0
-        self._probing = False
+        self.breaker = Breaker(cooldown, self._mono)
         self._last_log = float("-inf")
         self._unlogged = 0
         self._shadow_log: dict[str, tuple[float, int]] = {}
-        # Encoded once: "<prefix>:<policy>:" and each (capacity, rate, cost) shape.
-        self._key_heads: dict[str, str] = {}
+        self._invalid_log: dict[str, tuple[float, int]] = {}
+        # Encoded once: each (capacity, rate, cost) shape.
         self._shapes: dict[tuple[float, float, float], bytes] = {}
 
     @property
     def store_errors(self) -> int:
         return self.stats.store_errors
 
-    def _unreachable_at_startup(self, exc: BaseException) -> None:
+    # -- startup (SPEC U1, U2) -------------------------------------------------
+
+    def _startup_failed(self, exc: BaseException) -> None:
+        server = self.client.server
+        if isinstance(exc, ModuleNotLoadedError):
+            raise exc
+        if isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in str(exc):
+            raise StartupError(
+                f"redis-tb: user cannot run COMMAND INFO on {server}: grant +command|info "
+                "(see docs/operations.md)"
+            ) from None
+        reason = "no answer" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else (str(exc) or type(exc).__name__)
+        if not self.start_degraded:
+            raise StartupError(
+                f"redis-tb: cannot reach Redis at {server} ({reason}): start it, or set "
+                "start_degraded to start failing open"
+            ) from None
         self.log.warning(
-            "redis-tb: cannot reach Redis at %s to check the module (%s: %s); "
-            "failing %s until it answers",
-            self.client.server, type(exc).__name__, exc,
-            "open" if self.fail_open else "closed",
+            "redis-tb: Redis at %s unreachable at startup; starting degraded (fail-%s)",
+            server, "open" if self.fail_open else "closed",
         )
 
     # -- keys ------------------------------------------------------------------
 
-    def key(self, policy: str, identity: str, *, route: str | None = None, tag: str | None = None) -> str:
-        """The bucket key of ``identity`` under ``policy``."""
-        if route is not None:
-            identity = f"{_route_part(route)}:{identity}"
-        if tag is not None:
-            return f"{self.prefix}:{{{tag}}}:{policy}:{identity}"
-        return f"{self.prefix}:{policy}:{identity}"
+    def key(self, policy: str, identity: str | bytes, *, route: str | None = None, tag: str | None = None) -> str:
+        """The bucket key of ``identity`` under ``policy`` (SPEC K1-K4)."""
+        return self.keys.key(policy, identity, route=route, tag=tag)
 
     def _plan_steps(
         self,
@@ -300,15 +390,21 @@ class BaseLimiter:
         identity: Any
         limit: Any
         cost: Any
+        keys = self.keys
         for p in policies:
+            matched = route
             if p.routes is not None and (route is None or route not in p.routes):
-                continue
+                if not p.any_method:
+                    continue
+                matched = p.matched_route(route)  # SPEC K5: "* <template>"
+                if matched is None:
+                    continue
             keyfunc = p.key
-            if keyfunc is None or isinstance(keyfunc, ClientIP):
-                cip = self.client_ip if keyfunc is None else keyfunc
+            if keyfunc is None or type(keyfunc) is ClientIpKey:
                 if keyfunc is None and client_ip is not _NO_PEER:
                     identity = client_ip
                 else:
+                    cip = self.client_ip if keyfunc is None or keyfunc.config is None else keyfunc.config
                     if peer is _NO_PEER:  # a Starlette request
                         c = request.client
                         peer = c.host if c else None
@@ -319,11 +415,20 @@ class BaseLimiter:
                     identity = cip.of(peer, headers)
                     if keyfunc is None:
                         client_ip = identity
+            elif type(keyfunc) is HeaderKey:
+                if headers is None:
+                    headers = request.headers.getlist if peer is _NO_PEER else _no_headers
+                try:
+                    identity = keyfunc.identity(headers)
+                except BadHeader as exc:  # SPEC I2: a 400, the policy is not skipped
+                    return _Early(Outcome.BAD_REQUEST, exc.header)
+            elif type(keyfunc) is FixedKey:
+                identity = keyfunc.value
             else:
-                identity = keyfunc(request)
+                identity = cast(Callable[[Any], Any], keyfunc)(request)
                 if _pending(identity):
                     identity = yield identity
-            if identity is None:
+            if not identity:  # None or "": skipped (SPEC I1)
                 continue
             limit = p.limit
             if not isinstance(limit, Limit):
@@ -333,19 +438,20 @@ class BaseLimiter:
                 limit = p.checked_limit(limit)
                 if limit is None:
                     continue
+                if not limit_ok(limit.capacity, limit.rate):  # SPEC L3
+                    return _Early(Outcome.INVALID_INPUT, p.name)
             cost = p.cost
             if callable(cost):
                 cost = cost(request)
                 if _pending(cost):
                     cost = yield cost
-                cost = p.checked_cost(cost)
-            if tag is None and not p.per_route:
-                head = self._key_heads.get(p.name)
-                if head is None:
-                    head = self._key_heads[p.name] = f"{self.prefix}:{p.name}:"
-                key = head + identity
-            else:
-                key = self.key(p.name, identity, route=route if p.per_route else None, tag=tag)
+                if not cost_ok(cost):  # SPEC L3
+                    return _Early(Outcome.INVALID_INPUT, p.name)
+            per_route = matched if p.per_route else None
+            if tag:
+                key = keys.key(p.name, identity, route=per_route, tag=tag)
+            else:  # SPEC K1-K3, the head of each (policy, route) built once
+                key = keys.head(p.name, per_route) + bounded(identity)
             plans.append(_Plan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow))
         if len(plans) > 1 and len({pl.key for pl in plans}) != len(plans):
             raise ValueError("two policies of one request map to the same key: give them distinct names")
@@ -353,28 +459,66 @@ class BaseLimiter:
 
     # -- shared by both paths --------------------------------------------------
 
-    def _before_call(self, plans: list[_Plan], probes: list[tuple[str, DenyEntry]]) -> Decision | None:
-        """A decision made without Redis (nothing applies, cool-down, a cached
-        refusal), or None: ask Redis. The deny-cache entries this request probes are
-        appended to ``probes``: pass them to :meth:`_probes_done` once it is over."""
+    def _early(self, early: _Early) -> Decision:
+        """A request decided while planning (SPEC I2, L3): nothing sent to Redis,
+        never admitted."""
+        self.stats.checks += 1
+        if early.outcome is Outcome.INVALID_INPUT:
+            self.stats.invalid_inputs += 1
+            if self.metrics is not None:
+                self.metrics.invalid_input(early.culprit)
+            self._log_once(
+                self._invalid_log, early.culprit,
+                "redis-tb: policy '%s' got an invalid cost or limit from the application; "
+                "answered 500 (%d since the last line)",
+            )
+        return Decision(early.outcome, False, culprit=early.culprit)
+
+    def _log_once(self, book: dict[str, tuple[float, int]], name: str, message: str) -> None:
+        """``message % (name, count)`` at most once a second per name (SPEC L3, S2)."""
+        now = self._mono()
+        last, unlogged = book.get(name, (float("-inf"), 0))
+        if now - last < 1.0:
+            book[name] = (last, unlogged + 1)
+            return
+        self.log.warning(message, name, unlogged + 1)
+        book[name] = (now, 0)
+
+    def _before_call(
+        self, plans: list[_Plan] | _Early, probes: list[tuple[str, DenyEntry]]
+    ) -> tuple[Decision | None, int]:
+        """A decision made without Redis (nothing applies, invalid input, a cached
+        refusal, the breaker open), or None and what the breaker allows (a call or
+        the probe). The deny-cache entries this request probes are appended to
+        ``probes``: pass them to :meth:`_probes_done` once it is over."""
+        if type(plans) is _Early:
+            return self._early(plans), _SKIP
+        assert isinstance(plans, list)
         if not plans:
-            return Decision(Outcome.NOT_LIMITED, True)
+            return Decision(Outcome.NOT_LIMITED, True), _SKIP  # SPEC L4
         self.stats.checks += 1
         if self.deny_cache is not None:
             hit = self._cached_refusal(plans, self.deny_cache, probes)
             if hit is not None:
-                return hit
-        if not self._may_call():
-            self._probes_done(probes, keep=True)
-            return self._degraded(None)
-        return None
+                return hit, _SKIP
+        way = self._acquire()
+        if way == _SKIP:
+            self._probes_done(probes, keep=True)  # SPEC R6: the claim is given back
+            return self._degraded(None), _SKIP
+        return None, way
+
+    def _acquire(self) -> int:
+        return self.breaker.acquire()
+
+    def _probe_over(self) -> None:
+        self.breaker.probe_over()
 
     def _cached_refusal(
         self, plans: list[_Plan], cache: DenyCache, probes: list[tuple[str, DenyEntry]]
     ) -> Decision | None:
         if self.shadow:
             return None
-        now = cache.clock()
+        now = self._cache_now()
         stale_after = 2 * self.timeout
         hits: list[PolicyResult] = []
         for pl in plans:
@@ -400,7 +544,7 @@ class BaseLimiter:
             for r in hits:
                 m.limited(r.name)
                 m.deny_cache_hit(r.name)
-        return Decision(Outcome.LIMITED, False, tuple(hits), cached=True)
+        return Decision(Outcome.LIMITED, False, tuple(hits), from_cache=True)
 
     def _probes_done(self, probes: list[tuple[str, DenyEntry]], *, keep: bool = False) -> None:
         """The probes of one request are over: the entries a refusal renewed stay,
@@ -413,11 +557,15 @@ class BaseLimiter:
         probes.clear()
 
     def _command(self, plans: list[_Plan]) -> bytes:
-        """TB.MTAKE of these plans, RESP-encoded; each shape's numbers encoded once."""
-        now = None if self.clock is None else self.clock()
+        """SPEC L4: TB.TAKE for one plan, else TB.MTAKE in policy order, RESP-encoded;
+        each shape's numbers encoded once."""
+        now = None if self.redis_now is None else self.redis_now()
         n = len(plans)
-        parts = [b"*%d\r\n$8\r\nTB.MTAKE\r\n" % (2 + 4 * n + (now is not None)), encode_arg(n)]
         shapes = self._shapes
+        if n == 1:
+            parts = [b"*%d\r\n$7\r\nTB.TAKE\r\n" % (5 + (now is not None))]
+        else:
+            parts = [b"*%d\r\n$8\r\nTB.MTAKE\r\n" % (2 + 4 * n + (now is not None)), encode_arg(n)]
         for pl in plans:
             key = pl.key.encode()
             parts.append(b"$%d\r\n%s\r\n" % (len(key), key))
@@ -433,16 +581,10 @@ class BaseLimiter:
             parts.append(encode_arg(now))
         return b"".join(parts)
 
-    def _probe_begin(self) -> bool:
-        probe = self._open_until != 0.0
-        if probe:
-            self._probing = True
-        return probe
-
-    def _after_error(self, exc: BaseException, started: float | None) -> Decision:
+    def _after_error(self, exc: BaseException, started: float | None, n: int = 2) -> Decision:
         if self.metrics is not None and started is not None:
             self.metrics.redis_call(time.perf_counter() - started)
-        self._failed(exc)
+        self._failed(exc, "TB.TAKE" if n == 1 else "TB.MTAKE")
         return self._degraded(exc)
 
     def _after_reply(
@@ -450,17 +592,8 @@ class BaseLimiter:
     ) -> Decision:
         if self.metrics is not None:
             self.metrics.redis_call(time.perf_counter() - started)
-        self._open_until = 0.0
+        self.breaker.succeeded()  # SPEC B3: success closes the breaker
         return self._decision(plans, values[0], values[1])
-
-    def _now(self) -> float | None:
-        return None if self.clock is None else self.clock()
-
-    def _may_call(self) -> bool:
-        if self._open_until == 0.0:
-            return True
-        # Cooling down after a failure: skip Redis; afterwards one probe at a time.
-        return time.monotonic() >= self._open_until and not self._probing
 
     def _decision(
         self, plans: list[_Plan], allowed: bool, per_key: list[tuple[bool, float, float, float]]
@@ -489,25 +622,21 @@ class BaseLimiter:
                 for r in violated:
                     m.limited(r.name)
             cache = self.deny_cache
-            if cache is not None:
-                now = cache.clock()
+            if cache is not None:  # SPEC R1
+                now = self._cache_now()
                 for r in violated:
                     cache.add(r.key, r.capacity, r.rate, r.cost, r.retry_after, r.reset_after, now)
             return Decision(Outcome.LIMITED, False, results, shadow_limited=shadowed)
-        # Only shadow policies refused: the request goes on, uncharged (all or nothing),
-        # so it is not counted in ``allowed`` (nor in redis_tb_allowed_total): nothing was
-        # taken. It is in ``shadow_limited``, as in the Rust and Node integrations.
+        # SPEC S2: only shadow policies refused: the request goes on, uncharged (all or
+        # nothing), so it is not counted in ``allowed``: nothing was taken.
         return Decision(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
 
-    @staticmethod
-    def _cache_spent(cache: DenyCache, results: tuple[PolicyResult, ...]) -> None:
-        """Redis admitted (and charged) this request: each enforced bucket it left
-        with fewer tokens than this request's cost now refuses that cost for
+    def _cache_spent(self, cache: DenyCache, results: tuple[PolicyResult, ...]) -> None:
+        """SPEC R5: Redis admitted (and charged) this request: each enforced bucket it
+        left with fewer tokens than this request's cost refuses that cost for
         ``(cost - remaining) / rate`` s, exactly what Redis would answer until then
-        (absent refunds). Caching that refusal keeps the other in-flight requests of
-        a flooding identity away from Redis; it renews an entry an admitted probe
-        would otherwise remove."""
-        now = cache.clock()
+        (absent refunds)."""
+        now = self._cache_now()
         for r in results:
             if not r.shadow and r.cost > 0 and r.rate > 0 and r.remaining < r.cost:
                 cache.add(r.key, r.capacity, r.rate, r.cost, (r.cost - r.remaining) / r.rate, r.reset_after, now)
@@ -520,17 +649,11 @@ class BaseLimiter:
         if self.metrics is not None:
             for name in names:
                 self.metrics.shadow_limited(name)
-        now = time.monotonic()
-        for name in names:
-            last, unlogged = self._shadow_log.get(name, (float("-inf"), 0))
-            if now - last < 1.0:
-                self._shadow_log[name] = (last, unlogged + 1)
-                continue
-            self.log.warning(
+        for name in names:  # SPEC S2: logged at most once a second per policy
+            self._log_once(
+                self._shadow_log, name,
                 "redis-tb: shadow policy '%s' would have limited a request (%d since the last line)",
-                name, unlogged + 1,
             )
-            self._shadow_log[name] = (now, 0)
 
     def _degraded(self, error: BaseException | None) -> Decision:
         self.stats.degraded += 1
@@ -544,10 +667,10 @@ class BaseLimiter:
             self.metrics.store_error()
         unknown = isinstance(exc, redis.exceptions.ResponseError) and "unknown command" in str(exc).lower()
         server_wide = unknown or not isinstance(exc, (redis.exceptions.ResponseError, UnexpectedReplyError))
-        if server_wide:
-            self._open_until = time.monotonic() + self.cooldown
-        now = time.monotonic()
-        if now - self._last_log < 1.0:
+        now = self._mono()
+        if server_wide:  # SPEC B1: a connection error or a timeout opens the breaker
+            self.breaker.open()
+        if now - self._last_log < 1.0:  # SPEC B5
             self._unlogged += 1
             return
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -568,14 +691,17 @@ class BaseLimiter:
         self._last_log = now
         self._unlogged = 0
 
-    def _refund_buckets(self, decision: Decision) -> list[Bucket] | None:
+    def _refund_buckets(self, decision: Decision) -> tuple[list[Bucket], int] | None:
+        """SPEC F1, B2, B3: the buckets to refund and the breaker's answer, or None
+        (nothing charged, or the breaker open: counted in ``refund_errors``)."""
         buckets = [Bucket(r.key, r.capacity, r.rate, r.cost) for r in decision.results if r.cost > 0]
         if not buckets:
             return None
-        if not self._may_call():
+        way = self._acquire()
+        if way == _SKIP:
             self.stats.refund_errors += 1
             return None
-        return buckets
+        return buckets, way
 
     def _refund_failed(self, exc: BaseException, started: float) -> bool:
         if self.metrics is not None:
@@ -585,6 +711,7 @@ class BaseLimiter:
         return False
 
     def _refunded(self, decision: Decision, started: float) -> bool:
+        self.breaker.succeeded()  # SPEC B3: a refund may be the probe; success closes
         self.stats.refunds += 1
         m = self.metrics
         if m is not None:
@@ -594,7 +721,7 @@ class BaseLimiter:
             if r.cost > 0:
                 if m is not None:
                     m.refunded(r.name)
-                if cache is not None:
+                if cache is not None:  # SPEC R8
                     cache.discard(r.key)
         return True
 
@@ -602,33 +729,36 @@ class BaseLimiter:
 
     def headers(self, decision: Decision) -> list[tuple[str, str]]:
         """The rate-limit headers of a decision (shadow policies left out)."""
-        return decision_headers(decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset)
+        return decision_headers(
+            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
+            now_unix=self._wall() if self.legacy_headers else None,
+        )
+
+    def response(self, decision: Decision) -> Response:
+        """``(status, headers, body)`` of a decision: 200 with the rate-limit headers
+        and no body when the request goes on, else the refusal (429, 503, 400, 500)
+        with its problem body (``Content-Type`` included). SPEC H, P."""
+        return respond(
+            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
+            now_unix=self._wall() if self.legacy_headers else None,
+        )
 
     def rejection(self, decision: Decision) -> Rejection | None:
-        """None when the request goes on; else ``(status, headers, body)`` of the 429
-        (limited) or 503 (store error, failing closed), body ``application/problem+json``
-        (``Content-Type`` is among the headers)."""
-        if decision.allowed:
+        """None when the request goes on; else ``(status, headers, body)`` of the
+        refusal (429, 503, 400 or 500), body ``application/problem+json``."""
+        status, hs, body = self.response(decision)
+        if body is None:
             return None
-        if decision.outcome is Outcome.LIMITED:
-            hs = self.headers(decision)
-            body = problem_body(problem(decision))
-            status = 429
-        else:
-            hs = [("Retry-After", "1")]
-            body = problem_body(store_error_problem())
-            status = 503
-        hs.append(("Content-Type", PROBLEM_TYPE))
         return status, hs, body
 
 
 class RateLimiter(BaseLimiter):
-    """Checks a request against policies in one TB.MTAKE, all or nothing (asyncio).
+    """Checks a request against policies in one call (TB.TAKE or TB.MTAKE), all or
+    nothing (asyncio).
 
     ``client``: an :class:`AsyncClient` or a ``redis.asyncio.Redis`` (prefer
     :meth:`AsyncClient.from_url`: tight socket timeouts, no retries). The other
-    options (``prefix``, ``client_ip``, ``hash_tag``, ``clock``, ``shadow``,
-    ``metrics``, ``deny_cache``...) are :class:`BaseLimiter`'s.
+    options are :class:`BaseLimiter`'s.
     """
 
     client: AsyncClient
@@ -636,21 +766,20 @@ class RateLimiter(BaseLimiter):
     def __init__(self, client: AsyncClient | redis.asyncio.Redis, **options: Any) -> None:
         super().__init__(**options)
         self.client = client if isinstance(client, AsyncClient) else AsyncClient(client)
-        self._readers: dict[int, Callable[[bytes], Any]] = {}
+        self._readers: dict[int, Callable[[bytes], Any]] = {1: take_reader}
 
     async def startup(self) -> None:
-        """Call in the app's lifespan: fail fast when the module is missing.
-
-        Raises :class:`ModuleNotLoadedError` when the server answers without the
-        module. An unreachable Redis is logged, not raised: the failure mode
-        handles it per request, and the app can start before Redis does.
-        """
+        """Call in the app's lifespan (SPEC U1, U2): raises :class:`StartupError` (one
+        line) when the module is missing, COMMAND INFO is not permitted, or Redis is
+        unreachable (unless ``start_degraded``: then one line is logged)."""
         try:
             await asyncio.wait_for(self.client.check_module(), max(self.timeout, 1.0))
-        except ModuleNotLoadedError:
-            raise
-        except _CONNECTION_ERRORS as exc:
-            self._unreachable_at_startup(exc)
+        except _STARTUP_ERRORS as exc:
+            self._startup_failed(exc)
+        except redis.exceptions.ResponseError as exc:
+            if "NOPERM" not in str(exc):
+                raise
+            self._startup_failed(exc)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -664,20 +793,20 @@ class RateLimiter(BaseLimiter):
         peer: str | None = _NO_PEER,
         headers: HeaderGetter | None = None,
     ) -> Decision:
-        """Charge ``request`` on every applicable policy in one TB.MTAKE.
+        """Charge ``request`` on every applicable policy in one call.
 
         ``route`` is ``"METHOD /template"`` (None: matched no route). ``peer`` and
-        ``headers`` feed the default identity (see the module docstring); left out,
-        they are read from a Starlette ``request``.
+        ``headers`` feed the default identity and header keys (see the module
+        docstring); left out, they are read from a Starlette ``request``.
         """
         plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
         probes: list[tuple[str, DenyEntry]] = []
-        early = self._before_call(plans, probes)
+        early, way = self._before_call(plans, probes)
         if early is not None:
             return early
+        assert isinstance(plans, list)
         try:
             command = self._command(plans)
-            probe = self._probe_begin()
             started = time.perf_counter()
             try:
                 reader = self._readers.get(len(plans))
@@ -685,10 +814,10 @@ class RateLimiter(BaseLimiter):
                     reader = self._readers[len(plans)] = mtake_reader(len(plans))
                 values = await _bounded(self.client.call_packed(command, reader), self.timeout)
             except _STORE_ERRORS as exc:
-                return self._after_error(exc, started)
+                return self._after_error(exc, started, len(plans))
             finally:
-                if probe:
-                    self._probing = False
+                if way == _PROBE:
+                    self._probe_over()
             return self._after_reply(plans, values, started)
         finally:
             if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
@@ -698,20 +827,28 @@ class RateLimiter(BaseLimiter):
         return Decision(Outcome.ALLOWED, True, results, refunder=self._refund)
 
     async def _refund(self, decision: Decision) -> bool:
-        buckets = self._refund_buckets(decision)
-        if buckets is None:
+        got = self._refund_buckets(decision)
+        if got is None:
             return False
+        buckets, way = got
         started = time.perf_counter()
         try:
-            await _bounded(self.client.refund_many(buckets, now=self._now()), self.timeout)
+            await _bounded(self.client.refund_many(buckets, now=self._redis_now()), self.timeout)
         except _STORE_ERRORS as exc:
             return self._refund_failed(exc, started)
+        finally:
+            if way == _PROBE:
+                self._probe_over()
         return self._refunded(decision, started)
+
+    def _redis_now(self) -> float | None:
+        return None if self.redis_now is None else self.redis_now()
 
 
 class SyncRateLimiter(BaseLimiter):
     """:class:`RateLimiter` for synchronous code (Django under WSGI, threaded
-    servers): the same options and rules, a blocking Redis call.
+    servers): the same options and rules, a blocking Redis call; the breaker's probe
+    is one across threads (SPEC B3).
 
     ``client``: a :class:`Client` or a ``redis.Redis``. Use :meth:`Client.from_url`:
     its socket timeout (default 50 ms) is what bounds each call on this path.
@@ -725,14 +862,15 @@ class SyncRateLimiter(BaseLimiter):
         self.client = client if isinstance(client, Client) else Client(client)
 
     def startup(self) -> None:
-        """Fail fast when the module is missing (e.g. in Django's ``AppConfig.ready``);
-        an unreachable Redis is only logged."""
+        """:meth:`RateLimiter.startup`, blocking (e.g. in Django's ``AppConfig.ready``)."""
         try:
             self.client.check_module()
-        except ModuleNotLoadedError:
-            raise
-        except _CONNECTION_ERRORS as exc:
-            self._unreachable_at_startup(exc)
+        except _STARTUP_ERRORS as exc:
+            self._startup_failed(exc)
+        except redis.exceptions.ResponseError as exc:
+            if "NOPERM" not in str(exc):
+                raise
+            self._startup_failed(exc)
 
     def close(self) -> None:
         self.client.close()
@@ -749,20 +887,21 @@ class SyncRateLimiter(BaseLimiter):
         """:meth:`RateLimiter.check`, blocking."""
         plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
         probes: list[tuple[str, DenyEntry]] = []
-        early = self._before_call(plans, probes)
+        early, way = self._before_call(plans, probes)
         if early is not None:
             return early
+        assert isinstance(plans, list)
         try:
             command = self._command(plans)
-            probe = self._probe_begin()
             started = time.perf_counter()
             try:
-                values = mtake_values(self.client.call_packed(command), len(plans))
+                raw = self.client.call_packed(command)
+                values = take_values(raw) if len(plans) == 1 else mtake_values(raw, len(plans))
             except _STORE_ERRORS as exc:
-                return self._after_error(exc, started)
+                return self._after_error(exc, started, len(plans))
             finally:
-                if probe:
-                    self._probing = False
+                if way == _PROBE:
+                    self._probe_over()
             return self._after_reply(plans, values, started)
         finally:
             if probes:  # refused: the reply renewed the entries; else they go
@@ -772,12 +911,16 @@ class SyncRateLimiter(BaseLimiter):
         return Decision(Outcome.ALLOWED, True, results, sync_refunder=self._refund)
 
     def _refund(self, decision: Decision) -> bool:
-        buckets = self._refund_buckets(decision)
-        if buckets is None:
+        got = self._refund_buckets(decision)
+        if got is None:
             return False
+        buckets, way = got
         started = time.perf_counter()
         try:
-            self.client.refund_many(buckets, now=self._now())
+            self.client.refund_many(buckets, now=None if self.redis_now is None else self.redis_now())
         except _STORE_ERRORS as exc:
             return self._refund_failed(exc, started)
+        finally:
+            if way == _PROBE:
+                self._probe_over()
         return self._refunded(decision, started)

@@ -52,6 +52,7 @@ class Metrics(Protocol):
     def shadow_limited(self, policy: str) -> None: ...
     def refunded(self, policy: str) -> None: ...
     def deny_cache_hit(self, policy: str) -> None: ...
+    def invalid_input(self, policy: str) -> None: ...
     def store_error(self) -> None: ...
     def degraded(self) -> None: ...
     def redis_call(self, seconds: float) -> None: ...
@@ -81,6 +82,12 @@ class _Families:
         self.deny_cache_hits = Counter(
             "redis_tb_deny_cache_hits",
             "Requests refused by the local deny cache, per cached policy",
+            per_policy,
+            **kw,
+        )
+        self.invalid_inputs = Counter(
+            "redis_tb_invalid_inputs",
+            "Requests whose cost or limit function gave a value out of range (SPEC L3)",
             per_policy,
             **kw,
         )
@@ -153,6 +160,9 @@ class PrometheusMetrics:
 
     def deny_cache_hit(self, policy: str) -> None:
         self._child("deny_cache_hits", policy).inc()
+
+    def invalid_input(self, policy: str) -> None:
+        self._child("invalid_inputs", policy).inc()
 
     def store_error(self) -> None:
         self._store_errors.inc()

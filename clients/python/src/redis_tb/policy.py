@@ -9,10 +9,12 @@ latter only on the async path)."""
 from __future__ import annotations
 
 import inspect
-import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, TypeVar, Union
+
+from .address import ClientIpConfig
+from .keys import ClientIpKey, FnKey, Key
 
 __all__ = [
     "CostFunc",
@@ -21,6 +23,10 @@ __all__ = [
     "LimitFunc",
     "Policy",
     "TierFunc",
+    "check_policy_name",
+    "check_policy_names",
+    "cost_ok",
+    "limit_ok",
     "per_day",
     "per_hour",
     "per_minute",
@@ -39,8 +45,41 @@ LimitFunc = Callable[[Any], Union[Awaitable[Union["Limit", None]], "Limit", None
 #: request -> a plan name (tiers), or None.
 TierFunc = Callable[[Any], Union[Awaitable[Union[str, None]], str, None]]
 
-_NAME = re.compile(r"[a-z0-9_-]+\Z")
+_NAME = re.compile(r"[a-z0-9_-]{1,64}\Z")
 _MAX = float(2**53)
+
+
+def _is_number(x: object) -> bool:
+    return type(x) in (int, float) or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
+def limit_ok(capacity: object, rate: object) -> bool:
+    """SPEC C2 (NaN fails every comparison, infinities the upper bound)."""
+    return (
+        _is_number(capacity) and _is_number(rate)
+        and 0 < capacity <= _MAX and 1e-9 <= rate <= _MAX  # type: ignore[operator]
+    )
+
+
+def cost_ok(cost: object) -> bool:
+    """SPEC C3: finite, >= 0 and <= 2^53."""
+    return _is_number(cost) and 0 <= cost <= _MAX  # type: ignore[operator]
+
+
+def check_policy_name(name: object) -> str:
+    """SPEC C1: ``[a-z0-9_-]{1,64}``."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"a policy name matches [a-z0-9_-]{{1,64}}, got {name!r}")
+    return name
+
+
+def check_policy_names(policies: Iterable[Policy]) -> tuple[Policy, ...]:
+    """SPEC C1: names are unique within a limiter."""
+    out = tuple(policies)
+    names = [p.name for p in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"policy names must be distinct: {names}")
+    return out
 
 
 async def resolve(value: Awaitable[T] | T) -> T:
@@ -57,12 +96,22 @@ class Limit:
     capacity: float
     rate: float
 
-    def __post_init__(self) -> None:
-        # The module's ranges, checked here so a typo fails at startup, not per request.
-        if not (isinstance(self.capacity, (int, float)) and 0 < self.capacity <= _MAX):
+    # Not checked here: a limit function may compute one out of range, which is the
+    # application's error for that request (SPEC L3), not an exception in its code.
+    # A policy checks its static limit when it is built (C2), tiers when they are.
+
+    def valid(self) -> bool:
+        """Within the module's bounds (SPEC C2): capacity finite, > 0 and <= 2^53;
+        rate finite, >= 1e-9 and <= 2^53 tokens per second."""
+        return limit_ok(self.capacity, self.rate)
+
+    def checked(self) -> Limit:
+        """This limit, or ValueError naming what is out of range (SPEC C2)."""
+        if not _is_number(self.capacity) or not 0 < self.capacity <= _MAX:
             raise ValueError(f"capacity must be > 0 and <= 2^53, got {self.capacity!r}")
-        if not (isinstance(self.rate, (int, float)) and 1e-9 <= self.rate <= _MAX):
+        if not _is_number(self.rate) or not 1e-9 <= self.rate <= _MAX:
             raise ValueError(f"rate must be >= 1e-9 and <= 2^53 per second, got {self.rate!r}")
+        return self
 
     @classmethod
     def per_period(cls, n: float, seconds: float) -> Limit:
@@ -124,44 +173,65 @@ class Policy:
 
     name: str
     limit: Limit | LimitFunc
-    key: KeyFunc | None = None
+    key: KeyFunc | Key | ClientIpConfig | None = None
     cost: float | CostFunc = 1
     routes: Collection[str] | None = None
     per_route: bool = False
     shadow: bool = False
+    #: one of ``routes`` is ``"* <template>"`` (every method, SPEC K5); set from ``routes``
+    any_method: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise ValueError(f"a policy name is a token of [a-z0-9_-]+, got {self.name!r}")
-        if not callable(self.cost) and not (0 <= self.cost <= _MAX and math.isfinite(self.cost)):
-            raise ValueError(f"cost must be >= 0 and <= 2^53, got {self.cost!r}")
+        check_policy_name(self.name)
+        if not callable(self.cost) and not cost_ok(self.cost):  # SPEC C3
+            raise ValueError(f"policy {self.name!r}: cost must be >= 0 and <= 2^53, got {self.cost!r}")
+        if isinstance(self.limit, Limit):
+            try:
+                self.limit.checked()  # SPEC C2
+            except ValueError as exc:
+                raise ValueError(f"policy {self.name!r}: {exc}") from None
+        elif not callable(self.limit):
+            raise TypeError(f"policy {self.name!r}: limit is a Limit or a function, got {self.limit!r}")
+        key = self.key
+        if isinstance(key, ClientIpConfig):
+            object.__setattr__(self, "key", ClientIpKey(key))
+        elif isinstance(key, FnKey):
+            object.__setattr__(self, "key", key.fn)
+        elif isinstance(key, ClientIpKey) and key.config is None:
+            object.__setattr__(self, "key", None)
+        elif key is not None and not callable(key) and not isinstance(key, Key):
+            raise TypeError(f"policy {self.name!r}: key is a Key or a function, got {key!r}")
         object.__setattr__(self, "routes", route_set(self.routes))
+        object.__setattr__(self, "any_method", any(r.startswith("* ") for r in self.routes or ()))
 
     def applies_to(self, route: str | None) -> bool:
-        if self.routes is None:
-            return True
-        return route is not None and route in self.routes
+        return self.matched_route(route) is not None or self.routes is None
+
+    def matched_route(self, route: str | None) -> str | None:
+        """The listed route that ``route`` (``"GET /items/{id}"``) matches: itself, or
+        ``"* /items/{id}"`` for an any-method route (SPEC K5); None when none does."""
+        routes = self.routes
+        if routes is None or route is None:
+            return None
+        if route in routes:
+            return route
+        if self.any_method:
+            wild = "* " + route.partition(" ")[2]
+            if wild in routes:
+                return wild
+        return None
 
     async def limit_for(self, request: Any) -> Limit | None:
         if isinstance(self.limit, Limit):
             return self.limit
         return self.checked_limit(await resolve(self.limit(request)))
 
-    async def cost_for(self, request: Any) -> float:
-        if not callable(self.cost):
-            return self.cost
-        return self.checked_cost(await resolve(self.cost(request)))
-
     def checked_limit(self, out: object) -> Limit | None:
-        """What a limit function returned, checked."""
+        """What a limit function returned: a Limit or None (anything else is a
+        TypeError in the application's code). Its range is checked by the limiter
+        (SPEC L3)."""
         if out is not None and not isinstance(out, Limit):
             raise TypeError(f"policy {self.name!r}: the limit function returned {out!r}")
-        return out
-
-    def checked_cost(self, out: object) -> float:
-        """What a cost function returned, checked."""
-        if not (isinstance(out, (int, float)) and 0 <= out <= _MAX):
-            raise ValueError(f"policy {self.name!r}: cost must be >= 0 and <= 2^53, got {out!r}")
         return out
 
 
@@ -169,7 +239,7 @@ def _per(
     seconds: float,
     name: str,
     n: float,
-    key: KeyFunc | None,
+    key: KeyFunc | Key | None,
     cost: float | CostFunc,
     routes: Iterable[str] | None,
     per_route: bool,
@@ -190,7 +260,7 @@ def per_second(
     name: str,
     n: float,
     *,
-    key: KeyFunc | None = None,
+    key: KeyFunc | Key | None = None,
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
@@ -204,7 +274,7 @@ def per_minute(
     name: str,
     n: float,
     *,
-    key: KeyFunc | None = None,
+    key: KeyFunc | Key | None = None,
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
@@ -218,7 +288,7 @@ def per_hour(
     name: str,
     n: float,
     *,
-    key: KeyFunc | None = None,
+    key: KeyFunc | Key | None = None,
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
@@ -232,7 +302,7 @@ def per_day(
     name: str,
     n: float,
     *,
-    key: KeyFunc | None = None,
+    key: KeyFunc | Key | None = None,
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
@@ -248,7 +318,7 @@ def tiered(
     tier: TierFunc,
     *,
     default: str | None = None,
-    key: KeyFunc | None = None,
+    key: KeyFunc | Key | None = None,
     cost: float | CostFunc = 1,
     routes: Iterable[str] | None = None,
     per_route: bool = False,
@@ -263,6 +333,12 @@ def tiered(
     tokens above a lowered capacity).
     """
     table = dict(tiers)
+    for plan_name, lim in table.items():
+        if lim is not None:
+            try:
+                lim.checked()  # SPEC C2, at configuration
+            except ValueError as exc:
+                raise ValueError(f"policy {name!r}, tier {plan_name!r}: {exc}") from None
     if default is not None and default not in table:
         raise ValueError(f"default tier {default!r} is not in the tiers")
 

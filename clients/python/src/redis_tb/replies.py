@@ -291,3 +291,37 @@ def _checked(
         if k[1] != k[1] or k[2] != k[2] or k[3] != k[3]:
             raise UnexpectedReplyError(f"NaN in a TB.MTAKE reply: {per_key!r}")
     return allowed, per_key
+
+
+def take_values(raw: Any) -> tuple[bool, list[tuple[bool, float, float, float]]]:
+    """TB.TAKE's reply (as redis-py or :func:`read_resp` returns it) in the shape of
+    :func:`mtake_values` for one key (SPEC L4: one policy is one TB.TAKE)."""
+    if not isinstance(raw, list) or len(raw) != 4:
+        raise UnexpectedReplyError(f"expected a 4-element TB.TAKE reply, got {raw!r}")
+    try:
+        one = (float(raw[0]) == 1, float(raw[1]), float(raw[2]), float(raw[3]))
+    except (TypeError, ValueError) as exc:
+        raise UnexpectedReplyError(f"not a number in a TB.TAKE reply: {raw!r}") from exc
+    return _checked(one[0], [one])
+
+
+def take_reader(data: bytes) -> Any:
+    """A reader of TB.TAKE's reply straight from the bytes (RESP3 doubles or RESP2
+    bulk strings by position, anything else through :func:`read_resp`), giving
+    :func:`take_values`' shape or a :class:`RespError`."""
+    lines = data.split(b"\r\n")
+    try:
+        if len(lines) == 6 and lines[0] == b"*4" and not lines[5]:
+            a, rem, wait, reset = lines[1:5]
+            if a[:1] == b":" and rem[:1] == b"," and wait[:1] == b"," and reset[:1] == b",":
+                return _checked(a == b":1", [(a == b":1", float(rem[1:]), float(wait[1:]), float(reset[1:]))])
+        elif len(lines) == 9 and lines[0] == b"*4" and not lines[8]:
+            a = lines[1]
+            if a[:1] == b":" and lines[2][:1] == b"$" and lines[4][:1] == b"$" and lines[6][:1] == b"$":
+                return _checked(a == b":1", [(a == b":1", float(lines[3]), float(lines[5]), float(lines[7]))])
+    except ValueError:
+        pass  # the general reader decides, and says what is wrong
+    value = read_resp(data)
+    if isinstance(value, RespError):
+        return value
+    return take_values(value)

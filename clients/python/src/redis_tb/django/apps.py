@@ -13,10 +13,11 @@ class RedisTbConfig(AppConfig):
     verbose_name = "redis-tb rate limiting"
 
     def ready(self) -> None:
-        """Fail at startup when Redis answers without the module
-        (``ModuleNotLoadedError``: "redis-tb module not loaded on <host:port>: load
-        libredis_tb.so with loadmodule"). An unreachable Redis is only logged: the
-        app may start before Redis. ``"CHECK_MODULE": False`` skips the check."""
+        """SPEC U1, U2: fail at startup, in one line (:class:`StartupError`), when Redis
+        answers without the module ("redis-tb module not loaded on <host:port>: load
+        libredis_tb.so with loadmodule"), refuses COMMAND INFO (NOPERM), or is
+        unreachable; with ``"START_DEGRADED": True`` an unreachable Redis is only
+        logged. ``"CHECK_MODULE": False`` skips the check."""
         rl = get_rate_limit()
         if rl.config.check_module:
             rl.startup()

@@ -41,7 +41,7 @@ _TOP = {
     "URL", "PREFIX", "NAME", "TRUSTED_PROXIES", "FORWARDED_HEADER", "IPV4_PREFIX",
     "IPV6_PREFIX", "FAIL_OPEN", "TIMEOUT", "COOLDOWN", "LEGACY_HEADERS", "LEGACY_RESET",
     "SHADOW", "DENY_CACHE", "METRICS", "REFUND_ON", "EXCLUDE", "LIMIT_UNMATCHED",
-    "HASH_TAG", "CLOCK", "CHECK_MODULE", "POLICIES",
+    "HASH_TAG", "CLOCK", "CHECK_MODULE", "START_DEGRADED", "POLICIES",
 }
 _PERIODS = {"PER_SECOND": 1, "PER_MINUTE": 60, "PER_HOUR": 3600, "PER_DAY": 86400}
 _POLICY = {
@@ -123,6 +123,8 @@ class Config:
     hash_tag: Callable[[Any], Any] | None = None
     clock: Callable[[], float] | None = None
     check_module: bool = True
+    #: SPEC U2: an unreachable Redis at startup logs one line instead of failing
+    start_degraded: bool = False
 
     def excluded(self, route: str | None, url_name: str | None, view_name: str | None) -> bool:
         return (
@@ -369,4 +371,5 @@ def parse_config(raw: Any) -> Config:
         hash_tag=None if d.get("HASH_TAG") is None else _func(d["HASH_TAG"], "HASH_TAG"),
         clock=None if d.get("CLOCK") is None else _func(d["CLOCK"], "CLOCK"),
         check_module=bool(d.get("CHECK_MODULE", True)),
+        start_degraded=bool(d.get("START_DEGRADED", False)),
     )

@@ -151,7 +151,7 @@ class RequestDecision:
 
     @property
     def cached(self) -> bool:
-        return self.decision.cached
+        return self.decision.from_cache
 
     @property
     def remaining(self) -> float | None:
@@ -270,6 +270,7 @@ class DjangoRateLimit:
             "shadow": c.shadow,
             "metrics": self.metrics,
             "deny_cache": self.deny_cache,
+            "start_degraded": c.start_degraded,
         }
 
     def sync_limiter(self, fail_open: bool | None = None) -> SyncRateLimiter:
@@ -301,8 +302,9 @@ class DjangoRateLimit:
         return found
 
     def startup(self) -> None:
-        """The module check: raises ModuleNotLoadedError when Redis answers without
-        the module; an unreachable Redis is only logged. On its own connection with
+        """The module check (SPEC U1, U2): raises StartupError (ModuleNotLoadedError
+        when Redis answers without the module) in one line; an unreachable Redis too,
+        unless ``START_DEGRADED`` (then one line is logged). On its own connection with
         at least 1 s to answer (as the async path's startup allows), so a loaded
         machine's slow first reply does not pass for an unreachable Redis."""
         client = Client.from_url(self.config.url, timeout=max(self.config.timeout, 1.0))
