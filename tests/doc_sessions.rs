@@ -6,7 +6,10 @@
 //! server, and its reply, printed as redis-cli would, must equal the block's lines. A
 //! command on the server clock (its last argument is not a Unix time) cannot repeat the
 //! doc's exact numbers: there a quoted number matches within 0.1 (or 1%), and a number
-//! from 1e9 up (a reading of the clock itself) matches any such number. A block that
+//! from 1e9 up (a reading of the clock itself) matches any such number; integers likewise
+//! (TB.ACQUIRE's waits in ms). A quoted 16-hex-digit id the server makes (lease and hold
+//! ids) matches any such id, and the doc's id in a later command is replaced by the one the
+//! server gave. A block that
 //! cannot run is marked on the line before it with `<!-- doc-session: skip (reason) -->`.
 
 mod common;
@@ -133,11 +136,33 @@ fn quoted_number(line: &str) -> Option<(&str, f64)> {
     Some((&body[..start], body[start + 1..].parse().ok()?))
 }
 
+/// `(integer) N` as its prefix and N.
+fn integer(line: &str) -> Option<(&str, f64)> {
+    let at = line.rfind("(integer) ")? + "(integer) ".len();
+    Some((&line[..at], line[at..].parse().ok()?))
+}
+
+/// A quoted server-made id (TB.ACQUIRE's lease ids, TB.HOLD's hold ids: 16 lowercase hex
+/// digits), as its prefix and the id.
+fn quoted_id(line: &str) -> Option<(&str, &str)> {
+    let body = line.strip_suffix('"')?;
+    let start = body.rfind('"')?;
+    let id = &body[start + 1..];
+    (id.len() == 16 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| (&body[..start], id))
+}
+
 fn line_matches(got: &str, want: &str, server_clock: bool) -> bool {
     if got == want {
         return true;
     }
-    let (Some((g_head, g)), Some((w_head, w))) = (quoted_number(got), quoted_number(want)) else {
+    if let (Some((g_head, _)), Some((w_head, _))) = (quoted_id(got), quoted_id(want)) {
+        return g_head == w_head;
+    }
+    let (Some((g_head, g)), Some((w_head, w))) = (
+        quoted_number(got).or_else(|| integer(got)),
+        quoted_number(want).or_else(|| integer(want)),
+    ) else {
         return false;
     };
     if !server_clock || g_head != w_head {
@@ -168,8 +193,19 @@ fn the_redis_cli_sessions_of_the_readme_and_docs_answer_as_shown() {
             ],
         });
         let mut c = s.conn();
+        // The ids the server made, by the id the doc shows in their place.
+        let mut ids: Vec<(String, String)> = Vec::new();
         for step in &steps {
-            let reply = c.cmd(&step.command);
+            let command: Vec<String> = step
+                .command
+                .iter()
+                .map(|w| {
+                    ids.iter()
+                        .find(|(doc, _)| doc == w)
+                        .map_or_else(|| w.clone(), |(_, got)| got.clone())
+                })
+                .collect();
+            let reply = c.cmd(&command);
             let got = print(&reply);
             let server_clock = !step
                 .command
@@ -190,6 +226,11 @@ fn the_redis_cli_sessions_of_the_readme_and_docs_answer_as_shown() {
                 step.expected.join("\n"),
                 got.join("\n")
             );
+            for (g, w) in got.iter().zip(&step.expected) {
+                if let (Some((_, g)), Some((_, w))) = (quoted_id(g), quoted_id(w)) {
+                    ids.push((w.to_string(), g.to_string()));
+                }
+            }
             ran += 1;
         }
     }
