@@ -13,6 +13,7 @@ help:
 	@echo "make run      build, then start redis-server on redis.conf.example (port 6380)"
 	@echo "make test     the whole test suite (unit, property, integration against a real redis-server), then make test-examples"
 	@echo "make test-examples  the integrations end to end: Python (FastAPI, Flask/slowapi, Django, shell), Rust (axum), Node (Express, Fastify)"
+	@echo "make test-http  one black-box HTTP suite over every example of examples/manifest.json (testing/http)"
 	@echo "make lint     cargo fmt --check and clippy -D warnings"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
@@ -50,6 +51,14 @@ test-examples: build
 	clients/node/run-tests.sh
 	examples/express/run-tests.sh
 	examples/fastify/run-tests.sh
+
+# One black-box HTTP suite for every example app (testing/http, pytest): each example of
+# examples/manifest.json built (npm ci + build, cargo build), started on a free port against
+# its own redis-server with the module, and driven over real HTTP from the manifest; an
+# example's listed deviations are xfail(strict=True) checks.
+.PHONY: test-http
+test-http: build
+	testing/http/run-tests.sh
 
 unit:
 	cargo test --release --lib
