@@ -24,6 +24,7 @@ help:
 	@echo "make test-node  the Node package (clients/node, with the shared vectors) and the Express and Fastify examples"
 	@echo "make lint-node  tsc --noEmit (strict) over the Node package and examples, and no eslint-disable comments"
 	@echo "make test-rust-client  the Rust client crate (vectors included, with and without axum) and the axum example"
+	@echo "make test-http  one black-box HTTP suite over every example of examples/manifest.json (testing/http)"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
 	@echo "make bench-leases  TB.ACQUIRE/RELEASE vs redis-semaphore, combined call, hold+settle, bytes per lease"
@@ -85,6 +86,14 @@ lint-node:
 test-rust-client: build
 	cargo test -p redis-tb-client -p redis-tb-axum-example
 	cargo test -p redis-tb-client --no-default-features --lib --test vectors --test tower
+
+# One black-box HTTP suite for every example app (testing/http, pytest): each example of
+# examples/manifest.json built (npm ci + build, cargo build), started on a free port against
+# its own redis-server with the module, and driven over real HTTP from the manifest; an
+# example's listed deviations are xfail(strict=True) checks.
+.PHONY: test-http
+test-http: build
+	testing/http/run-tests.sh
 
 unit:
 	cargo test --release --lib

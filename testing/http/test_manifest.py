@@ -1,0 +1,66 @@
+"""examples/manifest.json is what the suite says it is: every example can be started
+from it, and every deviation cites checks that exist, says what differs and where."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+import test_examples
+from conftest import MANIFEST
+from tbhttp.procs import REPO
+
+PLACEHOLDERS = {"port", "redis_url", "trusted_proxies", "python", "repo"}
+
+
+def known_cases() -> set[str]:
+    names = {"route:" + r["id"] for r in MANIFEST["demo"]["routes"]}
+    for _, fn in inspect.getmembers(test_examples, inspect.isfunction):
+        for mark in getattr(fn, "pytestmark", []):
+            if mark.name == "case":
+                names.add(mark.args[0])
+    return names
+
+
+def test_cases_are_unique_per_check() -> None:
+    seen: list[str] = []
+    for name, fn in inspect.getmembers(test_examples, inspect.isfunction):
+        if name.startswith("test_"):
+            seen += [m.args[0] for m in getattr(fn, "pytestmark", []) if m.name == "case"]
+    assert len(seen) == len(set(seen)) and seen
+
+
+@pytest.mark.parametrize("name", list(MANIFEST["examples"]))
+def test_example_entry(name: str) -> None:
+    e = MANIFEST["examples"][name]
+    assert (REPO / e["dir"]).is_dir()
+    assert (REPO / e["start"]["cwd"]).is_dir()
+    assert e["build"] and e["start"]["argv"]
+    used = set()
+    for text in [*e["start"]["argv"], *e["start"].get("env", {}).values(), e["start"]["cwd"]]:
+        used |= set(re.findall(r"\{(\w+)\}", text))
+    assert used <= PLACEHOLDERS, used - PLACEHOLDERS
+    assert {"port", "redis_url", "trusted_proxies"} <= used, f"{name} cannot be started on a free port against the suite's Redis"
+    assert e["ready"]["path"].startswith("/")
+    ids = [d["id"] for d in e["deviations"]]
+    assert len(ids) == len(set(ids)), ids
+    for d in e["deviations"]:
+        assert d["what"] and d["where"] and d["converge"], d
+        unknown = set(d["cases"]) - known_cases()
+        assert not unknown, f"{name}'s deviation {d['id']!r} cites unknown checks {sorted(unknown)}"
+
+
+def test_demo_is_consistent() -> None:
+    demo = MANIFEST["demo"]
+    policies = {p["name"]: p for p in demo["policies"]}
+    for lim in demo["limiters"]:
+        for p in lim["policies"]:
+            assert policies[p]["limiter"] == lim["name"]
+    for p in demo["policies"]:
+        limits = p["tiers"].values() if "tiers" in p else [p]
+        for lim in limits:
+            assert abs(lim["capacity"] / lim["rate"] - lim["per"]) < 1e-6, p["name"]
+    assert [p for p in demo["policies"] if p["shadow"]], "the demo has a shadow policy"
+    assert [lim for lim in demo["limiters"] if not lim["fail_open"]], "the demo has a fail-closed limiter"

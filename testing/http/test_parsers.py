@@ -1,0 +1,87 @@
+"""The suite's own parsers: the structured-field list subset (SPEC H1) and the Prometheus
+text format. Each case is one a wrong parser would get wrong."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tbhttp import prom, sf
+
+
+def test_sf_the_spec_examples() -> None:
+    assert sf.parse_list('"ip";q=10;w=1, "user";q=100;w=3600') == [("ip", {"q": 10, "w": 1}), ("user", {"q": 100, "w": 3600})]
+    assert sf.parse_list('"ip";r=9;t=1') == [("ip", {"r": 9, "t": 1})]
+
+
+def test_sf_several_lines_are_one_list_in_order() -> None:
+    assert sf.parse_lines(['"ip";q=10;w=1', '"login";q=20;w=3600']) == [("ip", {"q": 10, "w": 1}), ("login", {"q": 20, "w": 3600})]
+    assert sf.parse_lines([]) == []
+
+
+def test_sf_white_space_and_escapes() -> None:
+    assert sf.parse_list('  "a";q=1 ,\t"b" ') == [("a", {"q": 1}), ("b", {})]
+    assert sf.parse_list('"a; b";q=1') == [("a; b", {"q": 1})]
+    assert sf.parse_list(r'"x\"y\\z";q=0') == [('x"y\\z', {"q": 0})]
+    assert sf.parse_list('"a";q=999999999999999') == [("a", {"q": 999_999_999_999_999})]
+    assert sf.parse_list('"a";q=-3') == [("a", {"q": -3})]
+    assert sf.parse_list('"a";q=1;q=2') == [("a", {"q": 2})]  # RFC 8941: the last one wins
+    assert sf.parse_list('"a"; q=1') == [("a", {"q": 1})]  # SP after ';' is allowed
+
+
+@pytest.mark.parametrize("bad", [
+    "ip;q=10",            # a token, not an sf-string
+    '"ip";q=1.5',         # a decimal
+    '"ip";q',             # a boolean parameter
+    '"ip";q=?1',          # a boolean value
+    '"ip";Q=1',           # keys are lower case
+    '"ip";q=1000000000000000',  # 16 digits
+    '"ip";q=',            # no value
+    '"ip" "user"',        # no comma
+    '"ip",',              # trailing comma
+    '"ip",,"user"',       # empty member
+    '"ip',                # unterminated
+    '"i\\p"',             # bad escape
+    '"caf\u00e9"',        # not ASCII
+    '("ip")',             # an inner list
+    '"ip";q=1 ;w=2',      # SP before ';'
+])
+def test_sf_refuses_what_is_outside_the_subset(bad: str) -> None:
+    with pytest.raises(ValueError):
+        sf.parse_list(bad)
+
+
+def test_prom_samples_labels_escapes() -> None:
+    text = "\n".join([
+        "# HELP redis_tb_allowed_total Requests admitted",
+        "# TYPE redis_tb_allowed_total counter",
+        'redis_tb_allowed_total{limiter="api",policy="ip"} 24.0',
+        'redis_tb_allowed_total{policy="user",limiter="api",} 3',
+        'redis_tb_redis_call_duration_seconds_bucket{limiter="api",le="+Inf"} 27',
+        'redis_tb_redis_call_duration_seconds_count{limiter="api"} 27 1700000000000',
+        'weird{v="a\\"b\\\\c\\nd"} NaN',
+        "no_labels 1e3",
+    ])
+    s = prom.parse(text)
+    assert prom.value(s, "redis_tb_allowed_total", limiter="api", policy="ip") == 24
+    assert prom.value(s, "redis_tb_allowed_total", policy="user", limiter="api") == 3
+    assert prom.value(s, "redis_tb_allowed_total", policy="search", limiter="api") == 0
+    assert prom.total(s, "redis_tb_allowed_total", limiter="api") == 27
+    assert prom.value(s, "redis_tb_redis_call_duration_seconds_bucket", limiter="api", le="+Inf") == 27
+    assert prom.value(s, "redis_tb_redis_call_duration_seconds_count", limiter="api") == 27
+    assert math.isnan(prom.value(s, "weird", v='a"b\\c\nd'))
+    assert prom.value(s, "no_labels") == 1000
+
+
+@pytest.mark.parametrize("bad", [
+    'm{a="x"',            # unterminated labels
+    'm{a=x} 1',           # unquoted value
+    "m",                  # no value
+    "m 1 2 3",            # too many fields
+    '9m 1',               # bad name
+    'm{a="x"} 1\nm{a="x"} 2',  # a repeated sample
+])
+def test_prom_refuses_malformed(bad: str) -> None:
+    with pytest.raises(ValueError):
+        prom.parse(bad)
