@@ -64,11 +64,13 @@ test: build
 # servers: the Python package (a venv at .venv/python with pinned dependencies) with the
 # FastAPI, Flask/slowapi (the `limits` storages and limits' own suite), Django and shell
 # examples; the Rust client crate with the axum example; the Node package (npm ci from its
-# lockfile) with the Express and Fastify examples.
+# lockfile) with the Express and Fastify examples; then one black-box HTTP suite over every
+# example (testing/http, driven by examples/manifest.json).
 test-examples: build
 	$(MAKE) test-python
 	$(MAKE) test-rust-client
 	$(MAKE) test-node
+	testing/http/run-tests.sh
 
 # The Node package (node:test against real redis-server processes, the shared vectors of
 # clients/vectors) and the two Node examples end to end (npm ci from their lockfiles).

@@ -8,7 +8,7 @@
 #     plus this suite's pinned requirements.txt;
 #   - Node (express, fastify): npm ci and npm run build in clients/node,
 #     examples/node-test-support and each example (their lockfiles);
-#   - Rust (axum): cargo build --release -p redis-tb-axum-example.
+#   - Rust (axum): cargo build -p redis-tb-axum-example.
 # SKIP_BUILD=1 skips the Node and Rust builds (the venv is still checked).
 # HTTP_EXAMPLES=fastapi,axum runs a subset. Extra arguments go to pytest.
 #
@@ -51,7 +51,7 @@ if [ -z "${SKIP_BUILD:-}" ]; then
     for pkg in clients/node examples/node-test-support examples/express examples/fastify; do
         (cd "$repo/$pkg" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
     done
-    (cd "$repo" && cargo build --release -p redis-tb-axum-example)
+    (cd "$repo" && cargo build -p redis-tb-axum-example)
 fi
 
 log=$(mktemp)
