@@ -148,8 +148,11 @@ fn quoted_id(line: &str) -> Option<(&str, &str)> {
     let body = line.strip_suffix('"')?;
     let start = body.rfind('"')?;
     let id = &body[start + 1..];
-    (id.len() == 16 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        .then(|| (&body[..start], id))
+    (id.len() == 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then(|| (&body[..start], id))
 }
 
 fn line_matches(got: &str, want: &str, server_clock: bool) -> bool {

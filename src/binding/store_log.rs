@@ -73,7 +73,11 @@ impl Front<'_> {
         if !valid_entry(log_time(score)) {
             self.corrupt = true;
         }
-        let bytes = if element.is_null() { &[][..] } else { string_bytes(api, element) };
+        let bytes = if element.is_null() {
+            &[][..]
+        } else {
+            string_bytes(api, element)
+        };
         if crate::algo::lease::is_member(bytes) {
             self.leases = true;
         } else if element.is_null() || !is_log_entry(bytes, score) {
