@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .client import StartupError
 from .decision import Decision
 from .keys import ClientIpKey, FixedKey, HeaderKey
 from .limiter import RateLimiter
@@ -106,6 +107,9 @@ class RateLimitMiddleware:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(self.app, scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -163,3 +167,29 @@ class RateLimitMiddleware:
             # The app failed before finishing its response (or never sent one).
             if self._refund_on(status):
                 await decision.refund()
+
+
+async def _lifespan(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """SPEC U1/U2: a failed startup check is one line in the server's log, not a
+    traceback. The framework reports an exception raised in its lifespan as
+    ``lifespan.startup.failed`` with the whole traceback as the message, then raises it
+    again; a :class:`StartupError` is reported with its own one-line message instead."""
+    held: list[Message] = []
+
+    async def hold_failure(message: Message) -> None:
+        if message["type"] == "lifespan.startup.failed":
+            held.append(message)
+            return
+        await send(message)
+
+    try:
+        await app(scope, receive, hold_failure)
+    except StartupError as exc:
+        await send({"type": "lifespan.startup.failed", "message": str(exc)})
+        return
+    except BaseException:
+        for message in held:
+            await send(message)
+        raise
+    for message in held:
+        await send(message)
