@@ -68,10 +68,15 @@ fn acl_categories_show_up_where_the_server_supports_them() {
         assert_eq!(
             members,
             [
+                "tb.acquire",
+                "tb.hold",
                 "tb.mtake",
                 "tb.peek",
                 "tb.refund",
+                "tb.release",
+                "tb.renew",
                 "tb.reserve",
+                "tb.settle",
                 "tb.take",
                 "tb.throttle",
                 "tb.window"
