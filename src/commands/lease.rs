@@ -7,17 +7,17 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::raw::RedisModuleString;
 
-use crate::algo::bucket::{self, Limit, Part};
+use crate::algo::bucket::{self, Limit};
 use crate::algo::lease::{self, ID_STEP, mix};
 use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
-use crate::binding::store::{Access, BucketKey, OwnedString, string_bytes};
+use crate::binding::store::{Access, OwnedString, string_bytes};
 use crate::binding::store_lease::{Held, LeaseKey};
 use crate::error::{LeaseError, TbError};
 use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
 use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
 
-use super::{Call, Clock, store};
+use super::{Call, Clock, open_parts, store};
 
 /// The server's clock in whole microseconds.
 pub(crate) fn server_micros() -> u64 {
@@ -167,21 +167,7 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     })?;
     earliest.truncate(usize::try_from(lease::needed_earliest(limit, live)).unwrap_or(0));
     let mut decision = lease::acquire(limit, lease_ms, live, &earliest, now_us);
-    let buckets = bucket_keys
-        .iter()
-        .map(|&k| BucketKey::open(call.api, call.ctx, k, Access::Write))
-        .collect::<Result<Vec<_>, _>>()?;
-    let parts = buckets
-        .iter()
-        .zip(&limits)
-        .map(|(b, &(limit, n))| {
-            Ok(Part {
-                limit,
-                n,
-                stored: b.read()?,
-            })
-        })
-        .collect::<Result<Vec<_>, TbError>>()?;
+    let (buckets, parts) = open_parts(call, &bucket_keys, &limits)?;
     let now = clock.now();
     let (mut total, mut each) = bucket::take_all(&parts, now);
     if !total.allowed && decision.granted {

@@ -21,7 +21,7 @@ use redis_module::raw::{RedisModuleCtx, RedisModuleString};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::algo::bucket::{Decision, State};
+use crate::algo::bucket::{Decision, Limit, Part, State};
 use crate::algo::clock;
 use crate::algo::num::{NumText, ceil_micros, format_f64, format_micros, is_plain_decimal};
 use crate::binding::api::{Api, api};
@@ -276,6 +276,32 @@ pub fn settle(
     store(&bucket, stored, &decision, &remaining_text, clock);
     drop(bucket);
     Ok((decision, remaining_text))
+}
+
+/// The buckets of an all-or-nothing call (TB.MTAKE, TB.ACQUIRE ... TAKE): every key opened
+/// for writing and its state read before anything is written, each paired with its limit
+/// and `n` for `bucket::take_all`. The keys stay open for the writes that follow.
+pub fn open_parts<'a>(
+    call: &Call<'a>,
+    keys: &[*mut RedisModuleString],
+    limits: &[(Limit, f64)],
+) -> Result<(Vec<BucketKey<'a>>, Vec<Part>), TbError> {
+    let buckets = keys
+        .iter()
+        .map(|&key| BucketKey::open(call.api, call.ctx, key, Access::Write))
+        .collect::<Result<Vec<_>, _>>()?;
+    let parts = buckets
+        .iter()
+        .zip(limits)
+        .map(|(b, &(limit, n))| {
+            Ok(Part {
+                limit,
+                n,
+                stored: b.read()?,
+            })
+        })
+        .collect::<Result<Vec<_>, TbError>>()?;
+    Ok((buckets, parts))
 }
 
 /// Stores a decision's new state, if it has one: only the fields whose value changed (a

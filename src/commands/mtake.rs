@@ -2,14 +2,13 @@
 //! limits in one all-or-nothing call. Every key is checked (type, stored state) before any
 //! is written, so an error or a short bucket anywhere leaves every bucket as it was.
 
-use crate::algo::bucket::{self, Part};
+use crate::algo::bucket;
 use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
-use crate::binding::store::{Access, BucketKey};
 use crate::error::TbError;
 use crate::parse::args::{has_duplicates, mtake_layout, parse_now, parse_triples};
 
-use super::{Call, Clock, store};
+use super::{Call, Clock, open_parts, store};
 
 pub fn run(call: &Call) -> Result<Outcome, TbError> {
     if call.argv.len() < 6 {
@@ -38,21 +37,7 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
     }
     let clock = Clock::new(call, now, now_text)?;
 
-    let buckets = keys
-        .iter()
-        .map(|&key| BucketKey::open(call.api, call.ctx, key, Access::Write))
-        .collect::<Result<Vec<_>, _>>()?;
-    let parts = buckets
-        .iter()
-        .zip(&limits)
-        .map(|(b, &(limit, n))| {
-            Ok(Part {
-                limit,
-                n,
-                stored: b.read()?,
-            })
-        })
-        .collect::<Result<Vec<_>, TbError>>()?;
+    let (buckets, parts) = open_parts(call, keys, &limits)?;
     let (mut total, mut each) = bucket::take_all(&parts, clock.now());
     clock.round(&mut total);
     let texts: Vec<_> = each
