@@ -12,16 +12,7 @@ repo=$(cd "$here/../.." && pwd)
 venv="${REDIS_TB_VENV:-$repo/.venv/python}"
 examples=("$repo/examples/fastapi" "$repo/examples/shell" "$repo/examples/flask" "$repo/examples/slowapi" "$repo/examples/django")
 
-if [ ! -x "$venv/bin/python" ]; then
-    "${PYTHON:-python3}" -m venv "$venv"
-fi
-pip=("$venv/bin/python" -m pip --disable-pip-version-check --quiet)
-stamp="$venv/.requirements-test.txt"
-if ! cmp -s "$here/requirements-test.txt" "$stamp"; then
-    "${pip[@]}" install -r "$here/requirements-test.txt"
-    cp "$here/requirements-test.txt" "$stamp"
-fi
-"${pip[@]}" install --no-deps --no-build-isolation --force-reinstall "$here"
+"$here/venv.sh"
 
 "$venv/bin/ruff" check --config "$here/pyproject.toml" "$here" "${examples[@]}"
 

@@ -30,17 +30,9 @@ if [ ! -f "$module" ]; then
 fi
 command -v "${REDIS_SERVER:-redis-server}" >/dev/null || { echo "run-tests.sh: redis-server not found" >&2; exit 1; }
 
-# The Python examples' venv, as clients/python/run-tests.sh makes it.
-if [ ! -x "$venv/bin/python" ]; then
-    "${PYTHON:-python3}" -m venv "$venv"
-fi
+# The Python examples' venv, made by the Python package's own venv.sh.
+REDIS_TB_VENV="$venv" "$py/venv.sh"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check --quiet)
-stamp="$venv/.requirements-test.txt"
-if ! cmp -s "$py/requirements-test.txt" "$stamp"; then
-    "${pip[@]}" install -r "$py/requirements-test.txt"
-    cp "$py/requirements-test.txt" "$stamp"
-fi
-"${pip[@]}" install --no-deps --no-build-isolation --force-reinstall "$py"
 stamp="$venv/.requirements-http.txt"
 if ! cmp -s "$here/requirements.txt" "$stamp"; then
     "${pip[@]}" install -r "$here/requirements.txt"
