@@ -11,11 +11,11 @@
  * put on a route (`app.get(path, mw, handler)`); a request is checked once.
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
-import type { Decision, DecisionView } from './decision.js';
+import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredicate } from './adapter.js';
+import type { Decision, DecisionView, Hold } from './decision.js';
 import { PROBLEM_TYPE } from './headers.js';
 import type { RateLimiter } from './limiter.js';
-import { type Policy, checkDistinctNames } from './policy.js';
+import { type Policy, checkDistinctNames, checkPolicyKinds } from './policy.js';
 
 export interface ExpressRateLimitOptions {
   policies: readonly Policy<Request>[];
@@ -169,6 +169,7 @@ declare global {
 /** The Express middleware. The decision is `res.locals.rateLimit`. */
 export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLimitOptions): RequestHandler {
   checkDistinctNames(options.policies); // SPEC C1
+  checkPolicyKinds(options.policies); // SPEC C10
   const policies = [...options.policies];
   const limitUnmatched = options.limitUnmatched ?? false;
   const exclude = excludeSet(options.exclude);
@@ -206,6 +207,8 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
       return;
     }
     for (const [k, v] of out.headers) res.setHeader(k, v);
+    // SPEC N4, N5: the lease lives until the response is finished
+    holdLeaseUntilDone(res, decision);
     if (refundOn && decision.charged) {
       // Settle the automatic refund before the response completes: a client that has the
       // response sees the bucket refunded.
@@ -220,6 +223,20 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
     }
     next();
   };
+}
+
+/**
+ * SPEC G2: answer a refused hold as its 429 (the policy's headers and P1's body); returns
+ * false (and sends nothing) when the hold was taken.
+ *
+ *     const hold = await res.locals.rateLimit!.hold('tokens', maxTokens);
+ *     if (sendHoldRefusal(res, hold)) return;
+ */
+export function sendHoldRefusal(res: Response, hold: Hold): boolean {
+  const out = hold.response;
+  if (out === null || out.body === null) return false;
+  sendProblem(res, out.status, out.body, out.headers);
+  return true;
 }
 
 export default rateLimit;
