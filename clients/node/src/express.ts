@@ -149,6 +149,26 @@ export function routeTemplate(req: Request): string | null {
   return template === null ? null : `${req.method.toUpperCase()} ${template}`;
 }
 
+const LISTS = new Set(['ratelimit-policy', 'ratelimit']);
+
+/**
+ * An earlier middleware instance's structured-field lists joined with this one's items
+ * (two limiters on one route, e.g. the API's and a login's own: SPEC H1 lists every
+ * enforced policy that checked the request).
+ */
+function joined(res: Response, headers: Array<[string, string]>): Array<[string, string]> {
+  let out = headers;
+  for (let i = 0; i < headers.length; i++) {
+    const [k, v] = headers[i]!;
+    if (!LISTS.has(k.toLowerCase())) continue;
+    const before = res.getHeader(k);
+    if (typeof before !== 'string' || before === '') continue;
+    if (out === headers) out = headers.slice();
+    out[i] = [k, `${before}, ${v}`];
+  }
+  return out;
+}
+
 function sendProblem(res: Response, status: number, payload: string, headers: Array<[string, string]>): void {
   res.statusCode = status;
   for (const [k, v] of headers) res.setHeader(k, v);
@@ -203,10 +223,10 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
     res.locals.rateLimit = decision;
     const out = limiter.respond(decision);
     if (out.body !== null) {
-      sendProblem(res, out.status, out.body, out.headers);
+      sendProblem(res, out.status, out.body, out.status === 429 ? joined(res, out.headers) : out.headers);
       return;
     }
-    for (const [k, v] of out.headers) res.setHeader(k, v);
+    for (const [k, v] of joined(res, out.headers)) res.setHeader(k, v);
     // SPEC N4, N5: the lease lives until the response is finished
     holdLeaseUntilDone(res, decision);
     if (refundOn && decision.charged) {
