@@ -7,11 +7,13 @@ import { PassThrough } from 'node:stream';
 import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
 import express from 'express';
 import Fastify from 'fastify';
+import { Registry } from 'prom-client';
 import { Limit, Policy, RateLimiter, TbClient } from 'redis-tb';
+import { PromMetrics } from 'redis-tb/prometheus';
 import { rateLimit, sendHoldRefusal as expressHoldRefusal } from 'redis-tb/express';
 import { fastifyRateLimit, sendHoldRefusal as fastifyHoldRefusal } from 'redis-tb/fastify';
 import { RedisServer, closeClient, memoryLogger, nodeRedis, request, sleep } from './helpers.mjs';
-import { listenExpress, listenFastify, sfItems } from './http-helpers.mjs';
+import { listenExpress, listenFastify, scrape, sfItems } from './http-helpers.mjs';
 
 // answers, not speed (see fastify.test.mjs)
 const ANSWER_TIMEOUT_MS = 5000;
@@ -135,6 +137,7 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
     let web;
     let gates;
     let limiter;
+    let registry;
     before(async () => {
       redis = await nodeRedis(server.port);
       tb = new TbClient(redis);
@@ -151,10 +154,12 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
     });
 
     const start = async (leaseSeconds = 30) => {
-      limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger() });
+      registry = new Registry();
+      limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PromMetrics({ registry }) });
       web = await listen(limiter, gates, leaseSeconds);
     };
     const inFlight = async () => (await tb.peekLeases(SLOT_KEY)).inFlight;
+    const gauge = async () => scrape(await registry.metrics())['redis_tb_leases_in_flight{limiter=default,policy=conc}'];
 
     test('a streamed response holds its lease until its end (SPEC N4)', async () => {
       await start();
@@ -164,6 +169,7 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
       await gates.until(1);
       assert.equal(await inFlight(), 1);
       assert.equal(limiter.stats.leasesInFlight, 1);
+      assert.equal(await gauge(), 1, 'SPEC M2: the gauge is up while the lease is held');
       // the slot is taken while the body streams
       const refused = await request(`${web.url}/stream`);
       assert.equal(refused.status, 429);
@@ -173,6 +179,7 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
       assert.equal(await s.ended, 'first\nlast\n');
       await eventually(async () => (await inFlight()) === 0, 'the lease released at the end of the body');
       await eventually(() => limiter.stats.leasesInFlight === 0, 'the gauge back to 0');
+      assert.equal(await gauge(), 0);
       assert.equal(limiter.stats.leasesExpired, 0);
       // and the slot is free for the next request
       const next = await openStream(`${web.url}/stream`);
@@ -250,3 +257,27 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
     });
   });
 }
+
+test('a lease lost before its release counts redis_tb_leases_expired_total (SPEC M2, N4)', async () => {
+  const redis = await nodeRedis(server.port);
+  try {
+    const tb = new TbClient(redis);
+    await tb.send(['FLUSHALL']);
+    const registry = new Registry();
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PromMetrics({ registry }) });
+    const policy = new Policy({ name: 'conc', limit: Limit.inFlight(1) });
+    const d = await limiter.check({ request: {}, peer: '127.0.0.1', header: () => [], route: 'GET /x' }, [policy]);
+    assert.ok(d.lease);
+    // the lease goes (a failover that lost it, say): the release answers 0
+    await tb.send(['DEL', d.lease.key]);
+    await d.finish();
+    const m = scrape(await registry.metrics());
+    assert.equal(m['redis_tb_leases_expired_total{limiter=default,policy=conc}'], 1);
+    assert.equal(m['redis_tb_leases_in_flight{limiter=default,policy=conc}'], 0);
+    assert.equal(limiter.stats.leasesExpired, 1);
+    // renewing an ended lease sends nothing
+    assert.equal(await d.renew(), false);
+  } finally {
+    await closeClient(redis);
+  }
+});
