@@ -108,8 +108,12 @@ export interface Hold {
 export interface LeaseOps {
   /** N4: the lease ended; `lost`: a renewal found it gone (no release is sent) */
   end(lease: Lease, lost: boolean): Promise<void>;
-  /** N5: true renewed, false lost, null a failed call (the next tick tries again) */
-  renew(lease: Lease, leaseMs: number): Promise<boolean | null>;
+  /**
+   * N5: true renewed, false lost, null a failed call (the next tick tries again); `live`
+   * says whether the lease is still this request's when the answer comes (a renewal
+   * answered after the response ended is not a lost lease).
+   */
+  renew(lease: Lease, leaseMs: number, live: () => boolean): Promise<boolean | null>;
   /** G1 */
   hold(target: SettleTarget, estimate: number, ttl: number): Promise<Hold>;
 }
@@ -218,7 +222,7 @@ export class Decision implements DecisionView {
     this.renewing = true;
     let out: boolean | null;
     try {
-      out = await this.ops.renew(this.lease, this.leaseMs);
+      out = await this.ops.renew(this.lease, this.leaseMs, () => this.leaseState === 'held');
     } finally {
       this.renewing = false;
     }

@@ -217,7 +217,7 @@ export class RateLimiter<Req = AnyRequest> {
   private readonly leaseLog = new Map<string, { last: number; count: number }>();
   private readonly leaseOps: LeaseOps = {
     end: (lease, lost) => this.endLease(lease, lost),
-    renew: (lease, leaseMs) => this.renewLease(lease, leaseMs),
+    renew: (lease, leaseMs, live) => this.renewLease(lease, leaseMs, live),
     hold: (target, estimate, ttl) => this.takeHold(target, estimate, ttl),
   };
   /** SPEC B1: the breaker is open until this monotonic ms; 0: closed */
@@ -789,10 +789,10 @@ export class RateLimiter<Req = AnyRequest> {
   }
 
   /** SPEC N5: TB.RENEW; false: the lease was lost; null: the call failed (the next tick tries again). */
-  private async renewLease(lease: Lease, leaseMs: number): Promise<boolean | null> {
+  private async renewLease(lease: Lease, leaseMs: number, live: () => boolean): Promise<boolean | null> {
     const r = await this.leaseCall('TB.RENEW', () => this.client.renew(lease.key, lease.id, leaseMs));
     if (r === undefined) return null;
-    if (!r.ok) this.leaseExpired(lease, 'a renewal found it gone');
+    if (!r.ok && live()) this.leaseExpired(lease, 'a renewal found it gone');
     return r.ok;
   }
 
