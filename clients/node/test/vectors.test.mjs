@@ -202,6 +202,16 @@ function keySource(k) {
   throw new Error(`unknown key kind ${k.kind}`);
 }
 
+const POLICY_FIELDS = new Set(['name', 'capacity', 'rate', 'cost', 'shadow', 'key', 'window', 'in_flight', 'settle_later']);
+const LIMITER_FIELDS = new Set(['policies', 'fail_open', 'timeout_ms', 'cooldown_ms', 'deny_cache']);
+const STEP_FIELDS = new Set(['at_ms', 'redis', 'expect', 'reply', 'error']);
+
+/** An unknown field fails the runner (clients/vectors/README.md). */
+function knownFields(id, what, obj, known) {
+  const unknown = Object.keys(obj).filter((k) => !known.has(k));
+  assert.deepEqual(unknown, [], `${id}: unknown ${what} field(s)`);
+}
+
 function buildPolicies(spec, steps) {
   return spec.map((p) => {
     const hasCostFn = typeof p.cost === 'object' || steps.some((s) => s.check?.cost?.[p.name] !== undefined);
@@ -297,6 +307,9 @@ async function runLimiter(c) {
   const script = new Script();
   let t = 0;
   const clock = { monotonicMs: () => t, wallMs: () => WALL_ZERO + t };
+  knownFields(c.id, 'limiter', c.limiter, LIMITER_FIELDS);
+  for (const p of c.limiter.policies) knownFields(c.id, 'policy', p, POLICY_FIELDS);
+  for (const st of c.steps) knownFields(c.id, 'step', st, new Set([...STEP_FIELDS, ...STEP_KINDS]));
   const limiter = caseLimiter(c.limiter, script, clock);
   const policies = buildPolicies(c.limiter.policies, c.steps);
   const decisions = [];
