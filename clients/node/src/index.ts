@@ -2,6 +2,7 @@
 export { TbClient, type IoRedisLike, type NodeRedisLike, type NowOption, type RedisLike, type SendCommand, type TbClientOptions } from './client.js';
 export {
   ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, SchedulerWaitTooLongError,
+  StoreUnavailableError,
   UnexpectedReplyError,
 } from './errors.js';
 export type {

@@ -19,7 +19,8 @@ import {
 } from './decision.js';
 import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denycache.js';
 import {
-  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, UnexpectedReplyError,
+  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, StoreUnavailableError,
+  UnexpectedReplyError,
 } from './errors.js';
 import { type HeaderOptions, type LegacyReset, type Response, decisionHeaders, respond } from './headers.js';
 import { ClientIpConfig } from './ip.js';
@@ -816,10 +817,13 @@ export class RateLimiter<Req = AnyRequest> {
   /** SPEC G1, G2: TB.HOLD on the key and limit the check resolved. */
   private async takeHold(target: SettleTarget, estimate: number, ttl: number): Promise<Hold> {
     const ttlMs = Math.ceil(ttl * 1000);
+    // SPEC B2: nothing reaches Redis while the breaker is open
+    if (this.openUntil !== 0 && this.clock.monotonicMs() < this.openUntil) throw new StoreUnavailableError('TB.HOLD', this.client.server);
     let r;
     const started = this.metrics ? performance.now() : 0;
     try {
       r = await this.deadlines.bound(this.client.hold(target.key, target.capacity, target.rate, estimate, ttlMs), 'TB.HOLD');
+      this.openUntil = 0; // SPEC B3: an answer closes the breaker
     } catch (err) {
       this.failed(err, 'TB.HOLD');
       throw err;
@@ -839,11 +843,13 @@ export class RateLimiter<Req = AnyRequest> {
         throw new RangeError(`policy '${target.policy}': a settlement's actual cost must be >= 0 and <= 2^53, got ${String(actual)}`);
       }
       if (!r.allowed || r.id === null || settled) return { settled: false, remaining: r.remaining, charged: 0, resetAfter: r.resetAfter };
+      if (this.openUntil !== 0 && this.clock.monotonicMs() < this.openUntil) throw new StoreUnavailableError('TB.SETTLE', this.client.server);
       settled = true;
       const t0 = this.metrics ? performance.now() : 0;
       let out;
       try {
         out = await this.deadlines.bound(this.client.settle(target.key, target.capacity, target.rate, r.id, actual), 'TB.SETTLE');
+        this.openUntil = 0;
       } catch (err) {
         // SPEC G3: a failed call raises a store error (the hold keeps its estimate charged)
         this.failed(err, 'TB.SETTLE');
