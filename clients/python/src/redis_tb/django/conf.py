@@ -33,7 +33,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..keys import ClientIP
-from ..policy import Limit, Policy, tiered
+from ..policy import InFlightLimit, Limit, Policy, WindowLimit, tiered
 
 __all__ = ["Config", "DjangoPolicy", "normalise_route", "parse_config", "parse_policies"]
 
@@ -46,7 +46,7 @@ _TOP = {
 _PERIODS = {"PER_SECOND": 1, "PER_MINUTE": 60, "PER_HOUR": 3600, "PER_DAY": 86400}
 _POLICY = {
     "NAME", *_PERIODS, "CAPACITY", "RATE", "LIMIT", "TIERS", "TIER", "DEFAULT_TIER",
-    "KEY", "COST", "ROUTES", "URL_NAMES", "PER_ROUTE", "SHADOW",
+    "KEY", "COST", "ROUTES", "URL_NAMES", "PER_ROUTE", "SHADOW", "SETTLE_LATER",
 }
 
 
@@ -211,7 +211,7 @@ def _policy_from_dict(spec: Mapping[str, Any], index: int) -> DjangoPolicy:
         if isinstance(cost_spec, str) or callable(cost_spec)
         else _number(cost_spec, f"{what} COST")
     )
-    limit: Limit | Callable[..., Any]
+    limit: Any
     if "TIERS" in d:
         if "TIER" not in d or any(k in d for k in (*_PERIODS, "CAPACITY", "RATE", "LIMIT")):
             raise ImproperlyConfigured(f"REDIS_TB: {what}: TIERS needs TIER (and no other limit)")
@@ -227,7 +227,7 @@ def _policy_from_dict(spec: Mapping[str, Any], index: int) -> DjangoPolicy:
         limit = built.limit
     elif "LIMIT" in d:
         spec_limit = d["LIMIT"]
-        if isinstance(spec_limit, Limit):
+        if isinstance(spec_limit, (Limit, WindowLimit, InFlightLimit)):  # SPEC W1, N1
             limit = spec_limit
         elif isinstance(spec_limit, Mapping):
             fixed = _limit(spec_limit, f"{what} LIMIT")
@@ -251,6 +251,7 @@ def _policy_from_dict(spec: Mapping[str, Any], index: int) -> DjangoPolicy:
             cost=cost,
             per_route=bool(d.get("PER_ROUTE", False)),
             shadow=bool(d.get("SHADOW", False)),
+            settle_later=bool(d.get("SETTLE_LATER", False)),
         )
     except ValueError as exc:
         raise ImproperlyConfigured(f"REDIS_TB: {what}: {exc}") from exc
