@@ -201,9 +201,9 @@ class RateLimitMiddleware:
                 started = True
                 if extra:  # first, so the middleware's items lead any the app adds
                     own = message.get("headers", ())
-                    # a response with its own rate-limit headers (a refused hold's 429,
-                    # SPEC G2) keeps them alone
-                    if not any(k.lower() == b"ratelimit-policy" for k, _ in own):
+                    # a 429 with its own rate-limit headers (a refused hold's, SPEC G2)
+                    # keeps them alone
+                    if status != 429 or not any(k.lower() == b"ratelimit-policy" for k, _ in own):
                         message["headers"] = [*extra, *own]
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 # Settle an automatic refund before the response completes: a client

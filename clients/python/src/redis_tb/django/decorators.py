@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponseBase
 from ..limiter import BaseLimiter
 from ..policy import CostFunc, KeyFunc, Limit, Policy
 from .conf import _func
-from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, get_rate_limit, route_of
+from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, end_with_response, get_rate_limit, route_of
 
 __all__ = ["rate_limit", "rate_limit_exempt"]
 
@@ -143,10 +143,14 @@ def rate_limit(
                 except BaseException:
                     if alone and rl.config.refund_on(500):
                         await current.arefund()
+                    if alone:
+                        await current.afinish()  # SPEC N4: the view raised
                     raise
                 rl.add_headers(response, current, limiter)
                 if alone and rl.config.refund_on(response.status_code):
                     await current.arefund()
+                if alone and end_with_response(response, current):  # SPEC N4
+                    await current.afinish()
                 return response
 
             setattr(async_wrapper, VIEW_ATTR, view_limit)
@@ -171,10 +175,14 @@ def rate_limit(
             except BaseException:
                 if alone and rl.config.refund_on(500):
                     current.refund()
+                if alone:
+                    current.finish()  # SPEC N4: the view raised
                 raise
             rl.add_headers(response, current, limiter)
             if alone and rl.config.refund_on(response.status_code):
                 current.refund()
+            if alone and end_with_response(response, current):  # SPEC N4
+                current.finish()
             return response
 
         setattr(wrapper, VIEW_ATTR, view_limit)

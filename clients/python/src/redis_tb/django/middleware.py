@@ -25,7 +25,17 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from ..policy import Policy
-from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, DjangoRateLimit, RequestDecision, ViewLimit, get_rate_limit
+from .runtime import (
+    ATTR,
+    CHECKED,
+    SEEN,
+    VIEW_ATTR,
+    DjangoRateLimit,
+    RequestDecision,
+    ViewLimit,
+    end_with_response,
+    get_rate_limit,
+)
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -117,7 +127,10 @@ class RateLimitMiddleware:
         try:
             response: HttpResponseBase = self.get_response(request)
         except BaseException:
-            self._refund_after_error_sync(request)
+            try:
+                self._refund_after_error_sync(request)
+            finally:
+                self._finish_sync(request)  # SPEC N4: the handler raised
             raise
         rl = get_rate_limit()
         if self._unmatched(request):
@@ -131,6 +144,8 @@ class RateLimitMiddleware:
             rl.add_headers(response, current, rl.sync_limiter())
             if rl.config.refund_on(response.status_code):
                 current.refund()
+            if end_with_response(response, current):  # SPEC N4: the whole body is there
+                current.finish()
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -139,8 +154,13 @@ class RateLimitMiddleware:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
         try:
             response = await get_response(request)
-        except BaseException:
-            await self._refund_after_error_async(request)
+        except BaseException:  # the handler raised, or the client went away (cancelled)
+            try:
+                await self._refund_after_error_async(request)
+            finally:
+                current = getattr(request, ATTR, None)
+                if isinstance(current, RequestDecision):
+                    await current.afinish()  # SPEC N4
             raise
         rl = get_rate_limit()
         if self._unmatched(request):
@@ -153,11 +173,19 @@ class RateLimitMiddleware:
             rl.add_headers(response, current, rl.async_limiter())
             if rl.config.refund_on(response.status_code):
                 await current.arefund()
+            if end_with_response(response, current):  # SPEC N4: the whole body is there
+                await current.afinish()
         return response
 
     @staticmethod
     def _unmatched(request: HttpRequest) -> bool:
         return get_rate_limit().config.limit_unmatched and getattr(request, "resolver_match", None) is None
+
+    @staticmethod
+    def _finish_sync(request: HttpRequest) -> None:
+        current = getattr(request, ATTR, None)
+        if isinstance(current, RequestDecision):
+            current.finish()
 
     # With DEBUG_PROPAGATE_EXCEPTIONS (or a middleware below that re-raises) the view's
     # error reaches here instead of becoming a 500 response: treat it as a 500.

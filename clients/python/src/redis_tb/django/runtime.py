@@ -20,14 +20,14 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from ..client import AsyncClient, Client
-from ..decision import Decision, Outcome, PolicyResult
+from ..decision import Decision, Hold, Outcome, PolicyResult
 from ..deny_cache import DenyCache
 from ..limiter import BaseLimiter, RateLimiter, SyncRateLimiter
 from ..metrics import Metrics, PrometheusMetrics
-from ..policy import Policy
+from ..policy import Policy, check_policy_kinds
 from .conf import Config, parse_config
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "ViewLimit",
     "get_rate_limit",
     "header_getter",
+    "hold_rejection",
     "peer_of",
     "reset",
     "route_of",
@@ -108,16 +109,102 @@ class RequestDecision:
     back both.
     """
 
-    __slots__ = ("decision", "_parts")
+    __slots__ = ("decision", "_parts", "_renewers")
 
     def __init__(self, decision: Decision, is_async: bool) -> None:
         self.decision = decision
         self._parts: tuple[tuple[Decision, bool], ...] = ((decision, is_async),)
+        self._renewers: list[Any] = []
 
     def merged(self, other: Decision, is_async: bool) -> RequestDecision:
         out = RequestDecision(self.decision.merged(other), is_async)
         out._parts = (*self._parts, (other, is_async))
+        out._renewers = self._renewers
         return out
+
+    # -- leases (SPEC N4, N5) ----------------------------------------------------
+
+    @property
+    def lease(self) -> Any:
+        """SPEC N6: the lease of this request's in-flight policy, or None."""
+        for d, _ in self._parts:
+            if d.lease is not None:
+                return d.lease
+        return None
+
+    def start_renewing(self) -> None:
+        """SPEC N5: renew each lease every lease / 2 until :meth:`finish` (a thread
+        for a sync-path decision, a task on the event loop for an async one)."""
+        for d, was_async in self._parts:
+            if not d.lease_active or any(r[0] is d for r in self._renewers):
+                continue
+            period = d.lease_seconds / 2
+            if was_async:
+                self._renewers.append((d, asyncio.get_running_loop().create_task(_renew_every(d, period))))
+            else:
+                stop = threading.Event()
+                t = threading.Thread(target=_renew_sync_every, args=(d, period, stop), daemon=True, name="redis-tb-renew")
+                t.start()
+                self._renewers.append((d, stop))
+
+    def _stop_renewing(self) -> None:
+        for _, r in self._renewers:
+            if isinstance(r, threading.Event):
+                r.set()
+            else:
+                r.get_loop().call_soon_threadsafe(r.cancel)
+
+    def finish(self) -> None:
+        """SPEC N4: the response is over: stop renewing and release the lease once
+        (from sync code; later calls do nothing)."""
+        self._stop_renewing()
+        for d, was_async in self._parts:
+            if d.lease is None:
+                continue
+            if was_async:
+                if _in_event_loop():
+                    raise RuntimeError("request.rate_limit.finish() in an event loop: use `await afinish()`")
+                async_to_sync(d.finish)()
+            else:
+                d.finish_sync()
+
+    async def afinish(self) -> None:
+        """:meth:`finish` from async code."""
+        self._stop_renewing()
+        for d, was_async in self._parts:
+            if d.lease is None:
+                continue
+            if was_async:
+                await asyncio.shield(d.finish())
+            else:
+                await sync_to_async(d.finish_sync)()
+
+    # -- holds (SPEC G1-G3) ------------------------------------------------------
+
+    def _holder(self, policy: str) -> tuple[Decision, bool]:
+        for d, was_async in self._parts:
+            if policy in d._holdable:
+                return d, was_async
+        return self._parts[0]
+
+    def hold(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
+        """SPEC G1: hold ``estimate`` on the settle_later policy ``policy`` (sync
+        views; ``await ahold()`` in async views). Settle it with
+        ``hold.settle_sync(actual)`` (a hold of an async-path check: ``await
+        hold.settle(actual)``); :func:`hold_rejection` is a refused hold's 429."""
+        d, was_async = self._holder(policy)
+        if was_async:
+            if _in_event_loop():
+                raise RuntimeError("request.rate_limit.hold() in an event loop: use `await ahold()`")
+            return async_to_sync(d.hold)(policy, estimate, ttl)
+        return d.hold_sync(policy, estimate, ttl)
+
+    async def ahold(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
+        """:meth:`hold` for async views."""
+        d, was_async = self._holder(policy)
+        if was_async:
+            return await d.hold(policy, estimate, ttl)
+        return await sync_to_async(d.hold_sync)(policy, estimate, ttl)
 
     # -- the decision ------------------------------------------------------------
 
@@ -207,6 +294,62 @@ class RequestDecision:
 
     def __repr__(self) -> str:
         return repr(self.decision)
+
+
+async def _renew_every(d: Decision, period: float) -> None:
+    while True:
+        await asyncio.sleep(period)
+        if not d.lease_active:
+            return
+        await d.renew()
+
+
+def _renew_sync_every(d: Decision, period: float, stop: threading.Event) -> None:
+    while not stop.wait(period):
+        if not d.lease_active:
+            return
+        d.renew_sync()
+
+
+def hold_rejection(hold: Hold) -> HttpResponse | None:
+    """SPEC G2: the ready 429 of a refused hold (H1-H3's headers of its policy, P1's
+    body), or None when it was taken: ``return`` it from the view."""
+    if hold.allowed:
+        return None
+    status, headers, body = hold._limiter.hold_response(hold)
+    return HttpResponse(body, status=status, headers=dict(headers))
+
+
+def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
+    """SPEC N4 for a response that has a lease: a streamed response releases it
+    after its last chunk (or when it is closed: a client gone mid-stream); True
+    when the caller is to release it now (the whole body is there)."""
+    if rd.lease is None:
+        return False
+    response._resource_closers.append(rd.finish)  # type: ignore[attr-defined]  # the server closes every response
+    if not isinstance(response, StreamingHttpResponse):
+        return True
+    content = response.streaming_content
+    if response.is_async:
+
+        async def aiter_then_end() -> Any:
+            try:
+                async for chunk in content:  # type: ignore[union-attr]
+                    yield chunk
+            finally:
+                await rd.afinish()
+
+        response.streaming_content = aiter_then_end()
+    else:
+
+        def iter_then_end() -> Any:
+            try:
+                yield from content  # type: ignore[misc]
+            finally:
+                rd.finish()
+
+        response.streaming_content = iter_then_end()
+    return False
 
 
 @dataclass(frozen=True, eq=False)
@@ -338,6 +481,10 @@ class DjangoRateLimit:
             found = tuple(p.policy for p in c.policies if p.applies(route, url_name, view_name))
             if view is not None:
                 found = _combined(found, view.policies)
+            try:
+                check_policy_kinds(found)  # SPEC C10: the policies of one call
+            except ValueError as exc:
+                raise ImproperlyConfigured(f"redis-tb: {exc}") from exc
             if len(self._selected) < 10_000:  # bounded by the URLconf; a cap all the same
                 self._selected[k] = found
         return route, found
@@ -384,11 +531,14 @@ class DjangoRateLimit:
             setattr(request, ATTR, RequestDecision(decision, is_async))
             return _problem_response(rejection)
         if isinstance(earlier, RequestDecision) and earlier.results:
-            setattr(request, ATTR, earlier.merged(decision, is_async))
+            current = earlier.merged(decision, is_async)
         elif isinstance(earlier, RequestDecision) and earlier.store_error:
-            setattr(request, ATTR, earlier.merged(decision, is_async))
+            current = earlier.merged(decision, is_async)
         else:  # nothing earlier, or the middleware's placeholder (no policy applied)
-            setattr(request, ATTR, RequestDecision(decision, is_async))
+            current = RequestDecision(decision, is_async)
+        setattr(request, ATTR, current)
+        if decision.lease is not None:
+            current.start_renewing()  # SPEC N5
         return None
 
     def add_headers(self, response: HttpResponseBase, decision: RequestDecision, limiter: BaseLimiter) -> None:
