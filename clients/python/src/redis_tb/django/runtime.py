@@ -329,22 +329,28 @@ def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
     response._resource_closers.append(rd.finish)  # type: ignore[attr-defined]  # the server closes every response
     if not isinstance(response, StreamingHttpResponse):
         return True
-    content = response.streaming_content
+    # the view's own iterator (streaming_content is a mapping over it), so that a
+    # client gone mid-stream closes the view's generator too (its finally runs)
+    content: Any = response._iterator  # type: ignore[attr-defined]
     if response.is_async:
 
         async def aiter_then_end() -> Any:
             try:
-                async for chunk in content:  # type: ignore[union-attr]
+                async for chunk in content:
                     yield chunk
             finally:
-                await rd.afinish()
+                try:
+                    if hasattr(content, "aclose"):
+                        await content.aclose()
+                finally:
+                    await rd.afinish()
 
         response.streaming_content = aiter_then_end()
     else:
 
         def iter_then_end() -> Any:
             try:
-                yield from content  # type: ignore[misc]
+                yield from content
             finally:
                 rd.finish()
 
@@ -546,6 +552,8 @@ class DjangoRateLimit:
         when no policy applied; shadow policies are left out)."""
         if decision.outcome is not Outcome.ALLOWED:
             return
+        if response.status_code == 429 and response.has_header("RateLimit-Policy"):
+            return  # a 429 with its own rate-limit headers (a refused hold's, SPEC G2)
         for name, value in limiter.headers(decision.decision):
             response[name] = value
 
