@@ -240,7 +240,7 @@ def test_excluded_views_and_metrics_scrape(stack: Stack) -> None:
         (s.name, s.labels.get("policy")): s.value
         for family in text_string_to_metric_families(scrape.text)
         for s in family.samples
-        if s.name.startswith("redis_tb_") and s.labels.get("limiter") == "default"
+        if s.name.startswith("redis_tb_") and s.labels.get("limiter") == "api"
     }
     assert samples[("redis_tb_allowed_total", "ip")] >= 1
     assert samples[("redis_tb_limited_total", "orders")] >= 1
@@ -271,7 +271,7 @@ def test_redis_stopped_mid_run_then_back(stack: Stack) -> None:
         s.name: s.value
         for family in text_string_to_metric_families(scrape.text)
         for s in family.samples
-        if s.labels.get("limiter") == "default"
+        if s.labels.get("limiter") == "api"
     }
     assert counters["redis_tb_store_errors_total"] >= 1
     assert counters["redis_tb_degraded_total"] >= 4

@@ -47,6 +47,8 @@ LOGGING = {
 
 REDIS_TB = {
     "URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+    # the limiter label of the configured policies in the metrics (the login has its own)
+    "NAME": "api",
     "TRUSTED_PROXIES": [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c],
     # Redis down: let requests through (the login view overrides this: fail closed)
     "FAIL_OPEN": True,

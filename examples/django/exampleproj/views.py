@@ -98,7 +98,7 @@ def flaky(request: HttpRequest) -> HttpResponse:
 # 20 an hour, a sliding window (SPEC W): a token bucket of 20 an hour would admit 40 in a
 # client's first hour. A window is checked in a call of its own (C10), after the
 # middleware's call of the configured policies.
-@rate_limit(Policy("login", Limit.window(20, 3600)), fail_open=False)
+@rate_limit(Policy("login", Limit.window(20, 3600)), fail_open=False, limiter="login")
 async def login(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"token": "not-a-real-token"})
 

@@ -146,6 +146,8 @@ class PrometheusMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, limiter: str = "default") -> None:
         self.name = limiter
+        #: the registry given (None: prometheus_client's default), for a sibling limiter's
+        self.registry = registry
         self._f = _families_of(registry)
         self._store_errors = self._f.store_errors.labels(limiter)
         self._degraded = self._f.degraded.labels(limiter)

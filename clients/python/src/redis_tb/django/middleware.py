@@ -109,9 +109,9 @@ class RateLimitMiddleware:
         own: ViewLimit | None = getattr(view, VIEW_ATTR, None)
         if getattr(view, "rate_limit_exempt", False):
             return None  # a @rate_limit on it then checks its own policies alone
-        if own is not None and any(p.kind == "window" for p in own.policies):
-            # SPEC C10: a window policy is checked in a call of its own, so the view's
-            # @rate_limit checks it after this call of the configured policies
+        if own is not None and (own.limiter is not None or any(p.kind == "window" for p in own.policies)):
+            # a limiter of its own (SPEC C10: a window policy always is one): the view's
+            # @rate_limit checks its policies after this call of the configured ones
             own = None
         selected = rl.select(request, own)
         if selected is None:

@@ -365,6 +365,9 @@ class ViewLimit:
 
     policies: tuple[Policy, ...]
     fail_open: bool | None = None
+    #: a limiter of its own: the view's policies are checked in a call of their own,
+    #: with this ``limiter`` label in the metrics (SPEC M1)
+    limiter: str | None = None
 
 
 def _combined(configured: tuple[Policy, ...], own: tuple[Policy, ...]) -> tuple[Policy, ...]:
@@ -388,10 +391,10 @@ class DjangoRateLimit:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._lock = threading.Lock()
-        self._sync: dict[bool, SyncRateLimiter] = {}
+        self._sync: dict[tuple[bool, str | None], SyncRateLimiter] = {}
         self._sync_client: Client | None = None
         self._async: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[AsyncClient, dict[bool, RateLimiter]]
+            asyncio.AbstractEventLoop, tuple[AsyncClient, dict[tuple[bool, str | None], RateLimiter]]
         ] = weakref.WeakKeyDictionary()
         self._selected: dict[
             tuple[str | None, str | None, str | None, ViewLimit | None], tuple[Policy, ...]
@@ -399,12 +402,26 @@ class DjangoRateLimit:
         self.policies = tuple(p.policy for p in config.policies)
         #: one metrics object and one deny cache for every limiter of these settings
         self.metrics = _metrics(config.metrics, config.name)
+        self._labelled: dict[str, Metrics | None] = {}
         self.deny_cache = None if config.deny_cache is None else DenyCache(max_entries=config.deny_cache)
 
     # -- limiters ----------------------------------------------------------------
 
-    def options(self, fail_open: bool | None = None) -> dict[str, Any]:
-        """The core limiter's options from the settings (``fail_open`` overrides)."""
+    def _metrics_for(self, label: str | None) -> Metrics | None:
+        """The metrics of the limiter labelled ``label`` (None: the settings' one)."""
+        if label is None or label == self.config.name or self.metrics is None:
+            return self.metrics
+        found = self._labelled.get(label)
+        if found is None:
+            registry = getattr(self.metrics, "registry", None)
+            found = self._labelled[label] = (
+                PrometheusMetrics(registry, limiter=label) if isinstance(self.metrics, PrometheusMetrics) else self.metrics
+            )
+        return found
+
+    def options(self, fail_open: bool | None = None, label: str | None = None) -> dict[str, Any]:
+        """The core limiter's options from the settings (``fail_open`` overrides;
+        ``label`` names the limiter in the metrics)."""
         c = self.config
         return {
             "prefix": c.prefix,
@@ -417,14 +434,14 @@ class DjangoRateLimit:
             "legacy_reset": c.legacy_reset,
             "clock": c.clock,
             "shadow": c.shadow,
-            "metrics": self.metrics,
+            "metrics": self._metrics_for(label),
             "deny_cache": self.deny_cache,
             "start_degraded": c.start_degraded,
         }
 
-    def sync_limiter(self, fail_open: bool | None = None) -> SyncRateLimiter:
+    def sync_limiter(self, fail_open: bool | None = None, label: str | None = None) -> SyncRateLimiter:
         """The sync-path limiter (``fail_open`` overrides the setting: the decorator's)."""
-        key = self.config.fail_open if fail_open is None else fail_open
+        key = (self.config.fail_open if fail_open is None else fail_open, label)
         found = self._sync.get(key)
         if found is not None:
             return found
@@ -432,13 +449,13 @@ class DjangoRateLimit:
             if key not in self._sync:
                 if self._sync_client is None:
                     self._sync_client = Client.from_url(self.config.url, timeout=self.config.timeout)
-                self._sync[key] = SyncRateLimiter(self._sync_client, **self.options(fail_open))
+                self._sync[key] = SyncRateLimiter(self._sync_client, **self.options(fail_open, label))
             return self._sync[key]
 
-    def async_limiter(self, fail_open: bool | None = None) -> RateLimiter:
+    def async_limiter(self, fail_open: bool | None = None, label: str | None = None) -> RateLimiter:
         """The async-path limiter of the running event loop (``redis.asyncio``
         connections belong to one loop: an ASGI server has one for its life)."""
-        key = self.config.fail_open if fail_open is None else fail_open
+        key = (self.config.fail_open if fail_open is None else fail_open, label)
         loop = asyncio.get_running_loop()
         entry = self._async.get(loop)
         if entry is None:
@@ -447,7 +464,7 @@ class DjangoRateLimit:
         client, limiters = entry
         found = limiters.get(key)
         if found is None:
-            found = limiters[key] = RateLimiter(client, **self.options(fail_open))
+            found = limiters[key] = RateLimiter(client, **self.options(fail_open, label))
         return found
 
     def startup(self) -> None:
@@ -508,8 +525,9 @@ class DjangoRateLimit:
         policies: Sequence[Policy],
         route: str | None,
         fail_open: bool | None = None,
+        label: str | None = None,
     ) -> tuple[SyncRateLimiter, Decision]:
-        limiter = self.sync_limiter(fail_open)
+        limiter = self.sync_limiter(fail_open, label)
         decision = limiter.check(request, policies, route, peer=peer_of(request), headers=header_getter(request))
         return limiter, decision
 
@@ -519,8 +537,9 @@ class DjangoRateLimit:
         policies: Sequence[Policy],
         route: str | None,
         fail_open: bool | None = None,
+        label: str | None = None,
     ) -> tuple[RateLimiter, Decision]:
-        limiter = self.async_limiter(fail_open)
+        limiter = self.async_limiter(fail_open, label)
         decision = await limiter.check(
             request, policies, route, peer=peer_of(request), headers=header_getter(request)
         )
