@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 
-from redis_tb import Limit
-
 BASE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "redis-tb-example-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
@@ -84,7 +82,7 @@ REDIS_TB = {
         # at most 2 streams in progress per client address (SPEC N): a lease of 2 s,
         # renewed every second while the stream runs, released when its response ends (a
         # client gone mid-stream included); in the same call as the buckets above
-        {"NAME": "streams", "LIMIT": Limit.in_flight(2, lease=2), "URL_NAMES": ["stream"]},
+        {"NAME": "streams", "IN_FLIGHT": {"LIMIT": 2, "LEASE": 2}, "URL_NAMES": ["stream"]},
         # 1000 tokens an hour per client address, charged after the fact (SPEC G): the view
         # holds max_tokens before it streams and settles the tokens it sent
         {"NAME": "tokens", "PER_HOUR": 1000, "URL_NAMES": ["stream"], "SETTLE_LATER": True},
