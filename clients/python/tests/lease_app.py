@@ -19,18 +19,20 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from redis_tb import AsyncClient, Decision, Limit, Policy, RateLimiter, RateLimitMiddleware
-from redis_tb.asgi import hold_rejection
+from redis_tb.asgi import HoldRefused, hold_rejection
+from redis_tb.fastapi import RateLimitExceeded, install_problem_handler
 
 limiter = RateLimiter(AsyncClient.from_url(os.environ["TB_REDIS_URL"], timeout=2), timeout=2)
-LIMITED = ["GET /stream", "GET /ticks", "GET /slow", "GET /boom", "GET /hold"]
+LIMITED = ["GET /stream", "GET /ticks", "GET /slow", "GET /boom", "GET /hold", "GET /hold-raise"]
 policies = [
     Policy("conc", Limit.in_flight(1, lease=float(os.environ.get("TB_LEASE", "30"))), routes=LIMITED),
     # a rate of 1e-9/s: the bucket does not visibly refill while a test runs
-    Policy("tokens", Limit(1000, 1e-9), settle_later=True, routes=["GET /hold"]),
+    Policy("tokens", Limit(1000, 1e-9), settle_later=True, routes=["GET /hold", "GET /hold-raise"]),
 ]
 
 app = FastAPI()
 app.add_middleware(RateLimitMiddleware, limiter=limiter, policies=policies)
+install_problem_handler(app)
 gate = asyncio.Event()
 
 
@@ -89,3 +91,16 @@ async def hold(request: Request, estimate: float, actual: float) -> Response:
         "id": got.id, "held_remaining": got.remaining, "settled": settled.settled,
         "charged": settled.charged, "remaining": settled.remaining,
     })
+
+
+@app.get("/hold-raise")
+async def hold_raise(request: Request, estimate: float, how: str) -> dict[str, bool]:
+    """A refused hold raised: ``how=middleware`` (HoldRefused, answered by the
+    middleware) or ``how=fastapi`` (RateLimitExceeded, answered by the problem handler)."""
+    got = await request.state.rate_limit.hold("tokens", estimate)
+    if not got.allowed:
+        if how == "middleware":
+            raise HoldRefused(limiter, got)
+        raise RateLimitExceeded.for_hold(limiter, got)
+    await got.settle(estimate)
+    return {"held": True}

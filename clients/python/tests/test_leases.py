@@ -127,3 +127,15 @@ def test_a_refused_hold_is_a_ready_429(http: httpx.Client, redis_server: RedisSe
     assert r.json()["violated_policies"] == ["tokens"]
     peek = redis_server.cli("TB.PEEK", "rl:tokens:127.0.0.1", "1000", "1e-9").split()
     assert float(peek[1]) == pytest.approx(10, abs=1e-3)  # the refused hold charged nothing
+
+
+@pytest.mark.parametrize("how", ["middleware", "fastapi"])
+def test_a_raised_hold_refusal_is_its_429_and_frees_the_slot(http: httpx.Client, redis_server: RedisServer, how: str) -> None:
+    assert http.get("/hold-raise", params={"estimate": 1001, "how": how}).status_code == 429
+    r = http.get("/hold-raise", params={"estimate": 1001, "how": how})
+    assert r.status_code == 429 and r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["violated_policies"] == ["tokens"] and body["retry_after"] is None  # 1001 > 1000: never (P2)
+    assert r.headers["ratelimit-policy"].startswith('"tokens";q=1000')
+    assert in_flight(redis_server) == 0
+    assert http.get("/hold-raise", params={"estimate": 10, "how": how}).json() == {"held": True}
