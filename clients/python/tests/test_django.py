@@ -125,6 +125,22 @@ def test_settings_dicts_dotted_paths_and_policy_objects() -> None:
     assert normalise_route("post  /orders/") == "POST /orders/"
 
 
+def test_window_in_flight_and_settle_later_settings() -> None:
+    """SPEC W1, N1, G1 in settings dicts."""
+    c = parse_config({
+        "URL": "redis://127.0.0.1:1/0",
+        "POLICIES": [
+            {"NAME": "login", "WINDOW": {"LIMIT": 20, "SECONDS": 3600, "MODE": "FIXED"}},
+            {"NAME": "streams", "IN_FLIGHT": {"LIMIT": 2, "LEASE": 0.0015}},
+            {"NAME": "tokens", "PER_HOUR": 1000, "SETTLE_LATER": True},
+        ],
+    })
+    login, streams, tokens = (p.policy for p in c.policies)
+    assert login.limit == Limit.window(20, 3600, "fixed") and login.kind == "window"
+    assert streams.kind == "in_flight" and getattr(streams.limit, "lease_ms") == 2
+    assert tokens.settle_later and tokens.kind == "bucket"
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -142,6 +158,12 @@ def test_settings_dicts_dotted_paths_and_policy_objects() -> None:
         ({"URL": "redis://x", "DENY_CACHE": 0}, "DENY_CACHE"),
         ({"URL": "redis://x", "REFUND_ON": ["5xx"]}, "REFUND_ON"),
         ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "CAPACITY": -1, "RATE": 1}]}, "capacity"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "WINDOW": {"LIMIT": 1.5, "SECONDS": 60}}]}, "whole number"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "WINDOW": {"LIMIT": 5, "SECONDS": 60, "MODE": "log"}}]}, "mode"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "IN_FLIGHT": {"LIMIT": 1}, "PER_MINUTE": 1}]}, "only limit"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "IN_FLIGHT": {"LIMIT": 1}, "COST": 2}]}, "no cost"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "IN_FLIGHT": {"LIMIT": 1, "LEASE": 0}}]}, "lease"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "WINDOW": {"LIMIT": 1, "SECONDS": 1}, "SETTLE_LATER": True}]}, "bucket"),
     ],
 )
 def test_bad_settings_fail_with_what_is_wrong(raw: dict[str, Any], message: str) -> None:
