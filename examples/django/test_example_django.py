@@ -386,7 +386,28 @@ def test_a_redis_without_the_module_stops_the_server_at_startup(kind: str) -> No
         assert app.proc is not None
         code = app.proc.wait(60)
         assert code != 0
-        assert f"redis-tb module not loaded on 127.0.0.1:{plain.port}: load libredis_tb.so with loadmodule" in app.output()
+        out = app.output()
+        line = f"redis-tb module not loaded on 127.0.0.1:{plain.port}: load libredis_tb.so with loadmodule"
+        # SPEC U1: one line, no traceback, and (gunicorn) no worker started again and again
+        assert out.count(line) == 1, out
+        assert "Traceback" not in out, out
     finally:
         app.stop()
         plain.stop()
+
+
+@pytest.mark.parametrize("kind", ["wsgi", "asgi"])
+def test_an_unreachable_redis_stops_the_server_in_one_line(kind: str) -> None:
+    port = free_port()
+    app = server(kind, {"REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+    try:
+        app.spawn()
+        assert app.proc is not None
+        assert app.proc.wait(60) != 0
+        out = app.output()
+        # SPEC U2: the address and what to do, once, and no traceback
+        assert out.count(f"redis-tb: cannot reach Redis at 127.0.0.1:{port} (") == 1, out
+        assert "start_degraded to start failing open" in out, out
+        assert "Traceback" not in out, out
+    finally:
+        app.stop()

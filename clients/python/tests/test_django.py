@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from typing import Any, Iterator
 
@@ -37,7 +38,7 @@ from django.test import Client as DjangoClient  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from redis_tb import Client, Limit, ModuleNotLoadedError, Policy, StartupError, per_minute  # noqa: E402
+from redis_tb import Client, Limit, Policy, per_minute  # noqa: E402
 from redis_tb.django import get_rate_limit, normalise_route, parse_config  # noqa: E402
 from redis_tb.django.apps import RedisTbConfig  # noqa: E402
 from servers import RedisServer, free_port  # noqa: E402
@@ -580,22 +581,28 @@ def test_metrics_per_policy(redis_server: RedisServer, tb: Client) -> None:
 
 
 def test_startup_check_fails_without_the_module_and_only_logs_when_unreachable(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # SPEC U1/U2: the failure is one line on stderr and SystemExit(3), never a traceback
     plain = RedisServer(module=False).start()
     try:
         with override_settings(REDIS_TB={"URL": plain.url, "POLICIES": []}):
             app = RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django)
-            with pytest.raises(ModuleNotLoadedError, match=f"redis-tb module not loaded on 127.0.0.1:{plain.port}"):
+            with pytest.raises(SystemExit) as exited:
                 app.ready()
+            assert exited.value.code == 3
+            err = capsys.readouterr().err
+            assert err == f"redis-tb module not loaded on 127.0.0.1:{plain.port}: load libredis_tb.so with loadmodule\n"
     finally:
         plain.stop()
     dead_port = free_port()
     dead = f"redis://127.0.0.1:{dead_port}/0"
     # SPEC U2: an unreachable Redis fails the start, in one line, unless START_DEGRADED
     with override_settings(REDIS_TB={"URL": dead, "POLICIES": []}):
-        with pytest.raises(StartupError, match=f"cannot reach Redis at 127.0.0.1:{dead_port} .*start_degraded"):
+        with pytest.raises(SystemExit):
             RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django).ready()
+        err = capsys.readouterr().err
+        assert re.fullmatch(f"redis-tb: cannot reach Redis at 127.0.0.1:{dead_port} .*start_degraded to start failing open\n", err), err
     with override_settings(REDIS_TB={"URL": dead, "POLICIES": [], "START_DEGRADED": True}), caplog.at_level(
         logging.WARNING, "redis_tb"
     ):
