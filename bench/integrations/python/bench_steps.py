@@ -156,7 +156,9 @@ def measure() -> dict[str, float]:  # runs in the subprocess, on whichever redis
             out["ping_rt"] = (c1 - c0) / n * 1e6
             if new:
                 cmd = lim._command(plans)
-                reader = mtake_reader(1)
+                # the reader the limiter itself uses for this many plans (one plan is a
+                # TB.TAKE since SPEC L4's fast path; older revisions: TB.MTAKE for all)
+                reader = getattr(lim, "_readers", {}).get(len(plans)) or mtake_reader(len(plans))
                 await lim.client.call_packed(cmd, reader)
                 c0 = time.process_time()
                 for _ in range(n):
