@@ -24,7 +24,7 @@ from http_sfv.list import List
 from prometheus_client.parser import text_string_to_metric_families
 
 from redis_tb import Client
-from servers import Process, RedisServer, Uvicorn, _wait_port, free_port
+from redis_tb_testing.servers import Process, RedisServer, Uvicorn, _wait_port, free_port
 
 HERE = Path(__file__).parent
 PROXY = "127.0.0.2"  # trusted by the project under test; requests carry X-Forwarded-For

@@ -12,7 +12,7 @@ import pytest
 from http_sfv.list import List
 from prometheus_client.parser import text_string_to_metric_families
 
-from servers import RedisServer, Uvicorn, start_all
+from redis_tb_testing.servers import RedisServer, Uvicorn, start_all
 
 HERE = Path(__file__).parent
 PROXY = "127.0.0.2"  # trusted by the app under test; requests carry X-Forwarded-For

@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from redis_tb import Client, Limit, Policy, per_minute  # noqa: E402
 from redis_tb.django import get_rate_limit, normalise_route, parse_config  # noqa: E402
 from redis_tb.django.apps import RedisTbConfig  # noqa: E402
-from servers import RedisServer, free_port  # noqa: E402
+from redis_tb_testing.servers import RedisServer, free_port  # noqa: E402
 
 NOW = 1764456268.0
 

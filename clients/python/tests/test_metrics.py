@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from redis_tb import AsyncClient, Client, Limit, Policy, RateLimiter, SyncRateLimiter, per_hour
 from redis_tb.metrics import BUCKETS, PrometheusMetrics
-from servers import RedisServer, free_port
+from redis_tb_testing.servers import RedisServer, free_port
 
 PEER: dict[str, Any] = {"peer": "203.0.113.30"}
 

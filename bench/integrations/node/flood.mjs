@@ -18,7 +18,7 @@
 // Redis before the refusal that fills it came back); and Redis TB calls = admitted +
 // refused by Redis.
 //
-//   node bench/flood.mjs [--seconds 10] [--connections 1,16] [--capacity 10] [--rate 1] [--out FILE]
+//   node bench/integrations/node/flood.mjs [--seconds 10] [--connections 1,16] [--capacity 10] [--rate 1] [--out FILE]
 // Writes (replaces) the section "Deny cache under a flood" of bench/results/integrations-node.md.
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -111,16 +111,16 @@ for (const [text, ok] of checks) process.stderr.write(`${ok ? 'PASS' : 'FAIL'} $
 const f0 = (x) => x.toFixed(0);
 const f1 = (x) => x.toFixed(1);
 const L = [];
-L.push('<!-- flood:begin (written by examples/express/bench/flood.mjs; bench.mjs keeps it) -->');
+L.push('<!-- flood:begin (written by bench/integrations/node/flood.mjs; bench.mjs keeps it) -->');
 L.push('## Deny cache under a flood (issue 21)');
 L.push('');
-L.push(`Written by \`examples/express/bench/flood.mjs\` on ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC:`);
+L.push(`Written by \`bench/integrations/node/flood.mjs\` on ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC:`);
 L.push('');
 L.push('```');
-L.push(`node examples/express/bench/flood.mjs ${process.argv.slice(2).join(' ')}`.trim());
+L.push(`node bench/integrations/node/flood.mjs ${process.argv.slice(2).join(' ')}`.trim());
 L.push('```');
 L.push('');
-L.push(`One client identity (X-Forwarded-For \`10.0.0.0\`, behind the trusted loopback proxy) floods \`GET /items/0\` as fast as \`bench/loadgen.mjs\` manages for ${seconds} s, starting from a full bucket: over one keep-alive connection (a single client: each request sent when the previous answer came) and over ${connectionList.filter((c) => c > 1).join(', ') || '–'} (the same identity with requests in flight together). The app is the bench's Express app with redis-tb's middleware and one policy, capacity ${capacity} refilled at ${rate} per second (a refusal's retry window is at most ${f1(1 / rate)} s); one app instance with the deny cache off, then one with \`denyCache: { maxEntries: 10000 }\`, against the same redis-server. Redis commands from \`INFO commandstats\` deltas around each flood.`);
+L.push(`One client identity (X-Forwarded-For \`10.0.0.0\`, behind the trusted loopback proxy) floods \`GET /items/0\` as fast as \`bench/integrations/node/loadgen.mjs\` manages for ${seconds} s, starting from a full bucket: over one keep-alive connection (a single client: each request sent when the previous answer came) and over ${connectionList.filter((c) => c > 1).join(', ') || '–'} (the same identity with requests in flight together). The app is the bench's Express app with redis-tb's middleware and one policy, capacity ${capacity} refilled at ${rate} per second (a refusal's retry window is at most ${f1(1 / rate)} s); one app instance with the deny cache off, then one with \`denyCache: { maxEntries: 10000 }\`, against the same redis-server. Redis commands from \`INFO commandstats\` deltas around each flood.`);
 L.push('');
 L.push('| connections | deny cache | app req/s | 200 | 429 | Redis commands/s (all) | TB.TAKE calls | admitted | refused by Redis | refused by the cache |');
 L.push('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|');

@@ -1,20 +1,24 @@
-//! The limiter's cost per request, against its own floor. Four variants of the example
+//! The limiter's cost per request, against two floors. Five variants of the example
 //! app are served side by side in this process and loaded in turn, in rounds whose order
 //! alternates, by a closed-loop load of keep-alive HTTP/1.1 connections on `GET /`:
 //!
 //! - `none`: no limiter;
 //! - `ping`: one bare Redis `PING` per request on a multiplexed connection of the same
-//!   `redis` crate (the floor: one round trip to Redis, nothing else);
+//!   `redis` crate (the client library's floor: one round trip to Redis, nothing else);
+//! - `rawping`: one pre-encoded `*1\r\n$4\r\nPING\r\n` per request written on a raw
+//!   `TcpStream`, `+PONG\r\n` read back (persistent connections, one per request in
+//!   flight, no client library: the round trip's own floor);
 //! - `one`: the rate-limit layer with one policy (`ip`);
 //! - `three`: the layer with three policies (`ip`, `user`, `all`) in one TB.MTAKE.
 //!
-//! Reported per round as ratios (`one / ping` is the layer against its floor), then the
+//! Reported per round as ratios (`one / ping` and `one / rawping`: the layer against each
+//! floor), then the
 //! median over rounds. The apps run on a tokio runtime of their own (one worker thread,
 //! pinned to CPU 0), whose CPU time per request is the primary measure; the load generator
 //! runs on a second runtime (one worker, CPU 1) and redis-server is pinned to CPU 1 with
 //! `taskset`. Writes bench/results/integrations-rust.md.
 //!
-//! `cargo run --release -p redis-tb-axum-example --bin overhead`
+//! `cargo run --release -p redis-tb-bench-integrations --bin overhead`
 //! Environment: `OVERHEAD_SECONDS` per phase (2), `OVERHEAD_ROUNDS` (6),
 //! `OVERHEAD_CONNECTIONS` (16), `OVERHEAD_OUT` (the report path), `OVERHEAD_PIN=0` to not
 //! pin, `OVERHEAD_PROTOCOL=resp2` for a layer URL that asks for RESP2 (default: no protocol
@@ -25,18 +29,21 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use redis_tb_axum_example::bench::{
-    Phase, Result, Runtimes, env_or, load, load_average, median, report_path,
-};
 use redis_tb_axum_example::support::{Served, serve};
 use redis_tb_axum_example::{app, app_with};
+use redis_tb_bench_integrations::{
+    Phase, Result, Runtimes, env_or, load, load_average, median, report_path,
+};
 use redis_tb_client::redis::aio::MultiplexedConnection;
 use redis_tb_client::{ClientConfig, Key, Policy, RateLimitLayer, TbClient};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 const AUTH: &[(&str, &str)] = &[("authorization", "Bearer alice-token")];
 
@@ -56,7 +63,62 @@ async fn ping(conn: MultiplexedConnection, req: Request, next: Next) -> Response
     }
 }
 
-const VARIANTS: [&str; 4] = ["none", "ping", "one", "three"];
+/// The raw floor's request and the one answer it accepts.
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+const PONG: &[u8] = b"+PONG\r\n";
+
+/// Idle raw connections to Redis: a request takes one (or opens one) and puts it back, so
+/// there are as many as requests in flight.
+#[derive(Clone)]
+struct RawPool {
+    addr: String,
+    idle: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl RawPool {
+    fn take(&self) -> Option<TcpStream> {
+        self.idle.lock().ok().and_then(|mut v| v.pop())
+    }
+
+    fn put(&self, conn: TcpStream) {
+        if let Ok(mut v) = self.idle.lock() {
+            v.push(conn);
+        }
+    }
+
+    async fn ping(&self) -> std::io::Result<()> {
+        let mut conn = match self.take() {
+            Some(c) => c,
+            None => {
+                let c = TcpStream::connect(&self.addr).await?;
+                c.set_nodelay(true)?;
+                c
+            }
+        };
+        conn.write_all(PING).await?;
+        let mut reply = [0u8; 7];
+        conn.read_exact(&mut reply).await?;
+        if reply != PONG {
+            return Err(std::io::Error::other(format!("PING answered {reply:?}")));
+        }
+        self.put(conn);
+        Ok(())
+    }
+}
+
+/// One raw `PING` per request, then the handler.
+async fn raw_ping(pool: RawPool, req: Request, next: Next) -> Response {
+    match pool.ping().await {
+        Ok(()) => next.run(req).await,
+        Err(e) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("PING failed: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+const VARIANTS: [&str; 5] = ["none", "ping", "rawping", "one", "three"];
 
 /// Limits no request reaches: every request is admitted, so every variant answers 200.
 const HUGE: f64 = 1e9;
@@ -65,6 +127,7 @@ async fn serve_variant(
     name: &str,
     url: &str,
     ping_url: &str,
+    raw_addr: &str,
 ) -> Result<(Served, Option<RateLimitLayer>)> {
     let layer = |policies: Vec<Policy>| async move {
         // A generous call timeout: on a shared machine a slow reply must not turn into a
@@ -88,6 +151,18 @@ async fn serve_variant(
             let router = app_with(move |r| {
                 r.layer(middleware::from_fn(move |req, next| {
                     ping(conn.clone(), req, next)
+                }))
+            });
+            (serve(router).await?, None)
+        }
+        "rawping" => {
+            let pool = RawPool {
+                addr: raw_addr.to_owned(),
+                idle: Arc::new(Mutex::new(Vec::new())),
+            };
+            let router = app_with(move |r| {
+                r.layer(middleware::from_fn(move |req, next| {
+                    raw_ping(pool.clone(), req, next)
                 }))
             });
             (serve(router).await?, None)
@@ -120,10 +195,11 @@ async fn serve_on(
     name: &'static str,
     url: &str,
     ping_url: &str,
+    raw_addr: &str,
 ) -> Result<(Served, Option<RateLimitLayer>)> {
-    let (url, ping_url) = (url.to_owned(), ping_url.to_owned());
+    let (url, ping_url, raw_addr) = (url.to_owned(), ping_url.to_owned(), raw_addr.to_owned());
     apps.spawn(async move {
-        serve_variant(name, &url, &ping_url)
+        serve_variant(name, &url, &ping_url, &raw_addr)
             .await
             .map_err(|e| e.to_string())
     })
@@ -156,12 +232,13 @@ async fn run(rt: &Runtimes) -> Result<()> {
     } else {
         (redis.url(), format!("{}?protocol=resp3", redis.url()))
     };
+    let raw_addr = format!("127.0.0.1:{}", redis.port());
     if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
         let only = VARIANTS
             .into_iter()
             .find(|v| *v == only)
             .ok_or(format!("OVERHEAD_ONLY: one of {VARIANTS:?}"))?;
-        let (served, _) = serve_on(&apps, only, &url, &ping_url).await?;
+        let (served, _) = serve_on(&apps, only, &url, &ping_url, &raw_addr).await?;
         let p = load(served.addr, "/", AUTH, connections, secs).await?;
         eprintln!(
             "{only}: {:.0} req/s ({} non-200)",
@@ -173,7 +250,7 @@ async fn run(rt: &Runtimes) -> Result<()> {
 
     let mut served = Vec::new();
     for v in VARIANTS {
-        served.push(serve_on(&apps, v, &url, &ping_url).await?);
+        served.push(serve_on(&apps, v, &url, &ping_url, &raw_addr).await?);
     }
     // Warm-up: connections, allocator, Redis keys.
     for (s, _) in &served {
@@ -239,11 +316,14 @@ async fn run(rt: &Runtimes) -> Result<()> {
     let mut md = String::new();
     md.push_str("# Rust integration: the limiter's cost per request\n\n");
     md.push_str(
-        "Requests/s of the example app (`examples/axum`, `GET /`, a constant answer) in four \
-         variants served side by side: no limiter; one bare Redis `PING` per request (the \
-         floor: one round trip to Redis on the same kind of connection, nothing else); the \
+        "Requests/s of the example app (`examples/axum`, `GET /`, a constant answer) in five \
+         variants served side by side: no limiter; two floors, one bare Redis `PING` per \
+         request through the `redis` crate (one round trip to Redis on the same kind of \
+         connection, nothing else) and one pre-encoded `PING` per request written on a raw \
+         `TcpStream`, `+PONG` read back (the round trip with no client library; persistent \
+         connections, one per request in flight); the \
          `redis-tb-client` layer with one policy; the layer with three policies (one \
-         TB.MTAKE). Written by `cargo run --release -p redis-tb-axum-example --bin overhead`.\n\n",
+         TB.MTAKE). Written by `cargo run --release -p redis-tb-bench-integrations --bin overhead`.\n\n",
     );
     md.push_str(
         "The machine is shared with other work, so wall-clock requests/s swing from phase to \
@@ -260,14 +340,30 @@ async fn run(rt: &Runtimes) -> Result<()> {
         (
             "one",
             "ping",
-            "**one policy / one PING** (the layer against its floor)",
+            "**one policy / one PING** (the layer against the client library's floor)",
         ),
         ("three", "ping", "three policies / one PING"),
+        (
+            "one",
+            "rawping",
+            "**one policy / one raw PING** (the layer against the raw-socket floor)",
+        ),
+        ("three", "rawping", "three policies / one raw PING"),
+        (
+            "ping",
+            "rawping",
+            "one PING / one raw PING (what the `redis` crate adds to a round trip)",
+        ),
         ("three", "one", "three policies / one policy"),
         (
             "ping",
             "none",
             "one PING / no limiter (what a Redis round trip costs)",
+        ),
+        (
+            "rawping",
+            "none",
+            "one raw PING / no limiter (a round trip alone)",
         ),
         ("one", "none", "one policy / no limiter"),
     ] {
@@ -278,23 +374,30 @@ async fn run(rt: &Runtimes) -> Result<()> {
         ));
     }
     md.push_str(&format!(
-        "\nMedian CPU µs of the app per request: none {:.1}, ping {:.1}, one \
-         {:.1}, three {:.1}. Added per request over the PING floor: one policy {:.1} µs, \
-         three policies {:.1} µs; the PING itself adds {:.1} µs over no limiter. Median \
-         wall-clock req/s: none {:.0}, ping {:.0}, one {:.0}, three {:.0}.\n",
+        "\nMedian CPU µs of the app per request: none {:.1}, ping {:.1}, rawping {:.1}, \
+         one {:.1}, three {:.1}. Added per request over the PING floor: one policy {:.1} µs, \
+         three policies {:.1} µs; over the raw PING floor: one policy {:.1} µs, three \
+         policies {:.1} µs; the PING itself adds {:.1} µs over no limiter, the raw PING {:.1} \
+         µs. Median wall-clock req/s: none {:.0}, ping {:.0}, rawping {:.0}, one {:.0}, three \
+         {:.0}.\n",
         med_cpu("none"),
         med_cpu("ping"),
+        med_cpu("rawping"),
         med_cpu("one"),
         med_cpu("three"),
         us("one", "ping"),
         us("three", "ping"),
+        us("one", "rawping"),
+        us("three", "rawping"),
         us("ping", "none"),
+        us("rawping", "none"),
         med("none"),
         med("ping"),
+        med("rawping"),
         med("one"),
         med("three"),
     ));
-    md.push_str("\nPer round, CPU µs per request (wall-clock req/s):\n\n| round | order | none | ping | one | three | one / ping (per CPU-second) |\n|---:|---|---:|---:|---:|---:|---:|\n");
+    md.push_str("\nPer round, CPU µs per request (wall-clock req/s):\n\n| round | order | none | ping | rawping | one | three | one / ping (per CPU-second) | one / rawping (per CPU-second) |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (round, phases) in rows.iter().enumerate() {
         let mut order: Vec<usize> = (0..VARIANTS.len()).collect();
         order.rotate_left(round % VARIANTS.len());
@@ -308,13 +411,15 @@ async fn run(rt: &Runtimes) -> Result<()> {
             .join(" ");
         let cell = |p: &Phase| format!("{:.1} ({:.0})", p.cpu_us(), p.rps());
         md.push_str(&format!(
-            "| {} | {order} | {} | {} | {} | {} | {:.3} |\n",
+            "| {} | {order} | {} | {} | {} | {} | {} | {:.3} | {:.3} |\n",
             round + 1,
-            cell(&phases[0]),
-            cell(&phases[1]),
-            cell(&phases[2]),
-            cell(&phases[3]),
-            phases[2].capacity() / phases[1].capacity()
+            cell(&phases[idx("none")]),
+            cell(&phases[idx("ping")]),
+            cell(&phases[idx("rawping")]),
+            cell(&phases[idx("one")]),
+            cell(&phases[idx("three")]),
+            phases[idx("one")].capacity() / phases[idx("ping")].capacity(),
+            phases[idx("one")].capacity() / phases[idx("rawping")].capacity()
         ));
     }
     let pinning = rt.describe();
@@ -322,7 +427,7 @@ async fn run(rt: &Runtimes) -> Result<()> {
         "\nSetup: {connections} keep-alive HTTP/1.1 connections sending `GET /` with \
          `Authorization: Bearer alice-token` back to back, {secs} s per phase, {rounds} rounds \
          in an order that rotates and reverses from round to round, after a 1 s warm-up of \
-         each variant (one app thread serving all four). CPUs: {pinning}. redis-server {version} \
+         each variant (one app thread serving all five). CPUs: {pinning}. redis-server {version} \
          (module loaded, persistence off) on loopback, protocol {}. Limits so high that every request is \
          admitted, so every variant answers 200 (non-200 answers: {non_200}; failed Redis \
          calls: {store_errors}; requests decided by the failure mode: {degraded}). Build \

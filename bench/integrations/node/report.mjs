@@ -5,7 +5,9 @@ const NAMES = {
   none: '(1) no limiter',
   erl: '(2) express-rate-limit + rate-limit-redis',
   tb: "(3) redis-tb's Express middleware",
-  ping: '(4) one bare Redis PING per request',
+  ping: '(4) floor: one bare Redis PING per request (node-redis)',
+  rawping: '(5) floor: one pre-encoded PING per request on a raw socket',
+  tb3: "(6) redis-tb's Express middleware, three policies",
 };
 
 export const median = (xs) => {
@@ -57,10 +59,11 @@ export function writeReport(run) {
   const base = s.none;
   const tbErl = ratio(results, 'tb', 'erl');
   const tbPing = ratio(results, 'tb', 'ping');
+  const tbRaw = ratio(results, 'tb', 'rawping');
   const L = [];
   L.push('# Node integration: the rate limiter\'s cost per request in an Express app');
   L.push('');
-  L.push(`Written by \`examples/express/bench/bench.mjs\` on ${run.started.toISOString().slice(0, 16).replace('T', ' ')} UTC. Command (from the repository root, after \`cd examples/express && npm ci\`):`);
+  L.push(`Written by \`bench/integrations/node/bench.mjs\` on ${run.started.toISOString().slice(0, 16).replace('T', ' ')} UTC. Command (from the repository root, after \`cd bench/integrations/node && npm ci\`):`);
   L.push('');
   L.push('```');
   L.push(run.command);
@@ -71,6 +74,20 @@ export function writeReport(run) {
   L.push('');
   L.push(`**(3)/(4), redis-tb against one bare PING per request: ${verdict(tbPing, 0.85)}.**`);
   L.push('');
+  // every redis-tb variant against each floor, by req/s and by app CPU per request
+  const floors = [['ping', '(4)'], ['rawping', '(5)']].filter(([f]) => results[f]);
+  const tbs = [['tb', '(3) one policy'], ['tb3', '(6) three policies']].filter(([v]) => results[v]);
+  if (floors.length && tbs.length) {
+    L.push('| redis-tb against each floor (median over rounds) | ' + floors.map(([f, n]) => `/ ${n} req/s | ${n} CPU / its CPU`).join(' | ') + ' |');
+    L.push('|---|' + floors.map(() => '---:|---:').join('|') + '|');
+    for (const [v, n] of tbs) {
+      L.push(`| ${n} | ` + floors.map(([f]) => `${f2(ratio(results, v, f).median)}x | ${f2(cpuRatio(results, v, f).median)}x`).join(' | ') + ' |');
+    }
+    if (results.ping && results.rawping) {
+      L.push(`| (4) itself: node-redis's PING against the raw one | ${f2(ratio(results, 'ping', 'rawping').median)}x | ${f2(cpuRatio(results, 'ping', 'rawping').median)}x | | |`);
+    }
+    L.push('');
+  }
   if (tbErl && tbPing) {
     const cE = cpuRatio(results, 'tb', 'erl'), cP = cpuRatio(results, 'tb', 'ping');
     L.push(`The same comparisons by the app's CPU time per request (the steadier measure on a shared machine; a ratio above 1 means (3) is cheaper): (2)/(3) ${f2(cE.median)}x (target >= 1: ${cE.median >= 1 ? 'PASS' : 'FAIL'}), (4)/(3) ${f2(cP.median)}x (target >= 0.85: ${cP.median >= 0.85 ? 'PASS' : 'FAIL'}). Per-round ratios of requests per second spread from ${f2(Math.min(tbErl.min, tbPing.min))} to ${f2(Math.max(tbErl.max, tbPing.max))} in this run: other work on the same two cores moves single rounds by more than the differences measured, so read the medians.`);
@@ -102,16 +119,16 @@ export function writeReport(run) {
   L.push('');
   L.push('Requests per second in each round (the order of the variants alternates from round to round):');
   L.push('');
-  L.push(`| round | ${variants.map((v) => NAMES[v].split(' ')[0]).join(' | ')} |${tbErl ? ' (3)/(2) |' : ''}${tbPing ? ' (3)/(4) |' : ''}`);
-  L.push(`|---:|${variants.map(() => '---:').join('|')}|${tbErl ? '---:|' : ''}${tbPing ? '---:|' : ''}`);
+  L.push(`| round | ${variants.map((v) => NAMES[v].split(' ')[0]).join(' | ')} |${tbErl ? ' (3)/(2) |' : ''}${tbPing ? ' (3)/(4) |' : ''}${tbRaw ? ' (3)/(5) |' : ''}`);
+  L.push(`|---:|${variants.map(() => '---:').join('|')}|${tbErl ? '---:|' : ''}${tbPing ? '---:|' : ''}${tbRaw ? '---:|' : ''}`);
   for (let r = 0; r < run.rounds; r++) {
-    L.push(`| ${r + 1} | ${variants.map((v) => f0(results[v][r].tput.rps)).join(' | ')} |${tbErl ? ` ${f2(tbErl.rounds[r])} |` : ''}${tbPing ? ` ${f2(tbPing.rounds[r])} |` : ''}`);
+    L.push(`| ${r + 1} | ${variants.map((v) => f0(results[v][r].tput.rps)).join(' | ')} |${tbErl ? ` ${f2(tbErl.rounds[r])} |` : ''}${tbPing ? ` ${f2(tbPing.rounds[r])} |` : ''}${tbRaw ? ` ${f2(tbRaw.rounds[r])} |` : ''}`);
   }
   L.push('');
   if (run.micro) {
     L.push("## Where redis-tb's time goes");
     L.push('');
-    L.push("`bench/micro.mjs`, run right after the rounds on the app's CPU: each part of the middleware's request path timed in-process (best of 7 repetitions), with a fake client answering TB.TAKE / TB.MTAKE with a real server's replies, then whole round trips on node-redis measured as this process's CPU time per call. The indented rows do the same work the way clients/node did it before its fast paths (checked to give the same identity and the same header bytes), to show what each fast path saves; `node bench/profile.mjs tb` gives the `--cpu-prof` view of the running server.");
+    L.push("`bench/integrations/node/micro.mjs`, run right after the rounds on the app's CPU: each part of the middleware's request path timed in-process (best of 7 repetitions), with a fake client answering TB.TAKE / TB.MTAKE with a real server's replies, then whole round trips on node-redis measured as this process's CPU time per call. The indented rows do the same work the way clients/node did it before its fast paths (checked to give the same identity and the same header bytes), to show what each fast path saves; `node bench/integrations/node/profile.mjs tb` gives the `--cpu-prof` view of the running server.");
     L.push('');
     L.push(run.micro);
     L.push('');
@@ -138,7 +155,7 @@ export function writeReport(run) {
     }
   }
   if (run.profile) {
-    L.push("`node bench/profile.mjs tb` right after (the running server under the same load, `node --cpu-prof`, startup and warm-up left out; µs per request):");
+    L.push("`node bench/integrations/node/profile.mjs tb` right after (the running server under the same load, `node --cpu-prof`, startup and warm-up left out; µs per request):");
     L.push('');
     L.push('```');
     L.push(run.profile);
@@ -154,12 +171,12 @@ export function writeReport(run) {
   L.push('');
   L.push('## Setup');
   L.push('');
-  L.push('- The app (`examples/express/bench/server.mjs`): Express, `trust proxy` = loopback, one route `GET /items/:id` answering JSON. Variant (2) is `rateLimit({ windowMs: 1000, limit, standardHeaders: \'draft-8\', store: new RedisStore({ sendCommand }) })` on a node-redis client (what express-rate-limit\'s documentation shows for Redis); (3) is redis-tb\'s `redis-tb/express` middleware with one policy (`ip`, per client address, per second); (4) awaits `client.ping()` of node-redis before the route. Limits are high enough that every request is admitted: each variant does its full work (one Redis round trip for (2)-(4)) and the handler runs.');
+  L.push('- The app (`bench/integrations/node/server.mjs`): Express, `trust proxy` = loopback, one route `GET /items/:id` answering JSON. Variant (2) is `rateLimit({ windowMs: 1000, limit, standardHeaders: \'draft-8\', store: new RedisStore({ sendCommand }) })` on a node-redis client (what express-rate-limit\'s documentation shows for Redis); (3) is redis-tb\'s `redis-tb/express` middleware with one policy (`ip`, per client address, per second); (4) awaits `client.ping()` of node-redis before the route; (5) writes the pre-encoded `*1\\r\\n$4\\r\\nPING\\r\\n` on a raw \`net\` socket and reads `+PONG\\r\\n` before the route (persistent connections, one per request in flight, no client library); (6) is (3) with three policies (`ip`, a per-route `endpoint`, one `all` bucket), one TB.MTAKE. Limits are high enough that every request is admitted: each variant does its full work (one Redis round trip for (2)-(4)) and the handler runs.');
   L.push('- Requests: `GET /items/<n>` with a distinct `X-Forwarded-For` per request (65,536 client addresses in a ring), so the limiters work on a real spread of keys.');
-  L.push(`- Load: \`bench/loadgen.mjs\`, a closed-loop HTTP/1.1 keep-alive generator on raw sockets timing each request with hrtime; per variant and round ${run.seconds} s at ${run.connections} connections after 1 s of warm-up, then ${run.latSeconds} s at one connection.`);
+  L.push(`- Load: \`bench/integrations/node/loadgen.mjs\`, a closed-loop HTTP/1.1 keep-alive generator on raw sockets timing each request with hrtime; per variant and round ${run.seconds} s at ${run.connections} connections after 1 s of warm-up, then ${run.latSeconds} s at one connection.`);
   L.push(`- Machine: ${run.cpus} CPUs; ${run.pinning ? 'the app on CPU 0, redis-server and the load generator on CPU 1 (taskset)' : 'nothing pinned'}. Node ${run.node}, redis-server ${run.redisVersion}; ${Object.entries(run.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Load average (1 min) before and after the run: ${run.loadBefore[0].toFixed(2)} and ${run.loadAfter[0].toFixed(2)} (other work on the same cores makes rounds vary: read the medians and the per-round ratios, measured back to back).`);
   L.push('');
-  // keep the deny-cache flood section (bench/flood.mjs) of the report being replaced
+  // keep the deny-cache flood section (bench/integrations/node/flood.mjs) of the report being replaced
   let flood = '';
   if (fs.existsSync(out)) {
     const prev = fs.readFileSync(out, 'utf8');
@@ -171,7 +188,7 @@ export function writeReport(run) {
   fs.writeFileSync(out, L.join('\n'));
 }
 
-// `node bench/report.mjs bench/last-run.json [out]`: write the report again from a saved run.
+// `node bench/integrations/node/report.mjs bench/integrations/node/last-run.json [out]`: write the report again from a saved run.
 if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
   const run = JSON.parse(fs.readFileSync(process.argv[2] ?? new URL('./last-run.json', import.meta.url), 'utf8'));
   run.started = new Date(run.started);

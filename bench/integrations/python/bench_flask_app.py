@@ -1,4 +1,4 @@
-"""The app examples/flask/bench_storage.py loads: flask-limiter with headers on, one
+"""The app bench/integrations/python/bench_storage.py loads: flask-limiter with headers on, one
 limit per client named by the X-Client header, storage and strategy from the environment
 (STORAGE_URI, STRATEGY, LIMIT)."""
 

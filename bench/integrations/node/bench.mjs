@@ -1,6 +1,8 @@
 // Side-by-side measurement of the same Express app (server.mjs) with:
 //   none (no limiter), erl (express-rate-limit + rate-limit-redis), tb (redis-tb's
-//   Express middleware), ping (one bare Redis PING per request: the one-round-trip floor).
+//   Express middleware, one policy), tb3 (the same, three policies), and two floors: ping
+//   (one bare Redis PING per request on node-redis: the client library's one-round-trip
+//   floor) and rawping (one pre-encoded PING on a raw socket, no client library).
 // One redis-server with the module; one app process per variant (all started up front,
 // only one loaded at a time); several rounds alternating the variants' order; each
 // measurement is a throughput run (`--connections` keep-alive connections) and a latency
@@ -8,8 +10,9 @@
 // the load generator are pinned to one core and the app to the other when the machine
 // has two or more (taskset). Writes bench/results/integrations-node.md (report.mjs).
 //
-//   node bench/bench.mjs [--rounds 5] [--seconds 3] [--latency-seconds 2]
-//                        [--connections 16] [--variants none,erl,tb,ping] [--out FILE]
+//   node bench/integrations/node/bench.mjs [--rounds 5] [--seconds 3] [--latency-seconds 2]
+//                        [--connections 16] [--variants none,erl,tb,tb3,ping,rawping]
+//                        [--no-profile] [--no-micro] [--out FILE]
 import { spawn, execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -23,7 +26,7 @@ const rounds = Number(args.rounds ?? 5);
 const seconds = Number(args.seconds ?? 3);
 const latSeconds = Number(args['latency-seconds'] ?? 2);
 const connections = Number(args.connections ?? 16);
-const variants = (args.variants ?? 'none,erl,tb,ping').split(',');
+const variants = (args.variants ?? 'none,erl,tb,tb3,ping,rawping').split(',');
 const out = path.resolve(args.out ?? path.join(root, 'bench/results/integrations-node.md'));
 
 
@@ -82,13 +85,13 @@ for (let r = 0; r < rounds; r++) {
 }
 const loadAfter = os.loadavg();
 
-// Where redis-tb's middleware spends its time, in-process (bench/micro.mjs), on the app's CPU.
+// Where redis-tb's middleware spends its time, in-process (bench/integrations/node/micro.mjs), on the app's CPU.
 let micro = null;
-if (variants.includes('tb')) {
+if (variants.includes('tb') && !args['no-micro']) {
   const [mcmd, margv] = pin(0, process.execPath, [path.join(here, 'micro.mjs'), '--redis', `redis://127.0.0.1:${redisPort}`]);
   micro = execFileSync(mcmd, margv, { encoding: 'utf8' }).trim();
 }
-// and the --cpu-prof view of variant (3) under the same load (bench/profile.mjs)
+// and the --cpu-prof view of variant (3) under the same load (bench/integrations/node/profile.mjs)
 let profile = null;
 if (variants.includes('tb') && !args['no-profile']) {
   const text = execFileSync(process.execPath, [path.join(here, 'profile.mjs'), 'tb', String(seconds), String(connections)], { encoding: 'utf8' });
@@ -103,13 +106,13 @@ if (variants.includes('tb') && !args['no-profile']) {
 const versions = {};
 for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '@redis/client', 'redis-tb']) {
   try {
-    versions[p] = JSON.parse(fs.readFileSync(path.join(here, '..', 'node_modules', p, 'package.json'), 'utf8')).version;
+    versions[p] = JSON.parse(fs.readFileSync(path.join(here, 'node_modules', p, 'package.json'), 'utf8')).version;
   } catch { /* not installed */ }
 }
 const run = {
   out, started, results, variants, rounds, seconds, latSeconds, connections, pinning,
   loadBefore, loadAfter, micro, profile, node: process.version, redisVersion, versions, cpus: os.cpus().length,
-  command: `node examples/express/bench/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
+  command: `node bench/integrations/node/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
 };
 fs.writeFileSync(path.join(here, 'last-run.json'), JSON.stringify(run, null, 1));
 writeReport(run);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::{HttpConn, RedisServer};
+use redis_tb_axum_example::support::{HttpConn, RedisServer};
 
 /// A benchmark's error type.
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -270,7 +270,7 @@ pub fn command_calls(redis: &RedisServer, commands: &[&str]) -> Result<u64> {
 pub fn report_path() -> String {
     std::env::var("OVERHEAD_OUT").unwrap_or_else(|_| {
         format!(
-            "{}/../../bench/results/integrations-rust.md",
+            "{}/../../results/integrations-rust.md",
             env!("CARGO_MANIFEST_DIR")
         )
     })

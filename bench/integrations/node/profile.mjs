@@ -2,7 +2,7 @@
 // against a redis-server with the module, loads it with loadgen.mjs, and sums the
 // profile's self time by package/file and by function.
 //
-//   node bench/profile.mjs [variant=tb] [seconds=8] [connections=16]
+//   node bench/integrations/node/profile.mjs [variant=tb] [seconds=8] [connections=16]
 import { spawn, execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';

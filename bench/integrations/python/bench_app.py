@@ -3,7 +3,10 @@ several variants chosen by ``BENCH_VARIANT`` (one uvicorn process each):
 
 - ``none``: no limiter at all;
 - ``ping``: one bare ``await redis.ping()`` per request (a pure ASGI middleware): the
-  floor of any limiter that makes one Redis round trip per request;
+  floor of any limiter that makes one Redis round trip per request through redis-py;
+- ``rawping``: one pre-encoded ``*1\\r\\n$4\\r\\nPING\\r\\n`` per request written on a raw
+  asyncio stream, ``+PONG\\r\\n`` read back (persistent connections, one per request in
+  flight, no client library): the floor of one round trip with no client's own cost;
 - ``one``: redis-tb's middleware with one policy (``ip``), with Prometheus metrics
   and the local deny cache on;
 - ``three``: the same with three policies (``ip``, a per-route ``endpoint`` policy,
@@ -26,8 +29,10 @@ default would turn slow calls into fail-open passes, which are not what is measu
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
+import urllib.parse
 from typing import Any
 
 import redis.asyncio
@@ -93,8 +98,41 @@ class PingEveryRequest:
         await self.app(scope, receive, send)
 
 
+PING = b"*1\r\n$4\r\nPING\r\n"
+PONG = b"+PONG\r\n"
+
+
+class RawPingEveryRequest:
+    """One pre-encoded PING per HTTP request on a raw socket, then the app: the round trip
+    with no client library. Connections persist: a request takes an idle one (or opens
+    one), so there are as many as requests in flight, as in redis-py's pool."""
+
+    def __init__(self, app: Any, url: str) -> None:
+        self.app = app
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 6379
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def ping(self) -> None:
+        conn = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
+        reader, writer = conn
+        writer.write(PING)
+        reply = await reader.readexactly(len(PONG))
+        if reply != PONG:
+            writer.close()
+            raise RuntimeError(f"PING answered {reply!r}")
+        self.idle.append(conn)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            await self.ping()
+        await self.app(scope, receive, send)
+
+
 if VARIANT == "ping":
     app.add_middleware(PingEveryRequest, url=REDIS_URL)
+elif VARIANT == "rawping":
+    app.add_middleware(RawPingEveryRequest, url=REDIS_URL)
 elif VARIANT in ("one", "three", "one-refuse", "one-refuse-nocache", "flood", "flood-nocache"):
     registry = CollectorRegistry()
     limiter = RateLimiter(

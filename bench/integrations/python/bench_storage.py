@@ -3,7 +3,7 @@ side by side in one run, for the moving window and the sliding window counter.
 
 For each strategy, limit (100 and 1,000 per minute) and storage, in alternating rounds:
 
-- requests per second: gunicorn (1 gthread worker, 4 threads) serving bench_app.py,
+- requests per second: gunicorn (1 gthread worker, 4 threads) serving bench_flask_app.py,
   driven by 4 client threads on keep-alive connections, every request under its limit
   (REQUESTS requests over REQUESTS / (limit / 2) clients, so each client's window ends
   half full), headers on (flask-limiter reads the window after each hit);
@@ -14,7 +14,7 @@ For each strategy, limit (100 and 1,000 per minute) and storage, in alternating 
   ... SAMPLES 0 summed over its keys.
 
 Writes bench/results/integrations-limits.md. Usage (repo root, module built):
-    python examples/flask/bench_storage.py [--requests 3000] [--rounds 3]
+    python bench/integrations/python/bench_storage.py [--requests 3000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from limits.strategies import STRATEGIES
 import redis_tb.limits  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
-from servers import Process, RedisServer, _wait_port, free_port  # noqa: E402
+REPO = HERE.parents[2]
+sys.path.insert(0, str(REPO / "testing" / "python"))
+from redis_tb_testing.servers import Process, RedisServer, _wait_port, free_port  # noqa: E402
 
 STORAGES = {"limits' redis://": "redis", "redis-tb redis+tb://": "redis+tb"}
 THREADS = 4
@@ -56,11 +56,11 @@ class App(Process):
             [
                 sys.executable, "-m", "gunicorn", "--chdir", str(HERE), "--bind",
                 f"127.0.0.1:{self.port}", "-w", "1", "-k", "gthread", "--threads", str(THREADS),
-                "--log-level", "warning", "bench_app:app",
+                "--log-level", "warning", "bench_flask_app:app",
             ],
             stdout=self.log.open("wb"), stderr=subprocess.STDOUT, env=self.env,
         )
-        _wait_port(self.port, self.proc, "gunicorn bench_app", self.log)
+        _wait_port(self.port, self.proc, "gunicorn bench_flask_app", self.log)
         return self
 
 
@@ -189,7 +189,7 @@ def main() -> None:
     out = [
         "# flask-limiter: limits' own Redis storage vs redis-tb (`redis+tb://`)",
         "",
-        "Written by `examples/flask/bench_storage.py` "
+        "Written by `bench/integrations/python/bench_storage.py` "
         f"(`--requests {args.requests} --rounds {args.rounds}`), one run, both storages on the "
         "same redis-server (7.0, module loaded), alternating rounds, medians. App: gunicorn, 1 gthread "
         f"worker x {THREADS} threads, flask-limiter {version('flask-limiter')}, limits {version('limits')}, "

@@ -14,7 +14,8 @@ export const modulePath = path.resolve(process.env.REDIS_TB_MODULE ?? path.join(
 
 /** `--name value` pairs of the command line. */
 export const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
-  if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1]]);
+  // a flag with no value (`--no-profile` last, or before another `--name`) is 'true'
+  if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1] === undefined || all[i + 1].startsWith('--') ? 'true' : all[i + 1]]);
   return acc;
 }, []));
 

@@ -1,6 +1,8 @@
 """What a rate limiter costs a FastAPI app: requests per second of ``GET /items/{id}``
-(bench_app.py) with no limiter, with one bare ``await redis.ping()`` per request (the
-floor of any limiter that makes one Redis round trip), with redis-tb's middleware
+(bench_app.py) with no limiter, against two floors of any limiter that makes one Redis
+round trip: one bare ``await redis.ping()`` per request (the round trip through redis-py)
+and one pre-encoded ``PING`` written on a raw socket per request, ``+PONG`` read back (the
+round trip with no client library); with redis-tb's middleware
 (one policy; three policies), and with slowapi on the limits library's Redis storage
 (moving window; one limit, three stacked limits). Then the refusal path: every
 request refused (429s per second) by redis-tb with and without the local deny cache,
@@ -14,7 +16,7 @@ the refusal variants one client). Rounds rotate the order of the variants; each
 figure is the median over rounds. A response other than the variant's expected status
 voids the run.
 
-    python examples/fastapi/bench_overhead.py [--seconds 10] [--rounds 5] [--steps-baseline REV] [--steps-instructions]
+    python bench/integrations/python/bench_overhead.py [--seconds 10] [--rounds 5] [--steps-baseline REV] [--steps-instructions]
 
 Writes bench/results/integrations-python.md (or --out), with the per-step costs of
 bench_steps.py (and a baseline revision's, with --steps-baseline) and the machine's
@@ -36,17 +38,18 @@ from importlib.metadata import version
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
+REPO = HERE.parents[2]
+sys.path.insert(0, str(REPO / "testing" / "python"))
 
-from servers import RedisServer, Uvicorn, start_all  # noqa: E402
+from redis_tb_testing.servers import RedisServer, Uvicorn, start_all  # noqa: E402
 
 PROXY = "127.0.0.2"
 SERVER_CPU, REDIS_CPU = 0, 1
 
 ADMIT = {
     "none": "no limiter",
-    "ping": "one bare `await redis.ping()` per request",
+    "ping": "floor: one bare `await redis.ping()` per request (redis-py)",
+    "rawping": "floor: one pre-encoded `PING` per request on a raw socket (no client library)",
     "one": "redis-tb middleware, one policy",
     "three": "redis-tb middleware, three policies",
     "slowapi": "slowapi, one limit (moving window)",
@@ -208,7 +211,7 @@ def main() -> None:
 
     med = {v: statistics.median(r) for v, r in results.items()}
     cpu = {v: statistics.median(c) for v, c in cpu_per_request.items()}
-    floor = med["ping"]
+    floor, raw = med["ping"], med["rawping"]
     steps: list[str] = []
     if not args.no_steps:
         cmd = [sys.executable, str(HERE / "bench_steps.py")]
@@ -230,27 +233,31 @@ def main() -> None:
     lines = [
         "# Python integration: what the limiter costs a FastAPI app",
         "",
-        f"Written by `examples/fastapi/bench_overhead.py` on {started_at:%Y-%m-%d %H:%M} UTC "
+        f"Written by `bench/integrations/python/bench_overhead.py` on {started_at:%Y-%m-%d %H:%M} UTC "
         f"({args.rounds} rounds of {args.seconds:g} s per variant).",
         "",
-        f"**redis-tb middleware, one policy: {med['one'] / floor:.2f}x the one-PING floor** "
-        f"({med['one']:.0f} req/s against {floor:.0f}; no limiter {med['none']:.0f}). Three policies "
-        f"(one TB.MTAKE): {med['three'] / floor:.2f}x. slowapi: {med['slowapi'] / floor:.2f}x with one "
-        f"limit, {med['slowapi3'] / floor:.2f}x with three.",
+        f"**redis-tb middleware, one policy: {med['one'] / floor:.2f}x the redis-py PING floor, "
+        f"{med['one'] / raw:.2f}x the raw-socket PING floor** "
+        f"({med['one']:.0f} req/s against {floor:.0f} and {raw:.0f}; no limiter {med['none']:.0f}). "
+        f"Three policies (one TB.MTAKE): {med['three'] / floor:.2f}x and {med['three'] / raw:.2f}x. "
+        f"slowapi: {med['slowapi'] / floor:.2f}x and {med['slowapi'] / raw:.2f}x with one "
+        f"limit, {med['slowapi3'] / floor:.2f}x and {med['slowapi3'] / raw:.2f}x with three.",
         "",
         "## Admitted requests (200), median over rounds",
         "",
-        "| variant | req/s | / one-PING floor | / no limiter | app CPU per request (µs) | rounds (req/s) |",
-        "|---|---:|---:|---:|---:|---|",
+        "| variant | req/s | / redis-py PING floor | / raw PING floor | / no limiter | app CPU per request (µs) | rounds (req/s) |",
+        "|---|---:|---:|---:|---:|---:|---|",
         *[
-            f"| {label} | {med[v]:.0f} | {med[v] / floor:.2f}x | {med[v] / med['none']:.2f}x | {cpu[v]:.0f} | "
+            f"| {label} | {med[v]:.0f} | {med[v] / floor:.2f}x | {med[v] / raw:.2f}x | {med[v] / med['none']:.2f}x | {cpu[v]:.0f} | "
             + ", ".join(f"{x:.0f}" for x in results[v]) + " |"
             for v, label in ADMIT.items()
         ],
         "",
-        f"App CPU beyond the PING floor per request (from the uvicorn process's CPU time): "
-        f"redis-tb one policy {cpu['one'] - cpu['ping']:+.0f} µs, three policies "
-        f"{cpu['three'] - cpu['ping']:+.0f} µs, slowapi {cpu['slowapi'] - cpu['ping']:+.0f} µs.",
+        f"App CPU beyond each floor per request (from the uvicorn process's CPU time; redis-py "
+        f"PING / raw PING): redis-tb one policy {cpu['one'] - cpu['ping']:+.0f} / {cpu['one'] - cpu['rawping']:+.0f} µs, "
+        f"three policies {cpu['three'] - cpu['ping']:+.0f} / {cpu['three'] - cpu['rawping']:+.0f} µs, "
+        f"slowapi {cpu['slowapi'] - cpu['ping']:+.0f} / {cpu['slowapi'] - cpu['rawping']:+.0f} µs. The raw "
+        f"floor's own CPU is {cpu['rawping']:.0f} µs against redis-py's {cpu['ping']:.0f} µs.",
         "",
         "Responses other than the expected status, in all rounds (not counted above): "
         + ", ".join(f"{v} {n}" for v, n in unexpected.items())
@@ -272,10 +279,13 @@ def main() -> None:
         "",
         "## Setup",
         "",
-        "- `examples/fastapi/bench_app.py`: FastAPI `GET /items/{item_id}` returning a small JSON "
+        "- `bench/integrations/python/bench_app.py`: FastAPI `GET /items/{item_id}` returning a small JSON "
         "object; one uvicorn process per variant (h11, no access log), pinned to CPU "
         f"{SERVER_CPU}; redis-server {redis_version} with the module pinned to CPU {REDIS_CPU}, "
         f"beside the load generator. {mtake_calls} TB.MTAKE calls in all.",
+        "- The floors: an ASGI middleware awaiting `redis.asyncio.Redis.ping()` (redis-py's "
+        "connection pool), and one writing the pre-encoded `*1\\r\\n$4\\r\\nPING\\r\\n` on a raw "
+        "asyncio stream and reading `+PONG\\r\\n` (persistent connections, one per request in flight).",
         "- redis-tb variants run with Prometheus metrics and the local deny cache on "
         "(`PrometheusMetrics`, `DenyCache(max_entries=10_000)`); policies `ip` (one), plus a "
         "per-route `endpoint` and an `X-API-Key` `tenant` policy (three), limits never reached; "

@@ -10,7 +10,7 @@
 //! window lets one refusal through once the cached one expires, and each of the
 //! `connections` may have one request in flight when an entry expires.
 //!
-//! `cargo run --release -p redis-tb-axum-example --bin flood`
+//! `cargo run --release -p redis-tb-bench-integrations --bin flood`
 //! Environment: `FLOOD_SECONDS` (10), `FLOOD_CAPACITY` (5), `FLOOD_RATE` (1 token/s),
 //! `FLOOD_CONNECTIONS` (1: one client; more: one identity over several keep-alive
 //! connections), `FLOOD_PIN=0` to not pin, `OVERHEAD_OUT` (the report path). The section
@@ -20,11 +20,11 @@
 
 use std::time::Duration;
 
-use redis_tb_axum_example::bench::{
-    Phase, Result, Runtimes, command_calls, env_or, load, load_average, report_path,
-};
 use redis_tb_axum_example::support::{RedisServer, Served, serve};
 use redis_tb_axum_example::{Config, app, limiter};
+use redis_tb_bench_integrations::{
+    Phase, Result, Runtimes, command_calls, env_or, load, load_average, report_path,
+};
 use redis_tb_client::{ClientConfig, Limit, Stats, TbClient};
 
 const SECTION: &str = "\n## Deny cache flood";
@@ -144,7 +144,7 @@ async fn run(rt: &Runtimes) -> Result<()> {
     let mut md = String::new();
     md.push_str(&format!(
         "{SECTION}\n\nIssue 21's measurement of the local deny cache, written by `cargo run \
-         --release -p redis-tb-axum-example --bin flood`: one client (one identity, its \
+         --release -p redis-tb-bench-integrations --bin flood`: one client (one identity, its \
          address) floods `GET /` of the example app as fast as the load generator manages, \
          {connections} keep-alive connection(s), {secs} s per phase, through a layer without \
          the deny cache, then one with `.deny_cache(10_000)` (Redis flushed before each \

@@ -7,7 +7,7 @@
 // with the replies a real server gave, so no socket is involved. Prints a markdown table
 // (bench.mjs puts it in the report).
 //
-//   node bench/micro.mjs [--redis redis://127.0.0.1:6379] [--n 20000]
+//   node bench/integrations/node/micro.mjs [--redis redis://127.0.0.1:6379] [--n 20000]
 import express from 'express';
 import { createClient } from 'redis';
 import { serializeList } from 'structured-headers';

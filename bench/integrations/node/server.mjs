@@ -2,7 +2,11 @@
 //   none  no limiter
 //   erl   express-rate-limit + rate-limit-redis on node-redis (one policy, per client IP)
 //   tb    redis-tb's Express middleware (one policy, per client IP)
-//   ping  one bare Redis PING per request on node-redis (the one-round-trip floor)
+//   ping  one bare Redis PING per request on node-redis (the client library's floor)
+//   rawping  one pre-encoded PING per request written on a raw socket, +PONG read back
+//         (persistent connections, one per request in flight, no client library: the
+//         round trip's own floor)
+//   tb3   redis-tb's Express middleware with three policies (one TB.MTAKE)
 // Every variant is the same app: trust the loopback proxy (the client address is the
 // X-Forwarded-For the load generator sends), one JSON route. Limits are set high enough
 // that every response is a 200: the handler runs on every request of every variant.
@@ -36,9 +40,36 @@ if (variant === 'erl') {
   const client = createClient({ url: redisUrl });
   await client.connect();
   app.use((req, res, next) => { client.ping().then(() => next(), next); });
-} else if (variant === 'tb') {
+} else if (variant === 'rawping') {
+  const net = await import('node:net');
+  const PING = Buffer.from('*1\r\n$4\r\nPING\r\n');
+  const { hostname, port } = new URL(redisUrl);
+  const idle = [];
+  // One raw round trip: an idle connection (or a new one), PING written, exactly
+  // `+PONG\r\n` read back (Redis answers a connection's commands in order, one at a time here).
+  const connect = () => new Promise((resolve, reject) => {
+    const sock = net.connect({ host: hostname, port: Number(port || 6379), noDelay: true }, () => resolve(sock));
+    sock.once('error', reject);
+  });
+  const ping = async () => {
+    const sock = idle.pop() ?? await connect();
+    await new Promise((resolve, reject) => {
+      let got = '';
+      const onData = (chunk) => {
+        got += chunk.toString('latin1');
+        if (got.length < 7) return;
+        sock.off('data', onData);
+        if (got === '+PONG\r\n') resolve(); else reject(new Error(`PING answered ${JSON.stringify(got)}`));
+      };
+      sock.on('data', onData);
+      sock.write(PING);
+    });
+    idle.push(sock);
+  };
+  app.use((req, res, next) => { ping().then(() => next(), next); });
+} else if (variant === 'tb' || variant === 'tb3') {
   const { tbMiddleware } = await import('./tb-variant.mjs');
-  const middleware = await tbMiddleware(redisUrl, LIMIT);
+  const middleware = await tbMiddleware(redisUrl, LIMIT, variant === 'tb3' ? 3 : 1);
   app.use(middleware);
   limiter = middleware.limiter;
 } else if (variant !== 'none') {
@@ -55,5 +86,5 @@ const server = app.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   process.stdout.write(`listening ${server.address().port}\n`);
 });
 server.keepAliveTimeout = 60_000;
-// exit normally on SIGINT, so `node --cpu-prof` (bench/profile.mjs) writes its profile
+// exit normally on SIGINT, so `node --cpu-prof` (bench/integrations/node/profile.mjs) writes its profile
 process.on('SIGINT', () => process.exit(0));

@@ -21,7 +21,7 @@ flight and the refusal cached after an admission that leaves fewer tokens than t
 keep the others local; the bound checked there is one per connection per window,
 W x connections).
 
-    python examples/fastapi/bench_flood.py [--seconds 10] [--connections 1,16] [--capacity 10] [--rate 1]
+    python bench/integrations/python/bench_flood.py [--seconds 10] [--connections 1,16] [--capacity 10] [--rate 1]
 
 Pinning as bench_overhead.py: the app on CPU 0, redis-server and the load generator on
 CPU 1. Writes (replaces) the section "Deny cache under a flood" of
@@ -44,7 +44,7 @@ from typing import Any
 
 from bench_overhead import PROXY, REDIS_CPU, REPO, SERVER_CPU, _load, pin, with_flood_section
 
-from servers import RedisServer, Uvicorn
+from redis_tb_testing.servers import RedisServer, Uvicorn
 
 HERE = Path(__file__).resolve().parent
 CLIENT_IP = "198.18.0.1"  # bench_overhead's one client (one_client=True)
@@ -164,12 +164,12 @@ def main() -> None:
     for text, ok, _ in checks:
         print(f"{'PASS' if ok else 'FAIL'} {text}", file=sys.stderr)
 
-    cmd = "python examples/fastapi/bench_flood.py " + " ".join(sys.argv[1:])
+    cmd = "python bench/integrations/python/bench_flood.py " + " ".join(sys.argv[1:])
     lines = [
-        "<!-- flood:begin (written by examples/fastapi/bench_flood.py; bench_overhead.py keeps it) -->",
+        "<!-- flood:begin (written by bench/integrations/python/bench_flood.py; bench_overhead.py keeps it) -->",
         "## Deny cache under a flood (issue 21)",
         "",
-        f"Written by `examples/fastapi/bench_flood.py` on {started_at:%Y-%m-%d %H:%M} UTC:",
+        f"Written by `bench/integrations/python/bench_flood.py` on {started_at:%Y-%m-%d %H:%M} UTC:",
         "",
         "```",
         cmd.strip(),

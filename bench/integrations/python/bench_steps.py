@@ -2,8 +2,8 @@
 CPU cost of each step of the middleware's request path, and the app CPU per request
 of the whole middleware stack driven sequentially against a real redis-server.
 
-    python examples/fastapi/bench_steps.py                       # the installed redis_tb
-    python examples/fastapi/bench_steps.py --baseline-rev 87769c2   # and a git revision's, side by side
+    python bench/integrations/python/bench_steps.py                       # the installed redis_tb
+    python bench/integrations/python/bench_steps.py --baseline-rev 87769c2   # and a git revision's, side by side
 
 With ``--baseline-rev`` the same measurements run in a subprocess on that revision's
 ``clients/python/src`` (``git archive``), then in one on this checkout's, and the
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = HERE.parents[2]
 
 STEPS = [
     ("route", "route template of the request (route_template)"),
@@ -53,9 +53,9 @@ def best(fn: Callable[[], Any], n: int = 20000) -> float:
 
 
 def measure() -> dict[str, float]:  # runs in the subprocess, on whichever redis_tb is importable
-    sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
+    sys.path.insert(0, str(REPO / "testing" / "python"))
     sys.path.insert(0, str(HERE))
-    from servers import RedisServer  # noqa: PLC0415
+    from redis_tb_testing.servers import RedisServer  # noqa: PLC0415
 
     store = RedisServer().start()
     os.environ["REDIS_URL"] = store.url
@@ -156,7 +156,9 @@ def measure() -> dict[str, float]:  # runs in the subprocess, on whichever redis
             out["ping_rt"] = (c1 - c0) / n * 1e6
             if new:
                 cmd = lim._command(plans)
-                reader = mtake_reader(1)
+                # the reader the limiter itself uses for this many plans (one plan is a
+                # TB.TAKE since SPEC L4's fast path; older revisions: TB.MTAKE for all)
+                reader = getattr(lim, "_readers", {}).get(len(plans)) or mtake_reader(len(plans))
                 await lim.client.call_packed(cmd, reader)
                 c0 = time.process_time()
                 for _ in range(n):
@@ -250,8 +252,8 @@ def instructions(src: Path, variants: list[str], small: int = 100, large: int = 
     """Instructions per request of the app process (valgrind --tool=callgrind), from two
     runs of ``small`` and ``large`` sequential requests (the difference cancels start-up):
     a count other work on the machine does not change, unlike any time."""
-    sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
-    from servers import RedisServer  # noqa: PLC0415
+    sys.path.insert(0, str(REPO / "testing" / "python"))
+    from redis_tb_testing.servers import RedisServer  # noqa: PLC0415
 
     store = RedisServer().start()
     env = {**os.environ, "PYTHONPATH": str(src), "REDIS_URL": store.url, "TRUSTED_PROXIES": "127.0.0.2/32"}
