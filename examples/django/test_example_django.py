@@ -103,6 +103,19 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     s = Stack(request.param)
     try:
         s.app.start()
+        # gunicorn's master listens before its worker has loaded the app (and run the
+        # startup check): wait for an answer, so no test stops Redis under a booting worker
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with s.client("198.51.100.250") as c:
+                    if c.get("/metrics").status_code == 200:
+                        break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {request.param} app never answered:\n{s.app.output()}")
+            time.sleep(0.1)
         yield s
     finally:
         s.app.stop()

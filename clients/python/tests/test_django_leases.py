@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Mapping
 import httpx
 import pytest
 
-from servers import Process, RedisServer, Uvicorn, _wait_port, free_port
+from redis_tb_testing.servers import Process, RedisServer, Uvicorn, _wait_port, free_port
 
 HERE = Path(__file__).parent
 LEASE_KEY = "rl:conc:127.0.0.1"

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 import httpx
 import pytest
 
-from servers import RedisServer, Uvicorn
+from redis_tb_testing.servers import RedisServer, Uvicorn
 
 HERE = Path(__file__).parent
 LEASE_KEY = "rl:conc:127.0.0.1"

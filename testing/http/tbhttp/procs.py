@@ -3,7 +3,7 @@ a free loopback port, with bounded start-up waits, always stopped (the whole pro
 group the suite started, by its id), logs kept in a temporary folder (KEEP_TEST_LOGS=1
 keeps them after the run).
 
-The minimum of clients/python/tests/servers.py, copied (the suite does not import from
+The minimum of testing/python/redis_tb_testing/servers.py, copied (the suite does not import from
 another package's tests), plus the manifest-driven app start.
 """
 
