@@ -44,6 +44,7 @@ mod error;
 pub mod headers;
 pub mod ip;
 pub mod keys;
+mod lease;
 mod limiter;
 pub mod policy;
 pub mod problem;
@@ -51,13 +52,14 @@ pub mod telemetry;
 pub mod tower;
 
 pub use client::{
-    Charge, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient, Throttle,
+    Acquired, Charge, HoldReply, SettleReply, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient, Throttle,
     WindowMode,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 #[allow(deprecated)]
 pub use decision::Status;
-pub use decision::{Decision, Outcome, PolicyResult};
+pub use decision::{Decision, Lease, Outcome, PolicyResult, SettleTarget};
+pub use lease::{Hold, HoldRefused, LeaseHandle, Settlement};
 pub use error::{BuildError, Error};
 pub use headers::LegacyReset;
 pub use ip::{ClientIp, ClientIpConfig, ForwardedHeader};
@@ -67,7 +69,7 @@ pub use limiter::{
     Call, Check, FailureMode, FromLimiter, RateLimiter, RateLimiterBuilder, RefundHandle, Stats,
     Store, valid_cost, valid_limit,
 };
-pub use policy::{BoxFuture, Identity, Key, Limit, Policy, Route};
+pub use policy::{BoxFuture, Identity, Key, Limit, LimitKind, Policy, Route};
 /// The `redis` crate this client is built on (to configure a `redis::Client`).
 pub use redis;
 pub use tower::{PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer, RouteTemplate};
