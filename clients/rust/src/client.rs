@@ -558,7 +558,12 @@ impl TbClient {
     }
 
     /// `TB.RENEW key lease_id lease_ms`: `(renewed, in_flight, ms)` (SPEC N5).
-    pub async fn renew(&self, key: &str, id: &str, lease_ms: u64) -> Result<(bool, f64, f64), Error> {
+    pub async fn renew(
+        &self,
+        key: &str,
+        id: &str,
+        lease_ms: u64,
+    ) -> Result<(bool, f64, f64), Error> {
         let mut cmd = redis::cmd("TB.RENEW");
         cmd.arg(key).arg(id).arg(lease_ms);
         let v = self.call(&cmd).await?;

@@ -239,7 +239,9 @@ impl PolicyHeader {
             name: sfv::String::from_string(name.to_owned()).ok()?,
             fixed: None,
         };
-        if let Some(l) = fixed.filter(|l| l.kind == LimitKind::Bucket || matches!(l.kind, LimitKind::Window { .. })) {
+        if let Some(l) = fixed
+            .filter(|l| l.kind == LimitKind::Bucket || matches!(l.kind, LimitKind::Window { .. }))
+        {
             let mut item = String::new();
             header.policy_item(l.capacity, l.rate, &mut item)?;
             header.fixed = Some((l.capacity, l.rate, item));
@@ -407,6 +409,7 @@ mod tests {
             retry_after: retry,
             reset_after: reset,
             shadow: false,
+            kind: LimitKind::Bucket,
         }
     }
 

@@ -37,8 +37,13 @@ pub(crate) trait LeaseStore: Send + Sync {
     /// TB.RELEASE, with the timeout, never retried, not while the breaker is open.
     fn release(self: Arc<Self>, policy: usize, key: String, id: String) -> OwnedFuture<()>;
     /// TB.RENEW (SPEC N5).
-    fn renew(self: Arc<Self>, policy: usize, key: String, id: String, lease_ms: u64)
-    -> OwnedFuture<Renewed>;
+    fn renew(
+        self: Arc<Self>,
+        policy: usize,
+        key: String,
+        id: String,
+        lease_ms: u64,
+    ) -> OwnedFuture<Renewed>;
 }
 
 pub(crate) struct LeaseState {
@@ -60,11 +65,11 @@ impl LeaseState {
         if self.lost.load(Ordering::Acquire) {
             return None;
         }
-        Some(self.store.clone().release(
-            self.policy,
-            self.lease.key.clone(),
-            self.lease.id.clone(),
-        ))
+        Some(
+            self.store
+                .clone()
+                .release(self.policy, self.lease.key.clone(), self.lease.id.clone()),
+        )
     }
 }
 
@@ -104,9 +109,9 @@ impl LeaseHandle {
 
     /// Whether the lease is held: taken, not finished, not lost.
     pub fn is_active(&self) -> bool {
-        self.state.as_ref().is_some_and(|s| {
-            !s.done.load(Ordering::Acquire) && !s.lost.load(Ordering::Acquire)
-        })
+        self.state
+            .as_ref()
+            .is_some_and(|s| !s.done.load(Ordering::Acquire) && !s.lost.load(Ordering::Acquire))
     }
 
     /// How often to renew (SPEC N5: every `lease / 2`), `None` without a lease.
@@ -147,7 +152,12 @@ impl LeaseHandle {
         let r = s
             .store
             .clone()
-            .renew(s.policy, s.lease.key.clone(), s.lease.id.clone(), s.lease_ms)
+            .renew(
+                s.policy,
+                s.lease.key.clone(),
+                s.lease.id.clone(),
+                s.lease_ms,
+            )
             .await;
         match r {
             Renewed::Yes => true,
@@ -356,7 +366,7 @@ impl Hold {
 /// A refused hold as an error a handler can return with `?` (SPEC G2): its response is the
 /// 429 of [`Hold::refusal`].
 #[derive(Debug)]
-pub struct HoldRefused(pub Hold);
+pub struct HoldRefused(pub Box<Hold>);
 
 impl fmt::Display for HoldRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -373,7 +383,7 @@ impl Hold {
         if self.allowed {
             Ok(self)
         } else {
-            Err(HoldRefused(self))
+            Err(HoldRefused(Box::new(self)))
         }
     }
 }

@@ -52,22 +52,22 @@ pub mod telemetry;
 pub mod tower;
 
 pub use client::{
-    Acquired, Charge, HoldReply, SettleReply, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient, Throttle,
-    WindowMode,
+    Acquired, Charge, ClientConfig, HoldReply, MAX_NUMBER, MIN_RATE, MultiReply, Reply,
+    Reservation, SettleReply, TbClient, Throttle, WindowMode,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 #[allow(deprecated)]
 pub use decision::Status;
 pub use decision::{Decision, Lease, Outcome, PolicyResult, SettleTarget};
-pub use lease::{Hold, HoldRefused, LeaseHandle, Settlement};
 pub use error::{BuildError, Error};
 pub use headers::LegacyReset;
 pub use ip::{ClientIp, ClientIpConfig, ForwardedHeader};
+pub use lease::{Hold, HoldRefused, LeaseHandle, Settlement};
 #[allow(deprecated)]
 pub use limiter::Metrics;
 pub use limiter::{
-    Call, Check, FailureMode, FromLimiter, RateLimiter, RateLimiterBuilder, RefundHandle, Stats,
-    Store, valid_cost, valid_limit,
+    Call, CallKind, Check, FailureMode, FromLimiter, RateLimiter, RateLimiterBuilder, RefundHandle,
+    Stats, Store, valid_cost, valid_limit,
 };
 pub use policy::{BoxFuture, Identity, Key, Limit, LimitKind, Policy, Route};
 /// The `redis` crate this client is built on (to configure a `redis::Client`).

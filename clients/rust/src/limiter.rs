@@ -46,36 +46,62 @@ pub trait Store: Send + Sync + 'static {
     /// One TB.REFUND per charge (SPEC F1), never retried.
     fn refund(&self, charges: &[Charge]) -> impl Future<Output = Result<Vec<Reply>, Error>> + Send;
     /// The check with an in-flight policy: TB.ACQUIRE, with TAKE when the call has
-    /// buckets (SPEC N2).
-    fn acquire(&self, call: &Call) -> impl Future<Output = Result<Acquired, Error>> + Send;
+    /// buckets (SPEC N2). The default answers that the store does not implement it.
+    fn acquire(&self, call: &Call) -> impl Future<Output = Result<Acquired, Error>> + Send {
+        let _ = call;
+        async { Err(unsupported("TB.ACQUIRE")) }
+    }
     /// `TB.RELEASE key id` (SPEC N4): `(released, in_flight)`.
-    fn release(&self, key: &str, id: &str)
-    -> impl Future<Output = Result<(bool, f64), Error>> + Send;
+    fn release(
+        &self,
+        key: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<(bool, f64), Error>> + Send {
+        let _ = (key, id);
+        async { Err(unsupported("TB.RELEASE")) }
+    }
     /// `TB.RENEW key id lease_ms` (SPEC N5): `(renewed, in_flight, ms)`.
     fn renew(
         &self,
         key: &str,
         id: &str,
         lease_ms: u64,
-    ) -> impl Future<Output = Result<(bool, f64, f64), Error>> + Send;
+    ) -> impl Future<Output = Result<(bool, f64, f64), Error>> + Send {
+        let _ = (key, id, lease_ms);
+        async { Err(unsupported("TB.RENEW")) }
+    }
     /// `TB.HOLD key capacity rate estimate ttl_ms` (SPEC G1).
     fn hold(
         &self,
         target: &SettleTarget,
         estimate: f64,
         ttl_ms: u64,
-    ) -> impl Future<Output = Result<HoldReply, Error>> + Send;
+    ) -> impl Future<Output = Result<HoldReply, Error>> + Send {
+        let _ = (target, estimate, ttl_ms);
+        async { Err(unsupported("TB.HOLD")) }
+    }
     /// `TB.SETTLE key capacity rate id actual` (SPEC G3).
     fn settle(
         &self,
         target: &SettleTarget,
         id: &str,
         actual: f64,
-    ) -> impl Future<Output = Result<SettleReply, Error>> + Send;
+    ) -> impl Future<Output = Result<SettleReply, Error>> + Send {
+        let _ = (target, id, actual);
+        async { Err(unsupported("TB.SETTLE")) }
+    }
     /// `host:port`, for log lines.
     fn addr(&self) -> &str;
     /// The call timeout (a deny-cache probe out for twice as long is lost, SPEC R4).
     fn timeout(&self) -> Duration;
+}
+
+fn unsupported(command: &'static str) -> Error {
+    Error::UnexpectedReply {
+        addr: String::new(),
+        command,
+        detail: "this store does not implement the command".to_owned(),
+    }
 }
 
 impl Store for TbClient {
@@ -108,10 +134,23 @@ impl Store for TbClient {
         estimate: f64,
         ttl_ms: u64,
     ) -> Result<HoldReply, Error> {
-        TbClient::hold(self, &target.key, target.capacity, target.rate, estimate, ttl_ms).await
+        TbClient::hold(
+            self,
+            &target.key,
+            target.capacity,
+            target.rate,
+            estimate,
+            ttl_ms,
+        )
+        .await
     }
 
-    async fn settle(&self, target: &SettleTarget, id: &str, actual: f64) -> Result<SettleReply, Error> {
+    async fn settle(
+        &self,
+        target: &SettleTarget,
+        id: &str,
+        actual: f64,
+    ) -> Result<SettleReply, Error> {
         TbClient::settle(self, &target.key, target.capacity, target.rate, id, actual).await
     }
 
@@ -1009,7 +1048,10 @@ impl<S: Store> Inner<S> {
         };
         self.breaker.success();
         let (results, acquired) = match &reply {
-            Err(multi) => (plan_results(&plan, &multi.buckets, None, &self.policies), None),
+            Err(multi) => (
+                plan_results(&plan, &multi.buckets, None, &self.policies),
+                None,
+            ),
             Ok(acq) => (
                 plan_results(&plan, &acq.buckets, Some(acq), &self.policies),
                 Some(acq),
@@ -1046,7 +1088,10 @@ impl<S: Store> Inner<S> {
                         policy: self.policies[f.policy].name.clone(),
                     };
                     decision.lease = Some(l.clone());
-                    self.stats.0.leases_in_flight.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .0
+                        .leases_in_flight
+                        .fetch_add(1, Ordering::Relaxed);
                     if let Some((g, _)) = &self.runtime[f.policy].metrics.leases {
                         g.increment(1.0);
                     }
@@ -1428,8 +1473,7 @@ impl<S: Store> Inner<S> {
         };
         for p in &decision.results {
             // R5 is for buckets only (SPEC W3, R10).
-            if p.shadow || p.kind != LimitKind::Bucket || p.rate <= 0.0 || p.remaining >= p.cost
-            {
+            if p.shadow || p.kind != LimitKind::Bucket || p.rate <= 0.0 || p.remaining >= p.cost {
                 continue;
             }
             self.cache_entry(cache, p, (p.cost - p.remaining) / p.rate);
@@ -1437,10 +1481,7 @@ impl<S: Store> Inner<S> {
     }
 
     fn headers(&self, decision: &Decision, order: &[usize]) -> Option<RateLimitHeaders> {
-        let items: Vec<&PolicyHeader> = order
-            .iter()
-            .map(|&i| &self.runtime[i].header)
-            .collect();
+        let items: Vec<&PolicyHeader> = order.iter().map(|&i| &self.runtime[i].header).collect();
         let now = match self.legacy_headers {
             Some(LegacyReset::UnixTime) => self.clock.unix(),
             _ => 0.0,
@@ -1568,7 +1609,11 @@ fn plan_results(
     if let (Some(f), Some(a)) = (&plan.in_flight, acquired) {
         // SPEC N3: refused for the slot only when not granted and `in_flight >= n`.
         let slot_free = a.granted || a.in_flight < f.n;
-        let wait = if slot_free { 0.0 } else { a.ms.max(0.0) / 1000.0 };
+        let wait = if slot_free {
+            0.0
+        } else {
+            a.ms.max(0.0) / 1000.0
+        };
         let p = &policies[f.policy];
         let r = PolicyResult {
             name: p.name.clone(),
@@ -1661,12 +1706,16 @@ impl RefundHandle {
 
 impl<S: Store> LeaseStore for Inner<S> {
     fn ended(&self, policy: usize) {
-        let _ = self
-            .stats
-            .0
-            .leases_in_flight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if let Some((g, _)) = self.runtime.get(policy).and_then(|r| r.metrics.leases.as_ref()) {
+        let _ =
+            self.stats
+                .0
+                .leases_in_flight
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if let Some((g, _)) = self
+            .runtime
+            .get(policy)
+            .and_then(|r| r.metrics.leases.as_ref())
+        {
             g.decrement(1.0);
         }
     }
@@ -1744,7 +1793,11 @@ impl<S: Store> Inner<S> {
     /// SPEC M2: a lease that ended without a release.
     fn lease_expired(&self, policy: usize) {
         bump(&self.stats.0.leases_expired);
-        if let Some((_, c)) = self.runtime.get(policy).and_then(|r| r.metrics.leases.as_ref()) {
+        if let Some((_, c)) = self
+            .runtime
+            .get(policy)
+            .and_then(|r| r.metrics.leases.as_ref())
+        {
             c.increment(1);
         }
     }
