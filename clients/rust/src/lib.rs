@@ -72,4 +72,4 @@ pub use limiter::{
 pub use policy::{BoxFuture, Identity, Key, Limit, LimitKind, Policy, Route};
 /// The `redis` crate this client is built on (to configure a `redis::Client`).
 pub use redis;
-pub use tower::{PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer, RouteTemplate};
+pub use tower::{LeaseBody, PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer, RouteTemplate};
