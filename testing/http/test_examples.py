@@ -24,6 +24,7 @@ import pytest
 
 from conftest import DIRECT, MANIFEST, Stack
 from tbhttp import http, prom
+from tbhttp.stream import Stream
 
 case = pytest.mark.case
 DEMO = MANIFEST["demo"]
@@ -40,6 +41,7 @@ def account(plan: str) -> str:
 
 PRO, FREE = account("pro"), account("free")
 ITEMS, ORDERS, SEARCH, LOGIN = ROUTES["GET /items/{id}"], ROUTES["POST /orders"], ROUTES["GET /search"], ROUTES["POST /login"]
+STREAM = ROUTES["GET /stream"]
 
 
 def limit(name: str, plan: str | None = None) -> tuple[float, float]:
@@ -48,6 +50,9 @@ def limit(name: str, plan: str | None = None) -> tuple[float, float]:
     if "tiers" in p:
         t = p["tiers"][plan or p["default_tier"]]
         return t["capacity"], t["rate"]
+    if "window" in p:  # SPEC W2: capacity n, rate n / seconds
+        w = p["window"]
+        return w["limit"], w["limit"] / w["seconds"]
     return p["capacity"], p["rate"]
 
 
@@ -62,7 +67,10 @@ def whole(x: float) -> float:
 
 
 def policy_item(name: str, plan: str | None = None) -> tuple[str, dict[str, int]]:
-    """The RateLimit-Policy item SPEC H2 gives a demo policy: q = floor(capacity), w = ceil(capacity / rate)."""
+    """The RateLimit-Policy item SPEC H2 gives a demo policy: q = floor(capacity), w = ceil(capacity / rate);
+    an in-flight policy's is q alone (SPEC N3)."""
+    if "in_flight" in POLICIES[name]:
+        return name, {"q": POLICIES[name]["in_flight"]["limit"]}
     capacity, rate = limit(name, plan)
     return name, {"q": clamp(math.floor(capacity)), "w": clamp(max(1, math.ceil(whole(capacity / rate))))}
 
@@ -387,11 +395,26 @@ def test_shadow(stack: Stack) -> None:
 
 @case("login_policy")
 def test_login_policy(stack: Stack) -> None:
-    """POST /login is limited by the login policy (in the manifest's limits)."""
-    r = stack.call("POST", LOGIN["path"], ip=stack.fresh_ip(), json_body=LOGIN["json"])
-    assert r.status == LOGIN["status"], r.describe()
-    assert policy_item("login") in r.policy(), r.describe()
-    fresh_item(r, "login", 1)
+    """POST /login is limited by the login policy, a sliding window (SPEC W): q the limit,
+    w the window; r counts down; t is when the whole limit is back, past the end of the
+    next window for a sliding one (more than one window away, where a token bucket of the
+    same q and w would say 1 / rate); the request after the limit is refused naming it."""
+    ip = stack.fresh_ip()
+    w = POLICIES["login"]["window"]
+    rs = [stack.call("POST", LOGIN["path"], ip=ip, json_body=LOGIN["json"]) for _ in range(int(w["limit"]))]
+    assert [r.status for r in rs] == [LOGIN["status"]] * len(rs), [r.describe() for r in rs if r.status != LOGIN["status"]][:1]
+    for i, r in enumerate(rs, start=1):
+        assert policy_item("login") in r.policy(), r.describe()
+        got = r.item("login")
+        assert got is not None and got["r"] == w["limit"] - i, r.describe()
+    first = rs[0].item("login")
+    assert first is not None and w["seconds"] < first["t"] <= 2 * w["seconds"], rs[0].describe()
+    refused = stack.call("POST", LOGIN["path"], ip=ip, json_body=LOGIN["json"])
+    assert refused.status == 429, refused.describe()
+    assert dict(problem_pairs(refused))["violated_policies"] == ["login"], refused.body
+    assert refused.item("login") == {"r": 0, "t": refused.item("login")["t"]}, refused.describe()  # type: ignore[index]
+    wait = refused.header("retry-after")
+    assert wait is not None and 1 <= int(wait) <= w["seconds"], refused.describe()
 
 
 # -- metrics --------------------------------------------------------------------------
@@ -500,3 +523,167 @@ def test_redis_down_login_fail_closed(stack: Stack) -> None:
 
     back = until(admitted, "POST /login admitted again after Redis came back")
     assert "login" in back.names(), back.describe()  # its numbers: test_login_policy
+
+
+# -- in-flight and settled-later: GET /stream ------------------------------------------
+
+
+def stream_path(**q: int) -> str:
+    base = STREAM["path"].split("?")[0]
+    query = {**STREAM["stream"]["query"], **q}
+    return base + "?" + "&".join(f"{k}={v}" for k, v in query.items())
+
+
+def open_stream(stack: Stack, ip: str, **q: int) -> Stream:
+    return Stream(stack.app.base, stream_path(**q), headers={"x-forwarded-for": ip}, source="127.0.0.2")
+
+
+def streams_item(r: http.Response) -> dict[str, int]:
+    got = r.item("streams")
+    assert got is not None, f"no 'streams' item in RateLimit:\n{r.describe()}"
+    return got
+
+
+@case("stream")
+def test_stream(stack: Stack) -> None:
+    """GET /stream: SSE events token-1..n then [DONE] (the manifest's stream); the check's
+    headers name the in-flight policy with q and no w (SPEC N3) and r = limit - 1; the
+    slot is back once the body ended (N4): the next stream finds r = limit - 1 again."""
+    limit_n = POLICIES["streams"]["in_flight"]["limit"]
+    ip = stack.fresh_ip()
+    for _ in range(2):
+        s = open_stream(stack, ip, tokens=3)
+        try:
+            assert s.head.status == 200, s.head.describe()
+            assert s.head.media_type() == "text/event-stream", s.head.describe()
+            assert ("streams", {"q": limit_n}) in s.head.policy(), s.head.describe()
+            assert "tokens" not in s.head.names(), s.head.describe()  # SPEC G1: held by the handler
+            assert streams_item(s.head)["r"] == limit_n - 1, s.head.describe()
+            events = []
+            while (e := s.event()) is not None:
+                events.append(e)
+        finally:
+            s.close()
+        spec = STREAM["stream"]
+        assert events == [spec["event"].format(i=i) for i in range(1, 4)] + [spec["done"]], events
+
+
+@case("stream_settled")
+def test_stream_settled(stack: Stack) -> None:
+    """SPEC G: each stream holds max_tokens and settles the tokens it sent. Three streams
+    holding 400 each fit in 1000 only if each gave back its surplus; a stream that sends
+    990 leaves too few for the next hold, refused with a 429 naming 'tokens' (G2)."""
+    ip = stack.fresh_ip()
+    for _ in range(4):
+        s = open_stream(stack, ip, tokens=3, max_tokens=400)
+        try:
+            assert s.head.status == 200, s.head.describe()
+            s.rest()
+        finally:
+            s.close()
+    big = open_stream(stack, ip, tokens=960, max_tokens=970)
+    try:
+        assert big.head.status == 200, big.head.describe()
+        big.rest()
+    finally:
+        big.close()
+    capacity, rate = limit("tokens")
+    refused = None
+    for _ in range(20):  # the settlement lands after the last event: poll briefly (slower than 'ip' refills)
+        r = stack.call("GET", stream_path(tokens=1, max_tokens=100), ip=ip)
+        if r.status == 429:
+            refused = r
+            break
+        time.sleep(0.15)
+    assert refused is not None, "a hold of 100 passed after 12 + 960 of 1000 tokens were settled"
+    body = dict(problem_pairs(refused))
+    assert body["violated_policies"] == ["tokens"], refused.body
+    wait = refused.header("retry-after")
+    assert wait is not None and int(wait) == max(1, math.ceil(body["retry_after"])), refused.describe()
+    # 1000 - 12 - 960 = 28 left: 72 more take 72 / rate seconds
+    assert abs(body["retry_after"] - (100 - (capacity - 12 - 960)) / rate) < 5, body
+    assert policy_item("tokens") in refused.policy(), refused.describe()
+    never = stack.call("GET", stream_path(tokens=1, max_tokens=int(capacity) + 1), ip=stack.fresh_ip())
+    assert never.status == 429 and dict(problem_pairs(never))["retry_after"] is None, never.describe()
+
+
+@case("in_flight")
+def test_in_flight(stack: Stack) -> None:
+    """At most `limit` streams of one client in progress (SPEC N): with two open, a third
+    is refused by 'streams' (r=0, a Retry-After), and admitted once one has ended."""
+    limit_n = POLICIES["streams"]["in_flight"]["limit"]
+    ip = stack.fresh_ip()
+    held = [open_stream(stack, ip, tokens=40, delay_ms=50) for _ in range(limit_n)]
+    try:
+        assert [s.head.status for s in held] == [200] * limit_n, [s.head.describe() for s in held]
+        assert [streams_item(s.head)["r"] for s in held] == list(range(limit_n - 1, -1, -1))
+        refused = stack.call("GET", stream_path(tokens=1), ip=ip)
+        assert refused.status == 429, refused.describe()
+        body = dict(problem_pairs(refused))
+        assert body["violated_policies"] == ["streams"], refused.body
+        assert streams_item(refused)["r"] == 0, refused.describe()
+        wait = refused.header("retry-after")
+        assert wait is not None and 1 <= int(wait) <= math.ceil(POLICIES["streams"]["in_flight"]["lease_seconds"]), refused.describe()
+        other = stack.call("GET", stream_path(tokens=1), ip=stack.fresh_ip())
+        assert other.status == 200, other.describe()  # another client's slots are its own
+        held[0].rest()
+    finally:
+        for s in held:
+            s.close()
+    def admitted() -> http.Response | None:
+        r = stack.call("GET", stream_path(tokens=1), ip=ip)
+        return r if r.status == 200 else None
+    until(admitted, "a stream admitted after the others ended", seconds=5)
+
+
+@case("in_flight_disconnect")
+def test_in_flight_disconnect(stack: Stack) -> None:
+    """A client that goes away mid-stream frees its slot at once (SPEC N4), not when its
+    lease would have run out: with both slots' clients gone, two new streams are admitted
+    within 0.9 s (the 2 s lease renewed every second would hold one at least 1 s more)."""
+    limit_n = POLICIES["streams"]["in_flight"]["limit"]
+    ip = stack.fresh_ip()
+    held = [open_stream(stack, ip, tokens=200, delay_ms=50) for _ in range(limit_n)]
+    for s in held:
+        assert s.head.status == 200, s.head.describe()
+        assert s.event() is not None
+    time.sleep(1.2)  # past one renewal
+    for s in held:
+        s.close()
+    gone = time.monotonic()
+    again: list[Stream] = []
+    try:
+        while len(again) < limit_n and time.monotonic() - gone < 0.9:
+            s = open_stream(stack, ip, tokens=20, delay_ms=50)
+            if s.head.status == 200:
+                again.append(s)
+            else:
+                s.close()
+                time.sleep(0.1)  # no faster than 'ip' refills
+        assert len(again) == limit_n, f"{len(again)} of {limit_n} slots back within 0.9 s of the clients leaving"
+    finally:
+        for s in again:
+            s.close()
+
+
+@case("in_flight_renewal")
+def test_in_flight_renewal(stack: Stack) -> None:
+    """A stream that outlives its lease keeps its slot (SPEC N5, renewed every lease / 2):
+    3 s into a stream on a 2 s lease, the client still holds one slot of two, so of two
+    more streams only one is admitted."""
+    limit_n = POLICIES["streams"]["in_flight"]["limit"]
+    lease = POLICIES["streams"]["in_flight"]["lease_seconds"]
+    ip = stack.fresh_ip()
+    long = open_stream(stack, ip, tokens=100, delay_ms=50)
+    more: list[Stream] = []
+    try:
+        assert long.head.status == 200, long.head.describe()
+        deadline = time.monotonic() + lease * 1.5
+        while time.monotonic() < deadline:  # keep reading, as a live client does
+            assert long.event() is not None
+        more = [open_stream(stack, ip, tokens=40, delay_ms=50) for _ in range(limit_n)]
+        assert sorted(s.head.status for s in more) == [200] * (limit_n - 1) + [429], [s.head.describe() for s in more]
+    finally:
+        long.close()
+        for s in more:
+            s.close()

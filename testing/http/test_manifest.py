@@ -59,8 +59,19 @@ def test_demo_is_consistent() -> None:
         for p in lim["policies"]:
             assert policies[p]["limiter"] == lim["name"]
     for p in demo["policies"]:
+        if "in_flight" in p:  # SPEC N1: a limit and a lease, no rate
+            assert p["in_flight"]["limit"] >= 1 and p["in_flight"]["lease_seconds"] > 0, p["name"]
+            continue
+        if "window" in p:  # SPEC W1: per is the window
+            assert p["window"]["seconds"] == p["per"] and p["window"]["mode"] in ("sliding", "fixed"), p["name"]
+            continue
         limits = p["tiers"].values() if "tiers" in p else [p]
         for lim in limits:
             assert abs(lim["capacity"] / lim["rate"] - lim["per"]) < 1e-6, p["name"]
+    for lim in demo["limiters"]:  # SPEC C10
+        kinds = [("window" if "window" in policies[n] else "in_flight" if "in_flight" in policies[n] else "bucket")
+                 for n in lim["policies"]]
+        assert kinds.count("in_flight") <= 1, lim["name"]
+        assert "window" not in kinds or len(kinds) == 1, lim["name"]
     assert [p for p in demo["policies"] if p["shadow"]], "the demo has a shadow policy"
     assert [lim for lim in demo["limiters"] if not lim["fail_open"]], "the demo has a fail-closed limiter"
