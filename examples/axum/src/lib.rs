@@ -22,7 +22,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use redis_tb_client::telemetry::{CALL_DURATION_BUCKETS, REDIS_CALL_DURATION_SECONDS};
 use redis_tb_client::{
     BuildError, Decision, FailureMode, Key, LegacyReset, Limit, Outcome, Policy, RateLimitLayer,
-    RefundHandle, TbClient,
+    RefundHandle, TbClient, WindowMode,
 };
 use serde_json::{Value, json};
 
@@ -59,6 +59,13 @@ pub struct Config {
     pub deny_cache: usize,
     /// The limiter's name: the `limiter` label of its metrics.
     pub name: String,
+    /// Policy `streams`: `GET /stream` in progress per client address (SPEC N).
+    pub streams: Limit,
+    /// Policy `tokens`: `GET /stream`'s tokens per client address, settled later (SPEC G).
+    pub tokens: Limit,
+    /// Policy `login` of the login limiter: `POST /login` per client address, a window
+    /// (SPEC W).
+    pub login: Limit,
 }
 
 impl Default for Config {
@@ -76,6 +83,9 @@ impl Default for Config {
             shadow_policies: Vec::new(),
             deny_cache: 0,
             name: "default".to_owned(),
+            streams: Limit::in_flight(2.0, 2.0),
+            tokens: Limit::per_hour(1000.0),
+            login: Limit::window_per_hour(20.0, WindowMode::Sliding),
         }
     }
 }
@@ -196,11 +206,36 @@ pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, Buil
                 }))
                 .shadow(shadow("orders")),
         )
+        // SPEC N: at most 2 streams in progress per client address; with the buckets
+        // above, one TB.ACQUIRE ... TAKE on GET /stream (all or nothing).
+        .policy(Policy::new("streams", config.streams).route(axum::http::Method::GET, "/stream"))
+        // SPEC G: the stream's tokens, held by the handler and settled after the fact.
+        .policy(
+            Policy::new("tokens", config.tokens)
+                .route(axum::http::Method::GET, "/stream")
+                .settle_later(true),
+        )
         .trusted_proxies(&config.trusted_proxies)
         .failure_mode(config.failure_mode)
         .cooldown(config.cooldown)
         .legacy_headers(config.legacy_headers)
         .name(&config.name)
+        .build()
+}
+
+/// The login limiter: `POST /login` only, a sliding window of 20 an hour per client
+/// address (SPEC W: never more than 20 in a window, where a token bucket would admit 40 in
+/// the first hour). A window policy is the only policy of its limiter (SPEC C10), so it
+/// is a second layer; it fails closed (SPEC B4: 503 while Redis is down).
+pub fn login_limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, BuildError> {
+    let _ = prometheus();
+    RateLimitLayer::builder(client)
+        .policy(Policy::new("login", config.login).route(axum::http::Method::POST, "/login"))
+        .trusted_proxies(&config.trusted_proxies)
+        .failure_mode(FailureMode::FailClosed)
+        .cooldown(config.cooldown)
+        .legacy_headers(config.legacy_headers)
+        .name("login")
         .build()
 }
 
@@ -232,14 +267,36 @@ pub fn app(limiter: Option<RateLimitLayer>) -> Router {
     })
 }
 
+/// The app with the api limiter and the login limiter (`POST /login`, inside the api
+/// limiter: both lists of rate-limit items are in its responses).
+pub fn app_with_login(api: Option<RateLimitLayer>, login: Option<RateLimitLayer>) -> Router {
+    routes(
+        |limited| match api {
+            Some(layer) => limited.layer(layer),
+            None => limited,
+        },
+        login,
+    )
+}
+
 /// The app with `limit` applied to the limited routes (the overhead benchmark puts other
 /// layers there: one bare Redis PING per request, for instance).
 pub fn app_with(limit: impl FnOnce(Router) -> Router) -> Router {
+    routes(limit, None)
+}
+
+fn routes(limit: impl FnOnce(Router) -> Router, login_limiter: Option<RateLimitLayer>) -> Router {
+    let login_route = match login_limiter {
+        Some(layer) => post(login).layer(layer),
+        None => post(login),
+    };
     let limited = Router::new()
         .route("/", get(|| async { "hello" }))
         .route("/items/{id}", get(get_item))
         .route("/orders", post(create_order))
-        .route("/export", get(export));
+        .route("/export", get(export))
+        .route("/stream", get(stream))
+        .route("/login", login_route);
     // Layers added later run first: auth sets the User before the limiter reads it.
     let limited = limit(limited).layer(middleware::from_fn(auth));
     // Routes added after the layers are not limited.
@@ -343,4 +400,119 @@ async fn export(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
         "rate_limit": decision_json(decision.as_ref()),
     }))
     .into_response()
+}
+
+/// `POST /login`: a stand-in (no password is checked); limited by the login limiter.
+async fn login(decision: Option<Extension<Decision>>, body: Bytes) -> Response {
+    let decision = decision.map(|Extension(d)| d);
+    Json(json!({
+        "login": "ok",
+        "bytes": body.len(),
+        "rate_limit": decision_json(decision.as_ref()),
+    }))
+    .into_response()
+}
+
+/// `GET /stream`'s query: `tokens` to send (default 3), `delay_ms` between events
+/// (default 0), `max_tokens` held before streaming (default 100).
+#[derive(Clone, Copy, Debug)]
+struct StreamQuery {
+    tokens: u64,
+    delay_ms: u64,
+    max_tokens: f64,
+}
+
+fn stream_query(uri: &Uri) -> StreamQuery {
+    let mut q = StreamQuery {
+        tokens: 3,
+        delay_ms: 0,
+        max_tokens: 100.0,
+    };
+    for (k, v) in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+    {
+        match k {
+            "tokens" => q.tokens = v.parse().unwrap_or(q.tokens),
+            "delay_ms" => q.delay_ms = v.parse().unwrap_or(q.delay_ms),
+            "max_tokens" => q.max_tokens = v.parse().unwrap_or(q.max_tokens),
+            _ => {}
+        }
+    }
+    q
+}
+
+/// `GET /stream`: an LLM-proxy-style server-sent-event stream. The limiter's check took a
+/// `streams` slot (SPEC N: released when this body ends, or when the client goes away;
+/// renewed while it runs); the handler holds `max_tokens` on `tokens` (SPEC G1), answers
+/// a refused hold with its 429 (G2), streams `data: token-<i>` events and `data: [DONE]`,
+/// and settles the number of token events it sent (G3), also when the client
+/// disconnected mid-stream.
+async fn stream(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
+    let q = stream_query(&uri);
+    let hold = match decision {
+        Some(Extension(d)) if !d.settle_later.is_empty() => {
+            match d.hold("tokens", q.max_tokens, 60.0).await {
+                Ok(h) => match h.or_refused() {
+                    Ok(h) => Some(h),
+                    Err(refused) => return refused.into_response(),
+                },
+                // An invalid max_tokens is the caller's mistake here.
+                Err(redis_tb_client::Error::InvalidArgument { .. }) => {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        Json(json!({"error": "max_tokens must be > 0"})),
+                    )
+                        .into_response();
+                }
+                // The store is down: stream without a hold (the failure mode is open).
+                Err(e) => {
+                    tracing::warn!("GET /stream: no hold on 'tokens' ({e}); streaming anyway");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    tokio::spawn(async move {
+        let mut sent: u64 = 0;
+        for i in 1..=q.tokens {
+            if q.delay_ms > 0 && i > 1 {
+                tokio::time::sleep(Duration::from_millis(q.delay_ms)).await;
+            }
+            if tx
+                .send(Bytes::from(format!("data: token-{i}\n\n")))
+                .await
+                .is_err()
+            {
+                break; // the client went away (the body was dropped)
+            }
+            sent += 1;
+        }
+        if let Some(hold) = hold {
+            // SPEC G3: the actual count; the surplus of the estimate goes back.
+            if let Err(e) = hold.settle(sent as f64).await {
+                tracing::warn!("GET /stream: settling 'tokens' failed ({e})");
+            }
+        }
+        if sent == q.tokens {
+            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        }
+    });
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+    });
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(events),
+    )
+        .into_response()
 }

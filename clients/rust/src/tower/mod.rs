@@ -274,7 +274,25 @@ where
         refund.refund().await;
     }
     if let Some(h) = headers {
+        // An inner limiter's items (a second layer on one route) stay in the lists, after
+        // this limiter's own (SPEC H1: one list of the enforced policies).
+        let inner_items: Vec<(http::HeaderName, HeaderValue)> =
+            [&crate::headers::RATELIMIT_POLICY, &crate::headers::RATELIMIT]
+                .into_iter()
+                .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
+                .collect();
         h.apply_owned(resp.headers_mut());
+        for (name, theirs) in inner_items {
+            let Some(mine) = resp.headers().get(&name) else {
+                continue;
+            };
+            let mut joined = mine.as_bytes().to_vec();
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(theirs.as_bytes());
+            if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                resp.headers_mut().insert(name, v);
+            }
+        }
     }
     Ok(resp)
 }
