@@ -276,11 +276,13 @@ where
     if let Some(h) = headers {
         // An inner limiter's items (a second layer on one route) stay in the lists, after
         // this limiter's own (SPEC H1: one list of the enforced policies).
-        let inner_items: Vec<(http::HeaderName, HeaderValue)> =
-            [&crate::headers::RATELIMIT_POLICY, &crate::headers::RATELIMIT]
-                .into_iter()
-                .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
-                .collect();
+        let inner_items: Vec<(http::HeaderName, HeaderValue)> = [
+            &crate::headers::RATELIMIT_POLICY,
+            &crate::headers::RATELIMIT,
+        ]
+        .into_iter()
+        .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
+        .collect();
         h.apply_owned(resp.headers_mut());
         for (name, theirs) in inner_items {
             let Some(mine) = resp.headers().get(&name) else {
