@@ -40,8 +40,12 @@ pub struct Config {
     pub user_free: Limit,
     /// Policy `user` for the pro plan.
     pub user_pro: Limit,
-    /// Policy `orders`: `POST /orders` only, per user (or per address when anonymous).
+    /// Policy `orders`: `POST /orders` only, per user (anonymous orders skip it, SPEC I1).
     pub orders: Limit,
+    /// Policy `search`: `GET /search`, per client address, one token per 50 results.
+    pub search: Limit,
+    /// Policy `search-strict`: a tighter search limit tried out in shadow mode (SPEC S).
+    pub search_strict: Limit,
     /// `GET /export?rows=N` costs one token per this many rows (at least 1).
     pub rows_per_token: f64,
     /// Fail open (default) or closed when Redis is unreachable.
@@ -73,8 +77,10 @@ impl Default for Config {
         Config {
             ip: Limit::per_second(10.0),
             user_free: Limit::per_hour(100.0),
-            user_pro: Limit::per_hour(1000.0),
+            user_pro: Limit::per_hour(5000.0),
             orders: Limit::per_minute(5.0),
+            search: Limit::per_minute(60.0),
+            search_strict: Limit::per_minute(20.0),
             rows_per_token: 100.0,
             failure_mode: FailureMode::FailOpen,
             trusted_proxies: Vec::new(),
@@ -82,7 +88,7 @@ impl Default for Config {
             cooldown: Duration::from_secs(1),
             shadow_policies: Vec::new(),
             deny_cache: 0,
-            name: "default".to_owned(),
+            name: "api".to_owned(),
             streams: Limit::in_flight(2.0, 2.0),
             tokens: Limit::per_hour(1000.0),
             login: Limit::window_per_hour(20.0, WindowMode::Sliding),
@@ -104,30 +110,36 @@ pub struct User {
 pub enum Plan {
     /// 100 requests per hour by default.
     Free,
-    /// 1000 requests per hour by default.
+    /// 5000 requests per hour by default.
     Pro,
 }
 
-/// Demo authentication: `Authorization: Bearer <token>` with two fixed tokens. A real app
-/// verifies a session or JWT here; what matters is that it runs before the limiter and
-/// leaves a [`User`] in the extensions for the key and limit functions.
+/// Demo authentication, a stand-in: `X-API-Key: key-alice` is alice on the pro plan,
+/// `key-bob` is bob on the free plan; no key (or an unknown one) is anonymous, and the
+/// per-user policies are skipped (SPEC I1). (`Authorization: Bearer alice-token` /
+/// `bob-token` name the same accounts, for the overhead benchmark.) A real app verifies
+/// a session or JWT here; what matters is that it runs before the limiter and leaves a
+/// [`User`] in the extensions for the key and limit functions.
 pub async fn auth(mut req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let user = match token {
-        Some("alice-token") => Some(User {
-            id: "alice".into(),
-            plan: Plan::Free,
-        }),
-        Some("bob-token") => Some(User {
-            id: "bob".into(),
-            plan: Plan::Pro,
-        }),
-        _ => None,
+    let headers = req.headers();
+    let account = match headers.get("x-api-key").map(|v| v.as_bytes()) {
+        Some(b"key-alice") => Some("alice"),
+        Some(b"key-bob") => Some("bob"),
+        Some(_) => None,
+        None => match headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        {
+            Some("alice-token") => Some("alice"),
+            Some("bob-token") => Some("bob"),
+            _ => None,
+        },
     };
+    let user = account.map(|id| User {
+        id: id.into(),
+        plan: if id == "alice" { Plan::Pro } else { Plan::Free },
+    });
     if let Some(user) = user {
         req.extensions_mut().insert(user);
     }
@@ -194,17 +206,29 @@ pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, Buil
                 .cost_fn(move |parts| export_cost(parts, rows_per_token))
                 .shadow(shadow("user")),
         )
-        // An endpoint policy: only POST /orders (the route template, not the raw path).
+        // An endpoint policy: only POST /orders (the route template, not the raw path),
+        // per user; anonymous orders skip it (SPEC I1).
         .policy(
             Policy::new("orders", config.orders)
                 .route(axum::http::Method::POST, "/orders")
-                .key(Key::from_fn(|parts| {
-                    let client = parts.extensions.get::<redis_tb_client::ClientIp>();
-                    user_of(parts)
-                        .map(|u| format!("user-{}", u.id))
-                        .or_else(|| client.map(|c| format!("ip-{}", c.identity)))
-                }))
+                .key(Key::from_fn(|parts| user_of(parts).map(|u| u.id)))
                 .shadow(shadow("orders")),
+        )
+        // A cost function: one token per 50 results asked for (`size`, default 50).
+        .policy(
+            Policy::new("search", config.search)
+                .route(axum::http::Method::GET, "/search")
+                .cost_fn(search_cost)
+                .shadow(shadow("search")),
+        )
+        // A tighter search limit being tried out: charged and counted like an enforced one,
+        // never refusing, left out of the headers (SPEC S1, S2). Enforcing it later is
+        // removing `.shadow(true)`.
+        .policy(
+            Policy::new("search-strict", config.search_strict)
+                .route(axum::http::Method::GET, "/search")
+                .cost_fn(search_cost)
+                .shadow(true),
         )
         // SPEC N: at most 2 streams in progress per client address; with the buckets
         // above, one TB.ACQUIRE ... TAKE on GET /stream (all or nothing).
@@ -247,6 +271,18 @@ fn export_cost(parts: &Parts, rows_per_token: f64) -> f64 {
     (export_rows(&parts.uri) as f64 / rows_per_token)
         .ceil()
         .max(1.0)
+}
+
+/// `GET /search?size=N` costs `ceil(N / 50)` tokens, at least 1 (`size` defaults to 50).
+fn search_cost(parts: &Parts) -> f64 {
+    let size = parts
+        .uri
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("size=")))
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(50.0);
+    (size / 50.0).ceil().max(1.0)
 }
 
 /// The `rows` query parameter (0 when missing or not a number).
@@ -295,12 +331,14 @@ fn routes(limit: impl FnOnce(Router) -> Router, login_limiter: Option<RateLimitL
         .route("/items/{id}", get(get_item))
         .route("/orders", post(create_order))
         .route("/export", get(export))
+        .route("/search", get(search))
         .route("/stream", get(stream))
         .route("/login", login_route);
     // Layers added later run first: auth sets the User before the limiter reads it.
     let limited = limit(limited).layer(middleware::from_fn(auth));
     // Routes added after the layers are not limited.
     limited
+        .route("/healthz", get(|| async { "ok" }))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics_text))
 }
@@ -380,8 +418,28 @@ async fn get_item(
 /// drop the keep-alive connection after the response, without `Connection: close`, and
 /// the client's next request on it fails. (`Bytes` reads it whole, up to axum's default
 /// 2 MB limit; larger bodies get 413.)
-async fn create_order(decision: Option<Extension<Decision>>, body: Bytes) -> Response {
+async fn create_order(
+    decision: Option<Extension<Decision>>,
+    refund: Option<Extension<RefundHandle>>,
+    body: Bytes,
+) -> Response {
     let decision = decision.map(|Extension(d)| d);
+    // The order `{item_id, quantity}`: a quantity of 0 or less is rejected, and the
+    // rejected order is not counted (SPEC F1: its tokens are given back).
+    let quantity = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("quantity").and_then(Value::as_f64));
+    if quantity.is_some_and(|q| q <= 0.0) {
+        let refunded = match refund {
+            Some(Extension(r)) => r.refund().await,
+            None => false,
+        };
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"error": "quantity must be at least 1", "refunded": refunded})),
+        )
+            .into_response();
+    }
     (
         StatusCode::CREATED,
         Json(json!({
@@ -515,4 +573,16 @@ async fn stream(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
         axum::body::Body::from_stream(events),
     )
         .into_response()
+}
+
+/// `GET /search?q=..&size=N`: a stand-in search (limited by `search`, whose cost grows
+/// with `size`, and the shadow `search-strict`).
+async fn search(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
+    let decision = decision.map(|Extension(d)| d);
+    Json(json!({
+        "query": uri.query().unwrap_or(""),
+        "results": [],
+        "rate_limit": decision_json(decision.as_ref()),
+    }))
+    .into_response()
 }
