@@ -36,9 +36,13 @@ fn timeouts() -> ClientConfig {
 async fn start(
     redis: &RedisServer,
     lease: f64,
+    name: &str,
 ) -> Result<(Served, Arc<Semaphore>), Box<dyn std::error::Error>> {
     let client = TbClient::connect_with(&redis.url(), timeouts()).await?;
+    // The recorder before the layer (it registers its metrics when built).
+    let _ = redis_tb_axum_example::prometheus();
     let layer = RateLimitLayer::builder(client)
+        .name(name)
         .policy(
             Policy::new("conc", Limit::in_flight(1.0, lease))
                 .route(axum::http::Method::GET, "/stream"),
@@ -131,6 +135,15 @@ async fn open(
     Ok((s, String::from_utf8_lossy(&seen).into_owned()))
 }
 
+/// `redis_tb_leases_in_flight{limiter=<name>,policy="conc"}` from the exporter (SPEC M2).
+fn gauge(limiter: &str) -> Option<f64> {
+    let text = redis_tb_axum_example::prometheus()?.render();
+    let want = format!("redis_tb_leases_in_flight{{limiter=\"{limiter}\",policy=\"conc\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(want.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The live leases of the key, as the server counts them (`TB.PEEK key LEASES`).
 fn leases(redis: &RedisServer) -> Result<i64, Box<dyn std::error::Error>> {
     let reply = redis.command(&["TB.PEEK", LEASE_KEY, "LEASES"])?;
@@ -161,7 +174,7 @@ async fn until_leases(redis: &RedisServer, want: i64) -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_holds_its_lease_until_its_end() -> TestResult {
     let redis = RedisServer::start()?;
-    let (served, gate) = start(&redis, 30.0).await?;
+    let (served, gate) = start(&redis, 30.0, "leases-stream").await?;
     let (mut conn, head) = open(&served, "/stream", "first").await?;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
@@ -171,6 +184,7 @@ async fn a_streamed_body_holds_its_lease_until_its_end() -> TestResult {
     );
     // The handler has returned; its body has not ended: the slot is still taken (SPEC N4).
     assert_eq!(leases(&redis)?, 1);
+    assert_eq!(gauge("leases-stream"), Some(1.0), "SPEC M2: one lease held");
     let (_, refused) = open(&served, "/stream", "\r\n\r\n").await?;
     assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
     gate.add_permits(1);
@@ -184,6 +198,7 @@ async fn a_streamed_body_holds_its_lease_until_its_end() -> TestResult {
     assert!(String::from_utf8_lossy(&rest).contains("last"));
     // The body ended: the lease is released (well before its 30 s would run out).
     until_leases(&redis, 0).await?;
+    assert_eq!(gauge("leases-stream"), Some(0.0), "SPEC M2: none held");
     drop(conn);
     Ok(())
 }
@@ -191,7 +206,7 @@ async fn a_streamed_body_holds_its_lease_until_its_end() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_mid_stream_frees_the_slot() -> TestResult {
     let redis = RedisServer::start()?;
-    let (served, _gate) = start(&redis, 30.0).await?;
+    let (served, _gate) = start(&redis, 30.0, "leases-hangup").await?;
     let (conn, _) = open(&served, "/stream", "first").await?;
     assert_eq!(leases(&redis)?, 1);
     drop(conn); // the client hangs up; the body never ends
@@ -204,7 +219,7 @@ async fn a_client_that_disconnects_mid_stream_frees_the_slot() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_a_lease_alive_past_its_lease_time() -> TestResult {
     let redis = RedisServer::start()?;
-    let (served, gate) = start(&redis, 0.4).await?;
+    let (served, gate) = start(&redis, 0.4, "leases-renewal").await?;
     let (conn, _) = open(&served, "/stream", "first").await?;
     // Three lease times: without the renewals every 0.2 s (SPEC N5) the server would have
     // dropped the lease (TB.PEEK does not count expired leases).
@@ -219,7 +234,7 @@ async fn renewal_keeps_a_lease_alive_past_its_lease_time() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_hold_changes_the_bucket_by_actual_minus_estimate() -> TestResult {
     let redis = RedisServer::start()?;
-    let (served, _gate) = start(&redis, 30.0).await?;
+    let (served, _gate) = start(&redis, 30.0, "leases-hold").await?;
     let (_, resp) = open(&served, "/hold", "}").await?;
     let body = resp.split("\r\n\r\n").nth(1).unwrap_or("");
     let json_start = body.find('{').unwrap_or(0);
