@@ -1,6 +1,6 @@
 //! Serves the example app: `REDIS_URL` (default `redis://127.0.0.1:6379/`), `LISTEN`
 //! (default `127.0.0.1:3000`), `TRUSTED_PROXIES` (comma-separated CIDRs), `FAIL_CLOSED=1`,
-//! `SHADOW_POLICIES` (comma-separated policy names: `ip,user,orders`), `DENY_CACHE`
+//! `SHADOW_POLICIES` (comma-separated policy names: `ip,user,orders,search`), `DENY_CACHE`
 //! (max entries; 0 or unset: off), `LEGACY_HEADERS` (`unix` or `delta`),
 //! `REDIS_TB_TIMEOUT_MS` (the Redis call timeout, default 50).
 
