@@ -2,14 +2,17 @@
 //! limiter, and a tower layer (axum's `MatchedPath` and `ConnectInfo` with the `axum`
 //! feature). The behaviour is the contract in `clients/SPEC.md`; comments cite its rules.
 //!
-//! - [`TbClient`]: TB.TAKE, TB.MTAKE, TB.PEEK, TB.REFUND and TB.RESERVE over one multiplexed
-//!   connection, one round trip per call, typed replies, tight timeouts.
+//! - [`TbClient`]: TB.TAKE, TB.MTAKE, TB.PEEK, TB.REFUND, TB.RESERVE, TB.WINDOW, TB.RELEASE,
+//!   TB.RENEW, TB.HOLD and TB.SETTLE over one multiplexed connection, one round trip per
+//!   call, typed replies, tight timeouts.
 //! - The core, framework-neutral: [`Policy`] and [`Key`] ([`policy`]), the client address
 //!   ([`ip`]), the key builder ([`keys`]), headers ([`headers`]), problem bodies
 //!   ([`problem`]), the [`Decision`], the deny cache, the breaker, and the [`RateLimiter`]
 //!   with its injected [`Clock`].
 //! - [`RateLimitLayer`] ([`tower`]): the tower `Layer` around a limiter. The [`Decision`]
-//!   and a [`RefundHandle`] are in the request extensions for handlers.
+//!   and a [`RefundHandle`] are in the request extensions for handlers; an in-flight
+//!   policy's lease is held by the response body ([`LeaseBody`]) until it ends (SPEC N4),
+//!   and `decision.hold(..)` gives a [`Hold`] to settle later (SPEC G).
 //!
 //! ```no_run
 //! # #[cfg(feature = "axum")]

@@ -610,6 +610,7 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
                 metrics,
                 shadow_log: LogLimiter::new(),
                 invalid_log: LogLimiter::new(),
+                lease_log: LogLimiter::new(),
                 head: Head::new(&self.prefix, &p.name),
                 fixed: fixed.map(|l| (l, num(l.capacity), num(l.rate))),
                 cost: p.fixed_cost().map(|c| (c, num(c))),
@@ -778,6 +779,8 @@ struct PolicyRuntime {
     metrics: PolicyMetrics,
     shadow_log: LogLimiter,
     invalid_log: LogLimiter,
+    /// Lost leases (SPEC N5), logged at most once a second per policy.
+    lease_log: LogLimiter,
     head: Head,
     /// The fixed limit with its capacity and rate as command arguments.
     fixed: Option<(Limit, String, String)>,
@@ -1769,7 +1772,7 @@ impl<S: Store> LeaseStore for Inner<S> {
                     self.breaker.success();
                     self.lease_expired(policy);
                     if let Some(rt) = self.runtime.get(policy)
-                        && let Some(held_back) = rt.invalid_log.admit(&*self.clock)
+                        && let Some(held_back) = rt.lease_log.admit(&*self.clock)
                     {
                         let name = self.policies.get(policy).map_or("", |p| p.name());
                         tracing::warn!(
