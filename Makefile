@@ -130,12 +130,15 @@ fuzz:
 bench: build
 	python3 bench/bench.py
 	python3 bench/leases.py
+	python3 bench/leases_callgrind.py --out bench/results/leases-callgrind.md
 
 # In-flight limits and holds (issue 25): TB.ACQUIRE + TB.RELEASE against redis-semaphore
 # (installed by npm into ~/.cache/redis-tb), the combined call, hold + settle, bytes per
-# lease (writes bench/results/leases.md).
+# lease (writes bench/results/leases.md); then the server's instructions per acquire +
+# release against redis-semaphore's under callgrind (bench/results/leases-callgrind.md).
 bench-leases: build
 	python3 bench/leases.py
+	python3 bench/leases_callgrind.py --out bench/results/leases-callgrind.md
 
 # SLIDING against LOG on the same synthetic traffic: share of requests decided differently
 # and the error of the estimated rate (deterministic; writes bench/results/window-accuracy.md).

@@ -5,7 +5,8 @@
 # installs the pinned requirements-test.txt and this package (no build isolation:
 # the pinned hatchling builds it, nothing else is fetched), lints (lint.sh: ruff, and
 # mypy --strict), then runs pytest over clients/python/tests, examples/fastapi,
-# examples/shell and examples/django against real redis-server, uvicorn and gunicorn
+# examples/shell, examples/flask, examples/slowapi, examples/django and the bench reports' test
+# of bench/integrations/python (the harness: testing/python) against real redis-server, uvicorn and gunicorn
 # processes.
 #
 # Needs the module built (target/release/libredis_tb.so, or REDIS_TB_MODULE) and
@@ -31,7 +32,8 @@ trap 'rm -f "$log"' EXIT
 set +e
 REDIS_TB_MODULE="$module" "$venv/bin/python" -m pytest \
     -c "$here/pyproject.toml" --rootdir "$repo" --import-mode=importlib -p no:cacheprovider \
-    "$here/tests" "$repo/examples/fastapi" "$repo/examples/shell" "$repo/examples/flask" "$repo/examples/slowapi" "$repo/examples/django" "$@" 2>&1 | tee "$log"
+    "$here/tests" "$repo/examples/fastapi" "$repo/examples/shell" "$repo/examples/flask" "$repo/examples/slowapi" "$repo/examples/django" \
+    "$repo/bench/integrations/python" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ]; then

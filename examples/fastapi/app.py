@@ -1,23 +1,25 @@
 """An API rate-limited with redis-tb: layered policies in one TB.MTAKE, plan
-tiers, an endpoint policy, a cost function, a refund, a fail-closed login, the
-decision used in handlers, a shadow policy (observed before it is enforced),
-Prometheus metrics on /metrics and the local deny cache.
+tiers, an endpoint policy, a cost function, a refund, a fail-closed login limited
+by a sliding window, the decision used in handlers, a shadow policy (observed
+before it is enforced), an LLM-proxy-style stream limited by streams in progress
+and by tokens settled after the fact, and Prometheus metrics on /metrics.
 
 Run: see README.md beside this file. Configuration by environment:
 REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES (comma-separated
 CIDRs of your load balancers; default none), RATE_LIMIT=off (serve the same app
-without the limiter), REDIS_TIMEOUT (seconds per Redis call, default 0.05; the
-tests raise it so that a busy test machine does not turn into store errors).
+without the limiter), REDIS_TB_TIMEOUT_MS (milliseconds per Redis call, default 50;
+the tests raise it so that a busy test machine does not turn into store errors).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 
@@ -25,22 +27,24 @@ from redis_tb import (
     AsyncClient,
     ClientIP,
     Decision,
-    DenyCache,
+    Hold,
     Limit,
+    Policy,
     RateLimiter,
     RateLimitMiddleware,
-    per_hour,
+    StoreError,
     per_minute,
     per_second,
     tiered,
 )
+from redis_tb.asgi import hold_rejection
 from redis_tb.fastapi import RateLimit, install_problem_handler
 from redis_tb.metrics import PrometheusMetrics
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TRUSTED_PROXIES = [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c]
 LIMITED = os.environ.get("RATE_LIMIT", "on") != "off"
-TIMEOUT = float(os.environ.get("REDIS_TIMEOUT", "0.05"))
+TIMEOUT = float(os.environ.get("REDIS_TB_TIMEOUT_MS", "50")) / 1000
 
 # -- who is calling -------------------------------------------------------------
 # A stand-in for your auth: API key -> (user id, plan).
@@ -96,6 +100,14 @@ POLICIES = [
     # one (redis_tb_shadow_limited_total), never refusing, left out of the headers.
     # Enforcing it later is removing shadow=True.
     per_minute("search-strict", 20, cost=search_cost, routes=["GET /search"], shadow=True),
+    # at most 2 streams in progress per client address (SPEC N): each holds a lease of
+    # 2 s, renewed every second while it streams, released when its response ends (a
+    # client that goes away included). Checked in the same call as the buckets above
+    # (TB.ACQUIRE ... TAKE: the slot and the buckets, all or nothing).
+    Policy("streams", Limit.in_flight(2, lease=2), routes=["GET /stream"]),
+    # 1000 tokens an hour per client address, charged after the fact (SPEC G): the
+    # handler holds its max_tokens before it streams and settles what it sent.
+    Policy("tokens", Limit.per_hour(1000), settle_later=True, routes=["GET /stream"]),
 ]
 
 # Metrics in a registry of the app's own, served on /metrics.
@@ -106,12 +118,12 @@ limiter = RateLimiter(
     timeout=TIMEOUT,
     client_ip=ClientIP(TRUSTED_PROXIES),
     metrics=PrometheusMetrics(registry, limiter="api"),
-    # Repeat offenders are refused locally until their Retry-After runs out, without
-    # a Redis call. Opt-in: a refund made by another app server (or a key deleted
-    # by an operator) is not seen here until then.
-    deny_cache=DenyCache(max_entries=10_000),
+    # (The local deny cache, DenyCache(max_entries=10_000), refuses repeat offenders
+    # without a Redis call; bench_app.py turns it on.)
 )
-# Logins fail CLOSED: if Redis is down, refuse (503) rather than allow guessing.
+# Logins fail CLOSED: if Redis is down, refuse (503) rather than allow guessing. At
+# most 20 an hour, a sliding window (SPEC W): a token bucket of 20 an hour would admit
+# 40 in a client's first hour. A window is the only policy of its limiter (C10).
 strict = RateLimiter(
     client,
     timeout=TIMEOUT,
@@ -119,7 +131,7 @@ strict = RateLimiter(
     fail_open=False,
     metrics=PrometheusMetrics(registry, limiter="login"),
 )
-login_limit = RateLimit(strict, [per_hour("login", 20)])
+login_limit = RateLimit(strict, [Policy("login", Limit.window(20, 3600))])
 
 
 @asynccontextmanager
@@ -203,6 +215,45 @@ async def login(d: Decision = Depends(login_limit)) -> dict[str, object]:
     return {"ok": True, "attempts_left": d.remaining}
 
 
+@app.get("/stream")
+async def stream(
+    request: Request, tokens: int = 3, delay_ms: int = 0, max_tokens: int = 100
+) -> Response:
+    """An LLM proxy's stream (server-sent events): the middleware took one of this
+    client's 2 stream slots; the handler holds max_tokens on 'tokens' before it
+    streams, then settles the number of tokens it sent, also when the client goes
+    away (SPEC G1-G3). A refused hold is a 429 naming 'tokens' (G2)."""
+    d = decision(request)
+    hold: Hold | None = None
+    if d is not None:
+        try:
+            hold = await d.hold("tokens", max_tokens)
+        except StoreError:
+            hold = None  # Redis is down: the stream fails open, as the check did
+        if hold is not None:
+            refused = hold_rejection(limiter, hold)
+            if refused is not None:
+                return refused
+
+    async def events() -> AsyncIterator[bytes]:
+        sent = 0
+        try:
+            for i in range(1, tokens + 1):
+                if i > 1 and delay_ms:
+                    await asyncio.sleep(delay_ms / 1000)
+                yield f"data: token-{i}\n\n".encode()  # one model token per event
+                sent += 1
+            yield b"data: [DONE]\n\n"
+        finally:
+            if hold is not None:
+                try:
+                    await hold.settle(sent)  # charged what was sent, surplus back
+                except StoreError:
+                    pass  # the hold keeps its estimate charged until it expires (G4)
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 @app.get("/metrics")
 async def metrics() -> Response:
     """The limiters' Prometheus metrics (not itself limited)."""
@@ -222,4 +273,8 @@ async def stats() -> dict[str, int]:
         "refunds": s.refunds,
         "shadow_limited": s.shadow_limited,
         "deny_cache_hits": s.deny_cache_hits,
+        "leases_in_flight": s.leases_in_flight,
+        "leases_expired": s.leases_expired,
+        "holds": s.holds,
+        "settlements": s.settlements,
     }

@@ -13,7 +13,7 @@ from typing import Iterator
 import httpx
 import pytest
 import redis
-from servers import Process, RedisServer, _wait_port, free_port
+from redis_tb_testing.servers import Process, RedisServer, _wait_port, free_port
 
 HERE = Path(__file__).resolve().parent
 

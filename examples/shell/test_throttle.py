@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from servers import RedisServer, free_port
+from redis_tb_testing.servers import RedisServer, free_port
 
 SCRIPT = Path(__file__).with_name("throttle.sh")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 import redis
-from servers import RedisServer, Uvicorn
+from redis_tb_testing.servers import RedisServer, Uvicorn
 
 HERE = Path(__file__).resolve().parent
 

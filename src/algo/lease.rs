@@ -152,10 +152,21 @@ pub fn id_text(member: &[u8; MEMBER_LEN]) -> &[u8] {
 
 /// A lease id as a client sends it back: exactly 16 hex digits (either case).
 pub fn parse_id(text: &[u8]) -> Option<u64> {
-    if text.len() != 16 || !text.iter().all(u8::is_ascii_hexdigit) {
+    if text.len() != 16 {
         return None;
     }
-    u64::from_str_radix(std::str::from_utf8(text).ok()?, 16).ok()
+    // 16 digits are exactly 64 bits: no overflow is possible.
+    let mut v: u64 = 0;
+    for &b in text {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | u64::from(d);
+    }
+    Some(v)
 }
 
 /// Whether a stored member is a lease member this module writes (`lease:` + 16 lowercase

@@ -79,7 +79,10 @@ impl<'a> LeaseKey<'a> {
         if !self.key.exists() {
             return Ok((expired, live));
         }
+        // At least one live member is read (checked), but only `k` expiries are kept: a
+        // release or renewal (k = 0) allocates nothing here.
         let want = k.max(1);
+        let mut seen_live: u64 = 0;
         let mut bad = false;
         // SAFETY: valid open sorted-set key with no other iterator active; the iterator is
         // stopped before returning; each element returned is ours to free (OwnedString).
@@ -99,10 +102,15 @@ impl<'a> LeaseKey<'a> {
                         (Some(e), true) if !lease::is_live(e, now_ms) => {
                             expired.push(Held { member })
                         }
-                        (Some(e), true) => live.push(e),
+                        (Some(e), true) => {
+                            seen_live += 1;
+                            if (live.len() as u64) < k {
+                                live.push(e);
+                            }
+                        }
                         _ => bad = true,
                     }
-                    if bad || live.len() as u64 >= want || (api.zset_range_next)(key) == 0 {
+                    if bad || seen_live >= want || (api.zset_range_next)(key) == 0 {
                         break;
                     }
                 }
@@ -112,7 +120,6 @@ impl<'a> LeaseKey<'a> {
         if bad {
             return Err(TbError::Lease(LeaseError::NotLeases));
         }
-        live.truncate(usize::try_from(k).unwrap_or(usize::MAX));
         Ok((expired, live))
     }
 
@@ -140,23 +147,41 @@ impl<'a> LeaseKey<'a> {
             .ok_or(TbError::Lease(LeaseError::NotLeases))
     }
 
-    /// Removes `members`, replicating one `ZREM key member ...`.
-    pub fn remove(&self, members: &[*mut RedisModuleString]) {
-        if members.is_empty() || !self.key.writable() {
+    /// Removes the `expired` leases and `extra` (a released one), replicating one
+    /// `ZREM key member ...`. Up to six members go through a stack array: the common
+    /// release (one member, nothing expired) allocates nothing.
+    pub fn remove(&self, expired: &[Held], extra: Option<*mut RedisModuleString>) {
+        let count = expired.len() + usize::from(extra.is_some());
+        if count == 0 || !self.key.writable() {
             return;
         }
         let api = self.key.api;
         self.key.mark_modified();
-        for &m in members {
+        let members = expired.iter().map(|h| h.member.ptr).chain(extra);
+        for m in members.clone() {
             let mut deleted: c_int = 0;
             // SAFETY: valid key; the member string lives until the end of the call.
             unsafe { (api.zset_rem)(self.key.key, m, &mut deleted) };
         }
-        let mut argv: Vec<*mut RedisModuleString> = Vec::with_capacity(1 + members.len());
-        argv.push(self.key.name);
-        argv.extend_from_slice(members);
+        const STACK: usize = 7;
+        let mut small = [std::ptr::null_mut(); STACK];
+        let mut large = Vec::new();
+        let argv: &mut [*mut RedisModuleString] = if count < STACK {
+            for (slot, m) in small
+                .iter_mut()
+                .zip(std::iter::once(self.key.name).chain(members))
+            {
+                *slot = m;
+            }
+            small.get_mut(..=count).unwrap_or(&mut [])
+        } else {
+            large.reserve_exact(1 + count);
+            large.push(self.key.name);
+            large.extend(members);
+            &mut large
+        };
         self.key
-            .effect(REDISMODULE_NOTIFY_ZSET, c"zrem", c"ZREM", &mut argv);
+            .effect(REDISMODULE_NOTIFY_ZSET, c"zrem", c"ZREM", argv);
     }
 
     /// After removals: brings a TTL far beyond the latest lease left back

@@ -69,10 +69,6 @@ fn open_reclaiming<'a>(
     Ok((leases, expired, live, earliest))
 }
 
-fn pointers(held: &[Held]) -> Vec<*mut RedisModuleString> {
-    held.iter().map(|h| h.member.ptr).collect()
-}
-
 /// TB.ACQUIRE's optional `TAKE numkeys key [key ...] capacity rate n [...]`: the bucket
 /// keys and their limits (none without TAKE).
 type TakePart<'a> = (Vec<*mut RedisModuleString>, Vec<(Limit, f64)>);
@@ -187,7 +183,7 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
             }
         }
     }
-    leases.remove(&pointers(&expired));
+    leases.remove(&expired, None);
     // A fresh id not on the key already (ZADD NX; a collision is a 2^-64 event, and the
     // next draw differs).
     let granted = match decision.expiry_ms {
@@ -242,9 +238,9 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     Ok(Outcome::of(decision.granted))
 }
 
-/// The member string of a lease id given by a client.
-fn member_of<'a>(leases: &LeaseKey<'a>, id: &[u8]) -> Result<OwnedString<'a>, TbError> {
-    Ok(leases.string(&lease::member(parse_lease_id(id)?)))
+/// The member string of a lease id given by a client (parsed already).
+fn member_of<'a>(leases: &LeaseKey<'a>, id: u64) -> OwnedString<'a> {
+    leases.string(&lease::member(id))
 }
 
 /// TB.RELEASE key lease_id -> [released, in_flight].
@@ -254,19 +250,15 @@ pub fn release(call: &Call) -> Result<Outcome, TbError> {
     if count != 1 {
         return Err(TbError::WrongArity);
     }
-    parse_lease_id(id)?;
+    let id = parse_lease_id(id)?;
     let now_ms = lease::now_ms(server_micros());
-    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 1)?;
-    let member = member_of(&leases, id)?;
+    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 0)?;
+    let member = member_of(&leases, id);
     let held = leases
         .expiry_of(&member)?
         .is_some_and(|e| lease::is_live(e, now_ms));
-    let mut gone = pointers(&expired);
-    if held {
-        gone.push(member.ptr);
-    }
-    if !gone.is_empty() {
-        leases.remove(&gone);
+    if held || !expired.is_empty() {
+        leases.remove(&expired, held.then_some(member.ptr));
         leases.fit_expiry(now_ms);
     }
     drop(leases);
@@ -285,17 +277,17 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     if count != 2 {
         return Err(TbError::WrongArity);
     }
-    parse_lease_id(id)?;
+    let id = parse_lease_id(id)?;
     let lease_ms = parse_lease_ms(lease_ms)?;
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
-    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 1)?;
-    let member = member_of(&leases, id)?;
+    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 0)?;
+    let member = member_of(&leases, id);
     let current = leases
         .expiry_of(&member)?
         .filter(|&e| lease::is_live(e, now_ms));
     let renewed = lease::renew(current, lease_ms, now_us);
-    leases.remove(&pointers(&expired));
+    leases.remove(&expired, None);
     match renewed {
         Some(expiry) => {
             leases.put(&member, expiry, lease_ms, true);

@@ -80,10 +80,19 @@ pub fn parse_settle(args: &[&[u8]]) -> Result<SettleArgs, TbError> {
 
 /// A whole number in `[1, max]`, digits only, no leading zero.
 fn whole(bytes: &[u8], max: u64) -> Option<u64> {
-    if bytes.first() == Some(&b'0') || bytes.len() > 20 || !bytes.iter().all(u8::is_ascii_digit) {
+    if bytes.first() == Some(&b'0') || bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
-    let v: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+    // Digit by digit with checked arithmetic: no UTF-8 check or generic parser on the
+    // hot path (every TB.ACQUIRE and TB.RENEW parses two of these).
+    let mut v: u64 = 0;
+    for &b in bytes {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
     (1..=max).contains(&v).then_some(v)
 }
 
@@ -106,6 +115,38 @@ pub fn parse_lease_id(bytes: &[u8]) -> Result<u64, TbError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The grammar `whole` implements, written with the standard library.
+    fn reference_whole(bytes: &[u8], max: u64) -> Option<u64> {
+        if bytes.first() == Some(&b'0') || !bytes.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let v: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+        (1..=max).contains(&v).then_some(v)
+    }
+
+    proptest! {
+        #[test]
+        fn whole_is_the_standard_parse_of_plain_digits(
+            bytes in proptest::collection::vec(
+                prop_oneof![8 => b'0'..=b'9', 1 => any::<u8>()], 0..24),
+            max in prop_oneof![Just(u64::MAX), Just(MAX_LEASE_MS), Just(MAX_LIMIT), any::<u64>()],
+        ) {
+            prop_assert_eq!(whole(&bytes, max), reference_whole(&bytes, max));
+        }
+
+        #[test]
+        fn lease_ids_are_the_standard_hex_parse(
+            bytes in proptest::collection::vec(
+                prop_oneof![6 => proptest::sample::select(b"0123456789abcdefABCDEF".to_vec()),
+                            1 => any::<u8>()], 14..18),
+        ) {
+            let reference = (bytes.len() == 16 && bytes.iter().all(u8::is_ascii_hexdigit))
+                .then(|| std::str::from_utf8(&bytes).ok().and_then(|t| u64::from_str_radix(t, 16).ok()))
+                .flatten();
+            prop_assert_eq!(parse_id(&bytes), reference);
+        }
+    }
 
     #[test]
     fn limits_and_durations_are_plain_whole_numbers_in_range() {

@@ -22,7 +22,7 @@ for ex in express fastify; do
 done
 
 dirs=()
-for d in clients/node/src clients/node/test clients/node/scripts examples/express examples/fastify examples/node-test-support; do
+for d in clients/node/src clients/node/test clients/node/scripts examples/express examples/fastify examples/node-test-support bench/integrations/node; do
   dirs+=("$repo/$d")
 done
 if grep -rn --exclude-dir=node_modules --exclude-dir=dist --exclude=lint.sh 'eslint-disable' "${dirs[@]}"; then

@@ -1,5 +1,6 @@
 /** Shared bits of the framework adapters. */
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { Decision } from './decision.js';
 import { RouteSet } from './policy.js';
 
 export type RefundOn = readonly number[] | ((status: number) => boolean);
@@ -20,4 +21,26 @@ export function headerLines(headers: IncomingHttpHeaders, name: string): string[
   const v = headers[name];
   if (v === undefined) return [];
   return Array.isArray(v) ? v : [v];
+}
+
+/**
+ * SPEC N4, N5: while the response runs the lease is renewed every lease / 2 (an unref'd
+ * timer); it is released exactly once when the response is finished: 'finish' (the body
+ * sent, a streamed body included, and the error responses of a handler that threw) or
+ * 'close' (the client went away mid-response, an aborted request), whichever comes first.
+ */
+export function holdLeaseUntilDone(res: ServerResponse, decision: Decision): void {
+  if (decision.lease === null) return;
+  decision.keepAlive();
+  const done = (): void => {
+    res.off('finish', done);
+    res.off('close', done);
+    void decision.finish();
+  };
+  if (res.writableFinished || res.destroyed) {
+    done();
+    return;
+  }
+  res.once('finish', done);
+  res.once('close', done);
 }

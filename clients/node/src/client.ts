@@ -3,11 +3,12 @@
  * (node-redis v4/v5, ioredis) or a `sendCommand`-style function. It never opens a
  * connection of its own.
  */
-import { ModuleNotLoadedError, RedisTbError, isReplyError } from './errors.js';
+import { ModuleNotLoadedError, RedisTbError, UnexpectedReplyError, isReplyError } from './errors.js';
 import {
   type Bucket, type MultiReply, type ReserveReply, type TbReply, type ThrottleReply, type WindowMode,
   mtakeArgs, parseMultiReply, parseReply, parseReserveReply, parseThrottleReply, peekArgs,
-  refundArgs, reserveArgs, takeArgs, throttleArgs, windowArgs,
+  refundArgs, reserveArgs, takeArgs, throttleArgs, windowArgs, acquireArgs, holdArgs, settleArgs, parseAcquireReply,
+  parseLeaseReply, parseHoldReply, parseSettleReply, arg, num, type AcquireReply, type LeaseReply, type HoldReply, type SettleReply,
 } from './replies.js';
 
 /** `(args) => reply`: e.g. `(args) => redis.sendCommand(args)`. */
@@ -194,6 +195,38 @@ export class TbClient {
     key: string, limit: number, windowSeconds: number, n = 1, opts: NowOption & { mode?: WindowMode } = {},
   ): Promise<TbReply> {
     return parseReply(await this.send(windowArgs(key, limit, windowSeconds, n, opts.now, opts.mode)));
+  }
+
+  /** SPEC N2: TB.ACQUIRE, with TAKE when `buckets` are given (all or nothing). */
+  async acquire(key: string, limit: number, leaseMs: number, buckets: readonly Bucket[] = []): Promise<AcquireReply> {
+    return parseAcquireReply(await this.send(acquireArgs(key, limit, leaseMs, buckets)), buckets.length);
+  }
+
+  /** SPEC N4: TB.RELEASE `[released, in_flight]`. */
+  async release(key: string, id: string): Promise<LeaseReply> {
+    return parseLeaseReply(await this.send(['TB.RELEASE', key, id]), 'TB.RELEASE');
+  }
+
+  /** SPEC N5: TB.RENEW `[renewed, in_flight, ms]`. */
+  async renew(key: string, id: string, leaseMs: number): Promise<LeaseReply> {
+    return parseLeaseReply(await this.send(['TB.RENEW', key, id, arg(leaseMs)]), 'TB.RENEW');
+  }
+
+  /** TB.PEEK key LEASES: `[in_flight, ms]`. */
+  async peekLeases(key: string): Promise<{ inFlight: number; ms: number }> {
+    const raw = await this.send(['TB.PEEK', key, 'LEASES']);
+    if (!Array.isArray(raw) || raw.length !== 2) throw new UnexpectedReplyError(`expected a 2-element TB.PEEK LEASES reply, got ${JSON.stringify(raw)}`);
+    return { inFlight: num(raw[0]), ms: num(raw[1]) };
+  }
+
+  /** SPEC G1: TB.HOLD. */
+  async hold(key: string, capacity: number, rate: number, estimate: number, ttlMs: number): Promise<HoldReply> {
+    return parseHoldReply(await this.send(holdArgs(key, capacity, rate, estimate, ttlMs)));
+  }
+
+  /** SPEC G3: TB.SETTLE. */
+  async settle(key: string, capacity: number, rate: number, id: string, actual: number): Promise<SettleReply> {
+    return parseSettleReply(await this.send(settleArgs(key, capacity, rate, id, actual)));
   }
 
   async throttle(

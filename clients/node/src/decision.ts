@@ -1,4 +1,6 @@
-/** What the limiter decided for one request, as handlers see it (SPEC D). */
+/** What the limiter decided for one request, as handlers see it (SPEC D, N, G). */
+import type { Response } from './headers.js';
+import type { LimitKind } from './policy.js';
 
 /** SPEC D1 */
 export type Outcome = 'allowed' | 'limited' | 'store_error' | 'not_limited' | 'invalid_input' | 'bad_request';
@@ -7,9 +9,15 @@ export type Outcome = 'allowed' | 'limited' | 'store_error' | 'not_limited' | 'i
 export interface PolicyResult {
   name: string;
   key: string;
+  /** a window's limit (W2), an in-flight policy's n (N3) */
   capacity: number;
-  rate: number;
+  /** tokens per second; a window's limit / seconds (W2); null for an in-flight policy (N3) */
+  rate: number | null;
   cost: number;
+  /** absent: a bucket (SPEC C10 names the kinds) */
+  kind?: LimitKind;
+  /** a window policy's window in seconds (SPEC W2: the header's w is its ceiling) */
+  window?: number;
   /** this bucket alone had `cost` tokens */
   allowed: boolean;
   remaining: number;
@@ -40,6 +48,74 @@ export interface DecisionView {
   /** invalid_input: the policy whose cost or limit was out of range; bad_request: the header */
   readonly culprit: string | null;
   refund(): Promise<boolean>;
+  /** SPEC N6: the lease of this request's in-flight policy, null when none was taken */
+  readonly lease: Lease | null;
+  /** SPEC G1: take a hold of `estimate` on a settleLater policy (ttl in seconds, default 60) */
+  hold(policy: string, estimate: number, ttl?: number): Promise<Hold>;
+  /** SPEC N4: the response ended: release the lease (once; later calls do nothing) */
+  finish(): Promise<void>;
+  /** SPEC N5: renew the lease now; false when nothing was renewed (no lease, lost or ended) */
+  renew(): Promise<boolean>;
+  /** SPEC N5: renew the lease every lease / 2 (an unref'd timer) until {@link finish} */
+  keepAlive(): void;
+}
+
+/** SPEC N6: one request's lease of an in-flight policy. */
+export interface Lease {
+  readonly key: string;
+  readonly id: string;
+  readonly policy: string;
+}
+
+/** SPEC G1: what a check resolved for a settleLater policy (its key and limit for this request). */
+export interface SettleTarget {
+  readonly policy: string;
+  readonly key: string;
+  readonly capacity: number;
+  readonly rate: number;
+}
+
+/** SPEC G3: the answer of `hold.settle(actual)`. */
+export interface Settlement {
+  /** false for a hold settled already, expired or refused: nothing changed */
+  readonly settled: boolean;
+  readonly remaining: number;
+  /** actual minus estimate, as the module bounded it (0 when not settled) */
+  readonly charged: number;
+  readonly resetAfter: number;
+}
+
+/** SPEC G2: a hold taken on a settleLater policy. */
+export interface Hold {
+  readonly policy: string;
+  readonly key: string;
+  readonly allowed: boolean;
+  readonly remaining: number;
+  readonly retryAfter: number;
+  readonly resetAfter: number;
+  /** null when refused */
+  readonly id: string | null;
+  readonly estimate: number;
+  /** the policy's part of it, as a PolicyResult (SPEC G2: the 429's headers and body) */
+  readonly result: PolicyResult;
+  /** SPEC G2: the 429 the adapters send for a refused hold (null when allowed) */
+  readonly response: Response | null;
+  /** SPEC G3: settle with the actual cost; a second call sends nothing and says settled false */
+  settle(actual: number): Promise<Settlement>;
+}
+
+/** The limiter's side of leases and holds (SPEC N4, N5, G1). */
+export interface LeaseOps {
+  /** N4: the lease ended; `lost`: a renewal found it gone (no release is sent) */
+  end(lease: Lease, lost: boolean): Promise<void>;
+  /**
+   * N5: true renewed, false lost, null a failed call (the next tick tries again); `live`
+   * says whether the lease is still this request's when the answer comes (a renewal
+   * answered after the response ended is not a lost lease).
+   */
+  renew(lease: Lease, leaseMs: number, live: () => boolean): Promise<boolean | null>;
+  /** G1 */
+  hold(target: SettleTarget, estimate: number, ttl: number): Promise<Hold>;
 }
 
 export type Refunder = (decision: Decision) => Promise<boolean>;
@@ -55,6 +131,8 @@ export interface DecisionInit {
   /** whether the request's tokens were taken (allowed by Redis) */
   charged?: boolean;
   culprit?: string | null;
+  lease?: Lease | null;
+  leaseMs?: number;
 }
 
 /**
@@ -78,7 +156,15 @@ export class Decision implements DecisionView {
   refunded = false;
   /** invalid_input: the policy whose cost or limit was out of range; bad_request: the header */
   readonly culprit: string | null;
+  /** SPEC N6 */
+  readonly lease: Lease | null;
   private readonly refunder: Refunder | undefined;
+  private readonly leaseMs: number;
+  private leaseState: 'held' | 'lost' | 'ended' = 'held';
+  private renewing = false;
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private ops: LeaseOps | null = null;
+  private settleTargets: ReadonlyMap<string, SettleTarget> | null = null;
 
   constructor(init: DecisionInit) {
     this.outcome = init.outcome;
@@ -90,6 +176,78 @@ export class Decision implements DecisionView {
     this.fromCache = init.fromCache ?? false;
     this.charged = init.charged ?? false;
     this.culprit = init.culprit ?? null;
+    this.lease = init.lease ?? null;
+    this.leaseMs = init.leaseMs ?? 0;
+  }
+
+  /** The limiter attaches its lease and hold operations, and the settleLater targets (SPEC G1). */
+  attach(ops: LeaseOps, settle: ReadonlyMap<string, SettleTarget> | null): this {
+    this.ops = ops;
+    this.settleTargets = settle;
+    return this;
+  }
+
+  /**
+   * SPEC G1: TB.HOLD `estimate` on the settleLater policy `policy` (its key and limit as
+   * this check resolved them), for `ttl` seconds (default 60). Throws (sending nothing)
+   * for an estimate that is not a cost > 0, a bad ttl, or a policy name that is not a
+   * settleLater policy of this check; a failed call rejects with the store's error.
+   */
+  async hold(policy: string, estimate: number, ttl = 60): Promise<Hold> {
+    const target = this.settleTargets?.get(policy);
+    if (target === undefined || this.ops === null) {
+      throw new RangeError(`'${String(policy)}' is not a settleLater policy of this check (or it was skipped for this request)`);
+    }
+    if (!(typeof estimate === 'number' && estimate > 0 && estimate <= 2 ** 53)) {
+      throw new RangeError(`policy '${policy}': a hold's estimate must be > 0 and <= 2^53, got ${String(estimate)}`);
+    }
+    if (!(typeof ttl === 'number' && Number.isFinite(ttl) && ttl > 0 && Math.ceil(ttl * 1000) <= 31536000000)) {
+      throw new RangeError(`policy '${policy}': a hold's ttl must be > 0 and <= 31536000 seconds, got ${String(ttl)}`);
+    }
+    return this.ops.hold(target, estimate, ttl);
+  }
+
+  /** SPEC N4: the lease ends exactly once; later calls (and calls without a lease) do nothing. */
+  finish(): Promise<void> {
+    if (this.lease === null || this.ops === null || this.leaseState === 'ended') return Promise.resolve();
+    const lost = this.leaseState === 'lost';
+    this.leaseState = 'ended';
+    this.stopTimer();
+    return this.ops.end(this.lease, lost);
+  }
+
+  /** SPEC N5: one renewal now (the timer of {@link keepAlive} calls it every lease / 2). */
+  async renew(): Promise<boolean> {
+    if (this.lease === null || this.ops === null || this.leaseState !== 'held' || this.renewing) return false;
+    this.renewing = true;
+    let out: boolean | null;
+    try {
+      out = await this.ops.renew(this.lease, this.leaseMs, () => this.leaseState === 'held');
+    } finally {
+      this.renewing = false;
+    }
+    if (out === false && this.leaseState === 'held') {
+      // lost: renewals stop and no release is sent
+      this.leaseState = 'lost';
+      this.stopTimer();
+    }
+    return out === true;
+  }
+
+  /** SPEC N5: renew every lease / 2 until the lease ends (the timer never keeps the process alive). */
+  keepAlive(): void {
+    if (this.lease === null || this.leaseState !== 'held' || this.timer !== null) return;
+    this.timer = setInterval(() => {
+      void this.renew();
+    }, Math.max(1, this.leaseMs / 2));
+    this.timer.unref();
+  }
+
+  private stopTimer(): void {
+    if (this.timer !== null) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
   }
 
   /**

@@ -67,6 +67,20 @@ export class RedisTbTimeoutError extends Error {
   }
 }
 
+/**
+ * SPEC B2: the limiter's breaker is open (Redis failed moments ago), so a hold or a
+ * settlement (SPEC G) is not sent; the caller takes the failure mode.
+ */
+export class StoreUnavailableError extends Error {
+  readonly command: string;
+
+  constructor(command: string, where: string) {
+    super(`${command}: not sent: Redis at ${where} failed moments ago (the limiter's cool-down)`);
+    this.name = 'StoreUnavailableError';
+    this.command = command;
+  }
+}
+
 /** Scheduler: the booked slot would be further away than `maxWait`. */
 export class SchedulerWaitTooLongError extends Error {
   readonly key: string;

@@ -11,11 +11,11 @@
  * put on a route (`app.get(path, mw, handler)`); a request is checked once.
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
-import type { Decision, DecisionView } from './decision.js';
+import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredicate } from './adapter.js';
+import type { Decision, DecisionView, Hold } from './decision.js';
 import { PROBLEM_TYPE } from './headers.js';
 import type { RateLimiter } from './limiter.js';
-import { type Policy, checkDistinctNames } from './policy.js';
+import { type Policy, checkDistinctNames, checkPolicyKinds } from './policy.js';
 
 export interface ExpressRateLimitOptions {
   policies: readonly Policy<Request>[];
@@ -149,6 +149,26 @@ export function routeTemplate(req: Request): string | null {
   return template === null ? null : `${req.method.toUpperCase()} ${template}`;
 }
 
+const LISTS = new Set(['ratelimit-policy', 'ratelimit']);
+
+/**
+ * An earlier middleware instance's structured-field lists joined with this one's items
+ * (two limiters on one route, e.g. the API's and a login's own: SPEC H1 lists every
+ * enforced policy that checked the request).
+ */
+function joined(res: Response, headers: Array<[string, string]>): Array<[string, string]> {
+  let out = headers;
+  for (let i = 0; i < headers.length; i++) {
+    const [k, v] = headers[i]!;
+    if (!LISTS.has(k.toLowerCase())) continue;
+    const before = res.getHeader(k);
+    if (typeof before !== 'string' || before === '') continue;
+    if (out === headers) out = headers.slice();
+    out[i] = [k, `${before}, ${v}`];
+  }
+  return out;
+}
+
 function sendProblem(res: Response, status: number, payload: string, headers: Array<[string, string]>): void {
   res.statusCode = status;
   for (const [k, v] of headers) res.setHeader(k, v);
@@ -169,6 +189,7 @@ declare global {
 /** The Express middleware. The decision is `res.locals.rateLimit`. */
 export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLimitOptions): RequestHandler {
   checkDistinctNames(options.policies); // SPEC C1
+  checkPolicyKinds(options.policies); // SPEC C10
   const policies = [...options.policies];
   const limitUnmatched = options.limitUnmatched ?? false;
   const exclude = excludeSet(options.exclude);
@@ -202,10 +223,12 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
     res.locals.rateLimit = decision;
     const out = limiter.respond(decision);
     if (out.body !== null) {
-      sendProblem(res, out.status, out.body, out.headers);
+      sendProblem(res, out.status, out.body, out.status === 429 ? joined(res, out.headers) : out.headers);
       return;
     }
-    for (const [k, v] of out.headers) res.setHeader(k, v);
+    for (const [k, v] of joined(res, out.headers)) res.setHeader(k, v);
+    // SPEC N4, N5: the lease lives until the response is finished
+    holdLeaseUntilDone(res, decision);
     if (refundOn && decision.charged) {
       // Settle the automatic refund before the response completes: a client that has the
       // response sees the bucket refunded.
@@ -220,6 +243,20 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
     }
     next();
   };
+}
+
+/**
+ * SPEC G2: answer a refused hold as its 429 (the policy's headers and P1's body); returns
+ * false (and sends nothing) when the hold was taken.
+ *
+ *     const hold = await res.locals.rateLimit!.hold('tokens', maxTokens);
+ *     if (sendHoldRefusal(res, hold)) return;
+ */
+export function sendHoldRefusal(res: Response, hold: Hold): boolean {
+  const out = hold.response;
+  if (out === null || out.body === null) return false;
+  sendProblem(res, out.status, out.body, out.headers);
+  return true;
 }
 
 export default rateLimit;

@@ -21,11 +21,11 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { type RefundOn, excludeSet, headerLines, refundPredicate } from './adapter.js';
-import type { Decision, DecisionView } from './decision.js';
+import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredicate } from './adapter.js';
+import type { Decision, DecisionView, Hold } from './decision.js';
 import { PROBLEM_TYPE } from './headers.js';
 import type { RateLimiter } from './limiter.js';
-import { type Policy, checkDistinctNames } from './policy.js';
+import { type Policy, checkDistinctNames, checkPolicyKinds } from './policy.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -65,6 +65,7 @@ function joined(reply: FastifyReply, headers: Array<[string, string]>): Array<[s
 
 const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options) => {
   checkDistinctNames(options.policies); // SPEC C1
+  checkPolicyKinds(options.policies); // SPEC C10
   const { limiter } = options;
   const policies = [...options.policies];
   const limitUnmatched = options.limitUnmatched ?? false;
@@ -94,6 +95,9 @@ const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options)
     const out = limiter.respond(decision);
     if (out.body !== null) return sendProblem(reply, out.status, out.body, out.status === 429 ? joined(reply, out.headers) : out.headers);
     for (const [k, v] of joined(reply, out.headers)) reply.header(k, v);
+    // SPEC N4, N5: the lease lives until the raw response is finished (reply.send of a
+    // stream included), the client goes away, or the error response of onError is sent
+    holdLeaseUntilDone(reply.raw, decision);
     return undefined;
   });
 
@@ -105,6 +109,19 @@ const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options)
     });
   }
 };
+
+/**
+ * SPEC G2: answer a refused hold as its 429 (the policy's headers and P1's body); null when
+ * the hold was taken.
+ *
+ *     const hold = await request.rateLimit!.hold('tokens', maxTokens);
+ *     if (!hold.allowed) return sendHoldRefusal(reply, hold);
+ */
+export function sendHoldRefusal(reply: FastifyReply, hold: Hold): FastifyReply | null {
+  const out = hold.response;
+  if (out === null || out.body === null) return null;
+  return sendProblem(reply, out.status, out.body, out.headers);
+}
 
 /** The Fastify plugin. */
 export const fastifyRateLimit = fp(plugin, { fastify: '>=4', name: 'redis-tb' });

@@ -59,29 +59,41 @@ const CACHE_CAP = 4096;
 
 interface PolicyItem {
   capacity: number;
-  rate: number;
+  /** the item's w; null: none (an in-flight policy, SPEC N3) */
+  w: number | null;
   text: string;
 }
 
 const policyItems = new Map<string, PolicyItem[]>();
 const nameItems = new Map<string, string>();
 
-/** One policy's `RateLimit-Policy` item, `"ip";q=10;w=1`, serialized once per shape. */
-export function policyItem(name: string, capacity: number, rate: number): string {
+/**
+ * A policy's w (SPEC H2, W2, N3): a bucket's `ceil(capacity / rate)`, a window's
+ * `ceil(seconds)` (at least 1), none for an in-flight policy.
+ */
+export function policyWindow(r: Pick<PolicyResult, 'capacity' | 'rate' | 'kind' | 'window'>): number | null {
+  if (r.kind === 'in_flight' || r.rate === null) return null;
+  if (r.kind === 'window' && r.window !== undefined) return sfInt(Math.max(1, Math.ceil(Math.min(r.window, SF_INT_MAX))));
+  return windowSeconds(r.capacity, r.rate);
+}
+
+/** One policy's `RateLimit-Policy` item, `"ip";q=10;w=1` (`"conc";q=4` without w), serialized once per shape. */
+export function policyItem(name: string, capacity: number, w: number | null): string {
   let shapes = policyItems.get(name);
   if (shapes !== undefined) {
     for (let i = 0; i < shapes.length; i++) {
       const s = shapes[i]!;
-      if (s.capacity === capacity && s.rate === rate) return s.text;
+      if (s.capacity === capacity && s.w === w) return s.text;
     }
   } else {
     if (policyItems.size >= CACHE_CAP) policyItems.clear();
     shapes = [];
     policyItems.set(name, shapes);
   }
-  const text = serializeItem(item(name, { q: quota(capacity), w: windowSeconds(capacity, rate) }));
+  const params: Record<string, number> = w === null ? { q: quota(capacity) } : { q: quota(capacity), w };
+  const text = serializeItem(item(name, params));
   if (shapes.length >= 64) shapes.length = 0; // limit functions with ever-changing shapes
-  shapes.push({ capacity, rate, text });
+  shapes.push({ capacity, w, text });
   return text;
 }
 
@@ -110,7 +122,7 @@ export function ratelimitPolicy(results: readonly PolicyResult[]): string {
   let out = '';
   for (let i = 0; i < results.length; i++) {
     const r = results[i]!;
-    const text = policyItem(r.name, r.capacity, r.rate);
+    const text = policyItem(r.name, r.capacity, policyWindow(r));
     out = i === 0 ? text : `${out}, ${text}`;
   }
   return out;

@@ -2,14 +2,19 @@
 export { TbClient, type IoRedisLike, type NodeRedisLike, type NowOption, type RedisLike, type SendCommand, type TbClientOptions } from './client.js';
 export {
   ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, SchedulerWaitTooLongError,
+  StoreUnavailableError,
   UnexpectedReplyError,
 } from './errors.js';
-export type { Bucket, MultiReply, ReserveReply, TbReply, ThrottleReply, WindowMode } from './replies.js';
-export { Decision, type DecisionView, type Outcome, type PolicyResult } from './decision.js';
+export type {
+  AcquireReply, Bucket, HoldReply, LeaseReply, MultiReply, ReserveReply, SettleReply, TbReply, ThrottleReply, WindowMode,
+} from './replies.js';
+export {
+  Decision, type DecisionView, type Hold, type Lease, type Outcome, type PolicyResult, type SettleTarget, type Settlement,
+} from './decision.js';
 export { DenyCache, type DenyCacheOptions } from './denycache.js';
 export {
   PROBLEM_TYPE, SF_INT_MAX, badRequestProblem, bodyNumber, decisionHeaders, invalidInputProblem, legacyHeaders, problem,
-  quota, ratelimit, ratelimitPolicy, remainingUnits, resetSeconds, respond, retryAfterHeader, retryAfterSeconds,
+  policyWindow, quota, ratelimit, ratelimitPolicy, remainingUnits, resetSeconds, respond, retryAfterHeader, retryAfterSeconds,
   storeErrorProblem, windowSeconds, type HeaderOptions, type LegacyReset, type ProblemBody, type Response,
 } from './headers.js';
 export {
@@ -24,8 +29,8 @@ export {
 } from './limiter.js';
 export type { LimiterMetrics } from './metrics.js';
 export {
-  Key, Limit, Policy, RouteSet, checkDistinctNames, perDay, perHour, perMinute, perSecond, tiered, validCost, validLimit,
-  validPolicyName, type CostFunc, type KeyFunc, type KeySource, type LimitFunc, type LimitLike, type PerOptions,
+  InFlightLimit, Key, Limit, Policy, RouteSet, WindowLimit, checkDistinctNames, checkPolicyKinds, limitKind, perDay, perHour, perMinute, perSecond, tiered, validCost, validLimit,
+  validPolicyName, type CostFunc, type KeyFunc, type KeySource, type AnyLimit, type LimitFunc, type LimitKind, type LimitLike, type PerOptions, type WindowModeName,
   type PolicyOptions,
 } from './policy.js';
 export { RedisTbStore, type ClientRateLimitInfo, type RedisTbStoreOptions, type StoreInitOptions } from './store.js';

@@ -14,17 +14,22 @@
 import { performance } from 'node:perf_hooks';
 import { type RedisLike, TbClient } from './client.js';
 import { Deadlines, boundOnce } from './deadline.js';
-import { Decision, type PolicyResult } from './decision.js';
+import {
+  Decision, type Hold, type Lease, type LeaseOps, type PolicyResult, type SettleTarget, type Settlement,
+} from './decision.js';
 import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denycache.js';
 import {
-  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, UnexpectedReplyError,
+  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, StoreUnavailableError,
+  UnexpectedReplyError,
 } from './errors.js';
 import { type HeaderOptions, type LegacyReset, type Response, decisionHeaders, respond } from './headers.js';
 import { ClientIpConfig } from './ip.js';
 import { type Bytes, boundedPart, escapePart, joinKey } from './keys.js';
 import type { LimiterMetrics } from './metrics.js';
-import { type AnyRequest, Limit, type Policy, validCost, validLimit } from './policy.js';
-import type { Bucket, MultiReply, TbReply } from './replies.js';
+import {
+  type AnyRequest, InFlightLimit, Limit, type LimitKind, type LimitLike, type Policy, WindowLimit, validCost, validLimit,
+} from './policy.js';
+import type { AcquireReply, Bucket, MultiReply, TbReply } from './replies.js';
 
 export interface Logger {
   warn(message: string): void;
@@ -64,6 +69,14 @@ export interface LimiterStats {
   denyCacheHits: number;
   /** requests with an out-of-range cost or limit from the application (SPEC L3) */
   invalidInputs: number;
+  /** SPEC M2: leases this process holds now (up at a grant, down when the lease ends by N4) */
+  leasesInFlight: number;
+  /** SPEC M2: leases that ended without a release (a TB.RELEASE or TB.RENEW that answered 0) */
+  leasesExpired: number;
+  /** SPEC M2: holds taken (G1) */
+  holds: number;
+  /** SPEC M2: holds settled (G3) */
+  settlements: number;
 }
 
 /** SPEC C4 */
@@ -121,10 +134,19 @@ export interface RequestContext<Req = AnyRequest> {
 interface Plan {
   policy: Policy;
   key: string;
+  /** a window's limit, an in-flight policy's n */
   capacity: number;
+  /** a window's limit / seconds; an in-flight policy's 0 (never sent) */
   rate: number;
   cost: number;
   shadow: boolean;
+  kind: LimitKind;
+  /** SPEC W2 */
+  window?: WindowLimit;
+  /** SPEC N2 */
+  inFlight?: InFlightLimit;
+  /** SPEC G1: not in the call */
+  settleLater: boolean;
 }
 
 /** SPEC I2: control bytes (0x00-0x08, 0x0A-0x1F, 0x7F); a tab is kept */
@@ -191,6 +213,13 @@ export class RateLimiter<Req = AnyRequest> {
   readonly stats: LimiterStats = {
     checks: 0, allowed: 0, limited: 0, storeErrors: 0, degraded: 0,
     refunds: 0, refundErrors: 0, shadowLimited: 0, denyCacheHits: 0, invalidInputs: 0,
+    leasesInFlight: 0, leasesExpired: 0, holds: 0, settlements: 0,
+  };
+  private readonly leaseLog = new Map<string, { last: number; count: number }>();
+  private readonly leaseOps: LeaseOps = {
+    end: (lease, lost) => this.endLease(lease, lost),
+    renew: (lease, leaseMs, live) => this.renewLease(lease, leaseMs, live),
+    hold: (target, estimate, ttl) => this.takeHold(target, estimate, ttl),
   };
   /** SPEC B1: the breaker is open until this monotonic ms; 0: closed */
   private openUntil = 0;
@@ -347,8 +376,28 @@ export class RateLimiter<Req = AnyRequest> {
     const route = p.perRoute && ctx.route != null ? this.routePart(ctx.route) : null;
     return {
       policy: p as Policy, key: joinKey(this.prefix, tag, p.name, route, id), capacity, rate, cost,
-      shadow: this.shadow || p.shadow,
+      shadow: this.shadow || p.shadow, kind: 'bucket', settleLater: p.settleLater,
     };
+  }
+
+  /** The plan of a policy's limit of any kind (SPEC W2, N2, G1). */
+  private planOf(
+    p: Policy<Req>, ctx: RequestContext<Req>, tag: string | null, id: string, limit: LimitLike | WindowLimit | InFlightLimit, cost: number,
+  ): Plan {
+    if (limit instanceof WindowLimit) {
+      const pl = this.plan(p, ctx, tag, id, limit.limit, limit.rate, cost);
+      pl.kind = 'window';
+      pl.window = limit;
+      return pl;
+    }
+    if (limit instanceof InFlightLimit) {
+      // SPEC C9, N3: an in-flight policy's cost is one slot
+      const pl = this.plan(p, ctx, tag, id, limit.limit, 0, 1);
+      pl.kind = 'in_flight';
+      pl.inFlight = limit;
+      return pl;
+    }
+    return this.plan(p, ctx, tag, id, limit.capacity, limit.rate, cost);
   }
 
   /**
@@ -365,7 +414,7 @@ export class RateLimiter<Req = AnyRequest> {
       const p = policies[i]!;
       if (!p.appliesTo(ctx.route)) continue;
       const kind = p.keySource.kind;
-      if (kind === 'fn' || !(p.limit instanceof Limit) || typeof p.cost !== 'number') return null;
+      if (kind === 'fn' || !(p.limit instanceof Limit) || typeof p.cost !== 'number' || p.settleLater) return null;
       let id: string | null | undefined | Stop;
       if (kind === 'client_ip') {
         // the common case without an allocation: the address identity, read once
@@ -399,13 +448,17 @@ export class RateLimiter<Req = AnyRequest> {
       }
       if (id === null || id === '') continue; // SPEC I1
       if (typeof id !== 'string') return id;
-      const limit = p.limit instanceof Limit ? p.limit : await p.limitFor(ctx.request);
+      const limit = typeof p.limit !== 'function' ? p.limit : await p.limitFor(ctx.request);
       if (limit === null) continue; // SPEC L2
-      const cost = typeof p.cost === 'number' ? p.cost : await p.costFor(ctx.request);
+      const isBucket = !(limit instanceof WindowLimit || limit instanceof InFlightLimit);
+      // SPEC G1: a settleLater policy is charged by its hold, not by the check; C9: an
+      // in-flight policy costs one slot
+      const cost = p.settleLater || !isBucket && limit instanceof InFlightLimit ? 0
+        : typeof p.cost === 'number' ? p.cost : await p.costFor(ctx.request);
       // SPEC L3: out-of-range values from the application are its error, never an admission
-      if (!(limit instanceof Limit) && !validLimit(limit.capacity, limit.rate)) return this.invalid(p.name);
+      if (isBucket && !(limit instanceof Limit) && !validLimit(limit.capacity, limit.rate)) return this.invalid(p.name);
       if (!validCost(cost)) return this.invalid(p.name);
-      out.push(this.plan(p, ctx, tag, id, limit.capacity, limit.rate, cost));
+      out.push(this.planOf(p, ctx, tag, id, limit, cost));
     }
     return checkKeys(out);
   }
@@ -432,12 +485,26 @@ export class RateLimiter<Req = AnyRequest> {
 
   /** SPEC L4: charge the request on every applicable policy in one TB.TAKE / TB.MTAKE. */
   async check(ctx: RequestContext<Req>, policies: readonly Policy<Req>[]): Promise<Decision> {
-    const plans = this.staticPlans(ctx, policies) ?? await this.plans(ctx, policies);
-    if (!Array.isArray(plans)) {
+    const all = this.staticPlans(ctx, policies) ?? await this.plans(ctx, policies);
+    if (!Array.isArray(all)) {
       this.stats.checks += 1;
-      return new Decision({ outcome: plans.outcome, allowed: false, culprit: plans.culprit });
+      return new Decision({ outcome: all.outcome, allowed: false, culprit: all.culprit });
     }
+    // SPEC G1: settleLater policies are resolved now (key and limit), not in the call
+    let plans = all;
+    let settle: Map<string, SettleTarget> | null = null;
+    for (const pl of all) {
+      if (!pl.settleLater) continue;
+      (settle ??= new Map()).set(pl.policy.name, { policy: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate });
+    }
+    if (settle !== null) plans = all.filter((pl) => !pl.settleLater);
+    const decision = await this.checkPlans(plans, ctx);
+    return settle === null && decision.lease === null ? decision : decision.attach(this.leaseOps, settle);
+  }
+
+  private async checkPlans(plans: Plan[], ctx: RequestContext<Req>): Promise<Decision> {
     if (!plans.length) return new Decision({ outcome: 'not_limited', allowed: true });
+    checkPlanKinds(plans);
     this.stats.checks += 1;
     if (this.denyCache) {
       const now = this.clock.monotonicMs();
@@ -464,7 +531,7 @@ export class RateLimiter<Req = AnyRequest> {
     const cache = this.denyCache!;
     const probes: DenyProbe[] = [];
     for (const pl of plans) {
-      if (pl.shadow) continue;
+      if (pl.shadow || pl.kind === 'in_flight') continue; // SPEC R10
       const pr = cache.claimProbe(pl.key, pl.capacity, pl.rate, pl.cost, now);
       if (pr) probes.push(pr);
     }
@@ -477,12 +544,31 @@ export class RateLimiter<Req = AnyRequest> {
     const probe = this.openUntil !== 0;
     if (probe) this.probing = true;
     let reply: MultiReply;
-    // SPEC L4: one policy is TB.TAKE (its reply is the aggregate), several one TB.MTAKE
+    let acquired: AcquireReply | null = null;
+    // SPEC L4: one policy is TB.TAKE (its reply is the aggregate), several one TB.MTAKE; a
+    // window is TB.WINDOW (W2); an in-flight policy makes it one TB.ACQUIRE (N2)
     const single = plans.length === 1;
-    const command = single ? 'TB.TAKE' : 'TB.MTAKE';
+    const slot = plans.find((pl) => pl.kind === 'in_flight');
+    const win = single && plans[0]!.window ? plans[0]!.window : undefined;
+    const command = slot ? 'TB.ACQUIRE' : win ? 'TB.WINDOW' : single ? 'TB.TAKE' : 'TB.MTAKE';
     const started = this.metrics ? performance.now() : 0; // the call's duration is only for metrics
     try {
-      if (single) {
+      if (slot) {
+        const buckets: Bucket[] = plans.filter((pl) => pl !== slot)
+          .map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, n: pl.cost }));
+        const a = await this.deadlines.bound(this.client.acquire(slot.key, slot.capacity, slot.inFlight!.leaseMs, buckets), command, signal);
+        acquired = a;
+        reply = {
+          allowed: a.granted, remaining: 0, retryAfter: 0, resetAfter: 0, keys: a.take ? a.take.keys : [],
+        };
+      } else if (win) {
+        // SPEC W2: on the server's clock
+        const pl = plans[0]!;
+        const r: TbReply = await this.deadlines.bound(
+          this.client.window(pl.key, win.limit, win.seconds, pl.cost, { mode: win.mode === 'fixed' ? 'FIXED' : 'SLIDING' }), command, signal,
+        );
+        reply = { ...r, keys: [r] };
+      } else if (single) {
         const pl = plans[0]!;
         const r: TbReply = await this.deadlines.bound(
           this.client.take(pl.key, pl.capacity, pl.rate, pl.cost, { now: this.redisNow?.() }), command, signal,
@@ -502,7 +588,7 @@ export class RateLimiter<Req = AnyRequest> {
     }
     this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
     this.openUntil = 0; // SPEC B3: success closes the breaker
-    return this.decide(plans, reply);
+    return this.decide(plans, reply, acquired);
   }
 
   /** SPEC B2, B3: whether a call may go to Redis now (closed, or the one probe after the cool-down). */
@@ -516,11 +602,13 @@ export class RateLimiter<Req = AnyRequest> {
     const cache = this.denyCache!;
     let results: PolicyResult[] | null = null;
     for (const pl of plans) {
-      if (pl.shadow) continue; // shadow policies always reach Redis
+      // shadow policies always reach Redis; SPEC R10: in-flight refusals are never cached
+      if (pl.shadow || pl.kind === 'in_flight') continue;
       const e = cache.lookup(pl.key, pl.capacity, pl.rate, pl.cost, now);
       if (!e) continue;
       (results ??= []).push({
         name: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost,
+        ...(pl.window ? { kind: 'window' as const, window: pl.window.seconds } : {}),
         allowed: false, remaining: 0,
         // 0 while the entry's probe is waiting for Redis (Retry-After: 1)
         retryAfter: Math.max(0, e.denyUntil - now) / 1000,
@@ -538,11 +626,25 @@ export class RateLimiter<Req = AnyRequest> {
     return new Decision({ outcome: 'limited', allowed: false, results, fromCache: true });
   }
 
-  private decide(plans: Plan[], reply: MultiReply): Decision {
-    const results: PolicyResult[] = plans.map((pl, i) => {
-      const r = reply.keys[i]!;
+  private decide(plans: Plan[], reply: MultiReply, acquired: AcquireReply | null): Decision {
+    let k = 0;
+    let slot: Plan | undefined;
+    const results: PolicyResult[] = plans.map((pl) => {
+      if (pl.kind === 'in_flight' && acquired) {
+        slot = pl;
+        // SPEC N3: the slot was refused when not granted and in_flight >= n
+        const n = pl.capacity;
+        const free = acquired.granted || acquired.inFlight < n;
+        const wait = free ? 0 : Math.max(0, acquired.ms) / 1000;
+        return {
+          name: pl.policy.name, key: pl.key, capacity: n, rate: null, cost: 1, kind: 'in_flight',
+          allowed: free, remaining: Math.max(0, n - acquired.inFlight), retryAfter: wait, resetAfter: wait, shadow: pl.shadow,
+        };
+      }
+      const r = reply.keys[k++]!;
       return {
         name: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost,
+        ...(pl.window ? { kind: 'window' as const, window: pl.window.seconds } : {}),
         allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter, resetAfter: r.resetAfter,
         shadow: pl.shadow,
       };
@@ -551,9 +653,18 @@ export class RateLimiter<Req = AnyRequest> {
       this.stats.allowed += 1;
       for (const r of results) this.metrics?.allowed(this.name, r.name);
       if (this.denyCache) this.rememberSpent(results);
-      return new Decision({
+      let lease: Lease | null = null;
+      if (slot && acquired && acquired.id !== null) {
+        lease = { key: slot.key, id: acquired.id, policy: slot.policy.name };
+        // SPEC M2: up at a grant
+        this.stats.leasesInFlight += 1;
+        this.metrics?.leaseGranted?.(this.name, slot.policy.name);
+      }
+      const d = new Decision({
         outcome: 'allowed', allowed: true, results, charged: true, refunder: this.refunder,
+        lease, leaseMs: slot?.inFlight?.leaseMs ?? 0,
       });
+      return lease === null ? d : d.attach(this.leaseOps, null);
     }
     const decision = Decision.fromResults(results);
     const shadowRefused = decision.shadowLimited;
@@ -568,10 +679,10 @@ export class RateLimiter<Req = AnyRequest> {
     const enforced = results.filter((r) => !r.allowed && !r.shadow);
     for (const r of enforced) this.metrics?.limited(this.name, r.name);
     if (this.denyCache) {
-      // SPEC R1: each enforced violated policy with a wait
+      // SPEC R1: each enforced violated policy with a wait; R10: never an in-flight one
       const now = this.clock.monotonicMs();
       for (const r of enforced) {
-        if (!(r.retryAfter > 0)) continue;
+        if (!(r.retryAfter > 0) || r.rate === null || r.kind === 'in_flight') continue;
         this.denyCache.remember(r.key, {
           policy: r.name, capacity: r.capacity, rate: r.rate, cost: r.cost,
           denyUntil: now + r.retryAfter * 1000, resetAt: now + Math.max(0, r.resetAfter) * 1000,
@@ -592,7 +703,8 @@ export class RateLimiter<Req = AnyRequest> {
     const cache = this.denyCache!;
     const now = this.clock.monotonicMs();
     for (const r of results) {
-      if (r.shadow || !(r.cost > 0) || !(r.remaining < r.cost)) continue;
+      // SPEC R5 is for buckets only (W3, R10)
+      if (r.shadow || r.kind !== undefined || r.rate === null || !(r.cost > 0) || !(r.remaining < r.cost)) continue;
       const wait = (r.cost - r.remaining) / r.rate;
       if (!(wait > 0 && Number.isFinite(wait))) continue;
       cache.remember(r.key, {
@@ -646,9 +758,118 @@ export class RateLimiter<Req = AnyRequest> {
     this.unlogged = 0;
   }
 
+  // -- leases (SPEC N4, N5) and holds (SPEC G) -------------------------------------
+
+  /** A lease call may go to Redis (SPEC B2), as the probe after the cool-down (B3). */
+  private async leaseCall<T>(command: string, call: () => Promise<T>): Promise<T | undefined> {
+    if (!this.mayCall(this.clock.monotonicMs())) return undefined;
+    const probe = this.openUntil !== 0;
+    if (probe) this.probing = true;
+    const started = this.metrics ? performance.now() : 0;
+    try {
+      const out = await this.deadlines.bound(call(), command);
+      this.openUntil = 0;
+      return out;
+    } catch (err) {
+      this.failed(err, command);
+      return undefined;
+    } finally {
+      if (probe) this.probing = false;
+      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+    }
+  }
+
+  /** SPEC N4: the response ended: TB.RELEASE once (not when lost, nor while the breaker is open). */
+  private async endLease(lease: Lease, lost: boolean): Promise<void> {
+    // SPEC M2: down when the lease ends, whatever the answer
+    this.stats.leasesInFlight -= 1;
+    this.metrics?.leaseEnded?.(this.name, lease.policy);
+    if (lost) return;
+    const r = await this.leaseCall('TB.RELEASE', () => this.client.release(lease.key, lease.id));
+    if (r !== undefined && !r.ok) this.leaseExpired(lease, 'its release found it gone');
+  }
+
+  /** SPEC N5: TB.RENEW; false: the lease was lost; null: the call failed (the next tick tries again). */
+  private async renewLease(lease: Lease, leaseMs: number, live: () => boolean): Promise<boolean | null> {
+    const r = await this.leaseCall('TB.RENEW', () => this.client.renew(lease.key, lease.id, leaseMs));
+    if (r === undefined) return null;
+    if (!r.ok && live()) this.leaseExpired(lease, 'a renewal found it gone');
+    return r.ok;
+  }
+
+  /** SPEC M2, N5: counted, logged at most once a second per policy. */
+  private leaseExpired(lease: Lease, how: string): void {
+    this.stats.leasesExpired += 1;
+    this.metrics?.leaseExpired?.(this.name, lease.policy);
+    const now = this.clock.monotonicMs();
+    const s = this.leaseLog.get(lease.policy) ?? { last: -Infinity, count: 0 };
+    s.count += 1;
+    if (now - s.last >= 1000) {
+      this.logger.warn(
+        `redis-tb: a lease of in-flight policy '${lease.policy}' expired before its response ended (${how}; ${s.count} since the last line): renew it sooner or give it a longer lease`,
+      );
+      s.last = now;
+      s.count = 0;
+    }
+    this.leaseLog.set(lease.policy, s);
+  }
+
+  /** SPEC G1, G2: TB.HOLD on the key and limit the check resolved. */
+  private async takeHold(target: SettleTarget, estimate: number, ttl: number): Promise<Hold> {
+    const ttlMs = Math.ceil(ttl * 1000);
+    // SPEC B2: nothing reaches Redis while the breaker is open
+    if (this.openUntil !== 0 && this.clock.monotonicMs() < this.openUntil) throw new StoreUnavailableError('TB.HOLD', this.client.server);
+    let r;
+    const started = this.metrics ? performance.now() : 0;
+    try {
+      r = await this.deadlines.bound(this.client.hold(target.key, target.capacity, target.rate, estimate, ttlMs), 'TB.HOLD');
+      this.openUntil = 0; // SPEC B3: an answer closes the breaker
+    } catch (err) {
+      this.failed(err, 'TB.HOLD');
+      throw err;
+    } finally {
+      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+    }
+    if (r.allowed) this.stats.holds += 1;
+    const result: PolicyResult = {
+      name: target.policy, key: target.key, capacity: target.capacity, rate: target.rate, cost: estimate,
+      allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter, resetAfter: r.resetAfter, shadow: false,
+    };
+    // SPEC G2: a refused hold is answered as a 429 of that policy (H1-H3, P1)
+    const response = r.allowed ? null : this.respond(Decision.fromResults([result]));
+    let settled = false;
+    const settle = async (actual: number): Promise<Settlement> => {
+      if (!(typeof actual === 'number' && actual >= 0 && actual <= 2 ** 53)) {
+        throw new RangeError(`policy '${target.policy}': a settlement's actual cost must be >= 0 and <= 2^53, got ${String(actual)}`);
+      }
+      if (!r.allowed || r.id === null || settled) return { settled: false, remaining: r.remaining, charged: 0, resetAfter: r.resetAfter };
+      if (this.openUntil !== 0 && this.clock.monotonicMs() < this.openUntil) throw new StoreUnavailableError('TB.SETTLE', this.client.server);
+      settled = true;
+      const t0 = this.metrics ? performance.now() : 0;
+      let out;
+      try {
+        out = await this.deadlines.bound(this.client.settle(target.key, target.capacity, target.rate, r.id, actual), 'TB.SETTLE');
+        this.openUntil = 0;
+      } catch (err) {
+        // SPEC G3: a failed call raises a store error (the hold keeps its estimate charged)
+        this.failed(err, 'TB.SETTLE');
+        throw err;
+      } finally {
+        this.metrics?.redisCall(this.name, (performance.now() - t0) / 1000);
+      }
+      if (out.settled) this.stats.settlements += 1;
+      return { settled: out.settled, remaining: out.remaining, charged: out.settled ? out.charged : 0, resetAfter: out.resetAfter };
+    };
+    return {
+      policy: target.policy, key: target.key, allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter,
+      resetAfter: r.resetAfter, id: r.id, estimate, result, response, settle,
+    };
+  }
+
   /** SPEC F1, B2, B3, R8: TB.REFUND now on every bucket the request was charged on. */
   private async refund(decision: Decision): Promise<boolean> {
-    const charged = decision.results.filter((r) => r.cost > 0);
+    // SPEC F3: window and in-flight policies are never refunded
+    const charged = decision.results.filter((r): r is PolicyResult & { rate: number } => r.cost > 0 && r.kind === undefined && r.rate !== null);
     if (!charged.length) return false;
     if (!this.mayCall(this.clock.monotonicMs())) {
       this.stats.refundErrors += 1;
@@ -683,6 +904,17 @@ export class RateLimiter<Req = AnyRequest> {
     }
     return true;
   }
+}
+
+/** SPEC C10, for policies handed to `check` without an adapter's check at build time. */
+function checkPlanKinds(plans: Plan[]): void {
+  if (plans.length < 2) return;
+  let slots = 0;
+  for (const pl of plans) {
+    if (pl.kind === 'window') throw new RangeError(`a window policy is the only policy of its limiter: ${pl.policy.name}`);
+    if (pl.kind === 'in_flight') slots += 1;
+  }
+  if (slots > 1) throw new RangeError(`a limiter has at most one in-flight policy: ${plans.filter((p) => p.kind === 'in_flight').map((p) => p.policy.name).join(', ')}`);
 }
 
 /** Two policies of one request must not share a key. */

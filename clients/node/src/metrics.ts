@@ -12,6 +12,12 @@ export interface LimiterMetrics {
   denyCacheHit(limiter: string, policy: string): void;
   /** +1 per out-of-range cost or limit from the application (SPEC L3); optional for older backends */
   invalidInput?(limiter: string, policy: string): void;
+  /** SPEC M2: a lease of an in-flight policy was granted (the gauge goes up); optional for older backends */
+  leaseGranted?(limiter: string, policy: string): void;
+  /** SPEC M2: a lease ended by N4 (the gauge goes down), whatever the answer */
+  leaseEnded?(limiter: string, policy: string): void;
+  /** SPEC M2: a lease ended without a release (TB.RELEASE or TB.RENEW answered 0) */
+  leaseExpired?(limiter: string, policy: string): void;
   /** failed Redis calls (errors, timeouts) */
   storeError(limiter: string): void;
   /** requests decided by the failure mode */

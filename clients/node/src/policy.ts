@@ -22,7 +22,7 @@ export interface LimitLike {
   readonly rate: number;
 }
 /** request -> the limit for this request (plan tiers), or null to skip the policy. */
-export type LimitFunc<Req = AnyRequest> = (request: Req) => MaybePromise<LimitLike | null | undefined>;
+export type LimitFunc<Req = AnyRequest> = (request: Req) => MaybePromise<LimitLike | WindowLimit | InFlightLimit | null | undefined>;
 
 /** SPEC C1 */
 const NAME = /^[a-z0-9_-]{1,64}$/;
@@ -42,6 +42,27 @@ export function validCost(cost: unknown): cost is number {
 /** SPEC C1: a policy name. */
 export function validPolicyName(name: unknown): name is string {
   return typeof name === 'string' && NAME.test(name);
+}
+
+/** A limit function's kind (the tiers' of `tiered`), SPEC C10. */
+const TIER_KIND: unique symbol = Symbol('redis-tb.tier-kind');
+
+/**
+ * SPEC C10: the kinds of one limiter's policies mix only as the module can check them in
+ * one call: at most one in-flight policy, and a window policy alone (throws RangeError
+ * naming the policies).
+ */
+export function checkPolicyKinds(policies: readonly { name: string; kind: LimitKind }[]): void {
+  const inFlight = policies.filter((p) => p.kind === 'in_flight');
+  if (inFlight.length > 1) {
+    throw new RangeError(`a limiter has at most one in-flight policy, got ${inFlight.map((p) => p.name).join(', ')}`);
+  }
+  const windows = policies.filter((p) => p.kind === 'window');
+  if (windows.length && policies.length > 1) {
+    throw new RangeError(
+      `a window policy is the only policy of its limiter (put ${windows.map((p) => p.name).join(', ')} in a limiter of its own), got ${policies.map((p) => p.name).join(', ')}`,
+    );
+  }
 }
 
 /** SPEC C1: the names of one limiter's policies are distinct (throws RangeError). */
@@ -84,8 +105,99 @@ export const Key = {
   },
 } as const;
 
+/** SPEC W1: how a window counts. */
+export type WindowModeName = 'sliding' | 'fixed';
+
+/** The kind of a limit (SPEC C10): a token bucket, a window (W) or an in-flight limit (N). */
+export type LimitKind = 'bucket' | 'window' | 'in_flight';
+
+const MAX_WINDOW_SECONDS = 1e12;
+const MAX_IN_FLIGHT = 10000;
+const MAX_LEASE_SECONDS = 31536000;
+
+/**
+ * SPEC W1, C8: at most `limit` requests (costs) per window of `seconds`, aligned to
+ * multiples of `seconds` since the epoch, checked with TB.WINDOW (W2).
+ */
+export class WindowLimit {
+  readonly kind = 'window' as const;
+  readonly limit: number;
+  readonly seconds: number;
+  readonly mode: WindowModeName;
+
+  constructor(limit: number, seconds: number, mode: WindowModeName = 'sliding') {
+    if (!(typeof limit === 'number' && Number.isInteger(limit) && limit >= 1 && limit <= MAX)) {
+      throw new RangeError(`a window limit must be a whole number >= 1 and <= 2^53, got ${String(limit)}`);
+    }
+    if (!(typeof seconds === 'number' && Number.isFinite(seconds) && seconds >= 0.000001 && seconds <= MAX_WINDOW_SECONDS)) {
+      throw new RangeError(`a window must be >= 0.000001 and <= 1e12 seconds, got ${String(seconds)}`);
+    }
+    if (mode !== 'sliding' && mode !== 'fixed') {
+      throw new RangeError(`a window mode is 'sliding' or 'fixed', got ${JSON.stringify(mode)}`);
+    }
+    this.limit = limit;
+    this.seconds = seconds;
+    this.mode = mode;
+  }
+
+  /** SPEC D2, W2: a window's capacity is its limit */
+  get capacity(): number {
+    return this.limit;
+  }
+
+  /** SPEC D2, W2: a window's rate is limit / seconds */
+  get rate(): number {
+    return this.limit / this.seconds;
+  }
+}
+
+/**
+ * SPEC N1, C9: at most `limit` requests of a key in progress at once, each holding a lease
+ * of `lease` seconds (whole milliseconds, rounded up), renewed while it runs (N5) and
+ * released when its response ends (N4).
+ */
+export class InFlightLimit {
+  readonly kind = 'in_flight' as const;
+  readonly limit: number;
+  /** seconds, as given */
+  readonly lease: number;
+  /** SPEC C9: ceil(lease x 1000) */
+  readonly leaseMs: number;
+
+  constructor(limit: number, lease = 30) {
+    if (!(typeof limit === 'number' && Number.isInteger(limit) && limit >= 1 && limit <= MAX_IN_FLIGHT)) {
+      throw new RangeError(`an in-flight limit must be a whole number >= 1 and <= 10000, got ${String(limit)}`);
+    }
+    if (!(typeof lease === 'number' && Number.isFinite(lease) && lease >= 0.001 && lease <= MAX_LEASE_SECONDS)) {
+      throw new RangeError(`a lease must be >= 0.001 and <= 31536000 seconds, got ${String(lease)}`);
+    }
+    this.limit = limit;
+    this.lease = lease;
+    // the product may land just above a whole number (0.0015 * 1000 = 1.5; 0.001 * 1000 = 1)
+    const t = lease * 1000;
+    const near = Math.round(t);
+    this.leaseMs = Math.abs(t - near) <= 1e-9 * Math.max(1, t) ? near : Math.ceil(t);
+  }
+
+  /** SPEC N3: an in-flight policy's capacity is its limit */
+  get capacity(): number {
+    return this.limit;
+  }
+}
+
+/** Any limit a policy may have (SPEC C10 names the kinds). */
+export type AnyLimit = Limit | WindowLimit | InFlightLimit;
+
+/** The kind of a limit. */
+export function limitKind(limit: AnyLimit | LimitLike): LimitKind {
+  if (limit instanceof WindowLimit) return 'window';
+  if (limit instanceof InFlightLimit) return 'in_flight';
+  return 'bucket';
+}
+
 /** A bucket's shape: `capacity` tokens (the burst), refilled at `rate` per second. */
 export class Limit {
+  readonly kind = 'bucket' as const;
   readonly capacity: number;
   readonly rate: number;
 
@@ -116,6 +228,28 @@ export class Limit {
   }
   static perDay(n: number): Limit {
     return Limit.perPeriod(n, 86400);
+  }
+
+  /** SPEC W1: at most `n` per window of `seconds` (TB.WINDOW), `sliding` (default) or `fixed`. */
+  static window(n: number, seconds: number, mode: WindowModeName = 'sliding'): WindowLimit {
+    return new WindowLimit(n, seconds, mode);
+  }
+  static windowPerSecond(n: number, mode: WindowModeName = 'sliding'): WindowLimit {
+    return new WindowLimit(n, 1, mode);
+  }
+  static windowPerMinute(n: number, mode: WindowModeName = 'sliding'): WindowLimit {
+    return new WindowLimit(n, 60, mode);
+  }
+  static windowPerHour(n: number, mode: WindowModeName = 'sliding'): WindowLimit {
+    return new WindowLimit(n, 3600, mode);
+  }
+  static windowPerDay(n: number, mode: WindowModeName = 'sliding'): WindowLimit {
+    return new WindowLimit(n, 86400, mode);
+  }
+
+  /** SPEC N1: at most `n` in progress at once, each with a lease of `lease` seconds (default 30). */
+  static inFlight(n: number, lease = 30): InFlightLimit {
+    return new InFlightLimit(n, lease);
   }
 }
 
@@ -170,8 +304,8 @@ export function routeSet(routes: string | readonly string[] | undefined | null):
 export interface PolicyOptions<Req = AnyRequest> {
   /** a token of `[a-z0-9_-]+`, used in the bucket key and in the headers */
   name: string;
-  /** a Limit, or a function of the request returning one (plan tiers) or null (skip) */
-  limit: Limit | LimitFunc<Req>;
+  /** a Limit (a bucket, `Limit.window`, `Limit.inFlight`), or a function of the request returning one (plan tiers) or null (skip) */
+  limit: AnyLimit | LimitFunc<Req>;
   /** the identity: a {@link Key} source or a function; default `Key.clientIp()`. null / '' skips the policy */
   key?: KeySource<Req> | KeyFunc<Req>;
   /** tokens per request: a number or a function of the request; default 1 */
@@ -182,12 +316,21 @@ export interface PolicyOptions<Req = AnyRequest> {
   perRoute?: boolean;
   /** observed, not enforced: charged as usual, a refusal lets the request go on */
   shadow?: boolean;
+  /**
+   * SPEC G1: not charged by the check; the handler takes a hold on it
+   * (`decision.hold(name, estimate)`) and settles the actual cost. A bucket limit only (C10).
+   */
+  settleLater?: boolean;
 }
 
 /** One named limit. */
 export class Policy<Req = AnyRequest> {
   readonly name: string;
-  readonly limit: Limit | LimitFunc<Req>;
+  readonly limit: AnyLimit | LimitFunc<Req>;
+  /** the kind of the policy's limit (SPEC C10); a limit function's is its tiers' (or bucket) */
+  readonly kind: LimitKind;
+  /** SPEC G1 */
+  readonly settleLater: boolean;
   /** where the identity comes from (SPEC I) */
   readonly keySource: KeySource<Req>;
   readonly cost: number | CostFunc<Req>;
@@ -203,9 +346,21 @@ export class Policy<Req = AnyRequest> {
     if (typeof cost !== 'function' && !validCost(cost)) {
       throw new RangeError(`policy ${options.name}: cost must be >= 0 and <= 2^53, got ${String(cost)}`);
     }
-    if (!(options.limit instanceof Limit) && typeof options.limit !== 'function') {
+    const limit = options.limit;
+    if (!(limit instanceof Limit || limit instanceof WindowLimit || limit instanceof InFlightLimit) && typeof limit !== 'function') {
       throw new TypeError(`policy ${options.name}: limit must be a Limit or a function`);
     }
+    const kind: LimitKind = typeof limit === 'function' ? ((limit as { [TIER_KIND]?: LimitKind })[TIER_KIND] ?? 'bucket') : limit.kind;
+    // SPEC C9: an in-flight policy's cost is one slot
+    if (kind === 'in_flight' && options.cost !== undefined) {
+      throw new RangeError(`policy ${options.name}: an in-flight policy has no cost (its cost is one slot), got cost ${typeof options.cost === 'function' ? 'a function' : String(options.cost)}`);
+    }
+    // SPEC C10: a settle_later policy has a bucket limit
+    if (options.settleLater && kind !== 'bucket') {
+      throw new RangeError(`policy ${options.name}: a settleLater policy needs a bucket limit, got a ${kind} limit`);
+    }
+    this.kind = kind;
+    this.settleLater = options.settleLater ?? false;
     this.name = options.name;
     this.limit = options.limit;
     const key = options.key;
@@ -231,8 +386,8 @@ export class Policy<Req = AnyRequest> {
   }
 
   /** The limit for this request, unchecked (SPEC L3 checks it); null skips the policy. */
-  async limitFor(request: Req): Promise<LimitLike | null> {
-    if (this.limit instanceof Limit) return this.limit;
+  async limitFor(request: Req): Promise<LimitLike | WindowLimit | InFlightLimit | null> {
+    if (typeof this.limit !== 'function') return this.limit;
     const out = await this.limit(request);
     return out === null || out === undefined ? null : out;
   }
@@ -275,7 +430,7 @@ export function perDay<Req = AnyRequest>(name: string, n: number, opts: PerOptio
  */
 export function tiered<Req = AnyRequest>(
   name: string,
-  tiers: Readonly<Record<string, Limit | null>>,
+  tiers: Readonly<Record<string, AnyLimit | null>>,
   tier: (request: Req) => MaybePromise<string | null | undefined>,
   opts: PerOptions<Req> & { default?: string } = {},
 ): Policy<Req> {
@@ -284,10 +439,15 @@ export function tiered<Req = AnyRequest>(
   if (fallback !== undefined && !table.has(fallback)) {
     throw new RangeError(`default tier ${JSON.stringify(fallback)} is not in the tiers`);
   }
-  const limit = async (request: Req): Promise<LimitLike | null> => {
+  // SPEC C10: a tiered policy's tiers are all of one kind
+  const kinds = new Set<LimitKind>();
+  for (const l of table.values()) if (l !== null) kinds.add(l.kind);
+  if (kinds.size > 1) throw new RangeError(`policy ${name}: the tiers of a tiered policy are all of one kind, got ${[...kinds].join(', ')}`);
+  const limit = async (request: Req): Promise<AnyLimit | null> => {
     let plan = await tier(request);
     if (plan === null || plan === undefined || !table.has(plan)) plan = fallback;
     return plan === undefined ? null : (table.get(plan) ?? null);
   };
+  Object.defineProperty(limit, TIER_KIND, { value: [...kinds][0] ?? 'bucket' });
   return new Policy<Req>({ ...rest, name, limit });
 }

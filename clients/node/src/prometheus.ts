@@ -3,7 +3,7 @@
  * `new RateLimiter(redis, { metrics: new PromMetrics({ registry }) })`.
  * Labels `limiter` and `policy` only, never a client identity (SPEC M1).
  */
-import { Counter, Histogram, type Registry, register as globalRegistry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry, register as globalRegistry } from 'prom-client';
 import type { LimiterMetrics } from './metrics.js';
 
 export const CALL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
@@ -24,6 +24,8 @@ export class PromMetrics implements LimiterMetrics {
   private readonly refundedTotal: PolicyCounter;
   private readonly denyCacheHitsTotal: PolicyCounter;
   private readonly invalidInputsTotal: PolicyCounter;
+  private readonly leasesInFlight: Gauge<'limiter' | 'policy'>;
+  private readonly leasesExpiredTotal: PolicyCounter;
   private readonly storeErrorsTotal: LimiterCounter;
   private readonly degradedTotal: LimiterCounter;
   private readonly callDuration: Histogram<'limiter'>;
@@ -43,6 +45,11 @@ export class PromMetrics implements LimiterMetrics {
     this.refundedTotal = policyCounter('redis_tb_refunded_total', 'Policies whose tokens a refund gave back');
     this.denyCacheHitsTotal = policyCounter('redis_tb_deny_cache_hits_total', 'Requests refused by the local deny cache');
     this.invalidInputsTotal = policyCounter('redis_tb_invalid_inputs_total', 'Out-of-range costs or limits from the application (SPEC L3)');
+    // SPEC M2
+    const gname = 'redis_tb_leases_in_flight';
+    this.leasesInFlight = (registry.getSingleMetric(gname) as Gauge<'limiter' | 'policy'> | undefined) ??
+      new Gauge({ name: gname, help: 'Leases of in-flight policies this process holds now (SPEC N)', labelNames: ['limiter', 'policy'] as const, registers: [registry] });
+    this.leasesExpiredTotal = policyCounter('redis_tb_leases_expired_total', 'Leases that ended without a release (a TB.RELEASE or TB.RENEW that answered 0)');
     this.storeErrorsTotal = limiterCounter('redis_tb_store_errors_total', 'Failed Redis calls (errors, timeouts)');
     this.degradedTotal = limiterCounter('redis_tb_degraded_total', 'Requests decided by the failure mode');
     const hname = 'redis_tb_redis_call_duration_seconds';
@@ -70,6 +77,15 @@ export class PromMetrics implements LimiterMetrics {
   }
   invalidInput(limiter: string, policy: string): void {
     this.invalidInputsTotal.inc({ limiter, policy });
+  }
+  leaseGranted(limiter: string, policy: string): void {
+    this.leasesInFlight.inc({ limiter, policy });
+  }
+  leaseEnded(limiter: string, policy: string): void {
+    this.leasesInFlight.dec({ limiter, policy });
+  }
+  leaseExpired(limiter: string, policy: string): void {
+    this.leasesExpiredTotal.inc({ limiter, policy });
   }
   storeError(limiter: string): void {
     this.storeErrorsTotal.inc({ limiter });

@@ -150,3 +150,105 @@ export function throttleArgs(
 ): string[] {
   return ['TB.THROTTLE', key, arg(maxBurst), arg(countPerPeriod), arg(period), arg(quantity)];
 }
+
+/** TB.ACQUIRE: `[granted, in_flight, id or null, ms]`, then with TAKE the aggregate and one reply per bucket. */
+export interface AcquireReply {
+  granted: boolean;
+  inFlight: number;
+  /** the lease id (16 hex digits), null when refused */
+  id: string | null;
+  /** granted: the lease's ms; refused: ms until the earliest lease expires (an upper bound of the wait) */
+  ms: number;
+  /** with TAKE: the buckets' aggregate and their replies in order (null without TAKE) */
+  take: MultiReply | null;
+}
+
+/** TB.RELEASE `[released, in_flight]` and TB.RENEW `[renewed, in_flight, ms]`. */
+export interface LeaseReply {
+  ok: boolean;
+  inFlight: number;
+  ms: number;
+}
+
+/** TB.HOLD: TB.TAKE's four fields and the hold id (null when refused). */
+export interface HoldReply extends TbReply {
+  id: string | null;
+}
+
+/** TB.SETTLE `[settled, remaining, charged, reset_after]`. */
+export interface SettleReply {
+  settled: boolean;
+  remaining: number;
+  charged: number;
+  resetAfter: number;
+}
+
+function idOf(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  if (typeof value === 'string') return value;
+  if (value instanceof Uint8Array) return Buffer.from(value).toString('ascii');
+  throw new UnexpectedReplyError(`not an id in a TB reply: ${String(value)}`);
+}
+
+function takeParts(aggregate: unknown, perKey: unknown): unknown[] {
+  if (!Array.isArray(aggregate)) throw new UnexpectedReplyError(`expected TB.ACQUIRE's TAKE aggregate, got ${JSON.stringify(aggregate)}`);
+  return [...(aggregate as unknown[]), perKey];
+}
+
+export function parseAcquireReply(raw: unknown, numkeys: number): AcquireReply {
+  const want = numkeys ? 6 : 4;
+  if (!Array.isArray(raw) || raw.length !== want) {
+    throw new UnexpectedReplyError(`expected a ${want}-element TB.ACQUIRE reply, got ${JSON.stringify(raw)}`);
+  }
+  const granted = num(raw[0]) === 1;
+  const id = idOf(raw[2]);
+  if (granted && id === null) throw new UnexpectedReplyError('TB.ACQUIRE granted a lease without an id');
+  return {
+    granted, inFlight: num(raw[1]), id, ms: num(raw[3]),
+    take: numkeys ? parseMultiReply(takeParts(raw[4], raw[5]), numkeys) : null,
+  };
+}
+
+export function parseLeaseReply(raw: unknown, command: 'TB.RELEASE' | 'TB.RENEW'): LeaseReply {
+  const want = command === 'TB.RELEASE' ? 2 : 3;
+  if (!Array.isArray(raw) || raw.length !== want) {
+    throw new UnexpectedReplyError(`expected a ${want}-element ${command} reply, got ${JSON.stringify(raw)}`);
+  }
+  return { ok: num(raw[0]) === 1, inFlight: num(raw[1]), ms: want === 3 ? num(raw[2]) : 0 };
+}
+
+export function parseHoldReply(raw: unknown): HoldReply {
+  if (!Array.isArray(raw) || raw.length !== 5) {
+    throw new UnexpectedReplyError(`expected a 5-element TB.HOLD reply, got ${JSON.stringify(raw)}`);
+  }
+  const r = parseReply(raw.slice(0, 4));
+  const id = idOf(raw[4]);
+  if (r.allowed && id === null) throw new UnexpectedReplyError('TB.HOLD took a hold without an id');
+  return { ...r, id: r.allowed ? id : null };
+}
+
+export function parseSettleReply(raw: unknown): SettleReply {
+  if (!Array.isArray(raw) || raw.length !== 4) {
+    throw new UnexpectedReplyError(`expected a 4-element TB.SETTLE reply, got ${JSON.stringify(raw)}`);
+  }
+  return { settled: num(raw[0]) === 1, remaining: num(raw[1]), charged: num(raw[2]), resetAfter: num(raw[3]) };
+}
+
+/** SPEC N2: `TB.ACQUIRE key n lease_ms`, with `TAKE numkeys keys... capacity rate cost...` when buckets apply. */
+export function acquireArgs(key: string, limit: number, leaseMs: number, buckets: readonly Bucket[] = []): string[] {
+  const out = ['TB.ACQUIRE', key, arg(limit), arg(leaseMs)];
+  if (buckets.length) {
+    out.push('TAKE', String(buckets.length));
+    for (const b of buckets) out.push(b.key);
+    for (const b of buckets) out.push(arg(b.capacity), arg(b.rate), arg(b.n ?? 1));
+  }
+  return out;
+}
+
+export function holdArgs(key: string, capacity: number, rate: number, estimate: number, ttlMs: number): string[] {
+  return ['TB.HOLD', key, arg(capacity), arg(rate), arg(estimate), arg(ttlMs)];
+}
+
+export function settleArgs(key: string, capacity: number, rate: number, id: string, actual: number): string[] {
+  return ['TB.SETTLE', key, arg(capacity), arg(rate), id, arg(actual)];
+}

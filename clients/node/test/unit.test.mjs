@@ -116,3 +116,30 @@ describe('deny cache', () => {
     assert.throws(() => new DenyCache({ maxEntries: 0 }), RangeError);
   });
 });
+
+describe('holds while the breaker is open (SPEC B2, G1)', () => {
+  test('a hold after a connection error is refused without a call, and sent again once Redis may be called', async () => {
+    const { RateLimiter, StoreUnavailableError } = await import('redis-tb');
+    let t = 0;
+    const sent = [];
+    let fail = true;
+    const send = async (args) => {
+      sent.push(args[0]);
+      if (fail) throw Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
+      if (args[0] === 'TB.HOLD') return [1, '900', '0', '360', '11e70fc6b3c562ab'];
+      return [1, '9', '0', '1'];
+    };
+    const limiter = new RateLimiter(send, { logger: { warn() {} }, clock: { monotonicMs: () => t, wallMs: () => t } });
+    const policies = [perMinute('ip', 10), new Policy({ name: 'tokens', limit: Limit.perHour(1000), settleLater: true })];
+    const ctx = { request: {}, peer: '203.0.113.9', header: () => [], route: 'GET /x' };
+    const d = await limiter.check(ctx, policies);
+    assert.equal(d.outcome, 'store_error');
+    await assert.rejects(d.hold('tokens', 100), StoreUnavailableError);
+    assert.deepEqual(sent, ['TB.TAKE'], 'the hold was not sent while the breaker is open');
+    t = 1000; // the cool-down is over: the hold may be the probe
+    fail = false;
+    const hold = await d.hold('tokens', 100);
+    assert.equal(hold.allowed, true);
+    assert.deepEqual(sent, ['TB.TAKE', 'TB.HOLD']);
+  });
+});

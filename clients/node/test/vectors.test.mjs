@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
 import {
-  ClientIpConfig, Decision, Key, Limit, Policy, RateLimiter, bodyNumber, bucketKey, checkDistinctNames, quota,
+  ClientIpConfig, Decision, Key, Limit, Policy, RateLimiter, bodyNumber, bucketKey, checkDistinctNames, checkPolicyKinds, quota,
   remainingUnits, resetSeconds, respond, retryAfterSeconds, windowSeconds,
 } from 'redis-tb';
 
@@ -75,7 +75,25 @@ const CONFIG_SETTINGS = {
   ipv6_prefix: (v) => new ClientIpConfig({ ipv6Prefix: v }),
   header: (v) => new ClientIpConfig({ header: v }),
   fixed_key: (v) => Key.fixed(v),
+  window: (v) => Limit.window(num(v.limit), num(v.seconds), v.mode),
+  in_flight: (v) => {
+    const limit = Limit.inFlight(num(v.limit), num(v.lease));
+    new Policy({ name: 'p', limit, ...('cost' in v ? { cost: num(v.cost) } : {}) });
+    return { limit: limit.limit, lease_ms: limit.leaseMs };
+  },
+  policy_kinds: (v) => checkPolicyKinds(v.map((kind, i) => kindPolicy(kind, `p${i}`))),
 };
+
+/** One policy of a kind of SPEC C10. */
+function kindPolicy(kind, name) {
+  switch (kind) {
+    case 'bucket': return new Policy({ name, limit: anyLimit });
+    case 'window': return new Policy({ name, limit: Limit.window(5, 60) });
+    case 'in_flight': return new Policy({ name, limit: Limit.inFlight(2) });
+    case 'settle_later': return new Policy({ name, limit: anyLimit, settleLater: true });
+    default: throw new Error(`unknown policy kind ${kind}`);
+  }
+}
 
 function runConfig(c) {
   const make = CONFIG_SETTINGS[c.setting];
@@ -89,7 +107,7 @@ function runConfig(c) {
   }
   if (c.expect.valid) {
     assert.equal(error, null, `${c.id}: ${c.setting} ${JSON.stringify(c.value)} is valid, got ${error}`);
-    if ('normalized' in c.expect) assert.equal(out, c.expect.normalized, `${c.id}: normalized`);
+    if ('normalized' in c.expect) assert.deepEqual(out, c.expect.normalized, `${c.id}: normalized`);
   } else {
     assert.ok(error instanceof Error, `${c.id}: ${c.setting} ${JSON.stringify(c.value)} must be refused`);
     // a configuration error names the value (SPEC C)
@@ -184,15 +202,37 @@ function keySource(k) {
   throw new Error(`unknown key kind ${k.kind}`);
 }
 
+const POLICY_FIELDS = new Set(['name', 'capacity', 'rate', 'cost', 'shadow', 'key', 'window', 'in_flight', 'settle_later']);
+const LIMITER_FIELDS = new Set(['policies', 'fail_open', 'timeout_ms', 'cooldown_ms', 'deny_cache']);
+const STEP_FIELDS = new Set(['at_ms', 'redis', 'expect', 'reply', 'error']);
+
+/** An unknown field fails the runner (clients/vectors/README.md). */
+function knownFields(id, what, obj, known) {
+  const unknown = Object.keys(obj).filter((k) => !known.has(k));
+  assert.deepEqual(unknown, [], `${id}: unknown ${what} field(s)`);
+}
+
 function buildPolicies(spec, steps) {
   return spec.map((p) => {
     const hasCostFn = typeof p.cost === 'object' || steps.some((s) => s.check?.cost?.[p.name] !== undefined);
     const hasLimitFn = steps.some((s) => s.check?.limit?.[p.name] !== undefined);
+    if (p.window || p.in_flight) {
+      const limit = p.window
+        ? Limit.window(p.window.limit, p.window.seconds, p.window.mode)
+        : Limit.inFlight(p.in_flight.limit, p.in_flight.lease_ms / 1000);
+      assert.ok(!hasLimitFn, `policy ${p.name}: a limit function on a window or in-flight policy`);
+      return new Policy({
+        name: p.name, shadow: p.shadow ?? false, key: keySource(p.key), limit,
+        ...(p.cost !== undefined || hasCostFn
+          ? { cost: hasCostFn ? async (req) => num(req.cost?.[p.name] ?? p.cost ?? 1) : num(p.cost) } : {}),
+      });
+    }
     const base = new Limit(num(p.capacity), num(p.rate));
     const staticCost = typeof p.cost === 'object' ? num(p.cost.invalid) : (p.cost ?? 1);
     return new Policy({
       name: p.name,
       shadow: p.shadow ?? false,
+      settleLater: p.settle_later ?? false,
       key: keySource(p.key),
       limit: hasLimitFn
         ? async (req) => {
@@ -210,7 +250,8 @@ function buildPolicies(spec, steps) {
 const STAT_NAMES = {
   checks: 'checks', allowed: 'allowed', limited: 'limited', shadow_limited: 'shadowLimited', store_errors: 'storeErrors',
   degraded: 'degraded', deny_cache_hits: 'denyCacheHits', refunds: 'refunds', refund_errors: 'refundErrors',
-  invalid_inputs: 'invalidInputs',
+  invalid_inputs: 'invalidInputs', leases_in_flight: 'leasesInFlight', leases_expired: 'leasesExpired', holds: 'holds',
+  settlements: 'settlements',
 };
 
 function checkDecision(id, limiter, decision, expect) {
@@ -225,6 +266,7 @@ function checkDecision(id, limiter, decision, expect) {
       case 'body': assert.equal(res.body, v, `${id}: body`); break;
       case 'violated': assert.deepEqual(decision.violated, v, `${id}: violated`); break;
       case 'shadow_limited': assert.deepEqual([...decision.shadowLimited], v, `${id}: shadow_limited`); break;
+      case 'lease': assert.deepEqual(decision.lease === null ? null : { ...decision.lease }, v, `${id}: lease`); break;
       default: assert.fail(`${id}: unknown expectation ${k}`);
     }
   }
@@ -242,15 +284,36 @@ function caseLimiter(cfg, script, clock) {
   });
 }
 
-const STEP_KINDS = new Set(['check', 'release', 'cancel', 'refund']);
+const STEP_KINDS = new Set(['check', 'release', 'cancel', 'refund', 'finish', 'renew', 'take_hold', 'settle']);
+
+const HOLD_FIELDS = {
+  allowed: 'allowed', id: 'id', remaining: 'remaining', retry_after: 'retryAfter', reset_after: 'resetAfter', key: 'key',
+  policy: 'policy',
+};
+const SETTLEMENT_FIELDS = { settled: 'settled', remaining: 'remaining', charged: 'charged', reset_after: 'resetAfter' };
+
+/** A take_hold step's expectation of the Hold (SPEC G2), or of the error (G1). */
+function checkHold(id, hold, expect) {
+  for (const [k, v] of Object.entries(expect)) {
+    if (k === 'status') assert.equal(hold.response?.status ?? 200, v, `${id}: status`);
+    else if (k === 'headers') checkHeaders(id, hold.response?.headers ?? [], v);
+    else if (k === 'body') assert.equal(hold.response?.body ?? null, v, `${id}: body`);
+    else if (HOLD_FIELDS[k]) assert.equal(hold[HOLD_FIELDS[k]], v, `${id}: hold.${HOLD_FIELDS[k]}`);
+    else assert.fail(`${id}: unknown hold expectation ${k}`);
+  }
+}
 
 async function runLimiter(c) {
   const script = new Script();
   let t = 0;
   const clock = { monotonicMs: () => t, wallMs: () => WALL_ZERO + t };
+  knownFields(c.id, 'limiter', c.limiter, LIMITER_FIELDS);
+  for (const p of c.limiter.policies) knownFields(c.id, 'policy', p, POLICY_FIELDS);
+  for (const st of c.steps) knownFields(c.id, 'step', st, new Set([...STEP_FIELDS, ...STEP_KINDS]));
   const limiter = caseLimiter(c.limiter, script, clock);
   const policies = buildPolicies(c.limiter.policies, c.steps);
   const decisions = [];
+  const holds = [];
   const pending = new Map(); // hold name -> { promise, controller }
   try {
     for (let i = 0; i < c.steps.length; i++) {
@@ -304,6 +367,51 @@ async function runLimiter(c) {
         await assert.rejects(p.promise, `${c.id}: ${what}: a cancelled check rejects`);
         pending.delete(step.cancel);
         script.verify(c.id, what);
+      } else if (step.finish !== undefined) {
+        const decision = await decisions[step.finish];
+        assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${step.finish} has no decision`);
+        script.expect(step.redis ?? []);
+        await decision.finish();
+        script.verify(c.id, what);
+        for (const [k, v] of Object.entries(step.expect ?? {})) {
+          assert.ok(STAT_NAMES[k], `${c.id}: ${what}: unknown counter ${k}`);
+          assert.equal(limiter.stats[STAT_NAMES[k]], v, `${c.id}: ${what}: stats.${STAT_NAMES[k]}`);
+        }
+      } else if (step.renew !== undefined) {
+        const decision = await decisions[step.renew];
+        assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${step.renew} has no decision`);
+        script.expect(step.redis ?? []);
+        const renewed = await decision.renew();
+        script.verify(c.id, what);
+        for (const [k, v] of Object.entries(step.expect)) {
+          assert.equal(k, 'renewed', `${c.id}: ${what}: unknown expectation ${k}`);
+          assert.equal(renewed, v, `${c.id}: ${what}: renewed`);
+        }
+      } else if (step.take_hold !== undefined) {
+        const h = step.take_hold;
+        const decision = await decisions[h.check];
+        assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${h.check} has no decision`);
+        script.expect(step.redis ?? []);
+        if (step.expect.error !== undefined) {
+          assert.equal(step.expect.error, 'invalid_input', `${c.id}: ${what}: unknown error kind`);
+          await assert.rejects(decision.hold(h.policy, num(h.estimate), h.ttl_ms / 1000), RangeError, `${c.id}: ${what}: hold must raise`);
+          script.verify(c.id, what);
+          continue;
+        }
+        const hold = await decision.hold(h.policy, num(h.estimate), h.ttl_ms / 1000);
+        script.verify(c.id, what);
+        holds[i] = hold;
+        checkHold(`${c.id} ${what}`, hold, step.expect);
+      } else if (step.settle !== undefined) {
+        const hold = holds[step.settle.hold];
+        assert.ok(hold, `${c.id}: ${what}: step ${step.settle.hold} has no hold`);
+        script.expect(step.redis ?? []);
+        const out = await hold.settle(num(step.settle.actual));
+        script.verify(c.id, what);
+        for (const [k, v] of Object.entries(step.expect)) {
+          assert.ok(SETTLEMENT_FIELDS[k], `${c.id}: ${what}: unknown settlement expectation ${k}`);
+          assert.equal(out[SETTLEMENT_FIELDS[k]], v, `${c.id}: ${what}: settlement.${SETTLEMENT_FIELDS[k]}`);
+        }
       } else {
         const decision = await decisions[step.refund];
         assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${step.refund} has no decision`);
@@ -363,7 +471,8 @@ async function runHeaderIdentity(c) {
 
 function runResponse(c) {
   const results = c.results.map((r) => ({
-    name: r.name, key: `rl:${r.name}:x`, capacity: num(r.capacity), rate: num(r.rate), cost: num(r.cost),
+    name: r.name, key: `rl:${r.name}:x`, capacity: num(r.capacity), rate: r.rate === null ? null : num(r.rate), cost: num(r.cost),
+    ...(r.kind === undefined || r.kind === 'bucket' ? {} : { kind: r.kind }),
     allowed: r.allowed, remaining: num(r.remaining), retryAfter: num(r.retry_after), resetAfter: num(r.reset_after),
     shadow: r.shadow,
   }));

@@ -8,9 +8,11 @@ from typing import Iterator
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from redis_tb_testing.servers import RedisServer
 
-from servers import RedisServer  # noqa: E402
+# this folder's own modules by name (djangoapp, e2e_app, the dotted paths of test_django's
+# settings); the shared harness comes from testing/python (pyproject's pythonpath)
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import redis.exceptions
 
 from redis_tb import AsyncClient, Bucket, Client, ModuleNotLoadedError, Reply
-from servers import RedisServer
+from redis_tb_testing.servers import RedisServer
 
 NOW = 1764456268.0
 

@@ -22,7 +22,7 @@ from redis_tb import (
     per_hour,
     tiered,
 )
-from servers import RedisServer, free_port
+from redis_tb_testing.servers import RedisServer, free_port
 
 
 class FrameworkRequest:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from redis_tb import AsyncClient, Client, Decision, DenyCache, Limit, Outcome, Policy, RateLimiter, SyncRateLimiter
 from redis_tb.metrics import PrometheusMetrics
-from servers import RedisServer
+from redis_tb_testing.servers import RedisServer
 
 NOW = 1_764_456_268.0
 PEER: dict[str, Any] = {"peer": "203.0.113.20"}

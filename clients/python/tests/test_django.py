@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from typing import Any, Iterator
 
@@ -37,10 +38,10 @@ from django.test import Client as DjangoClient  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from redis_tb import Client, Limit, ModuleNotLoadedError, Policy, StartupError, per_minute  # noqa: E402
+from redis_tb import Client, Limit, Policy, per_minute  # noqa: E402
 from redis_tb.django import get_rate_limit, normalise_route, parse_config  # noqa: E402
 from redis_tb.django.apps import RedisTbConfig  # noqa: E402
-from servers import RedisServer, free_port  # noqa: E402
+from redis_tb_testing.servers import RedisServer, free_port  # noqa: E402
 
 NOW = 1764456268.0
 
@@ -125,6 +126,22 @@ def test_settings_dicts_dotted_paths_and_policy_objects() -> None:
     assert normalise_route("post  /orders/") == "POST /orders/"
 
 
+def test_window_in_flight_and_settle_later_settings() -> None:
+    """SPEC W1, N1, G1 in settings dicts."""
+    c = parse_config({
+        "URL": "redis://127.0.0.1:1/0",
+        "POLICIES": [
+            {"NAME": "login", "WINDOW": {"LIMIT": 20, "SECONDS": 3600, "MODE": "FIXED"}},
+            {"NAME": "streams", "IN_FLIGHT": {"LIMIT": 2, "LEASE": 0.0015}},
+            {"NAME": "tokens", "PER_HOUR": 1000, "SETTLE_LATER": True},
+        ],
+    })
+    login, streams, tokens = (p.policy for p in c.policies)
+    assert login.limit == Limit.window(20, 3600, "fixed") and login.kind == "window"
+    assert streams.kind == "in_flight" and getattr(streams.limit, "lease_ms") == 2
+    assert tokens.settle_later and tokens.kind == "bucket"
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -142,6 +159,12 @@ def test_settings_dicts_dotted_paths_and_policy_objects() -> None:
         ({"URL": "redis://x", "DENY_CACHE": 0}, "DENY_CACHE"),
         ({"URL": "redis://x", "REFUND_ON": ["5xx"]}, "REFUND_ON"),
         ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "CAPACITY": -1, "RATE": 1}]}, "capacity"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "WINDOW": {"LIMIT": 1.5, "SECONDS": 60}}]}, "whole number"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "WINDOW": {"LIMIT": 5, "SECONDS": 60, "MODE": "log"}}]}, "mode"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "IN_FLIGHT": {"LIMIT": 1}, "PER_MINUTE": 1}]}, "only limit"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "IN_FLIGHT": {"LIMIT": 1}, "COST": 2}]}, "no cost"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "IN_FLIGHT": {"LIMIT": 1, "LEASE": 0}}]}, "lease"),
+        ({"URL": "redis://x", "POLICIES": [{"NAME": "a", "WINDOW": {"LIMIT": 1, "SECONDS": 1}, "SETTLE_LATER": True}]}, "bucket"),
     ],
 )
 def test_bad_settings_fail_with_what_is_wrong(raw: dict[str, Any], message: str) -> None:
@@ -558,22 +581,28 @@ def test_metrics_per_policy(redis_server: RedisServer, tb: Client) -> None:
 
 
 def test_startup_check_fails_without_the_module_and_only_logs_when_unreachable(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # SPEC U1/U2: the failure is one line on stderr and SystemExit(3), never a traceback
     plain = RedisServer(module=False).start()
     try:
         with override_settings(REDIS_TB={"URL": plain.url, "POLICIES": []}):
             app = RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django)
-            with pytest.raises(ModuleNotLoadedError, match=f"redis-tb module not loaded on 127.0.0.1:{plain.port}"):
+            with pytest.raises(SystemExit) as exited:
                 app.ready()
+            assert exited.value.code == 3
+            err = capsys.readouterr().err
+            assert err == f"redis-tb module not loaded on 127.0.0.1:{plain.port}: load libredis_tb.so with loadmodule\n"
     finally:
         plain.stop()
     dead_port = free_port()
     dead = f"redis://127.0.0.1:{dead_port}/0"
     # SPEC U2: an unreachable Redis fails the start, in one line, unless START_DEGRADED
     with override_settings(REDIS_TB={"URL": dead, "POLICIES": []}):
-        with pytest.raises(StartupError, match=f"cannot reach Redis at 127.0.0.1:{dead_port} .*start_degraded"):
+        with pytest.raises(SystemExit):
             RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django).ready()
+        err = capsys.readouterr().err
+        assert re.fullmatch(f"redis-tb: cannot reach Redis at 127.0.0.1:{dead_port} .*start_degraded to start failing open\n", err), err
     with override_settings(REDIS_TB={"URL": dead, "POLICIES": [], "START_DEGRADED": True}), caplog.at_level(
         logging.WARNING, "redis_tb"
     ):

@@ -22,7 +22,7 @@ import pytest
 from http_sfv.list import List
 
 from redis_tb import Client
-from servers import RedisServer, Uvicorn, start_all
+from redis_tb_testing.servers import RedisServer, Uvicorn, start_all
 
 HERE = Path(__file__).parent
 NOW = 1764456268.0

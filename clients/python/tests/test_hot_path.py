@@ -24,7 +24,7 @@ from redis_tb import AsyncClient, ClientIP, Limit, Outcome, Policy, RateLimiter,
 from redis_tb.headers import ratelimit, ratelimit_policy
 from redis_tb.decision import PolicyResult
 from redis_tb.replies import IncompleteReply, RespError, UnexpectedReplyError, mtake_reader, mtake_values, read_resp
-from servers import RedisServer
+from redis_tb_testing.servers import RedisServer
 
 PEER: dict[str, Any] = {"peer": "203.0.113.40"}
 

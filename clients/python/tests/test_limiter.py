@@ -26,7 +26,7 @@ from redis_tb import (
     route_template,
     tiered,
 )
-from servers import RedisServer, free_port
+from redis_tb_testing.servers import RedisServer, free_port
 
 
 def request(peer: str = "203.0.113.7", headers: dict[str, str] | None = None, **scope: Any) -> Request:

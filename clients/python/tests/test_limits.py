@@ -11,7 +11,7 @@ from limits import RateLimitItemPerMinute
 from limits.errors import ConfigurationError, StorageError
 from limits.storage import storage_from_string
 from limits.strategies import MovingWindowRateLimiter, SlidingWindowCounterRateLimiter
-from servers import RedisServer
+from redis_tb_testing.servers import RedisServer
 
 from redis_tb.limits import (
     RedisTBStorage,

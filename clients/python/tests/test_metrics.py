@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from redis_tb import AsyncClient, Client, Limit, Policy, RateLimiter, SyncRateLimiter, per_hour
 from redis_tb.metrics import BUCKETS, PrometheusMetrics
-from servers import RedisServer, free_port
+from redis_tb_testing.servers import RedisServer, free_port
 
 PEER: dict[str, Any] = {"peer": "203.0.113.30"}
 
@@ -105,3 +105,63 @@ def test_the_default_registry_is_prometheus_clients_global_one() -> None:
         from prometheus_client import Counter
 
         Counter("redis_tb_allowed", "dup", ["limiter", "policy"])
+
+
+async def test_lease_gauge_and_expired_counter(redis_server: RedisServer) -> None:
+    """SPEC M2 against the module: the gauge is up at a grant and down when the lease
+    ends (N4), the counter counts a release answered 0 (the lease had expired), and the
+    limiter's stats say the same; window and hold calls against the real module too."""
+    registry = CollectorRegistry()
+    lim = RateLimiter(
+        AsyncClient.from_url(redis_server.url, timeout=5), timeout=5,
+        metrics=PrometheusMetrics(registry, limiter="api"),
+    )
+    await lim.client.redis.flushall()
+    conc = [Policy("conc", Limit.in_flight(2, lease=30)), Policy("ip", Limit(10, 1e-6))]
+    a = await lim.check(Req(), conc, **PEER)
+    b = await lim.check(Req(), conc, **PEER)
+    refused = await lim.check(Req(), conc, **PEER)
+    assert a.lease is not None and b.lease is not None and a.lease.id != b.lease.id
+    assert refused.violated == ("conc",) and refused.lease is None
+    assert [round(r.remaining, 3) for r in b.results] == [0, 8]  # the slot, and the bucket charged twice
+
+    def v(name: str) -> float:
+        return value(registry, name, limiter="api", policy="conc")
+
+    assert v("redis_tb_leases_in_flight") == 2 and lim.stats.leases_in_flight == 2
+    await a.finish()
+    await a.finish()  # once (N4)
+    assert v("redis_tb_leases_in_flight") == 1 and v("redis_tb_leases_expired_total") == 0
+    await lim.client.redis.execute_command("TB.RELEASE", b.lease.key, b.lease.id)  # type: ignore[no-untyped-call]  # as if it expired
+    assert not await b.renew()  # lost: counted, renewals stop, no release (N5)
+    await b.finish()
+    assert v("redis_tb_leases_in_flight") == 0 and v("redis_tb_leases_expired_total") == 1
+    assert (lim.stats.leases_in_flight, lim.stats.leases_expired) == (0, 1)
+
+    window = await lim.check(Req(), [Policy("login", Limit.window(2, 3600))], **PEER)
+    assert window.allowed and window.results[0].remaining == 1 and window.results[0].window == 3600
+    assert not await window.refund()  # F3: a window is never refunded
+
+    held = await lim.check(Req(), [Policy("llm", Limit(1000, 1e-9), settle_later=True)], **PEER)
+    hold = await held.hold("llm", 100)
+    assert hold.allowed and hold.id is not None and hold.remaining == pytest.approx(900, abs=1e-3)
+    settled = await hold.settle(30)
+    assert settled.settled and settled.charged == pytest.approx(-70)
+    assert not (await hold.settle(30)).settled  # once (G3)
+    assert (lim.stats.holds, lim.stats.settlements) == (1, 1)
+    await lim.aclose()
+
+
+def test_sync_leases_and_holds_against_the_module(redis_server: RedisServer) -> None:
+    lim = SyncRateLimiter(Client.from_url(redis_server.url, timeout=5), timeout=5)
+    lim.client.redis.flushall()
+    conc = [Policy("conc", Limit.in_flight(1, lease=30))]
+    a = lim.check(Req(), conc, **PEER)
+    assert a.lease is not None and not lim.check(Req(), conc, **PEER).allowed
+    assert a.renew_sync()
+    a.finish_sync()
+    assert lim.check(Req(), conc, **PEER).allowed  # the slot is back
+    held = lim.check(Req(), [Policy("llm", Limit(1000, 1e-9), settle_later=True)], **PEER)
+    hold = held.hold_sync("llm", 100)
+    assert hold.settle_sync(150).charged == pytest.approx(50)
+    lim.close()

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from redis_tb import AsyncClient, Client, DenyCache, Limit, Outcome, Policy, RateLimiter, SyncRateLimiter, per_hour
 from redis_tb.metrics import PrometheusMetrics
-from servers import RedisServer
+from redis_tb_testing.servers import RedisServer
 
 PEER: dict[str, Any] = {"peer": "203.0.113.9"}
 

@@ -23,7 +23,21 @@ from typing import Any, Callable
 import pytest
 import redis.exceptions
 
-from redis_tb import AsyncClient, Client, Decision, DenyCache, Key, Limit, Policy, PolicyResult, RateLimiter, SyncRateLimiter
+from redis_tb import (
+    AsyncClient,
+    Client,
+    Decision,
+    DenyCache,
+    Hold,
+    HoldError,
+    Key,
+    Limit,
+    Policy,
+    PolicyResult,
+    RateLimiter,
+    SyncRateLimiter,
+    check_policy_kinds,
+)
 from redis_tb.address import ClientIpConfig
 from redis_tb.headers import body_number, quota, remaining_units, reset_seconds, respond, retry_after_seconds, window
 from redis_tb.keys import BadHeader, KeyBuilder, header_identity
@@ -61,7 +75,7 @@ HANDLED = {
     "numbers.json", "config.json", "address.json", "keys.json", "header_identity.json",
     "response.json", "limiter.json",
 }
-KINDS = {"check", "release", "cancel", "refund"}
+KINDS = {"check", "release", "cancel", "refund", "finish", "renew", "take_hold", "settle"}
 
 
 def test_every_file_has_a_handler() -> None:
@@ -102,7 +116,19 @@ def test_numbers(case: dict[str, Any]) -> None:
 # -- config.json (SPEC C, I3) -------------------------------------------------------
 
 
-def _configure(setting: str, value: Any) -> str | None:
+def _kind_policy(i: int, kind: str) -> Policy:
+    if kind == "bucket":
+        return Policy(f"p{i}", Limit(1, 1))
+    if kind == "window":
+        return Policy(f"p{i}", Limit.window(1, 60))
+    if kind == "in_flight":
+        return Policy(f"p{i}", Limit.in_flight(1))
+    if kind == "settle_later":
+        return Policy(f"p{i}", Limit(1, 1), settle_later=True)
+    raise AssertionError(f"unknown policy kind {kind!r}")
+
+
+def _configure(setting: str, value: Any) -> Any:
     """Build what ``setting`` configures; its normalized form where there is one."""
     if setting == "prefix":
         check_prefix(value)
@@ -124,6 +150,15 @@ def _configure(setting: str, value: Any) -> str | None:
         ClientIpConfig(header=value)
     elif setting == "fixed_key":
         Key.fixed(value)
+    elif setting == "window":
+        Policy("p", Limit.window(value["limit"], value["seconds"], value["mode"]))
+    elif setting == "in_flight":
+        extra = {"cost": value["cost"]} if "cost" in value else {}
+        lim = Limit.in_flight(value["limit"], value["lease"])
+        Policy("p", lim, **extra)
+        return {"limit": lim.limit, "lease_ms": lim.lease_ms}
+    elif setting == "policy_kinds":
+        check_policy_kinds([_kind_policy(i, k) for i, k in enumerate(value)])
     else:
         raise AssertionError(f"unknown setting {setting!r}")
     return None
@@ -207,10 +242,17 @@ def test_response(case: dict[str, Any]) -> None:
     results = tuple(
         PolicyResult(
             r["name"], f"rl:{r['name']}:x", r["capacity"], r["rate"], r["cost"], r["allowed"],
-            r["remaining"], r["retry_after"], r["reset_after"], r["shadow"],
+            r["remaining"], r["retry_after"], r["reset_after"], r["shadow"], r.get("kind", "bucket"),
+            # SPEC W2: a window's seconds are limit / rate
+            r["capacity"] / r["rate"] if r.get("kind") == "window" else None,
         )
         for r in num(case["results"])
     )
+    for r in num(case["results"]):
+        assert set(r) <= {
+            "name", "capacity", "rate", "cost", "shadow", "allowed", "remaining", "retry_after", "reset_after", "kind",
+        }, f"{case['id']}: unknown result field in {sorted(r)}"
+        assert r.get("kind", "bucket") in ("bucket", "window", "in_flight"), f"{case['id']}: unknown kind"
     d = Decision.of(results)
     exp = case["expect"]
     agg = exp["decision"]
@@ -264,22 +306,24 @@ def decode_command(packed: bytes) -> list[Any]:
 
 
 def encode_reply(reply: Any) -> bytes:
-    """A scripted reply as the module writes it under RESP3 (allowed an integer, the
-    other fields doubles; TB.MTAKE's fifth element one such array per key)."""
+    """A scripted reply as the module writes it under RESP3: in each array the first
+    field an integer, the other numbers doubles, ids bulk strings, null as null;
+    nested arrays (TB.MTAKE's per-key arrays, TB.ACQUIRE ... TAKE's aggregate and
+    per-bucket arrays) alike."""
     assert isinstance(reply, list)
     parts = [b"*%d\r\n" % len(reply)]
     for i, v in enumerate(reply):
         if isinstance(v, list):
-            parts.append(b"*%d\r\n" % len(v) + b"".join(_flat(k) for k in v))
+            parts.append(encode_reply(v))
+        elif v is None:
+            parts.append(b"_\r\n")
+        elif isinstance(v, str):
+            parts.append(b"$%d\r\n%s\r\n" % (len(v), v.encode()))
         elif i == 0:
             parts.append(b":%d\r\n" % int(v))
         else:
             parts.append(b",%r\r\n" % float(v))
     return b"".join(parts)
-
-
-def _flat(k: list[Any]) -> bytes:
-    return b"*4\r\n:%d\r\n,%r\r\n,%r\r\n,%r\r\n" % (int(k[0]), float(k[1]), float(k[2]), float(k[3]))
 
 
 def same_call(got: list[Any], want: list[Any]) -> bool:
@@ -421,7 +465,16 @@ def build_policies(case: dict[str, Any]) -> list[Policy]:
     out = []
     for p in case["limiter"]["policies"]:
         name = p["name"]
-        base = Limit(p["capacity"], p["rate"])
+        extra = set(p) - {"name", "capacity", "rate", "cost", "shadow", "key", "window", "in_flight", "settle_later"}
+        assert not extra, f"{case['id']}: unknown policy fields {extra}"
+        base: Any
+        if "window" in p:  # SPEC W1
+            w = p["window"]
+            base = Limit.window(w["limit"], w["seconds"], w["mode"])
+        elif "in_flight" in p:  # SPEC N1
+            base = Limit.in_flight(p["in_flight"]["limit"], p["in_flight"]["lease_ms"] / 1000)
+        else:
+            base = Limit(p["capacity"], p["rate"])
         static_cost = num(p.get("cost", 1))
         key_spec = p.get("key", {"kind": "client_ip"})
         kind = key_spec["kind"]
@@ -442,7 +495,10 @@ def build_policies(case: dict[str, Any]) -> list[Policy]:
             def limit(req: Req, name: str = name, default: Limit = base) -> Limit:
                 got = req.limit.get(name)
                 return default if got is None else Limit(got["capacity"], got["rate"])
-        out.append(Policy(name, limit, key=key, cost=cost, shadow=bool(p.get("shadow", False))))
+        out.append(Policy(
+            name, limit, key=key, cost=cost, shadow=bool(p.get("shadow", False)),
+            settle_later=bool(p.get("settle_later", False)),
+        ))
     return out
 
 
@@ -468,6 +524,7 @@ def check_result(case_id: str, step_no: int, limiter: Any, d: Decision, expect: 
         "outcome": d.outcome.value, "allowed": d.allowed, "from_cache": d.from_cache, "status": status,
         "violated": list(d.violated), "shadow_limited": list(d.shadow_limited),
         "body": None if body is None else body.decode(),
+        "lease": None if d.lease is None else {"key": d.lease.key, "id": d.lease.id, "policy": d.lease.policy},
     }
     for k, want in expect.items():
         if k == "headers":
@@ -491,12 +548,44 @@ def _step_kind(case_id: str, i: int, step: dict[str, Any]) -> str:
     return kinds[0]
 
 
+def check_hold(where: str, limiter: Any, hold: Hold | None, error: Exception | None, expect: dict[str, Any]) -> None:
+    """A take_hold step's expectation (SPEC G1, G2)."""
+    if "error" in expect:
+        assert expect["error"] == "invalid_input", f"{where}: unknown error kind {expect['error']!r}"
+        assert isinstance(error, HoldError), f"{where}: hold() did not raise HoldError (got {hold!r}, {error!r})"
+        return
+    assert error is None and hold is not None, f"{where}: hold() raised {error!r}"
+    status, hs, _ = limiter.hold_response(hold)
+    for k, want in expect.items():
+        if k == "status":
+            assert status == want, f"{where}: status {status}, want {want}"
+        elif k == "headers":
+            _headers_match(where, want, hs)
+        else:
+            assert k in ("allowed", "id", "remaining", "retry_after", "key", "policy"), f"{where}: unknown expectation {k!r}"
+            assert getattr(hold, k) == want, f"{where}: hold.{k} is {getattr(hold, k)!r}, want {want!r}"
+
+
+def check_settlement(where: str, got: Any, expect: dict[str, Any]) -> None:
+    """A settle step's expectation (SPEC G3)."""
+    for k, want in expect.items():
+        assert k in ("settled", "remaining", "charged", "reset_after"), f"{where}: unknown expectation {k!r}"
+        assert getattr(got, k) == want, f"{where}: settlement.{k} is {getattr(got, k)!r}, want {want!r}"
+
+
+def check_lease_stats(where: str, limiter: Any, expect: dict[str, Any]) -> None:
+    for k, want in expect.items():
+        assert k == "leases_in_flight", f"{where}: unknown expectation {k!r}"
+        assert limiter.stats.leases_in_flight == want, f"{where}: leases_in_flight {limiter.stats.leases_in_flight}"
+
+
 async def run_async(case: dict[str, Any]) -> None:
     clock = FakeClock()
     script = Script(case["id"])
     limiter = RateLimiter(FakeAsyncClient(script), **limiter_options(case, clock))
     policies = build_policies(case)
     decisions: dict[int, Decision] = {}
+    holds: dict[int, Hold | None] = {}
     held: dict[str, tuple[int, asyncio.Task[Decision]]] = {}
     for i, step in enumerate(case["steps"]):
         kind = _step_kind(case["id"], i, step)
@@ -534,6 +623,32 @@ async def run_async(case: dict[str, Any]) -> None:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+        elif kind in ("finish", "renew", "take_hold", "settle"):
+            script.calls.extend(step["redis"])
+            if kind == "finish":
+                await asyncio.wait_for(decisions[step["finish"]].finish(), 5)
+                check_lease_stats(where, limiter, step["expect"])
+            elif kind == "renew":
+                renewed = await asyncio.wait_for(decisions[step["renew"]].renew(), 5)
+                assert step["expect"] == {"renewed": renewed}, f"{where}: renew() gave {renewed}"
+            elif kind == "take_hold":
+                th = step["take_hold"]
+                hold_got: Hold | None = None
+                error: Exception | None = None
+                try:
+                    hold_got = await asyncio.wait_for(
+                        decisions[th["check"]].hold(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000), 5
+                    )
+                except HoldError as exc:
+                    error = exc
+                holds[i] = hold_got
+                check_hold(where, limiter, hold_got, error, step["expect"])
+            else:
+                st = step["settle"]
+                hold_of = holds[st["hold"]]
+                assert hold_of is not None, f"{where}: no hold at step {st['hold']}"
+                check_settlement(where, await asyncio.wait_for(hold_of.settle(num(st["actual"])), 5), step["expect"])
+            assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
         else:  # refund
             script.calls.extend(step["redis"])
             returned = await asyncio.wait_for(decisions[step["refund"]].refund(), 5)
@@ -551,6 +666,7 @@ def run_sync(case: dict[str, Any]) -> None:
     limiter = SyncRateLimiter(FakeSyncClient(script), **limiter_options(case, clock))
     policies = build_policies(case)
     decisions: dict[int, Decision] = {}
+    holds: dict[int, Hold | None] = {}
     held: dict[str, tuple[int, threading.Thread, dict[str, Any]]] = {}
     for i, step in enumerate(case["steps"]):
         kind = _step_kind(case["id"], i, step)
@@ -599,6 +715,30 @@ def run_sync(case: dict[str, Any]) -> None:
             box["event"].set()
             t.join(5)
             assert out.get("cancelled"), f"{where}: the cancelled check did not end"
+        elif kind in ("finish", "renew", "take_hold", "settle"):
+            script.calls.extend(step["redis"])
+            if kind == "finish":
+                decisions[step["finish"]].finish_sync()
+                check_lease_stats(where, limiter, step["expect"])
+            elif kind == "renew":
+                renewed = decisions[step["renew"]].renew_sync()
+                assert step["expect"] == {"renewed": renewed}, f"{where}: renew_sync() gave {renewed}"
+            elif kind == "take_hold":
+                th = step["take_hold"]
+                hold_got: Hold | None = None
+                error: Exception | None = None
+                try:
+                    hold_got = decisions[th["check"]].hold_sync(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000)
+                except HoldError as exc:
+                    error = exc
+                holds[i] = hold_got
+                check_hold(where, limiter, hold_got, error, step["expect"])
+            else:
+                st = step["settle"]
+                hold_of = holds[st["hold"]]
+                assert hold_of is not None, f"{where}: no hold at step {st['hold']}"
+                check_settlement(where, hold_of.settle_sync(num(st["actual"])), step["expect"])
+            assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
         else:
             script.calls.extend(step["redis"])
             returned = decisions[step["refund"]].refund_sync()

@@ -27,8 +27,6 @@ use redis_tb_client::{
 use serde_json::{Value, json};
 
 #[doc(hidden)]
-pub mod bench;
-#[doc(hidden)]
 pub mod support;
 
 /// The app's limits and limiter options (the tests and the benchmark change them).

@@ -2,8 +2,8 @@
 
 Environment: REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES
 (comma-separated CIDRs of your load balancers; default none: X-Forwarded-For is
-then never read), REDIS_TB_TIMEOUT (seconds, default 0.05), RATE_LIMIT=off (the
-same project without the middleware).
+then never read), REDIS_TB_TIMEOUT_MS (milliseconds, default 50), RATE_LIMIT=off
+(the same project without the middleware).
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ LOGGING = {
 
 REDIS_TB = {
     "URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+    # the limiter label of the configured policies in the metrics (the login has its own)
+    "NAME": "api",
     "TRUSTED_PROXIES": [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c],
     # Redis down: let requests through (the login view overrides this: fail closed)
     "FAIL_OPEN": True,
     # seconds a Redis call may take before the failure mode applies (default 50 ms)
-    "TIMEOUT": float(os.environ.get("REDIS_TB_TIMEOUT", "0.05")),
+    "TIMEOUT": float(os.environ.get("REDIS_TB_TIMEOUT_MS", "50")) / 1000,
     # our own 5xx do not count against callers
     "REFUND_ON": range(500, 600),
     # never limited: health checks and the Prometheus scrape (URL names)
@@ -71,7 +73,18 @@ REDIS_TB = {
         },
         # an endpoint policy by URL name: searches cost one token per 50 results asked for
         {"NAME": "search", "PER_MINUTE": 60, "URL_NAMES": ["search"], "COST": "exampleproj.limits.search_cost"},
-        # an endpoint policy by route, in shadow mode: observed (counted, logged), never enforced
-        {"NAME": "exports", "PER_HOUR": 3, "ROUTES": ["POST exports/"], "KEY": "exampleproj.limits.user_id", "SHADOW": True},
+        # a tighter search limit being tried out, in shadow mode: charged and counted like
+        # an enforced one (all or nothing), never refusing, never in a header
+        {
+            "NAME": "search-strict", "PER_MINUTE": 20, "URL_NAMES": ["search"],
+            "COST": "exampleproj.limits.search_cost", "SHADOW": True,
+        },
+        # at most 2 streams in progress per client address (SPEC N): a lease of 2 s,
+        # renewed every second while the stream runs, released when its response ends (a
+        # client gone mid-stream included); in the same call as the buckets above
+        {"NAME": "streams", "IN_FLIGHT": {"LIMIT": 2, "LEASE": 2}, "URL_NAMES": ["stream"]},
+        # 1000 tokens an hour per client address, charged after the fact (SPEC G): the view
+        # holds max_tokens before it streams and settles the tokens it sent
+        {"NAME": "tokens", "PER_HOUR": 1000, "URL_NAMES": ["stream"], "SETTLE_LATER": True},
     ],
 }

@@ -17,4 +17,5 @@ urlpatterns = [
     path("exports/", views.exports, name="exports"),
     path("flaky", views.flaky, name="flaky"),
     path("login", views.login, name="login"),
+    path("stream", views.stream, name="stream"),
 ]

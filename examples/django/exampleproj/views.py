@@ -1,15 +1,19 @@
 """The example API: sync and async views, an endpoint decorator, a refund, a
-fail-closed login."""
+fail-closed login limited by a sliding window, and an LLM-proxy-style stream."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from typing import AsyncIterator, Iterator
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from redis_tb.django import RequestDecision, rate_limit
+from redis_tb import Hold, Limit, Policy, StoreError
+from redis_tb.django import RequestDecision, hold_rejection, rate_limit
 
 from .limits import user_id
 
@@ -71,7 +75,7 @@ def orders(request: HttpRequest) -> JsonResponse:
         # Not the caller's fault to count: give the tokens back (every policy charged).
         d = decision(request)
         refunded = d.refund() if d is not None else False
-        return JsonResponse({"error": "quantity must be > 0", "refunded": refunded}, status=400)
+        return JsonResponse({"error": "quantity must be > 0", "refunded": refunded}, status=422)
     return JsonResponse({"ordered": quantity}, status=201)
 
 
@@ -90,7 +94,76 @@ def flaky(request: HttpRequest) -> HttpResponse:
 
 @csrf_exempt
 @require_POST
-# Logins fail CLOSED: if Redis is down, refuse (503) rather than allow guessing.
-@rate_limit("login", per_hour=20, fail_open=False)
+# Logins fail CLOSED: if Redis is down, refuse (503) rather than allow guessing. At most
+# 20 an hour, a sliding window (SPEC W): a token bucket of 20 an hour would admit 40 in a
+# client's first hour. A window is checked in a call of its own (C10), after the
+# middleware's call of the configured policies.
+@rate_limit(Policy("login", Limit.window(20, 3600)), fail_open=False, limiter="login")
 async def login(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"token": "not-a-real-token"})
+
+
+def _query_int(request: HttpRequest, name: str, default: int) -> int:
+    try:
+        return int(request.GET.get(name, default))
+    except ValueError:
+        return default
+
+
+@require_GET
+def stream(request: HttpRequest) -> HttpResponseBase:
+    """An LLM proxy's stream (server-sent events): the middleware took one of this
+    client's 2 stream slots; the view holds max_tokens on 'tokens' before it streams,
+    then settles the number of tokens it sent, also when the client goes away (SPEC
+    G1-G3). A refused hold is a 429 naming 'tokens' (G2). Under WSGI the body is a
+    generator, under ASGI an async generator (each server streams its own kind)."""
+    tokens = _query_int(request, "tokens", 3)
+    delay = _query_int(request, "delay_ms", 0) / 1000
+    d = decision(request)
+    hold: Hold | None = None
+    if d is not None:
+        try:
+            hold = d.hold("tokens", _query_int(request, "max_tokens", 100))
+        except StoreError:
+            hold = None  # Redis is down: the stream fails open, as the check did
+        if hold is not None:
+            refused = hold_rejection(hold)
+            if refused is not None:
+                return refused
+    if "wsgi.input" in request.META:
+        return StreamingHttpResponse(_events(hold, tokens, delay), content_type="text/event-stream")
+    return StreamingHttpResponse(_aevents(hold, tokens, delay), content_type="text/event-stream")
+
+
+def _events(hold: Hold | None, tokens: int, delay: float) -> Iterator[bytes]:
+    sent = 0
+    try:
+        for i in range(1, tokens + 1):
+            if i > 1 and delay:
+                time.sleep(delay)
+            yield f"data: token-{i}\n\n".encode()  # one model token per event
+            sent += 1
+        yield b"data: [DONE]\n\n"
+    finally:
+        if hold is not None:
+            try:
+                hold.settle_sync(sent)  # charged what was sent, the surplus back
+            except StoreError:
+                pass  # the hold keeps its estimate charged until it expires (G4)
+
+
+async def _aevents(hold: Hold | None, tokens: int, delay: float) -> AsyncIterator[bytes]:
+    sent = 0
+    try:
+        for i in range(1, tokens + 1):
+            if i > 1 and delay:
+                await asyncio.sleep(delay)
+            yield f"data: token-{i}\n\n".encode()
+            sent += 1
+        yield b"data: [DONE]\n\n"
+    finally:
+        if hold is not None:
+            try:
+                await hold.settle(sent)
+            except StoreError:
+                pass

@@ -9,14 +9,20 @@
  * - a refund in a handler (an order the handler rejects is not counted) and the
  *   automatic refund of the app's own 5xx (`refundOn`);
  * - the decision used in handlers (`GET /items/:id`, `GET /quota`);
- * - a fail-closed login: `POST /login` has its own limiter that answers 503 when Redis
- *   is down (the rest of the API fails open);
+ * - a shadow policy (`search-strict`): charged with the others, never refusing, counted;
+ * - a streamed route (`GET /stream`, an LLM proxy's SSE): at most 2 streams in progress
+ *   per client address (an in-flight policy: a lease taken in the same call as the
+ *   buckets, renewed while the stream runs, released when it ends, SPEC N), and tokens
+ *   held before the stream and settled with the count it sent (SPEC G);
+ * - a fail-closed login: `POST /login` has its own limiter, a sliding window of 20 an
+ *   hour (SPEC W: a window is alone in its limiter), that answers 503 when Redis is down
+ *   (the rest of the API fails open);
  * - `GET /metrics`: prom-client's text format, redis-tb's per-policy counters included.
  */
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { Registry } from 'prom-client';
-import { ClientIpConfig, Limit, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
-import { rateLimit } from 'redis-tb/express';
+import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
+import { rateLimit, sendHoldRefusal } from 'redis-tb/express';
 import { PromMetrics } from 'redis-tb/prometheus';
 
 export interface AppConfig {
@@ -72,8 +78,23 @@ export const POLICIES = [
   perMinute<Request>('orders', 5, { key: userId, routes: ['POST /orders'] }),
   // searches cost by page size
   perMinute<Request>('search', 60, { cost: searchCost, routes: ['GET /search'] }),
+  // a stricter search limit tried out in shadow mode: charged and counted, never refusing (SPEC S)
+  perMinute<Request>('search-strict', 20, { cost: searchCost, routes: ['GET /search'], shadow: true }),
+  // at most 2 streams in progress per client address, each a lease of 2 s (SPEC N)
+  new Policy<Request>({ name: 'streams', limit: Limit.inFlight(2, 2), routes: ['GET /stream'] }),
+  // 1000 tokens an hour per client address, held by the handler and settled (SPEC G)
+  new Policy<Request>({ name: 'tokens', limit: Limit.perHour(1000), settleLater: true, routes: ['GET /stream'] }),
 ];
-export const LOGIN_POLICIES = [perSecond<Request>('ip', 10), perMinute<Request>('login', 5)];
+// SPEC W, C10: a window is the only policy of its limiter
+export const LOGIN_POLICIES = [new Policy<Request>({ name: 'login', limit: Limit.window(20, 3600) })];
+
+/** A whole number from the query, or the default. */
+function intQuery(v: unknown, fallback: number): number {
+  const n = typeof v === 'string' ? Number(v) : NaN;
+  return Number.isInteger(n) && n >= 0 ? n : fallback;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The decision in a handler: tell a client running low (under 2 tokens left anywhere) to slow down. */
 function slowDown(res: Response): boolean {
@@ -94,7 +115,7 @@ export function buildApp(config: AppConfig) {
 
   app.use(rateLimit(limiter, {
     policies: POLICIES,
-    exclude: ['GET /healthz', 'GET /metrics', 'POST /login'], // the login has its own limiter
+    exclude: ['GET /healthz', 'GET /metrics'],
     refundOn: (status) => status >= 500, // our own failures do not count against callers
   }));
   // Bodies are parsed after the limiter: a refused request is not read.
@@ -108,8 +129,8 @@ export function buildApp(config: AppConfig) {
     res.type(registry.contentType).send(await registry.metrics());
   });
 
-  // The login: its own fail-closed limiter (per address and per 'login' bucket), put on
-  // the route; the API-wide middleware excludes it.
+  // The login: its own fail-closed limiter (the 'login' window), put on the route, after
+  // the API-wide middleware (its 'ip'): both lists are in the headers.
   app.post('/login', rateLimit(strict, { policies: LOGIN_POLICIES }), (req: Request, res: Response) => {
     const decision = res.locals.rateLimit;
     const login = decision?.results.find((r) => r.name === 'login');
@@ -148,6 +169,39 @@ export function buildApp(config: AppConfig) {
 
   app.get('/search', (req: Request, res: Response) => {
     res.json({ q: req.query.q ?? '', size: Number(req.query.size ?? 50), results: [], slow_down: slowDown(res) });
+  });
+
+  // An LLM proxy's stream (SSE): the check took a 'streams' slot (released when the
+  // response ends, a client that goes away included); the handler holds max_tokens on
+  // 'tokens' before it streams and settles the number of tokens it sent.
+  app.get('/stream', async (req: Request, res: Response) => {
+    const tokens = intQuery(req.query.tokens, 3);
+    const delayMs = intQuery(req.query.delay_ms, 0);
+    const maxTokens = intQuery(req.query.max_tokens, 100);
+    const decision = res.locals.rateLimit;
+    let hold: Hold | null = null;
+    if (decision && decision.outcome !== 'store_error') {
+      // a store error takes the failure mode (the API fails open): stream without a hold
+      hold = await decision.hold('tokens', Math.max(1, maxTokens), 60).catch(() => null);
+      if (hold && sendHoldRefusal(res, hold)) return; // SPEC G2: a 429 naming 'tokens'
+    }
+    let gone = false;
+    res.on('close', () => { gone = true; });
+    res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    res.flushHeaders();
+    let sent = 0;
+    try {
+      for (let i = 1; i <= tokens && !gone; i++) {
+        if (delayMs) await sleep(delayMs);
+        if (gone) break;
+        res.write(`data: token-${i}\n\n`);
+        sent += 1;
+      }
+      if (!gone) res.end('data: [DONE]\n\n');
+    } finally {
+      // SPEC G3: the actual count, also when the client went away mid-stream
+      if (hold) await hold.settle(sent).catch(() => undefined);
+    }
   });
 
   app.get('/stats', (_req, res) => {

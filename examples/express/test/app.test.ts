@@ -142,12 +142,13 @@ describe('express example, Redis up', () => {
     const quota = (await c('/quota')).json();
     assert.equal(quota.outcome, 'allowed');
     assert.deepEqual(quota.policies.map((p: { name: string }) => p.name), ['ip']);
-    // slow_down once a bucket is nearly empty: 56 left, then a search of 55 tokens (1 per second back)
     assert.equal(r.json().slow_down, false);
+    // a search of 55 tokens: the shadow 'search-strict' (20) refuses it, so it goes on and
+    // nothing is charged anywhere (SPEC S2), and the shadow policy is in no header (H1)
     const big = await c('/search?q=x&size=2750');
     assert.equal(big.status, 200);
-    assert.equal(big.json().slow_down, true);
-    assert.equal(item(big.headers.ratelimit, 'search').r, 1);
+    assert.ok(Number(item(big.headers.ratelimit, 'search').r) >= 56);
+    assert.ok(!sf(big.headers['ratelimit-policy']).some(([n]) => n === 'search-strict'));
   });
 
   test('excluded routes and unmatched paths are not limited; an untrusted peer cannot pick its address', async () => {
@@ -165,18 +166,39 @@ describe('express example, Redis up', () => {
     assert.ok(!keys.includes('rl:ip:203.0.113.99'));
   });
 
-  test('the login route has its own limiter: 5 per minute, then a 429 naming login', async () => {
+  test('the login route has its own limiter: a sliding window of 20 an hour, then a 429 naming login', async () => {
     const c = as('198.51.100.9');
     const left: unknown[] = [];
-    for (let i = 0; i < 5; i++) {
+    for (let i = 0; i < 20; i++) {
+      if (i) await sleep(120); // slower than the API's 'ip' (10 a second) refills
       const r = await c('/login', { method: 'POST', body: {} });
       assert.equal(r.status, 200);
       left.push(r.json().attempts_left);
+      // the API's 'ip' (fail open) then the login limiter's window (SPEC W2: q=20, w=3600)
+      assert.deepEqual(sf(r.headers['ratelimit-policy']), [['ip', { q: 10, w: 1 }], ['login', { q: 20, w: 3600 }]]);
     }
-    assert.deepEqual(left, [4, 3, 2, 1, 0]);
+    assert.deepEqual(left, Array.from({ length: 20 }, (_, i) => 19 - i));
     const refused = await c('/login', { method: 'POST', body: {} });
     assert.equal(refused.status, 429);
     assert.deepEqual(refused.json().violated_policies, ['login']);
+  });
+
+  test('GET /stream: SSE tokens, a streams slot (no w) held while it runs, tokens held and settled', async () => {
+    const c = as('198.51.100.30');
+    const r = await c('/stream?tokens=3&max_tokens=400');
+    assert.equal(r.status, 200);
+    assert.match(String(r.headers['content-type']), /^text\/event-stream/);
+    assert.equal(r.body, 'data: token-1\n\ndata: token-2\n\ndata: token-3\n\ndata: [DONE]\n\n');
+    assert.deepEqual(item(r.headers['ratelimit-policy'], 'streams'), { q: 2 });
+    assert.deepEqual(item(r.headers.ratelimit, 'streams'), { r: 1, t: 0 });
+    // 'tokens' is held by the handler, never in the check's headers (SPEC G1)
+    assert.ok(!sf(r.headers.ratelimit).some(([n]) => n === 'tokens'));
+    // four holds of 400 fit in 1000 only because each settled its 3 (SPEC G3)
+    for (let i = 0; i < 3; i++) assert.equal((await c('/stream?tokens=3&max_tokens=400')).status, 200);
+    const never = await c('/stream?tokens=1&max_tokens=1001');
+    assert.equal(never.status, 429);
+    assert.deepEqual(never.json().violated_policies, ['tokens']);
+    assert.equal(never.json().retry_after, null);
   });
 
   test('/metrics in the Prometheus text format: per-policy counters and the Redis call histogram', async () => {
@@ -248,7 +270,10 @@ describe('express example, Redis stopped and restarted', () => {
     // and the login limiter admits again, with its headers
     const login = await as('198.51.100.21')('/login', { method: 'POST', body: {} });
     assert.equal(login.status, 200);
-    assert.deepEqual(item(login.headers.ratelimit, 'login'), { r: 4, t: 12 });
+    const w = item(login.headers.ratelimit, 'login');
+    assert.equal(w.r, 19);
+    // a sliding window's whole limit is back past the end of the next window
+    assert.ok(Number(w.t) > 3600 && Number(w.t) <= 7200, JSON.stringify(w));
   });
 });
 

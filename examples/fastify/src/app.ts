@@ -6,14 +6,22 @@
  *   minute per user);
  * - a refund in a handler (a rejected order is not counted) and of our own 5xx (`refundOn`);
  * - the decision used in a handler (`GET /items/:id` answers `slow_down`);
- * - a fail-closed login: `POST /login` lives in its own encapsulated context with its own
- *   limiter, which answers 503 when Redis is down (the API fails open);
- * - `GET /metrics` (prom-client), outside both limited contexts.
+ * - a cost per request (`GET /search`: one token per page of 50) and a shadow policy
+ *   (`search-strict`: charged with the others, never refusing, counted);
+ * - a streamed route (`GET /stream`, an LLM proxy's SSE): at most 2 streams in progress
+ *   per client address (an in-flight policy: a lease taken in the same call as the
+ *   buckets, renewed while the stream runs, released when it ends, SPEC N), and tokens
+ *   held before the stream and settled with the count it sent (SPEC G);
+ * - a fail-closed login: `POST /login` lives in a child context of the API with its own
+ *   limiter, a sliding window of 20 an hour (SPEC W: a window is alone in its limiter),
+ *   which answers 503 when Redis is down (the API, whose 'ip' it also gets, fails open);
+ * - `GET /metrics` (prom-client) and `GET /healthz`, outside the limited contexts.
  */
+import { Readable } from 'node:stream';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
-import { ClientIpConfig, Limit, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
-import { fastifyRateLimit } from 'redis-tb/fastify';
+import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
+import { fastifyRateLimit, sendHoldRefusal } from 'redis-tb/fastify';
 import { PromMetrics } from 'redis-tb/prometheus';
 
 export interface AppConfig {
@@ -42,8 +50,33 @@ export const POLICIES = [
   tiered<FastifyRequest>('user', { free: Limit.perHour(100), pro: Limit.perHour(5000) },
     (request) => account(request)?.plan ?? null, { default: 'free', key: userId }),
   perMinute<FastifyRequest>('orders', 5, { key: userId, routes: ['POST /orders'] }),
+  // searches cost by page size
+  perMinute<FastifyRequest>('search', 60, { cost: searchCost, routes: ['GET /search'] }),
+  // a stricter search limit tried out in shadow mode: charged and counted, never refusing (SPEC S)
+  perMinute<FastifyRequest>('search-strict', 20, { cost: searchCost, routes: ['GET /search'], shadow: true }),
+  // at most 2 streams in progress per client address, each a lease of 2 s (SPEC N)
+  new Policy<FastifyRequest>({ name: 'streams', limit: Limit.inFlight(2, 2), routes: ['GET /stream'] }),
+  // 1000 tokens an hour per client address, held by the handler and settled (SPEC G)
+  new Policy<FastifyRequest>({ name: 'tokens', limit: Limit.perHour(1000), settleLater: true, routes: ['GET /stream'] }),
 ];
-export const LOGIN_POLICIES = [perSecond<FastifyRequest>('ip', 10), perMinute<FastifyRequest>('login', 5)];
+// SPEC W, C10: a window is the only policy of its limiter
+export const LOGIN_POLICIES = [new Policy<FastifyRequest>({ name: 'login', limit: Limit.window(20, 3600) })];
+
+type Query = Record<string, string | undefined>;
+
+/** A whole number from the query, or the default. */
+function intQuery(v: string | undefined, fallback: number): number {
+  const n = v === undefined ? NaN : Number(v);
+  return Number.isInteger(n) && n >= 0 ? n : fallback;
+}
+
+/** A search costs one token per page of 50 results asked for. */
+function searchCost(request: FastifyRequest): number {
+  const size = Number((request.query as Query).size ?? 50);
+  return Number.isFinite(size) && size > 0 ? Math.ceil(size / 50) : 1;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: RateLimiter<FastifyRequest>; strict: RateLimiter<FastifyRequest> } {
   const registry = new Registry();
@@ -59,6 +92,8 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
     reply.type(registry.contentType);
     return registry.metrics();
   });
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
 
   // The API: its own context, so the plugin's hooks cover these routes only.
   app.register(async (api) => {
@@ -79,14 +114,52 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
       if (itemId === 13) throw new Error('inventory service unavailable'); // 500, refunded by refundOn
       return reply.code(201).send({ item_id: itemId, quantity });
     });
-  });
 
-  // The login: a sibling context with the fail-closed limiter.
-  app.register(async (auth) => {
-    await auth.register(fastifyRateLimit, { limiter: strict, policies: LOGIN_POLICIES });
-    auth.post('/login', async (request) => {
-      const login = request.rateLimit?.results.find((r) => r.name === 'login');
-      return { ok: true, attempts_left: login === undefined ? null : Math.floor(login.remaining) };
+    api.get<{ Querystring: Query }>('/search', async (request) => {
+      const slowDown = (request.rateLimit?.results ?? []).some((r) => !r.shadow && r.remaining < 2);
+      return { q: request.query.q ?? '', size: Number(request.query.size ?? 50), results: [], slow_down: slowDown };
+    });
+
+    // An LLM proxy's stream (SSE): the check took a 'streams' slot (released when the
+    // response ends, a client that goes away included); the handler holds max_tokens on
+    // 'tokens' before it streams and settles the number of tokens it sent.
+    api.get<{ Querystring: Query }>('/stream', async (request, reply) => {
+      const tokens = intQuery(request.query.tokens, 3);
+      const delayMs = intQuery(request.query.delay_ms, 0);
+      const maxTokens = intQuery(request.query.max_tokens, 100);
+      const decision = request.rateLimit;
+      let hold: Hold | null = null;
+      if (decision && decision.outcome !== 'store_error') {
+        // a store error takes the failure mode (the API fails open): stream without a hold
+        hold = await decision.hold('tokens', Math.max(1, maxTokens), 60).catch(() => null);
+        if (hold && !hold.allowed) return sendHoldRefusal(reply, hold); // SPEC G2: a 429 naming 'tokens'
+      }
+      const held = hold;
+      async function* events(): AsyncGenerator<string> {
+        let sent = 0;
+        try {
+          for (let i = 1; i <= tokens; i++) {
+            if (delayMs) await sleep(delayMs);
+            sent += 1;
+            yield `data: token-${i}\n\n`;
+          }
+          yield 'data: [DONE]\n\n';
+        } finally {
+          // SPEC G3: the actual count, also when the client went away (the stream is destroyed)
+          if (held) await held.settle(sent).catch(() => undefined);
+        }
+      }
+      return reply.type('text/event-stream').header('cache-control', 'no-cache').send(Readable.from(events()));
+    });
+
+    // The login: a child context with the fail-closed limiter (the API's hooks run first:
+    // its 'ip', then the 'login' window; both lists are in the headers).
+    await api.register(async (auth) => {
+      await auth.register(fastifyRateLimit, { limiter: strict, policies: LOGIN_POLICIES });
+      auth.post('/login', async (request) => {
+        const login = request.rateLimit?.results.find((r) => r.name === 'login');
+        return { ok: true, attempts_left: login === undefined ? null : Math.floor(login.remaining) };
+      });
     });
   });
 

@@ -95,11 +95,18 @@ describe('fastify example, Redis up', () => {
     assert.ok(burst.some((r) => r.status === 429 || r.json().slow_down === true));
   });
 
-  test('the login context has its own limiter', async () => {
+  test('the login context has its own limiter: a sliding window of 20 an hour', async () => {
     const c = as('198.51.100.6');
     const left: unknown[] = [];
-    for (let i = 0; i < 5; i++) left.push((await c('/login', { method: 'POST', body: {} })).json().attempts_left);
-    assert.deepEqual(left, [4, 3, 2, 1, 0]);
+    for (let i = 0; i < 20; i++) {
+      if (i) await sleep(120); // slower than the API's 'ip' (10 a second) refills
+      const r = await c('/login', { method: 'POST', body: {} });
+      assert.equal(r.status, 200);
+      // the API's 'ip' (fail open) then the login limiter's window (SPEC W2: q=20, w=3600)
+      assert.deepEqual(sf(r.headers['ratelimit-policy']), [['ip', { q: 10, w: 1 }], ['login', { q: 20, w: 3600 }]]);
+      left.push(r.json().attempts_left);
+    }
+    assert.deepEqual(left, Array.from({ length: 20 }, (_, i) => 19 - i));
     const refused = await c('/login', { method: 'POST', body: {} });
     assert.equal(refused.status, 429);
     assert.deepEqual(refused.json().violated_policies, ['login']);
@@ -111,10 +118,40 @@ describe('fastify example, Redis up', () => {
     assert.ok(counter(families, 'redis_tb_limited_total', { limiter: 'api', policy: 'ip' }) >= 1);
     assert.equal(counter(families, 'redis_tb_limited_total', { limiter: 'api', policy: 'orders' }), 1);
     assert.equal(counter(families, 'redis_tb_refunded_total', { limiter: 'api', policy: 'orders' }), 2);
-    assert.equal(counter(families, 'redis_tb_allowed_total', { limiter: 'login', policy: 'login' }), 5);
+    assert.equal(counter(families, 'redis_tb_allowed_total', { limiter: 'login', policy: 'login' }), 20);
     assert.equal(counter(families, 'redis_tb_limited_total', { limiter: 'login', policy: 'login' }), 1);
     const hist = families.find((f) => f.name === 'redis_tb_redis_call_duration_seconds');
     assert.equal(hist?.type, 'HISTOGRAM');
+  });
+});
+
+describe('fastify example, GET /stream and GET /search', () => {
+  test('SSE tokens, a streams slot (no w), tokens held and settled; a hold that never fits is a 429', async () => {
+    const c = as('198.51.100.30');
+    const r = await c('/stream?tokens=3&max_tokens=400');
+    assert.equal(r.status, 200);
+    assert.match(String(r.headers['content-type']), /^text\/event-stream/);
+    assert.equal(r.body, 'data: token-1\n\ndata: token-2\n\ndata: token-3\n\ndata: [DONE]\n\n');
+    assert.deepEqual(item(r.headers['ratelimit-policy'], 'streams'), { q: 2 });
+    assert.deepEqual(item(r.headers.ratelimit, 'streams'), { r: 1, t: 0 });
+    assert.ok(!sf(r.headers.ratelimit).some(([n]) => n === 'tokens'), "'tokens' is held by the handler (SPEC G1)");
+    // four holds of 400 fit in 1000 only because each settled its 3 (SPEC G3)
+    for (let i = 0; i < 3; i++) assert.equal((await c('/stream?tokens=3&max_tokens=400')).status, 200);
+    const never = await c('/stream?tokens=1&max_tokens=1001');
+    assert.equal(never.status, 429);
+    assert.deepEqual(never.json().violated_policies, ['tokens']);
+    assert.equal(never.json().retry_after, null);
+  });
+
+  test('a search costs a token per page; the shadow policy refuses nothing and is in no header', async () => {
+    const c = as('198.51.100.31');
+    const r = await c('/search?q=x&size=200');
+    assert.equal(r.status, 200);
+    assert.deepEqual(item(r.headers.ratelimit, 'search'), { r: 56, t: 4 });
+    const big = await c('/search?q=x&size=2750');
+    assert.equal(big.status, 200);
+    assert.ok(!sf(big.headers['ratelimit-policy']).some(([n]) => n === 'search-strict'));
+    assert.equal((await c('/healthz')).status, 200);
   });
 });
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from .address import ClientIP, ClientIp, ClientIpConfig
 from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError
-from .decision import Decision, Outcome, PolicyResult
+from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache
 from .headers import decision_headers, respond
 from .keys import Key
 from .limiter import BaseLimiter, Clock, LimiterStats, RateLimiter, SyncRateLimiter
-from .policy import Limit, Policy, per_day, per_hour, per_minute, per_second, tiered
+from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, per_day, per_hour, per_minute, per_second, tiered
 from .replies import Bucket, MultiReply, Reply, UnexpectedReplyError
 
 __all__ = [
@@ -32,6 +32,14 @@ __all__ = [
     "respond",
     "Decision",
     "DenyCache",
+    "Hold",
+    "HoldError",
+    "InFlightLimit",
+    "Lease",
+    "Settlement",
+    "StoreError",
+    "WindowLimit",
+    "check_policy_kinds",
     "Limit",
     "LimiterStats",
     "ModuleNotLoadedError",

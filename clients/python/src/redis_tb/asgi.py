@@ -7,19 +7,62 @@ contextvars behave, and there is no extra task per request.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, Collection, Sequence
 
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .client import StartupError
-from .decision import Decision
+from .decision import Decision, Hold
 from .keys import ClientIpKey, FixedKey, HeaderKey
-from .limiter import RateLimiter
-from .policy import Limit, Policy, check_policy_names, route_set
+from .limiter import BaseLimiter, RateLimiter
+from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, check_policy_names, route_set
 
-__all__ = ["RateLimitMiddleware", "route_template"]
+__all__ = ["HoldRefused", "RateLimitMiddleware", "hold_rejection", "route_template"]
+
+
+def hold_rejection(limiter: BaseLimiter, hold: Hold) -> Response | None:
+    """SPEC G2: the ready 429 of a refused hold (H1-H3's headers of its policy, P1's
+    body), or None when the hold was taken. ``return`` it from the handler."""
+    if hold.allowed:
+        return None
+    status, headers, body = limiter.hold_response(hold)
+    plain = {k: v for k, v in headers if k.lower() != "content-type"}
+    return Response(body, status_code=status, headers=plain, media_type="application/problem+json")
+
+
+class HoldRefused(Exception):
+    """Raise ``HoldRefused(limiter, hold)`` from a handler for a refused hold:
+    :class:`RateLimitMiddleware` answers it with the hold's 429 (SPEC G2) when the
+    response has not started."""
+
+    def __init__(self, limiter: BaseLimiter, hold: Hold) -> None:
+        super().__init__(f"hold refused by policy {hold.policy!r}")
+        self.limiter = limiter
+        self.hold = hold
+
+
+async def _renew_every(decision: Decision) -> None:
+    """SPEC N5: TB.RENEW every lease / 2 while the request runs (a failed renewal
+    tries again at the next tick; a lost lease stops it)."""
+    period = decision.lease_seconds / 2
+    while True:
+        await asyncio.sleep(period)
+        if not decision.lease_active:
+            return
+        await decision.renew()
+
+
+async def _end_lease(decision: Decision, renewer: asyncio.Task[None] | None) -> None:
+    """SPEC N4: stop renewing and release the lease once (shielded: a cancelled
+    request still releases)."""
+    if renewer is not None:
+        renewer.cancel()
+    if decision.lease is not None:
+        await asyncio.shield(decision.finish())
 
 
 def _match(routes: Sequence[Any], scope: Scope, prefix: str) -> str | None:
@@ -91,7 +134,7 @@ class RateLimitMiddleware:
     ) -> None:
         self.app = app
         self.limiter = limiter
-        self.policies = check_policy_names(policies)  # SPEC C1
+        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10
         self.limit_unmatched = limit_unmatched
         self.exclude = frozenset(route_set(exclude) or ())
         self._refund_on: Callable[[int], bool] = (
@@ -101,7 +144,7 @@ class RateLimitMiddleware:
         # hash_tag); the default identity reads the peer and headers off the scope.
         self._needs_request = limiter.hash_tag is not None or any(
             (p.key is not None and not isinstance(p.key, (ClientIpKey, HeaderKey, FixedKey)))
-            or not isinstance(p.limit, Limit)
+            or not isinstance(p.limit, (Limit, WindowLimit, InFlightLimit))
             or callable(p.cost)
             for p in self.policies
         )
@@ -147,26 +190,50 @@ class RateLimitMiddleware:
         extra: list[tuple[bytes, bytes]],
     ) -> None:
         status = 500
+        started = False
+        # SPEC N5: a lease is renewed every lease / 2 while the request runs
+        renewer = asyncio.create_task(_renew_every(decision)) if decision.lease_active else None
 
         async def send_with_headers(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
                 status = message["status"]
+                started = True
                 if extra:  # first, so the middleware's items lead any the app adds
-                    message["headers"] = [*extra, *message.get("headers", ())]
+                    own = message.get("headers", ())
+                    # a 429 with its own rate-limit headers (a refused hold's, SPEC G2)
+                    # keeps them alone
+                    if status != 429 or not any(k.lower() == b"ratelimit-policy" for k, _ in own):
+                        message["headers"] = [*extra, *own]
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 # Settle an automatic refund before the response completes: a client
                 # that has the response sees the bucket as refunded.
                 if self._refund_on(status):
                     await decision.refund()
+                # SPEC N4: the body is sent (a streamed body's last chunk included):
+                # the lease ends before the final message, so a client that has the
+                # whole response finds its slot free.
+                await _end_lease(decision, renewer)
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_headers)
+        except HoldRefused as refused:
+            if started:
+                raise
+            status, headers, body = refused.limiter.hold_response(refused.hold)
+            raw = _raw(headers) + [(b"content-length", str(len(body or b"")).encode())]
+            await _end_lease(decision, renewer)
+            await send({"type": "http.response.start", "status": status, "headers": raw})
+            await send({"type": "http.response.body", "body": body or b""})
         finally:
-            # The app failed before finishing its response (or never sent one).
-            if self._refund_on(status):
-                await decision.refund()
+            # The app failed before finishing its response (or never sent one), the
+            # client went away mid-response, or the task was cancelled (SPEC N4).
+            try:
+                if self._refund_on(status):
+                    await decision.refund()
+            finally:
+                await _end_lease(decision, renewer)
 
 
 async def _lifespan(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import enum
-from typing import Awaitable, Callable, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple
 
-__all__ = ["Decision", "Outcome", "PolicyResult"]
+if TYPE_CHECKING:
+    from .limiter import BaseLimiter
+
+__all__ = ["Decision", "Hold", "HoldError", "Lease", "Outcome", "PolicyResult", "Settlement", "StoreError"]
 
 
 class Outcome(str, enum.Enum):
@@ -34,7 +38,9 @@ class PolicyResult(NamedTuple):
     name: str
     key: str
     capacity: float
-    rate: float
+    #: tokens per second; a window's ``limit / seconds`` (SPEC W2); None for an
+    #: in-flight policy (N3)
+    rate: float | None
     cost: float
     #: this bucket alone had ``cost`` tokens
     allowed: bool
@@ -44,10 +50,128 @@ class PolicyResult(NamedTuple):
     reset_after: float
     #: an observed (shadow) policy: never refuses by itself, left out of the headers
     shadow: bool = False
+    #: ``"bucket"``, ``"window"`` (SPEC W2) or ``"in_flight"`` (N3)
+    kind: str = "bucket"
+    #: a window policy's window in seconds (its header's ``w``, W2)
+    window: float | None = None
 
     @property
     def never(self) -> bool:
         return self.retry_after < 0
+
+
+class StoreError(Exception):
+    """A call to the store failed (SPEC G3: a hold or a settlement that did not reach
+    Redis, or that the open breaker kept from it, B2). ``__cause__`` is the error."""
+
+
+class HoldError(ValueError):
+    """The application asked for a hold the check cannot take (SPEC G1): an estimate
+    or actual out of range, a ttl out of range, or a policy that is not a
+    ``settle_later`` policy of this check. Nothing was sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """SPEC N6: one request's lease on an in-flight policy's key."""
+
+    key: str
+    id: str
+    policy: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """SPEC G3: what ``hold.settle(actual)`` changed. ``settled`` is False for a hold
+    settled already, expired or refused (nothing changed); ``charged`` is what the
+    bucket changed by (``actual - estimate`` as the module bounded it)."""
+
+    settled: bool
+    remaining: float
+    charged: float
+    reset_after: float
+
+
+class Hold:
+    """SPEC G2: an estimate taken now from a ``settle_later`` policy's bucket (``id``
+    None when refused: nothing charged). Settle it once with :meth:`settle` (async)
+    or :meth:`settle_sync`; a hold never settled keeps its estimate charged until its
+    record expires (G4)."""
+
+    __slots__ = (
+        "allowed", "remaining", "retry_after", "reset_after", "id", "key", "policy",
+        "capacity", "rate", "estimate", "settlement", "_limiter",
+    )
+
+    def __init__(
+        self,
+        limiter: BaseLimiter,
+        *,
+        allowed: bool,
+        remaining: float,
+        retry_after: float,
+        reset_after: float,
+        id: str | None,
+        key: str,
+        policy: str,
+        capacity: float,
+        rate: float,
+        estimate: float,
+    ) -> None:
+        self.allowed = allowed
+        self.remaining = remaining
+        self.retry_after = retry_after
+        self.reset_after = reset_after
+        self.id = id
+        self.key = key
+        self.policy = policy
+        self.capacity = capacity
+        self.rate = rate
+        self.estimate = estimate
+        #: the settlement once settled (None before)
+        self.settlement: Settlement | None = None
+        self._limiter = limiter
+
+    @property
+    def result(self) -> PolicyResult:
+        """The hold as its policy's result (what a refused hold's 429 shows, G2)."""
+        return PolicyResult(
+            self.policy, self.key, self.capacity, self.rate, self.estimate, self.allowed,
+            self.remaining, self.retry_after, self.reset_after,
+        )
+
+    @property
+    def decision(self) -> Decision:
+        """A one-policy decision of the hold: limited when refused (SPEC G2), so
+        ``limiter.response(hold.decision)`` is its 429 (H1-H3, P1)."""
+        return Decision.of((self.result,))
+
+    def _unsettled(self) -> Settlement | None:
+        """The answer without a call: a refused hold, or one settled already (G3)."""
+        if self.id is None or self.settlement is not None:
+            return Settlement(False, self.remaining, 0.0, self.reset_after)
+        return None
+
+    async def settle(self, actual: float) -> Settlement:
+        """SPEC G3: TB.SETTLE with the actual cost (checked as a cost, C3)."""
+        self._limiter._check_actual(actual)
+        done = self._unsettled()
+        if done is not None:
+            return done
+        out: Settlement = await self._limiter._settle(self, actual)  # type: ignore[attr-defined]
+        return out
+
+    def settle_sync(self, actual: float) -> Settlement:
+        """:meth:`settle` for a hold of the synchronous path."""
+        self._limiter._check_actual(actual)
+        done = self._unsettled()
+        if done is not None:
+            return done
+        out: Settlement = self._limiter._settle_sync(self, actual)  # type: ignore[attr-defined]
+        return out
+
+    def __repr__(self) -> str:
+        return f"Hold({self.policy}, allowed={self.allowed}, id={self.id}, remaining={self.remaining:g})"
 
 
 Refunder = Callable[["Decision"], Awaitable[bool]]
@@ -71,7 +195,8 @@ class Decision:
 
     __slots__ = (
         "outcome", "allowed", "results", "error", "refunded", "shadow_limited", "from_cache",
-        "culprit", "_refunder", "_sync_refunder",
+        "culprit", "_refunder", "_sync_refunder", "lease", "_limiter", "_holdable", "_lease_state",
+        "_lease_owner", "_lease_ms",
     )
 
     def __init__(
@@ -98,6 +223,15 @@ class Decision:
         self.culprit = culprit
         self._refunder = refunder
         self._sync_refunder = sync_refunder
+        #: SPEC N6: the lease this request holds on its in-flight policy, or None
+        self.lease: Lease | None = None
+        self._limiter: BaseLimiter | None = None
+        #: SPEC G1: each settle_later policy's (key, capacity, rate) for this request
+        self._holdable: dict[str, tuple[str, float, float]] = {}
+        #: the lease: 0 none, 1 held, 2 lost (a renewal answered 0), 3 ended (N4)
+        self._lease_state = 0
+        self._lease_ms = 0
+        self._lease_owner: Decision | None = None
 
     @classmethod
     def of(cls, results: tuple[PolicyResult, ...]) -> Decision:
@@ -179,6 +313,85 @@ class Decision:
         self.refunded = True
         return self._sync_refunder(self)
 
+    # -- leases (SPEC N4, N5) -------------------------------------------------
+
+    @property
+    def lease_active(self) -> bool:
+        """A lease is held and has not ended (renewals are due, N5)."""
+        owner = self._lease_owner or self
+        return owner._lease_state == 1
+
+    @property
+    def lease_seconds(self) -> float:
+        """The lease's length in seconds (renew every half of it, SPEC N5); 0 without one."""
+        owner = self._lease_owner or self
+        return owner._lease_ms / 1000
+
+    async def finish(self) -> None:
+        """SPEC N4: the response is over (sent, disconnected, raised or cancelled):
+        release the lease, exactly once (later calls do nothing)."""
+        owner = self._lease_owner or self
+        if owner._lease_state in (1, 2) and owner._limiter is not None:
+            await owner._limiter._release(owner)  # type: ignore[attr-defined]
+
+    def finish_sync(self) -> None:
+        """:meth:`finish` for a decision of the synchronous path."""
+        owner = self._lease_owner or self
+        if owner._lease_state in (1, 2) and owner._limiter is not None:
+            owner._limiter._release_sync(owner)  # type: ignore[attr-defined]
+
+    async def renew(self) -> bool:
+        """SPEC N5: extend the lease (TB.RENEW) now; True when renewed, False when
+        nothing was sent (no lease, ended, lost) or it was lost or failed."""
+        owner = self._lease_owner or self
+        if owner._lease_state != 1 or owner._limiter is None:
+            return False
+        done: bool = await owner._limiter._renew(owner)  # type: ignore[attr-defined]
+        return done
+
+    def renew_sync(self) -> bool:
+        """:meth:`renew` for a decision of the synchronous path."""
+        owner = self._lease_owner or self
+        if owner._lease_state != 1 or owner._limiter is None:
+            return False
+        done: bool = owner._limiter._renew_sync(owner)  # type: ignore[attr-defined]
+        return done
+
+    # -- holds (SPEC G1-G4) ----------------------------------------------------
+
+    async def hold(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
+        """SPEC G1: take ``estimate`` now from the ``settle_later`` policy ``policy``'s
+        bucket for this request (TB.HOLD), settled later with ``hold.settle(actual)``.
+        Raises :class:`HoldError` (nothing sent) for an invalid estimate or ttl or a
+        policy that is not a settle_later policy of this check, :class:`StoreError`
+        when the call fails."""
+        key, capacity, rate, ttl_ms = self._hold_args(policy, estimate, ttl)
+        assert self._limiter is not None
+        out: Hold = await self._limiter._hold(policy, key, capacity, rate, estimate, ttl_ms)  # type: ignore[attr-defined]
+        return out
+
+    def hold_sync(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
+        """:meth:`hold` for a decision of the synchronous path."""
+        key, capacity, rate, ttl_ms = self._hold_args(policy, estimate, ttl)
+        assert self._limiter is not None
+        out: Hold = self._limiter._hold_sync(policy, key, capacity, rate, estimate, ttl_ms)  # type: ignore[attr-defined]
+        return out
+
+    def _hold_args(self, policy: str, estimate: float, ttl: float) -> tuple[str, float, float, int]:
+        from .policy import _is_number, _whole_ms, cost_ok
+
+        got = self._holdable.get(policy)
+        if got is None or self._limiter is None:
+            raise HoldError(f"policy {policy!r} is not a settle_later policy of this request's check")
+        if not cost_ok(estimate) or not estimate > 0:  # SPEC G1: a cost (C3), > 0
+            raise HoldError(f"policy {policy!r}: a hold's estimate must be > 0 and <= 2^53, got {estimate!r}")
+        if not _is_number(ttl) or not ttl > 0:
+            raise HoldError(f"a hold's ttl must be > 0 seconds, got {ttl!r}")
+        ttl_ms = _whole_ms(ttl)
+        if not 1 <= ttl_ms <= 31536000000:
+            raise HoldError(f"a hold's ttl must be >= 0.001 and <= 31536000 seconds, got {ttl!r}")
+        return got[0], got[1], got[2], ttl_ms
+
     def merged(self, other: Decision) -> Decision:
         """One decision for two checks of the same request (middleware + dependency)."""
         order = [
@@ -214,6 +427,11 @@ class Decision:
             culprit=self.culprit or other.culprit,
         )
         out.refunded = self.refunded and other.refunded
+        out._limiter = self._limiter or other._limiter
+        out._holdable = {**other._holdable, **self._holdable}
+        owner = self if (self._lease_owner or self).lease is not None else other
+        out.lease = owner.lease
+        out._lease_owner = owner._lease_owner or owner
         return out
 
     def __repr__(self) -> str:

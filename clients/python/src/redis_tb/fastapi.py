@@ -26,9 +26,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .decision import Decision
-from .limiter import RateLimiter
-from .policy import Policy, check_policy_names
+from .decision import Decision, Hold
+from .limiter import BaseLimiter, RateLimiter
+from .policy import Policy, check_policy_kinds, check_policy_names
 
 __all__ = ["RateLimit", "RateLimitExceeded", "install_problem_handler", "problem_handler"]
 
@@ -48,6 +48,13 @@ class RateLimitExceeded(HTTPException):
         self.decision = decision
         self.body = body
         self.media_type = next((v for k, v in headers if k.lower() == "content-type"), "application/problem+json")
+
+    @classmethod
+    def for_hold(cls, limiter: BaseLimiter, hold: Hold) -> "RateLimitExceeded":
+        """SPEC G2: the 429 of a refused hold (``raise RateLimitExceeded.for_hold(
+        limiter, hold)``): H1-H3's headers of the hold's policy and P1's body."""
+        status, headers, body = limiter.hold_response(hold)
+        return cls(hold.decision, status, body or b"", headers)
 
 
 async def problem_handler(request: Request, exc: Exception) -> Response:
@@ -79,7 +86,14 @@ class RateLimit:
 
     def __init__(self, limiter: RateLimiter, policies: Sequence[Policy]) -> None:
         self.limiter = limiter
-        self.policies = check_policy_names(policies)  # SPEC C1
+        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10
+        if any(p.kind == "in_flight" for p in self.policies):
+            # SPEC N4: a lease ends when the response is finished, which only the
+            # middleware sees; a dependency returns before the response exists.
+            raise ValueError(
+                "an in-flight policy belongs on RateLimitMiddleware (its lease ends with the "
+                "response), not on a RateLimit dependency"
+            )
 
     async def __call__(self, request: Request, response: Response) -> Decision:
         decision = await self.limiter.check(request, self.policies, _route_of(request))

@@ -120,10 +120,13 @@ def retry_after_seconds(retry_after: float) -> int | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _policy_item(name: str, capacity: float, rate: float) -> str:
+def _policy_item(name: str, capacity: float, rate: float | None, seconds: float | None = None) -> str:
     item = Item(name)
     item.params["q"] = quota(capacity)
-    item.params["w"] = window(capacity, rate)
+    if seconds is not None:  # SPEC W2: a window's w is its window, at least 1
+        item.params["w"] = window(seconds, 1.0)
+    elif rate is not None:  # SPEC N3: an in-flight policy (rate None) has no w
+        item.params["w"] = window(capacity, rate)
     out = List()
     out.append(item)
     return str(out)
@@ -140,8 +143,8 @@ def ratelimit_policy(results: Sequence[PolicyResult]) -> str:
     """``RateLimit-Policy: "perhour";q=1000;w=3600, "persec";q=10;w=1``"""
     if len(results) == 1:
         r = results[0]
-        return _policy_item(r.name, r.capacity, r.rate)
-    return ", ".join([_policy_item(r.name, r.capacity, r.rate) for r in results])
+        return _policy_item(r.name, r.capacity, r.rate, r.window)
+    return ", ".join([_policy_item(r.name, r.capacity, r.rate, r.window) for r in results])
 
 
 def ratelimit(results: Sequence[PolicyResult]) -> str:

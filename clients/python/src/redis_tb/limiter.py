@@ -62,6 +62,7 @@ import inspect
 import logging
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast
@@ -73,16 +74,24 @@ import redis.exceptions
 from .address import ClientIpConfig, HeaderGetter
 from .breaker import CALL, PROBE, SKIP, Breaker
 from .client import AsyncClient, Client, ModuleNotLoadedError, StartupError
-from .decision import Decision, Outcome, PolicyResult
+from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache, DenyEntry
 from .headers import Response, decision_headers, respond
 from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded
 from .metrics import Metrics
-from .policy import Limit, Policy, cost_ok, limit_ok
+from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
 from .replies import (
+    AcquireValues,
     Bucket,
     UnexpectedReplyError,
+    acquire_reader,
+    acquire_values,
     encode_arg,
+    hold_values,
+    packed,
+    pair_values,
+    read_resp,
+    settle_values,
     mtake_reader,
     mtake_values,
     take_reader,
@@ -183,20 +192,48 @@ class LimiterStats:
     deny_cache_hits: int = 0
     #: requests whose cost or limit function gave a value out of range (SPEC L3)
     invalid_inputs: int = 0
+    #: leases this process holds now (SPEC M2: up at a grant, down when it ends, N4)
+    leases_in_flight: int = 0
+    #: leases that ended without a release (a TB.RELEASE or TB.RENEW answered 0, M2)
+    leases_expired: int = 0
+    #: holds taken (TB.HOLD granted, SPEC G1)
+    holds: int = 0
+    #: holds settled (TB.SETTLE answered 1, G3)
+    settlements: int = 0
+
+
+_BUCKET, _WINDOW, _IN_FLIGHT, _SETTLE = "bucket", "window", "in_flight", "settle_later"
 
 
 class _Plan:
-    """One policy's charge for one request (internal; built on every request)."""
+    """One policy's charge for one request (internal; built on every request).
+    ``kind``: a bucket, a window (W2: ``window`` its seconds, ``mode``), an in-flight
+    slot (N2: ``lease_ms``) or a settle_later policy kept for a hold (G1)."""
 
-    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow")
+    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow", "kind", "window", "mode", "lease_ms")
 
-    def __init__(self, policy: Policy, key: str, capacity: float, rate: float, cost: float, shadow: bool) -> None:
+    def __init__(
+        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
+        kind: str = _BUCKET,
+    ) -> None:
         self.policy = policy
         self.key = key
         self.capacity = capacity
         self.rate = rate
         self.cost = cost
         self.shadow = shadow
+        self.kind = kind
+        self.window: float | None = None
+        self.mode = ""
+        self.lease_ms = 0
+
+    def result(
+        self, allowed: bool, remaining: float, retry_after: float, reset_after: float
+    ) -> PolicyResult:
+        return PolicyResult(
+            self.policy.name, self.key, self.capacity, self.rate, self.cost, allowed, remaining,
+            retry_after, reset_after, self.shadow, self.kind, self.window,
+        )
 
 
 class _Early:
@@ -242,7 +279,8 @@ def _no_headers(name: str) -> Sequence[str]:
     return ()
 
 
-_PLAIN = (str, int, float, Limit, type(None))
+_PLAIN = (str, int, float, Limit, WindowLimit, InFlightLimit, type(None))
+_LIMITS = (Limit, WindowLimit, InFlightLimit)
 
 
 def _pending(value: object) -> bool:
@@ -335,6 +373,7 @@ class BaseLimiter:
         self._unlogged = 0
         self._shadow_log: dict[str, tuple[float, int]] = {}
         self._invalid_log: dict[str, tuple[float, int]] = {}
+        self._lease_log: dict[str, tuple[float, int]] = {}
         # Encoded once: each (capacity, rate, cost) shape.
         self._shapes: dict[tuple[float, float, float], bytes] = {}
 
@@ -431,15 +470,27 @@ class BaseLimiter:
             if not identity:  # None or "": skipped (SPEC I1)
                 continue
             limit = p.limit
-            if not isinstance(limit, Limit):
+            if not isinstance(limit, _LIMITS):
                 limit = limit(request)
                 if _pending(limit):
                     limit = yield limit
                 limit = p.checked_limit(limit)
                 if limit is None:
                     continue
-                if not limit_ok(limit.capacity, limit.rate):  # SPEC L3
+                if type(limit) is Limit and not limit_ok(limit.capacity, limit.rate):  # SPEC L3
                     return _Early(Outcome.INVALID_INPUT, p.name)
+            kind = p.kind
+            if kind != _BUCKET or p.settle_later:
+                per_route = matched if p.per_route else None
+                key = keys.key(p.name, identity, route=per_route, tag=tag or None)
+                if p.settle_later:  # SPEC G1: resolved now, charged by the handler's hold
+                    plans.append(_Plan(p, key, limit.capacity, limit.rate, 0, False, _SETTLE))
+                    continue
+                if kind == _IN_FLIGHT:  # SPEC N2, N3: cost one slot
+                    plan = _Plan(p, key, float(limit.limit), None, 1, self.shadow or p.shadow, _IN_FLIGHT)
+                    plan.lease_ms = limit.lease_ms
+                    plans.append(plan)
+                    continue
             cost = p.cost
             if callable(cost):
                 cost = cost(request)
@@ -447,6 +498,12 @@ class BaseLimiter:
                     cost = yield cost
                 if not cost_ok(cost):  # SPEC L3
                     return _Early(Outcome.INVALID_INPUT, p.name)
+            if kind == _WINDOW:  # SPEC W2: capacity n, rate n / seconds
+                plan = _Plan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow, _WINDOW)
+                plan.window = limit.seconds
+                plan.mode = "FIXED" if limit.mode == "fixed" else "SLIDING"
+                plans.append(plan)
+                continue
             per_route = matched if p.per_route else None
             if tag:
                 key = keys.key(p.name, identity, route=per_route, tag=tag)
@@ -522,17 +579,15 @@ class BaseLimiter:
         stale_after = 2 * self.timeout
         hits: list[PolicyResult] = []
         for pl in plans:
-            if pl.shadow:
+            if pl.shadow or pl.kind == _IN_FLIGHT:  # SPEC R10: in-flight refusals are never cached
                 continue
+            assert pl.rate is not None
             e, probe = cache.claim(pl.key, pl.capacity, pl.rate, pl.cost, now, stale_after)
             if probe is not None:
                 probes.append((pl.key, probe))
             elif e is not None:
                 # while another request probes Redis, deny-until has passed: retry_after 0
-                hits.append(PolicyResult(
-                    pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, False, 0.0,
-                    max(0.0, e.deny_until - now), max(0.0, e.reset_at - now),
-                ))
+                hits.append(pl.result(False, 0.0, max(0.0, e.deny_until - now), max(0.0, e.reset_at - now)))
         if not hits:
             return None
         # refused locally after all: the entries claimed above were not probed
@@ -556,9 +611,40 @@ class BaseLimiter:
                 cache.end_probe(key, marked, keep=keep)
         probes.clear()
 
+    def _special(self, plans: list[_Plan]) -> tuple[str, _Plan | None]:
+        """The call's command when it is not TB.TAKE / TB.MTAKE: ``("TB.ACQUIRE",
+        in-flight plan)`` (N2) or ``("TB.WINDOW", plan)`` (W2); else ``("", None)``."""
+        for pl in plans:
+            if pl.kind == _IN_FLIGHT:
+                return "TB.ACQUIRE", pl
+            if pl.kind == _WINDOW:
+                return "TB.WINDOW", pl
+        return "", None
+
     def _command(self, plans: list[_Plan]) -> bytes:
         """SPEC L4: TB.TAKE for one plan, else TB.MTAKE in policy order, RESP-encoded;
-        each shape's numbers encoded once."""
+        each shape's numbers encoded once. A window plan is TB.WINDOW (W2); an
+        in-flight plan makes it TB.ACQUIRE, with TAKE and the buckets in policy order
+        when there are any (N2)."""
+        what, special = self._special(plans)
+        if special is not None:
+            if what == "TB.WINDOW":
+                now = None if self.redis_now is None else self.redis_now()
+                assert special.window is not None
+                args: list[Any] = ["TB.WINDOW", special.key, special.capacity, special.window, special.cost]
+                if now is not None:
+                    args.append(now)
+                args.append(special.mode)
+                return packed(*args)
+            buckets = [pl for pl in plans if pl is not special]
+            args = ["TB.ACQUIRE", special.key, int(special.capacity), special.lease_ms]
+            if buckets:  # no now: TB.ACQUIRE is on the server's clock
+                args += ["TAKE", len(buckets)]
+                args += [pl.key for pl in buckets]
+                for pl in buckets:
+                    assert pl.rate is not None
+                    args += [pl.capacity, pl.rate, pl.cost]
+            return packed(*args)
         now = None if self.redis_now is None else self.redis_now()
         n = len(plans)
         shapes = self._shapes
@@ -570,6 +656,7 @@ class BaseLimiter:
             key = pl.key.encode()
             parts.append(b"$%d\r\n%s\r\n" % (len(key), key))
         for pl in plans:
+            assert pl.rate is not None  # buckets only here
             shape = (pl.capacity, pl.rate, pl.cost)
             enc = shapes.get(shape)
             if enc is None:
@@ -581,27 +668,48 @@ class BaseLimiter:
             parts.append(encode_arg(now))
         return b"".join(parts)
 
-    def _after_error(self, exc: BaseException, started: float | None, n: int = 2) -> Decision:
+    def _after_error(self, exc: BaseException, started: float | None, n: int = 2, what: str = "") -> Decision:
         if self.metrics is not None and started is not None:
             self.metrics.redis_call(time.perf_counter() - started)
-        self._failed(exc, "TB.TAKE" if n == 1 else "TB.MTAKE")
+        self._failed(exc, what or ("TB.TAKE" if n == 1 else "TB.MTAKE"))
         return self._degraded(exc)
 
-    def _after_reply(
-        self, plans: list[_Plan], values: tuple[bool, list[tuple[bool, float, float, float]]], started: float
-    ) -> Decision:
+    def _after_reply(self, plans: list[_Plan], values: Any, started: float) -> Decision:
         if self.metrics is not None:
             self.metrics.redis_call(time.perf_counter() - started)
         self.breaker.succeeded()  # SPEC B3: success closes the breaker
+        if type(values) is AcquireValues:
+            return self._acquired(plans, values)
         return self._decision(plans, values[0], values[1])
+
+    def _acquired(self, plans: list[_Plan], v: AcquireValues) -> Decision:
+        """SPEC N3: TB.ACQUIRE's reply as the policies' results, in policy order, and
+        the lease when granted."""
+        per_key: list[tuple[bool, float, float, float]] = []
+        buckets = iter(v.buckets)
+        slot: _Plan | None = None
+        for pl in plans:
+            if pl.kind == _IN_FLIGHT:
+                slot = pl
+                free = v.granted or v.in_flight < pl.capacity  # refused by a bucket only: the slot was free
+                wait = 0.0 if v.granted else v.ms / 1000
+                per_key.append((free, max(0.0, pl.capacity - v.in_flight), wait, wait))
+            else:
+                per_key.append(next(buckets))
+        d = self._decision(plans, v.granted, per_key)
+        if v.granted and v.id is not None and slot is not None:
+            d.lease = Lease(slot.key, v.id, slot.policy.name)
+            d._lease_state = 1
+            d._lease_ms = slot.lease_ms
+            self.stats.leases_in_flight += 1
+            if self.metrics is not None:
+                self.metrics.lease_started(slot.policy.name)
+        return d
 
     def _decision(
         self, plans: list[_Plan], allowed: bool, per_key: list[tuple[bool, float, float, float]]
     ) -> Decision:
-        results = tuple([
-            PolicyResult(pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, r[0], r[1], r[2], r[3], pl.shadow)
-            for pl, r in zip(plans, per_key)
-        ])
+        results = tuple([pl.result(r[0], r[1], r[2], r[3]) for pl, r in zip(plans, per_key)])
         m = self.metrics
         if allowed:
             self.stats.allowed += 1
@@ -622,10 +730,11 @@ class BaseLimiter:
                 for r in violated:
                     m.limited(r.name)
             cache = self.deny_cache
-            if cache is not None:  # SPEC R1
+            if cache is not None:  # SPEC R1 (never an in-flight refusal, R10)
                 now = self._cache_now()
                 for r in violated:
-                    cache.add(r.key, r.capacity, r.rate, r.cost, r.retry_after, r.reset_after, now)
+                    if r.rate is not None and r.kind != _IN_FLIGHT:
+                        cache.add(r.key, r.capacity, r.rate, r.cost, r.retry_after, r.reset_after, now)
             return Decision(Outcome.LIMITED, False, results, shadow_limited=shadowed)
         # SPEC S2: only shadow policies refused: the request goes on, uncharged (all or
         # nothing), so it is not counted in ``allowed``: nothing was taken.
@@ -637,8 +746,8 @@ class BaseLimiter:
         ``(cost - remaining) / rate`` s, exactly what Redis would answer until then
         (absent refunds)."""
         now = self._cache_now()
-        for r in results:
-            if not r.shadow and r.cost > 0 and r.rate > 0 and r.remaining < r.cost:
+        for r in results:  # buckets only (SPEC R10, W3)
+            if not r.shadow and r.kind == _BUCKET and r.cost > 0 and r.rate and r.remaining < r.cost:
                 cache.add(r.key, r.capacity, r.rate, r.cost, (r.cost - r.remaining) / r.rate, r.reset_after, now)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
@@ -694,7 +803,11 @@ class BaseLimiter:
     def _refund_buckets(self, decision: Decision) -> tuple[list[Bucket], int] | None:
         """SPEC F1, B2, B3: the buckets to refund and the breaker's answer, or None
         (nothing charged, or the breaker open: counted in ``refund_errors``)."""
-        buckets = [Bucket(r.key, r.capacity, r.rate, r.cost) for r in decision.results if r.cost > 0]
+        # SPEC F3: the bucket policies only (never a window or an in-flight policy)
+        buckets = [
+            Bucket(r.key, r.capacity, r.rate, r.cost)
+            for r in decision.results if r.cost > 0 and r.kind == _BUCKET and r.rate is not None
+        ]
         if not buckets:
             return None
         way = self._acquire()
@@ -718,12 +831,130 @@ class BaseLimiter:
             m.redis_call(time.perf_counter() - started)
         cache = self.deny_cache
         for r in decision.results:
-            if r.cost > 0:
+            if r.cost > 0 and r.kind == _BUCKET:
                 if m is not None:
                     m.refunded(r.name)
                 if cache is not None:  # SPEC R8
                     cache.discard(r.key)
         return True
+
+    # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
+
+    def _split(self, plans: list[_Plan] | _Early) -> tuple[list[_Plan] | _Early, dict[str, tuple[str, float, float]]]:
+        """The plans of the call, and the settle_later policies kept for holds (G1)."""
+        if type(plans) is _Early:
+            return plans, {}
+        assert isinstance(plans, list)
+        if not any(pl.kind == _SETTLE for pl in plans):
+            return plans, {}
+        holdable: dict[str, tuple[str, float, float]] = {}
+        for pl in plans:
+            if pl.kind == _SETTLE:
+                assert pl.rate is not None
+                holdable[pl.policy.name] = (pl.key, pl.capacity, pl.rate)
+        return [pl for pl in plans if pl.kind != _SETTLE], holdable
+
+    def _own(self, d: Decision, holdable: dict[str, tuple[str, float, float]]) -> Decision:
+        d._limiter = self
+        if holdable:
+            d._holdable = holdable
+        return d
+
+    def _lease_ended(self, d: Decision) -> bool:
+        """SPEC N4, M2: the lease ends now (once); True when a release is to be sent
+        (it was not lost)."""
+        held = d._lease_state == 1
+        d._lease_state = 3
+        self.stats.leases_in_flight -= 1
+        if self.metrics is not None and d.lease is not None:
+            self.metrics.lease_ended(d.lease.policy)
+        return held
+
+    def _lease_gone(self, d: Decision, what: str) -> None:
+        """SPEC N4, N5, M2: a TB.RELEASE or TB.RENEW answered 0: the lease had expired."""
+        self.stats.leases_expired += 1
+        policy = d.lease.policy if d.lease is not None else ""
+        if self.metrics is not None:
+            self.metrics.lease_expired(policy)
+        self._log_once(
+            self._lease_log, policy,
+            "redis-tb: a lease of in-flight policy '%s' had expired before its " + what
+            + " (%d since the last line): renew it within its lease",
+        )
+
+    def _release_command(self, d: Decision) -> bytes:
+        assert d.lease is not None
+        return packed("TB.RELEASE", d.lease.key, d.lease.id)
+
+    def _renew_command(self, d: Decision) -> bytes:
+        assert d.lease is not None
+        return packed("TB.RENEW", d.lease.key, d.lease.id, d._lease_ms)
+
+    def _released(self, d: Decision, raw: Any) -> None:
+        self.breaker.succeeded()
+        if pair_values(raw, "TB.RELEASE", 2)[0] != 1:
+            self._lease_gone(d, "release")
+
+    def _renewed(self, d: Decision, raw: Any) -> bool:
+        self.breaker.succeeded()
+        if pair_values(raw, "TB.RENEW", 3)[0] == 1:
+            return True
+        if d._lease_state == 1:  # SPEC N5: lost: renewals stop, no release is sent
+            d._lease_state = 2
+            self._lease_gone(d, "renewal")
+        return False
+
+    def _check_actual(self, actual: object) -> None:
+        if not cost_ok(actual):  # SPEC G3: checked as a cost (C3)
+            raise HoldError(f"a settlement's actual cost must be >= 0 and <= 2^53, got {actual!r}")
+
+    def _store_way(self, what: str) -> int:
+        """The breaker's answer for a hold or a settlement: raises StoreError when
+        it is open (SPEC B2)."""
+        way = self._acquire()
+        if way == _SKIP:
+            raise StoreError(f"redis-tb: {what} not sent: Redis is skipped after a failure (breaker open)")
+        return way
+
+    def _hold_command(self, key: str, capacity: float, rate: float, estimate: float, ttl_ms: int) -> bytes:
+        return packed("TB.HOLD", key, capacity, rate, estimate, ttl_ms)
+
+    def _held(
+        self, policy: str, key: str, capacity: float, rate: float, estimate: float, raw: Any
+    ) -> Hold:
+        self.breaker.succeeded()
+        allowed, remaining, retry_after, reset_after, hold_id = hold_values(raw)
+        if allowed:
+            self.stats.holds += 1
+        return Hold(
+            self, allowed=allowed and hold_id is not None, remaining=remaining, retry_after=retry_after,
+            reset_after=reset_after, id=hold_id if allowed else None, key=key, policy=policy,
+            capacity=capacity, rate=rate, estimate=estimate,
+        )
+
+    def _settle_command(self, hold: Hold, actual: float) -> bytes:
+        assert hold.id is not None
+        return packed("TB.SETTLE", hold.key, hold.capacity, hold.rate, hold.id, actual)
+
+    def _settled(self, hold: Hold, raw: Any) -> Settlement:
+        self.breaker.succeeded()
+        settled, remaining, charged, reset_after = settle_values(raw)
+        if settled:
+            self.stats.settlements += 1
+        out = Settlement(settled, remaining, charged, reset_after)
+        hold.settlement = out
+        return out
+
+    def _store_failed(self, exc: BaseException, what: str) -> StoreError:
+        self._failed(exc, what)
+        err = StoreError(f"redis-tb: {what} failed: {exc or type(exc).__name__}")
+        err.__cause__ = exc
+        return err
+
+    def hold_response(self, hold: Hold) -> Response:
+        """SPEC G2: ``(status, headers, body)`` of a hold: 429 with H1-H3's headers of
+        its policy and P1's body when refused; 200 with its headers when taken."""
+        return self.response(hold.decision)
 
     # -- answering -------------------------------------------------------------
 
@@ -799,26 +1030,32 @@ class RateLimiter(BaseLimiter):
         ``headers`` feed the default identity and header keys (see the module
         docstring); left out, they are read from a Starlette ``request``.
         """
-        plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
+        plans, holdable = self._split(await _resolved(self._plan_steps(request, policies, route, peer, headers)))
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
-            return early
+            return self._own(early, holdable)
         assert isinstance(plans, list)
         try:
             command = self._command(plans)
+            what, special = self._special(plans)
             started = time.perf_counter()
             try:
-                reader = self._readers.get(len(plans))
-                if reader is None:
-                    reader = self._readers[len(plans)] = mtake_reader(len(plans))
+                if what == "TB.ACQUIRE":
+                    reader = acquire_reader(len(plans) - 1)
+                elif what == "TB.WINDOW":
+                    reader = take_reader
+                else:
+                    reader = self._readers.get(len(plans))  # type: ignore[assignment]
+                    if reader is None:
+                        reader = self._readers[len(plans)] = mtake_reader(len(plans))
                 values = await _bounded(self.client.call_packed(command, reader), self.timeout)
             except _STORE_ERRORS as exc:
-                return self._after_error(exc, started, len(plans))
+                return self._own(self._after_error(exc, started, len(plans), what), holdable)
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._after_reply(plans, values, started)
+            return self._own(self._after_reply(plans, values, started), holdable)
         finally:
             if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
                 self._probes_done(probes)
@@ -844,6 +1081,61 @@ class RateLimiter(BaseLimiter):
     def _redis_now(self) -> float | None:
         return None if self.redis_now is None else self.redis_now()
 
+    async def _call(self, command: bytes) -> Any:
+        return await _bounded(self.client.call_packed(command, read_resp), self.timeout)
+
+    async def _release(self, d: Decision) -> None:
+        """SPEC N4: TB.RELEASE once, with the timeout, never retried, not while the
+        breaker is open (B2); a failure is a store error (the lease expires)."""
+        if not self._lease_ended(d):
+            return
+        way = self._acquire()
+        if way == _SKIP:
+            return
+        try:
+            self._released(d, await self._call(self._release_command(d)))
+        except _STORE_ERRORS as exc:
+            self._failed(exc, "TB.RELEASE")
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    async def _renew(self, d: Decision) -> bool:
+        """SPEC N5: TB.RENEW; a lost lease stops renewals; a failure is a store error."""
+        way = self._acquire()
+        if way == _SKIP:
+            return False
+        try:
+            return self._renewed(d, await self._call(self._renew_command(d)))
+        except _STORE_ERRORS as exc:
+            self._failed(exc, "TB.RENEW")
+            return False
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    async def _hold(self, policy: str, key: str, capacity: float, rate: float, estimate: float, ttl_ms: int) -> Hold:
+        way = self._store_way("TB.HOLD")
+        try:
+            raw = await self._call(self._hold_command(key, capacity, rate, estimate, ttl_ms))
+            return self._held(policy, key, capacity, rate, estimate, raw)
+        except _STORE_ERRORS as exc:
+            raise self._store_failed(exc, "TB.HOLD") from exc
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    async def _settle(self, hold: Hold, actual: float) -> Settlement:
+        hold.settlement = Settlement(False, hold.remaining, 0.0, hold.reset_after)  # never twice (G3)
+        way = self._store_way("TB.SETTLE")
+        try:
+            return self._settled(hold, await self._call(self._settle_command(hold, actual)))
+        except _STORE_ERRORS as exc:
+            raise self._store_failed(exc, "TB.SETTLE") from exc
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
 
 class SyncRateLimiter(BaseLimiter):
     """:class:`RateLimiter` for synchronous code (Django under WSGI, threaded
@@ -860,6 +1152,7 @@ class SyncRateLimiter(BaseLimiter):
     def __init__(self, client: Client | redis.Redis, **options: Any) -> None:
         super().__init__(**options)
         self.client = client if isinstance(client, Client) else Client(client)
+        self._lease_lock = threading.Lock()
 
     def startup(self) -> None:
         """:meth:`RateLimiter.startup`, blocking (e.g. in Django's ``AppConfig.ready``)."""
@@ -885,24 +1178,29 @@ class SyncRateLimiter(BaseLimiter):
         headers: HeaderGetter | None = None,
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
-        plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
+        plans, holdable = self._split(_resolved_sync(self._plan_steps(request, policies, route, peer, headers)))
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
-            return early
+            return self._own(early, holdable)
         assert isinstance(plans, list)
         try:
             command = self._command(plans)
+            what, _ = self._special(plans)
             started = time.perf_counter()
             try:
                 raw = self.client.call_packed(command)
-                values = take_values(raw) if len(plans) == 1 else mtake_values(raw, len(plans))
+                values: Any
+                if what == "TB.ACQUIRE":
+                    values = acquire_values(raw, len(plans) - 1)
+                else:
+                    values = take_values(raw) if len(plans) == 1 else mtake_values(raw, len(plans))
             except _STORE_ERRORS as exc:
-                return self._after_error(exc, started, len(plans))
+                return self._own(self._after_error(exc, started, len(plans), what), holdable)
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._after_reply(plans, values, started)
+            return self._own(self._after_reply(plans, values, started), holdable)
         finally:
             if probes:  # refused: the reply renewed the entries; else they go
                 self._probes_done(probes)
@@ -924,3 +1222,59 @@ class SyncRateLimiter(BaseLimiter):
             if way == _PROBE:
                 self._probe_over()
         return self._refunded(decision, started)
+
+    def _release_sync(self, d: Decision) -> None:
+        """:meth:`RateLimiter._release`, blocking; once across threads (SPEC N4)."""
+        with self._lease_lock:
+            if d._lease_state not in (1, 2):
+                return
+            send = self._lease_ended(d)
+        if not send:
+            return
+        way = self._acquire()
+        if way == _SKIP:
+            return
+        try:
+            self._released(d, self.client.call_packed(self._release_command(d)))
+        except _STORE_ERRORS as exc:
+            self._failed(exc, "TB.RELEASE")
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    def _renew_sync(self, d: Decision) -> bool:
+        way = self._acquire()
+        if way == _SKIP:
+            return False
+        try:
+            raw = self.client.call_packed(self._renew_command(d))
+            with self._lease_lock:
+                return self._renewed(d, raw)
+        except _STORE_ERRORS as exc:
+            self._failed(exc, "TB.RENEW")
+            return False
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    def _hold_sync(self, policy: str, key: str, capacity: float, rate: float, estimate: float, ttl_ms: int) -> Hold:
+        way = self._store_way("TB.HOLD")
+        try:
+            raw = self.client.call_packed(self._hold_command(key, capacity, rate, estimate, ttl_ms))
+            return self._held(policy, key, capacity, rate, estimate, raw)
+        except _STORE_ERRORS as exc:
+            raise self._store_failed(exc, "TB.HOLD") from exc
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    def _settle_sync(self, hold: Hold, actual: float) -> Settlement:
+        hold.settlement = Settlement(False, hold.remaining, 0.0, hold.reset_after)  # never twice (G3)
+        way = self._store_way("TB.SETTLE")
+        try:
+            return self._settled(hold, self.client.call_packed(self._settle_command(hold, actual)))
+        except _STORE_ERRORS as exc:
+            raise self._store_failed(exc, "TB.SETTLE") from exc
+        finally:
+            if way == _PROBE:
+                self._probe_over()

@@ -56,6 +56,10 @@ class Metrics(Protocol):
     def store_error(self) -> None: ...
     def degraded(self) -> None: ...
     def redis_call(self, seconds: float) -> None: ...
+    # SPEC M2 (in-flight policies)
+    def lease_started(self, policy: str) -> None: ...
+    def lease_ended(self, policy: str) -> None: ...
+    def lease_expired(self, policy: str) -> None: ...
 
 
 class _Families:
@@ -63,7 +67,7 @@ class _Families:
     (prometheus_client refuses a second family of the same name in one registry)."""
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
-        from prometheus_client import Counter, Histogram
+        from prometheus_client import Counter, Gauge, Histogram
 
         kw: dict[str, Any] = {"registry": registry}
         per_policy = ("limiter", "policy")
@@ -96,6 +100,15 @@ class _Families:
         )
         self.degraded = Counter(
             "redis_tb_degraded", "Requests decided by the failure mode", ("limiter",), **kw
+        )
+        self.leases_in_flight = Gauge(  # SPEC M2
+            "redis_tb_leases_in_flight", "Leases of in-flight policies this process holds now",
+            per_policy, **kw,
+        )
+        self.leases_expired = Counter(
+            "redis_tb_leases_expired",
+            "Leases that ended without a release (a TB.RELEASE or TB.RENEW answered 0)",
+            per_policy, **kw,
         )
         self.duration = Histogram(
             "redis_tb_redis_call_duration_seconds",
@@ -133,6 +146,8 @@ class PrometheusMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, limiter: str = "default") -> None:
         self.name = limiter
+        #: the registry given (None: prometheus_client's default), for a sibling limiter's
+        self.registry = registry
         self._f = _families_of(registry)
         self._store_errors = self._f.store_errors.labels(limiter)
         self._degraded = self._f.degraded.labels(limiter)
@@ -172,3 +187,12 @@ class PrometheusMetrics:
 
     def redis_call(self, seconds: float) -> None:
         self._duration.observe(seconds)
+
+    def lease_started(self, policy: str) -> None:
+        self._child("leases_in_flight", policy).inc()
+
+    def lease_ended(self, policy: str) -> None:
+        self._child("leases_in_flight", policy).dec()
+
+    def lease_expired(self, policy: str) -> None:
+        self._child("leases_expired", policy).inc()

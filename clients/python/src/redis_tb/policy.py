@@ -9,6 +9,7 @@ latter only on the async path)."""
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, TypeVar, Union
@@ -17,6 +18,9 @@ from .address import ClientIpConfig
 from .keys import ClientIpKey, FnKey, Key
 
 __all__ = [
+    "InFlightLimit",
+    "WindowLimit",
+    "check_policy_kinds",
     "CostFunc",
     "KeyFunc",
     "Limit",
@@ -41,7 +45,7 @@ KeyFunc = Callable[[Any], Union[Awaitable[Union[str, None]], str, None]]
 #: request -> tokens this request costs (>= 0).
 CostFunc = Callable[[Any], Union[Awaitable[float], float]]
 #: request -> the limit for this request (plan tiers), or None to skip the policy.
-LimitFunc = Callable[[Any], Union[Awaitable[Union["Limit", None]], "Limit", None]]
+LimitFunc = Callable[[Any], Any]
 #: request -> a plan name (tiers), or None.
 TierFunc = Callable[[Any], Union[Awaitable[Union[str, None]], str, None]]
 
@@ -89,6 +93,72 @@ async def resolve(value: Awaitable[T] | T) -> T:
     return value
 
 
+def _whole_ms(seconds: float) -> int:
+    """``ceil(seconds x 1000)``, a product within 1e-9 (relative) of a whole number
+    being that number (SPEC C9, G1: 0.0015 s is 2 ms, 0.007 s is 7 ms)."""
+    t = seconds * 1000
+    m = round(t)
+    if abs(t - m) <= 1e-9 * max(1.0, t):
+        return int(m)
+    return math.ceil(t)
+
+
+def _whole(x: object) -> bool:
+    return _is_number(x) and x == x and math.isfinite(x) and float(x).is_integer()  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowLimit:
+    """At most ``limit`` (costs) per aligned window of ``seconds`` (SPEC W1), checked
+    with TB.WINDOW; ``mode`` ``"sliding"`` (default) or ``"fixed"``. Built with
+    :meth:`Limit.window` and its helpers; checked when built (C8)."""
+
+    limit: int
+    seconds: float
+    mode: str = "sliding"
+
+    def __post_init__(self) -> None:
+        if not _whole(self.limit) or not 1 <= self.limit <= _MAX:  # SPEC C8
+            raise ValueError(f"window limit must be a whole number >= 1 and <= 2^53, got {self.limit!r}")
+        if not _is_number(self.seconds) or not 0.000001 <= self.seconds <= 1e12:
+            raise ValueError(f"window seconds must be >= 0.000001 and <= 1e12, got {self.seconds!r}")
+        if self.mode not in ("sliding", "fixed"):
+            raise ValueError(f"window mode must be 'sliding' or 'fixed', got {self.mode!r}")
+        object.__setattr__(self, "limit", int(self.limit))
+
+    @property
+    def capacity(self) -> float:
+        """SPEC W2: a window's ``capacity`` is its limit."""
+        return float(self.limit)
+
+    @property
+    def rate(self) -> float:
+        """SPEC W2: a window's ``rate`` is ``limit / seconds``."""
+        return self.limit / self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightLimit:
+    """At most ``limit`` requests in progress at once (SPEC N1), each holding a lease
+    of ``lease`` seconds (whole milliseconds, rounded up: ``lease_ms``). Built with
+    :meth:`Limit.in_flight`; checked when built (C9)."""
+
+    limit: int
+    lease: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not _whole(self.limit) or not 1 <= self.limit <= 10000:  # SPEC C9
+            raise ValueError(f"in-flight limit must be a whole number >= 1 and <= 10000, got {self.limit!r}")
+        if not _is_number(self.lease) or not 0.001 <= self.lease <= 31536000:
+            raise ValueError(f"lease must be >= 0.001 and <= 31536000 seconds, got {self.lease!r}")
+        object.__setattr__(self, "limit", int(self.limit))
+
+    @property
+    def lease_ms(self) -> int:
+        """SPEC C9: ``ceil(lease x 1000)``."""
+        return _whole_ms(self.lease)
+
+
 @dataclass(frozen=True, slots=True)
 class Limit:
     """A bucket's shape: ``capacity`` tokens (the burst), refilled at ``rate`` per second."""
@@ -134,6 +204,49 @@ class Limit:
     def per_day(cls, n: float) -> Limit:
         return cls.per_period(n, 86400)
 
+    @staticmethod
+    def window(n: int, seconds: float, mode: str = "sliding") -> WindowLimit:
+        """At most ``n`` per aligned window of ``seconds`` (SPEC W1): unlike
+        ``per_minute(n)`` (up to ``2n`` in its first minute), never more than ``n`` in
+        a window. ``mode``: ``"sliding"`` (default) or ``"fixed"``."""
+        return WindowLimit(n, seconds, mode)
+
+    @staticmethod
+    def window_per_second(n: int, mode: str = "sliding") -> WindowLimit:
+        return WindowLimit(n, 1, mode)
+
+    @staticmethod
+    def window_per_minute(n: int, mode: str = "sliding") -> WindowLimit:
+        return WindowLimit(n, 60, mode)
+
+    @staticmethod
+    def window_per_hour(n: int, mode: str = "sliding") -> WindowLimit:
+        return WindowLimit(n, 3600, mode)
+
+    @staticmethod
+    def window_per_day(n: int, mode: str = "sliding") -> WindowLimit:
+        return WindowLimit(n, 86400, mode)
+
+    @staticmethod
+    def in_flight(n: int, lease: float = 30) -> InFlightLimit:
+        """At most ``n`` requests of a key in progress at once (SPEC N1), each
+        holding a lease of ``lease`` seconds, renewed while it runs and released when
+        its response ends."""
+        return InFlightLimit(n, lease)
+
+
+#: what a policy's limit is: a bucket, a window (W) or an in-flight limit (N)
+AnyLimit = Union[Limit, WindowLimit, InFlightLimit]
+
+
+def limit_kind(limit: object) -> str:
+    """``"bucket"``, ``"window"`` or ``"in_flight"``."""
+    if isinstance(limit, WindowLimit):
+        return "window"
+    if isinstance(limit, InFlightLimit):
+        return "in_flight"
+    return "bucket"
+
 
 def route_set(routes: Iterable[str] | None) -> frozenset[str] | None:
     """Normalise ``"METHOD /template"`` strings (the method upper-cased)."""
@@ -172,12 +285,18 @@ class Policy:
     """
 
     name: str
-    limit: Limit | LimitFunc
+    limit: Limit | WindowLimit | InFlightLimit | LimitFunc
     key: KeyFunc | Key | ClientIpConfig | None = None
     cost: float | CostFunc = 1
     routes: Collection[str] | None = None
     per_route: bool = False
     shadow: bool = False
+    #: SPEC G1: not charged by the check; the handler holds an estimate and settles
+    #: the actual cost (``decision.hold(name, estimate)``). Needs a bucket limit (C10).
+    settle_later: bool = False
+    #: ``"bucket"``, ``"window"`` or ``"in_flight"``: the kind of this policy's limit
+    #: (a limit function's: the kind of its tiers, else ``"bucket"``); set from ``limit``
+    kind: str = field(default="bucket", init=False, repr=False, compare=False)
     #: one of ``routes`` is ``"* <template>"`` (every method, SPEC K5); set from ``routes``
     any_method: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -190,8 +309,16 @@ class Policy:
                 self.limit.checked()  # SPEC C2
             except ValueError as exc:
                 raise ValueError(f"policy {self.name!r}: {exc}") from None
+        elif isinstance(self.limit, (WindowLimit, InFlightLimit)):
+            pass  # checked when built (SPEC C8, C9)
         elif not callable(self.limit):
             raise TypeError(f"policy {self.name!r}: limit is a Limit or a function, got {self.limit!r}")
+        kind = limit_kind(self.limit) if not callable(self.limit) else getattr(self.limit, "_redis_tb_kind", "bucket")
+        object.__setattr__(self, "kind", kind)
+        if kind == "in_flight" and (callable(self.cost) or self.cost != 1):  # SPEC C9
+            raise ValueError(f"policy {self.name!r}: an in-flight policy has no cost (its cost is one slot)")
+        if self.settle_later and kind != "bucket":  # SPEC C10
+            raise ValueError(f"policy {self.name!r}: a settle_later policy needs a bucket limit, got a {kind} limit")
         key = self.key
         if isinstance(key, ClientIpConfig):
             object.__setattr__(self, "key", ClientIpKey(key))
@@ -221,18 +348,38 @@ class Policy:
                 return wild
         return None
 
-    async def limit_for(self, request: Any) -> Limit | None:
-        if isinstance(self.limit, Limit):
+    async def limit_for(self, request: Any) -> AnyLimit | None:
+        if isinstance(self.limit, (Limit, WindowLimit, InFlightLimit)):
             return self.limit
         return self.checked_limit(await resolve(self.limit(request)))
 
-    def checked_limit(self, out: object) -> Limit | None:
-        """What a limit function returned: a Limit or None (anything else is a
-        TypeError in the application's code). Its range is checked by the limiter
-        (SPEC L3)."""
-        if out is not None and not isinstance(out, Limit):
+    def checked_limit(self, out: object) -> AnyLimit | None:
+        """What a limit function returned: a limit of this policy's kind or None
+        (anything else is a TypeError in the application's code). A bucket's range is
+        checked by the limiter (SPEC L3)."""
+        if out is not None and (
+            not isinstance(out, (Limit, WindowLimit, InFlightLimit)) or limit_kind(out) != self.kind
+        ):
             raise TypeError(f"policy {self.name!r}: the limit function returned {out!r}")
         return out
+
+
+def check_policy_kinds(policies: Iterable[Policy]) -> tuple[Policy, ...]:
+    """SPEC C10: the kinds of limit of one limiter's policies mix only as one module
+    call can check them: at most one in-flight policy, and a window policy alone
+    (settle_later policies have bucket limits, checked by :class:`Policy`)."""
+    out = tuple(policies)
+    in_flight = [p.name for p in out if p.kind == "in_flight"]
+    if len(in_flight) > 1:
+        raise ValueError(f"at most one in-flight policy per limiter, got {in_flight}")
+    windows = [p.name for p in out if p.kind == "window"]
+    if windows and len(out) > 1:
+        raise ValueError(
+            f"window policy {windows[0]!r} must be the only policy of its limiter "
+            f"(no call checks a window with other limits), got {[p.name for p in out]}: "
+            "put it in a limiter of its own"
+        )
+    return out
 
 
 def _per(
@@ -314,7 +461,7 @@ def per_day(
 
 def tiered(
     name: str,
-    tiers: Mapping[str, Limit | None],
+    tiers: Mapping[str, AnyLimit | None],
     tier: TierFunc,
     *,
     default: str | None = None,
@@ -334,29 +481,33 @@ def tiered(
     """
     table = dict(tiers)
     for plan_name, lim in table.items():
-        if lim is not None:
+        if isinstance(lim, Limit):
             try:
                 lim.checked()  # SPEC C2, at configuration
             except ValueError as exc:
                 raise ValueError(f"policy {name!r}, tier {plan_name!r}: {exc}") from None
+    kinds = {limit_kind(lim) for lim in table.values() if lim is not None}
+    if len(kinds) > 1:  # SPEC C10
+        raise ValueError(f"policy {name!r}: the tiers are of one kind of limit, got {sorted(kinds)}")
     if default is not None and default not in table:
         raise ValueError(f"default tier {default!r} is not in the tiers")
 
-    def pick(plan: object) -> Limit | None:
+    def pick(plan: object) -> AnyLimit | None:
         if plan is None or plan not in table:
             plan = default
         return None if plan is None else table[plan]
 
-    async def wait_pick(pending: Awaitable[str | None]) -> Limit | None:
+    async def wait_pick(pending: Awaitable[str | None]) -> AnyLimit | None:
         return pick(await pending)
 
-    def limit(request: Any) -> Awaitable[Limit | None] | Limit | None:
+    def limit(request: Any) -> Awaitable[AnyLimit | None] | AnyLimit | None:
         # Synchronous when the tier function is (usable on the sync path too).
         plan = tier(request)
         if inspect.isawaitable(plan):
             return wait_pick(plan)
         return pick(plan)
 
+    limit._redis_tb_kind = kinds.pop() if kinds else "bucket"  # type: ignore[attr-defined]
     return Policy(
         name,
         limit,

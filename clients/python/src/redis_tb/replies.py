@@ -325,3 +325,97 @@ def take_reader(data: bytes) -> Any:
     if isinstance(value, RespError):
         return value
     return take_values(value)
+
+
+# -- TB.ACQUIRE, TB.RELEASE, TB.RENEW, TB.HOLD, TB.SETTLE (SPEC N, G) -----------------
+
+
+def _int_field(value: Any, what: str) -> int:
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as exc:
+        raise UnexpectedReplyError(f"not a number in a {what} reply: {value!r}") from exc
+    if out != out:
+        raise UnexpectedReplyError(f"NaN in a {what} reply")
+    return int(out)
+
+
+def _id_field(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if not isinstance(value, str):
+        raise UnexpectedReplyError(f"not an id in a {what} reply: {value!r}")
+    return value
+
+
+class AcquireValues(NamedTuple):
+    """TB.ACQUIRE's reply: the slot, then (with TAKE) the buckets in key order."""
+
+    granted: bool
+    in_flight: int
+    id: str | None
+    ms: int
+    buckets: list[tuple[bool, float, float, float]]
+
+
+def acquire_values(raw: Any, numkeys: int) -> AcquireValues:
+    """``[granted, in_flight, id or nil, ms]``, with TAKE then TB.MTAKE's aggregate and
+    per-bucket arrays (docs/commands.md, TB.ACQUIRE)."""
+    want = 4 if numkeys == 0 else 6
+    if not isinstance(raw, list) or len(raw) != want:
+        raise UnexpectedReplyError(f"expected a {want}-element TB.ACQUIRE reply, got {raw!r}")
+    buckets: list[tuple[bool, float, float, float]] = []
+    if numkeys:
+        _, buckets = mtake_values([*raw[4], raw[5]], numkeys)
+    return AcquireValues(
+        _int_field(raw[0], "TB.ACQUIRE") == 1, _int_field(raw[1], "TB.ACQUIRE"),
+        _id_field(raw[2], "TB.ACQUIRE"), _int_field(raw[3], "TB.ACQUIRE"), buckets,
+    )
+
+
+def acquire_reader(numkeys: int) -> Callable[[bytes], Any]:
+    """A reader of TB.ACQUIRE's reply from the bytes (an :class:`AcquireValues` or a
+    :class:`RespError`)."""
+
+    def read(data: bytes) -> Any:
+        value = read_resp(data)
+        if isinstance(value, RespError):
+            return value
+        return acquire_values(value, numkeys)
+
+    return read
+
+
+def pair_values(raw: Any, what: str, n: int) -> list[int]:
+    """TB.RELEASE's ``[released, in_flight]`` or TB.RENEW's ``[renewed, in_flight, ms]``."""
+    if not isinstance(raw, list) or len(raw) != n:
+        raise UnexpectedReplyError(f"expected a {n}-element {what} reply, got {raw!r}")
+    return [_int_field(v, what) for v in raw]
+
+
+def hold_values(raw: Any) -> tuple[bool, float, float, float, str | None]:
+    """TB.HOLD's reply: TB.TAKE's four fields and the hold id (or nil)."""
+    if not isinstance(raw, list) or len(raw) != 5:
+        raise UnexpectedReplyError(f"expected a 5-element TB.HOLD reply, got {raw!r}")
+    _, (four,) = take_values(raw[:4])
+    return four[0], four[1], four[2], four[3], _id_field(raw[4], "TB.HOLD")
+
+
+def settle_values(raw: Any) -> tuple[bool, float, float, float]:
+    """TB.SETTLE's ``[settled, remaining, charged, reset_after]``."""
+    if not isinstance(raw, list) or len(raw) != 4:
+        raise UnexpectedReplyError(f"expected a 4-element TB.SETTLE reply, got {raw!r}")
+    try:
+        out = (float(raw[0]) == 1, float(raw[1]), float(raw[2]), float(raw[3]))
+    except (TypeError, ValueError) as exc:
+        raise UnexpectedReplyError(f"not a number in a TB.SETTLE reply: {raw!r}") from exc
+    if out[1] != out[1] or out[2] != out[2] or out[3] != out[3]:
+        raise UnexpectedReplyError(f"NaN in a TB.SETTLE reply: {raw!r}")
+    return out
+
+
+def packed(*args: str | bytes | float) -> bytes:
+    """One command, RESP-encoded."""
+    return b"*%d\r\n" % len(args) + b"".join(encode_arg(a) for a in args)

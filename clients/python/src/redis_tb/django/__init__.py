@@ -13,7 +13,7 @@ Needs Django (``pip install redis-tb[django]``).
 from .conf import Config, DjangoPolicy, normalise_route, parse_config
 from .decorators import rate_limit, rate_limit_exempt
 from .middleware import RateLimitMiddleware
-from .runtime import DjangoRateLimit, RequestDecision, ViewLimit, get_rate_limit, reset, route_of
+from .runtime import DjangoRateLimit, RequestDecision, ViewLimit, get_rate_limit, hold_rejection, reset, route_of
 
 __all__ = [
     "Config",
@@ -23,6 +23,7 @@ __all__ = [
     "RequestDecision",
     "ViewLimit",
     "get_rate_limit",
+    "hold_rejection",
     "normalise_route",
     "parse_config",
     "rate_limit",

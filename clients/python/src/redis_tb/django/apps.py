@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 from django.apps import AppConfig
 
+from ..client import StartupError
 from .runtime import get_rate_limit
+
+#: The exit status of a failed start: gunicorn's "worker failed to boot" (its master then
+#: stops instead of starting the worker again and again); any other runner just exits.
+STARTUP_EXIT_STATUS = 3
 
 
 class RedisTbConfig(AppConfig):
@@ -17,7 +24,15 @@ class RedisTbConfig(AppConfig):
         answers without the module ("redis-tb module not loaded on <host:port>: load
         libredis_tb.so with loadmodule"), refuses COMMAND INFO (NOPERM), or is
         unreachable; with ``"START_DEGRADED": True`` an unreachable Redis is only
-        logged. ``"CHECK_MODULE": False`` skips the check."""
+        logged. ``"CHECK_MODULE": False`` skips the check.
+
+        The failure is that one line on stderr and ``SystemExit(3)``: Django calls
+        ``ready()`` while the server imports the application, and gunicorn, uvicorn and
+        ``manage.py`` print the full traceback of any other exception raised there."""
         rl = get_rate_limit()
         if rl.config.check_module:
-            rl.startup()
+            try:
+                rl.startup()
+            except StartupError as exc:
+                print(str(exc), file=sys.stderr, flush=True)
+                raise SystemExit(STARTUP_EXIT_STATUS) from None

@@ -16,6 +16,10 @@
         ],
     }
 
+A window policy (SPEC W) is ``{"NAME": "login", "WINDOW": {"LIMIT": 20, "SECONDS": 3600,
+"MODE": "sliding"}}``, an in-flight one (SPEC N) ``{"NAME": "streams", "IN_FLIGHT":
+{"LIMIT": 2, "LEASE": 2}}``, a held one (SPEC G) has ``"SETTLE_LATER": True``.
+
 Keys are case-insensitive (``"url"`` is ``"URL"``). Functions (``KEY``, ``COST``,
 ``LIMIT``, ``TIER``, ``HASH_TAG``, ``CLOCK``, ``REFUND_ON``) may be given as
 callables or as dotted paths to them; a policy entry may be a dict, a
@@ -33,7 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..keys import ClientIP
-from ..policy import Limit, Policy, tiered
+from ..policy import InFlightLimit, Limit, Policy, WindowLimit, tiered
 
 __all__ = ["Config", "DjangoPolicy", "normalise_route", "parse_config", "parse_policies"]
 
@@ -46,7 +50,7 @@ _TOP = {
 _PERIODS = {"PER_SECOND": 1, "PER_MINUTE": 60, "PER_HOUR": 3600, "PER_DAY": 86400}
 _POLICY = {
     "NAME", *_PERIODS, "CAPACITY", "RATE", "LIMIT", "TIERS", "TIER", "DEFAULT_TIER",
-    "KEY", "COST", "ROUTES", "URL_NAMES", "PER_ROUTE", "SHADOW",
+    "KEY", "COST", "ROUTES", "URL_NAMES", "PER_ROUTE", "SHADOW", "SETTLE_LATER", "WINDOW", "IN_FLIGHT",
 }
 
 
@@ -211,8 +215,24 @@ def _policy_from_dict(spec: Mapping[str, Any], index: int) -> DjangoPolicy:
         if isinstance(cost_spec, str) or callable(cost_spec)
         else _number(cost_spec, f"{what} COST")
     )
-    limit: Limit | Callable[..., Any]
-    if "TIERS" in d:
+    limit: Any
+    if "WINDOW" in d or "IN_FLIGHT" in d:
+        # SPEC W1 {"LIMIT": n, "SECONDS": s, "MODE": "sliding"}, N1 {"LIMIT": n, "LEASE": s}
+        kind = "WINDOW" if "WINDOW" in d else "IN_FLIGHT"
+        others = [k for k in (*_PERIODS, "CAPACITY", "RATE", "LIMIT", "TIERS", "WINDOW", "IN_FLIGHT") if k in d and k != kind]
+        spec = d[kind]
+        if others or not isinstance(spec, Mapping):
+            raise ImproperlyConfigured(f"REDIS_TB: {what}: {kind} is a dict (LIMIT, ...) and the policy's only limit")
+        sd = _upper(spec, f"{what} {kind}", {"LIMIT", "SECONDS", "MODE"} if kind == "WINDOW" else {"LIMIT", "LEASE"})
+        try:
+            if kind == "WINDOW":
+                mode = sd.get("MODE", "sliding")
+                limit = Limit.window(sd.get("LIMIT", 0), sd.get("SECONDS", 0), mode.lower() if isinstance(mode, str) else mode)
+            else:
+                limit = Limit.in_flight(sd.get("LIMIT", 0), sd.get("LEASE", 30))
+        except (ValueError, TypeError) as exc:
+            raise ImproperlyConfigured(f"REDIS_TB: {what}: {exc}") from exc
+    elif "TIERS" in d:
         if "TIER" not in d or any(k in d for k in (*_PERIODS, "CAPACITY", "RATE", "LIMIT")):
             raise ImproperlyConfigured(f"REDIS_TB: {what}: TIERS needs TIER (and no other limit)")
         tiers = d["TIERS"]
@@ -227,7 +247,7 @@ def _policy_from_dict(spec: Mapping[str, Any], index: int) -> DjangoPolicy:
         limit = built.limit
     elif "LIMIT" in d:
         spec_limit = d["LIMIT"]
-        if isinstance(spec_limit, Limit):
+        if isinstance(spec_limit, (Limit, WindowLimit, InFlightLimit)):  # SPEC W1, N1
             limit = spec_limit
         elif isinstance(spec_limit, Mapping):
             fixed = _limit(spec_limit, f"{what} LIMIT")
@@ -251,6 +271,7 @@ def _policy_from_dict(spec: Mapping[str, Any], index: int) -> DjangoPolicy:
             cost=cost,
             per_route=bool(d.get("PER_ROUTE", False)),
             shadow=bool(d.get("SHADOW", False)),
+            settle_later=bool(d.get("SETTLE_LATER", False)),
         )
     except ValueError as exc:
         raise ImproperlyConfigured(f"REDIS_TB: {what}: {exc}") from exc

@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponseBase
 from ..limiter import BaseLimiter
 from ..policy import CostFunc, KeyFunc, Limit, Policy
 from .conf import _func
-from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, get_rate_limit, route_of
+from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, end_with_response, get_rate_limit, route_of
 
 __all__ = ["rate_limit", "rate_limit_exempt"]
 
@@ -90,6 +90,7 @@ def rate_limit(
     per_route: bool = False,
     shadow: bool = False,
     fail_open: bool | None = None,
+    limiter: str | None = None,
 ) -> Callable[[V], V]:
     """Limit one view (sync or async).
 
@@ -97,7 +98,10 @@ def rate_limit(
     (``key``/``cost`` may be dotted paths); ``rate_limit(policy, policy2, ...)``
     takes :class:`~redis_tb.Policy` objects (``per_minute("name", 5, ...)``,
     ``tiered(...)``). ``fail_open`` overrides ``REDIS_TB["FAIL_OPEN"]`` for this
-    view's requests (``False`` for logins: 503 when Redis is down).
+    view's requests (``False`` for logins: 503 when Redis is down). ``limiter``
+    makes the view's policies a limiter of their own: checked in a call of their own
+    after the middleware's, labelled so in the metrics (a window policy is always
+    checked on its own, SPEC C10).
     """
     view_limit = ViewLimit(
         _build(
@@ -106,6 +110,7 @@ def rate_limit(
             capacity, rate, key, cost, per_route, shadow,
         ),
         fail_open,
+        limiter,
     )
 
     def decorate(view: V) -> V:
@@ -117,21 +122,21 @@ def rate_limit(
                     return await view(request, *args, **kwargs)
                 rl = get_rate_limit()
                 earlier = getattr(request, ATTR, None)
-                limiter: BaseLimiter
+                checker: BaseLimiter
                 if "wsgi.input" in request.META:
                     # An async view under WSGI runs in a short-lived event loop of its
                     # own (async_to_sync): redis.asyncio connections would not outlive
                     # it, so the check takes the sync path, in the request's thread.
-                    limiter, decision = await sync_to_async(rl.check_sync)(
-                        request, view_limit.policies, route_of(request), fail_open
+                    checker, decision = await sync_to_async(rl.check_sync)(
+                        request, view_limit.policies, route_of(request), fail_open, view_limit.limiter
                     )
                     on_loop = False
                 else:
-                    limiter, decision = await rl.check_async(
-                        request, view_limit.policies, route_of(request), fail_open
+                    checker, decision = await rl.check_async(
+                        request, view_limit.policies, route_of(request), fail_open, view_limit.limiter
                     )
                     on_loop = True
-                refused = rl.record(request, limiter, decision, is_async=on_loop)
+                refused = rl.record(request, checker, decision, is_async=on_loop)
                 if refused is not None:
                     if isinstance(earlier, RequestDecision):
                         await earlier.arefund()  # a refusal burns nothing
@@ -143,10 +148,14 @@ def rate_limit(
                 except BaseException:
                     if alone and rl.config.refund_on(500):
                         await current.arefund()
+                    if alone:
+                        await current.afinish()  # SPEC N4: the view raised
                     raise
-                rl.add_headers(response, current, limiter)
+                rl.add_headers(response, current, checker)
                 if alone and rl.config.refund_on(response.status_code):
                     await current.arefund()
+                if alone and end_with_response(response, current):  # SPEC N4
+                    await current.afinish()
                 return response
 
             setattr(async_wrapper, VIEW_ATTR, view_limit)
@@ -158,8 +167,10 @@ def rate_limit(
                 return view(request, *args, **kwargs)
             rl = get_rate_limit()
             earlier = getattr(request, ATTR, None)
-            limiter, decision = rl.check_sync(request, view_limit.policies, route_of(request), fail_open)
-            refused = rl.record(request, limiter, decision, is_async=False)
+            checker, decision = rl.check_sync(
+                request, view_limit.policies, route_of(request), fail_open, view_limit.limiter
+            )
+            refused = rl.record(request, checker, decision, is_async=False)
             if refused is not None:
                 if isinstance(earlier, RequestDecision):
                     earlier.refund()  # a refusal burns nothing
@@ -171,10 +182,14 @@ def rate_limit(
             except BaseException:
                 if alone and rl.config.refund_on(500):
                     current.refund()
+                if alone:
+                    current.finish()  # SPEC N4: the view raised
                 raise
-            rl.add_headers(response, current, limiter)
+            rl.add_headers(response, current, checker)
             if alone and rl.config.refund_on(response.status_code):
                 current.refund()
+            if alone and end_with_response(response, current):  # SPEC N4
+                current.finish()
             return response
 
         setattr(wrapper, VIEW_ATTR, view_limit)

@@ -25,7 +25,17 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from ..policy import Policy
-from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, DjangoRateLimit, RequestDecision, ViewLimit, get_rate_limit
+from .runtime import (
+    ATTR,
+    CHECKED,
+    SEEN,
+    VIEW_ATTR,
+    DjangoRateLimit,
+    RequestDecision,
+    ViewLimit,
+    end_with_response,
+    get_rate_limit,
+)
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -99,6 +109,10 @@ class RateLimitMiddleware:
         own: ViewLimit | None = getattr(view, VIEW_ATTR, None)
         if getattr(view, "rate_limit_exempt", False):
             return None  # a @rate_limit on it then checks its own policies alone
+        if own is not None and (own.limiter is not None or any(p.kind == "window" for p in own.policies)):
+            # a limiter of its own (SPEC C10: a window policy always is one): the view's
+            # @rate_limit checks its policies after this call of the configured ones
+            own = None
         selected = rl.select(request, own)
         if selected is None:
             return None  # a @rate_limit view then checks its own policies
@@ -117,7 +131,10 @@ class RateLimitMiddleware:
         try:
             response: HttpResponseBase = self.get_response(request)
         except BaseException:
-            self._refund_after_error_sync(request)
+            try:
+                self._refund_after_error_sync(request)
+            finally:
+                self._finish_sync(request)  # SPEC N4: the handler raised
             raise
         rl = get_rate_limit()
         if self._unmatched(request):
@@ -131,6 +148,8 @@ class RateLimitMiddleware:
             rl.add_headers(response, current, rl.sync_limiter())
             if rl.config.refund_on(response.status_code):
                 current.refund()
+            if end_with_response(response, current):  # SPEC N4: the whole body is there
+                current.finish()
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -139,8 +158,13 @@ class RateLimitMiddleware:
         get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
         try:
             response = await get_response(request)
-        except BaseException:
-            await self._refund_after_error_async(request)
+        except BaseException:  # the handler raised, or the client went away (cancelled)
+            try:
+                await self._refund_after_error_async(request)
+            finally:
+                current = getattr(request, ATTR, None)
+                if isinstance(current, RequestDecision):
+                    await current.afinish()  # SPEC N4
             raise
         rl = get_rate_limit()
         if self._unmatched(request):
@@ -153,11 +177,19 @@ class RateLimitMiddleware:
             rl.add_headers(response, current, rl.async_limiter())
             if rl.config.refund_on(response.status_code):
                 await current.arefund()
+            if end_with_response(response, current):  # SPEC N4: the whole body is there
+                await current.afinish()
         return response
 
     @staticmethod
     def _unmatched(request: HttpRequest) -> bool:
         return get_rate_limit().config.limit_unmatched and getattr(request, "resolver_match", None) is None
+
+    @staticmethod
+    def _finish_sync(request: HttpRequest) -> None:
+        current = getattr(request, ATTR, None)
+        if isinstance(current, RequestDecision):
+            current.finish()
 
     # With DEBUG_PROPAGATE_EXCEPTIONS (or a middleware below that re-raises) the view's
     # error reaches here instead of becoming a 500 response: treat it as a 500.

@@ -20,14 +20,14 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from ..client import AsyncClient, Client
-from ..decision import Decision, Outcome, PolicyResult
+from ..decision import Decision, Hold, Outcome, PolicyResult
 from ..deny_cache import DenyCache
 from ..limiter import BaseLimiter, RateLimiter, SyncRateLimiter
 from ..metrics import Metrics, PrometheusMetrics
-from ..policy import Policy
+from ..policy import Policy, check_policy_kinds
 from .conf import Config, parse_config
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "ViewLimit",
     "get_rate_limit",
     "header_getter",
+    "hold_rejection",
     "peer_of",
     "reset",
     "route_of",
@@ -108,16 +109,102 @@ class RequestDecision:
     back both.
     """
 
-    __slots__ = ("decision", "_parts")
+    __slots__ = ("decision", "_parts", "_renewers")
 
     def __init__(self, decision: Decision, is_async: bool) -> None:
         self.decision = decision
         self._parts: tuple[tuple[Decision, bool], ...] = ((decision, is_async),)
+        self._renewers: list[Any] = []
 
     def merged(self, other: Decision, is_async: bool) -> RequestDecision:
         out = RequestDecision(self.decision.merged(other), is_async)
         out._parts = (*self._parts, (other, is_async))
+        out._renewers = self._renewers
         return out
+
+    # -- leases (SPEC N4, N5) ----------------------------------------------------
+
+    @property
+    def lease(self) -> Any:
+        """SPEC N6: the lease of this request's in-flight policy, or None."""
+        for d, _ in self._parts:
+            if d.lease is not None:
+                return d.lease
+        return None
+
+    def start_renewing(self) -> None:
+        """SPEC N5: renew each lease every lease / 2 until :meth:`finish` (a thread
+        for a sync-path decision, a task on the event loop for an async one)."""
+        for d, was_async in self._parts:
+            if not d.lease_active or any(r[0] is d for r in self._renewers):
+                continue
+            period = d.lease_seconds / 2
+            if was_async:
+                self._renewers.append((d, asyncio.get_running_loop().create_task(_renew_every(d, period))))
+            else:
+                stop = threading.Event()
+                t = threading.Thread(target=_renew_sync_every, args=(d, period, stop), daemon=True, name="redis-tb-renew")
+                t.start()
+                self._renewers.append((d, stop))
+
+    def _stop_renewing(self) -> None:
+        for _, r in self._renewers:
+            if isinstance(r, threading.Event):
+                r.set()
+            else:
+                r.get_loop().call_soon_threadsafe(r.cancel)
+
+    def finish(self) -> None:
+        """SPEC N4: the response is over: stop renewing and release the lease once
+        (from sync code; later calls do nothing)."""
+        self._stop_renewing()
+        for d, was_async in self._parts:
+            if d.lease is None:
+                continue
+            if was_async:
+                if _in_event_loop():
+                    raise RuntimeError("request.rate_limit.finish() in an event loop: use `await afinish()`")
+                async_to_sync(d.finish)()
+            else:
+                d.finish_sync()
+
+    async def afinish(self) -> None:
+        """:meth:`finish` from async code."""
+        self._stop_renewing()
+        for d, was_async in self._parts:
+            if d.lease is None:
+                continue
+            if was_async:
+                await asyncio.shield(d.finish())
+            else:
+                await sync_to_async(d.finish_sync)()
+
+    # -- holds (SPEC G1-G3) ------------------------------------------------------
+
+    def _holder(self, policy: str) -> tuple[Decision, bool]:
+        for d, was_async in self._parts:
+            if policy in d._holdable:
+                return d, was_async
+        return self._parts[0]
+
+    def hold(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
+        """SPEC G1: hold ``estimate`` on the settle_later policy ``policy`` (sync
+        views; ``await ahold()`` in async views). Settle it with
+        ``hold.settle_sync(actual)`` (a hold of an async-path check: ``await
+        hold.settle(actual)``); :func:`hold_rejection` is a refused hold's 429."""
+        d, was_async = self._holder(policy)
+        if was_async:
+            if _in_event_loop():
+                raise RuntimeError("request.rate_limit.hold() in an event loop: use `await ahold()`")
+            return async_to_sync(d.hold)(policy, estimate, ttl)
+        return d.hold_sync(policy, estimate, ttl)
+
+    async def ahold(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
+        """:meth:`hold` for async views."""
+        d, was_async = self._holder(policy)
+        if was_async:
+            return await d.hold(policy, estimate, ttl)
+        return await sync_to_async(d.hold_sync)(policy, estimate, ttl)
 
     # -- the decision ------------------------------------------------------------
 
@@ -209,6 +296,68 @@ class RequestDecision:
         return repr(self.decision)
 
 
+async def _renew_every(d: Decision, period: float) -> None:
+    while True:
+        await asyncio.sleep(period)
+        if not d.lease_active:
+            return
+        await d.renew()
+
+
+def _renew_sync_every(d: Decision, period: float, stop: threading.Event) -> None:
+    while not stop.wait(period):
+        if not d.lease_active:
+            return
+        d.renew_sync()
+
+
+def hold_rejection(hold: Hold) -> HttpResponse | None:
+    """SPEC G2: the ready 429 of a refused hold (H1-H3's headers of its policy, P1's
+    body), or None when it was taken: ``return`` it from the view."""
+    if hold.allowed:
+        return None
+    status, headers, body = hold._limiter.hold_response(hold)
+    return HttpResponse(body, status=status, headers=dict(headers))
+
+
+def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
+    """SPEC N4 for a response that has a lease: a streamed response releases it
+    after its last chunk (or when it is closed: a client gone mid-stream); True
+    when the caller is to release it now (the whole body is there)."""
+    if rd.lease is None:
+        return False
+    response._resource_closers.append(rd.finish)  # type: ignore[attr-defined]  # the server closes every response
+    if not isinstance(response, StreamingHttpResponse):
+        return True
+    # the view's own iterator (streaming_content is a mapping over it), so that a
+    # client gone mid-stream closes the view's generator too (its finally runs)
+    content: Any = response._iterator  # type: ignore[attr-defined]
+    if response.is_async:
+
+        async def aiter_then_end() -> Any:
+            try:
+                async for chunk in content:
+                    yield chunk
+            finally:
+                try:
+                    if hasattr(content, "aclose"):
+                        await content.aclose()
+                finally:
+                    await rd.afinish()
+
+        response.streaming_content = aiter_then_end()
+    else:
+
+        def iter_then_end() -> Any:
+            try:
+                yield from content
+            finally:
+                rd.finish()
+
+        response.streaming_content = iter_then_end()
+    return False
+
+
 @dataclass(frozen=True, eq=False)
 class ViewLimit:
     """What ``@rate_limit`` put on a view: its policies and failure mode. The
@@ -216,6 +365,9 @@ class ViewLimit:
 
     policies: tuple[Policy, ...]
     fail_open: bool | None = None
+    #: a limiter of its own: the view's policies are checked in a call of their own,
+    #: with this ``limiter`` label in the metrics (SPEC M1)
+    limiter: str | None = None
 
 
 def _combined(configured: tuple[Policy, ...], own: tuple[Policy, ...]) -> tuple[Policy, ...]:
@@ -239,10 +391,10 @@ class DjangoRateLimit:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._lock = threading.Lock()
-        self._sync: dict[bool, SyncRateLimiter] = {}
+        self._sync: dict[tuple[bool, str | None], SyncRateLimiter] = {}
         self._sync_client: Client | None = None
         self._async: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[AsyncClient, dict[bool, RateLimiter]]
+            asyncio.AbstractEventLoop, tuple[AsyncClient, dict[tuple[bool, str | None], RateLimiter]]
         ] = weakref.WeakKeyDictionary()
         self._selected: dict[
             tuple[str | None, str | None, str | None, ViewLimit | None], tuple[Policy, ...]
@@ -250,12 +402,26 @@ class DjangoRateLimit:
         self.policies = tuple(p.policy for p in config.policies)
         #: one metrics object and one deny cache for every limiter of these settings
         self.metrics = _metrics(config.metrics, config.name)
+        self._labelled: dict[str, Metrics | None] = {}
         self.deny_cache = None if config.deny_cache is None else DenyCache(max_entries=config.deny_cache)
 
     # -- limiters ----------------------------------------------------------------
 
-    def options(self, fail_open: bool | None = None) -> dict[str, Any]:
-        """The core limiter's options from the settings (``fail_open`` overrides)."""
+    def _metrics_for(self, label: str | None) -> Metrics | None:
+        """The metrics of the limiter labelled ``label`` (None: the settings' one)."""
+        if label is None or label == self.config.name or self.metrics is None:
+            return self.metrics
+        found = self._labelled.get(label)
+        if found is None:
+            registry = getattr(self.metrics, "registry", None)
+            found = self._labelled[label] = (
+                PrometheusMetrics(registry, limiter=label) if isinstance(self.metrics, PrometheusMetrics) else self.metrics
+            )
+        return found
+
+    def options(self, fail_open: bool | None = None, label: str | None = None) -> dict[str, Any]:
+        """The core limiter's options from the settings (``fail_open`` overrides;
+        ``label`` names the limiter in the metrics)."""
         c = self.config
         return {
             "prefix": c.prefix,
@@ -268,14 +434,14 @@ class DjangoRateLimit:
             "legacy_reset": c.legacy_reset,
             "clock": c.clock,
             "shadow": c.shadow,
-            "metrics": self.metrics,
+            "metrics": self._metrics_for(label),
             "deny_cache": self.deny_cache,
             "start_degraded": c.start_degraded,
         }
 
-    def sync_limiter(self, fail_open: bool | None = None) -> SyncRateLimiter:
+    def sync_limiter(self, fail_open: bool | None = None, label: str | None = None) -> SyncRateLimiter:
         """The sync-path limiter (``fail_open`` overrides the setting: the decorator's)."""
-        key = self.config.fail_open if fail_open is None else fail_open
+        key = (self.config.fail_open if fail_open is None else fail_open, label)
         found = self._sync.get(key)
         if found is not None:
             return found
@@ -283,13 +449,13 @@ class DjangoRateLimit:
             if key not in self._sync:
                 if self._sync_client is None:
                     self._sync_client = Client.from_url(self.config.url, timeout=self.config.timeout)
-                self._sync[key] = SyncRateLimiter(self._sync_client, **self.options(fail_open))
+                self._sync[key] = SyncRateLimiter(self._sync_client, **self.options(fail_open, label))
             return self._sync[key]
 
-    def async_limiter(self, fail_open: bool | None = None) -> RateLimiter:
+    def async_limiter(self, fail_open: bool | None = None, label: str | None = None) -> RateLimiter:
         """The async-path limiter of the running event loop (``redis.asyncio``
         connections belong to one loop: an ASGI server has one for its life)."""
-        key = self.config.fail_open if fail_open is None else fail_open
+        key = (self.config.fail_open if fail_open is None else fail_open, label)
         loop = asyncio.get_running_loop()
         entry = self._async.get(loop)
         if entry is None:
@@ -298,7 +464,7 @@ class DjangoRateLimit:
         client, limiters = entry
         found = limiters.get(key)
         if found is None:
-            found = limiters[key] = RateLimiter(client, **self.options(fail_open))
+            found = limiters[key] = RateLimiter(client, **self.options(fail_open, label))
         return found
 
     def startup(self) -> None:
@@ -338,6 +504,10 @@ class DjangoRateLimit:
             found = tuple(p.policy for p in c.policies if p.applies(route, url_name, view_name))
             if view is not None:
                 found = _combined(found, view.policies)
+            try:
+                check_policy_kinds(found)  # SPEC C10: the policies of one call
+            except ValueError as exc:
+                raise ImproperlyConfigured(f"redis-tb: {exc}") from exc
             if len(self._selected) < 10_000:  # bounded by the URLconf; a cap all the same
                 self._selected[k] = found
         return route, found
@@ -355,8 +525,9 @@ class DjangoRateLimit:
         policies: Sequence[Policy],
         route: str | None,
         fail_open: bool | None = None,
+        label: str | None = None,
     ) -> tuple[SyncRateLimiter, Decision]:
-        limiter = self.sync_limiter(fail_open)
+        limiter = self.sync_limiter(fail_open, label)
         decision = limiter.check(request, policies, route, peer=peer_of(request), headers=header_getter(request))
         return limiter, decision
 
@@ -366,8 +537,9 @@ class DjangoRateLimit:
         policies: Sequence[Policy],
         route: str | None,
         fail_open: bool | None = None,
+        label: str | None = None,
     ) -> tuple[RateLimiter, Decision]:
-        limiter = self.async_limiter(fail_open)
+        limiter = self.async_limiter(fail_open, label)
         decision = await limiter.check(
             request, policies, route, peer=peer_of(request), headers=header_getter(request)
         )
@@ -384,11 +556,14 @@ class DjangoRateLimit:
             setattr(request, ATTR, RequestDecision(decision, is_async))
             return _problem_response(rejection)
         if isinstance(earlier, RequestDecision) and earlier.results:
-            setattr(request, ATTR, earlier.merged(decision, is_async))
+            current = earlier.merged(decision, is_async)
         elif isinstance(earlier, RequestDecision) and earlier.store_error:
-            setattr(request, ATTR, earlier.merged(decision, is_async))
+            current = earlier.merged(decision, is_async)
         else:  # nothing earlier, or the middleware's placeholder (no policy applied)
-            setattr(request, ATTR, RequestDecision(decision, is_async))
+            current = RequestDecision(decision, is_async)
+        setattr(request, ATTR, current)
+        if decision.lease is not None:
+            current.start_renewing()  # SPEC N5
         return None
 
     def add_headers(self, response: HttpResponseBase, decision: RequestDecision, limiter: BaseLimiter) -> None:
@@ -396,6 +571,8 @@ class DjangoRateLimit:
         when no policy applied; shadow policies are left out)."""
         if decision.outcome is not Outcome.ALLOWED:
             return
+        if response.status_code == 429 and response.has_header("RateLimit-Policy"):
+            return  # a 429 with its own rate-limit headers (a refused hold's, SPEC G2)
         for name, value in limiter.headers(decision.decision):
             response[name] = value
 

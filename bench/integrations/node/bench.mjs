@@ -1,0 +1,120 @@
+// Side-by-side measurement of the same Express app (server.mjs) with:
+//   none (no limiter), erl (express-rate-limit + rate-limit-redis), tb (redis-tb's
+//   Express middleware, one policy), tb3 (the same, three policies), and two floors: ping
+//   (one bare Redis PING per request on node-redis: the client library's one-round-trip
+//   floor) and rawping (one pre-encoded PING on a raw socket, no client library).
+// One redis-server with the module; one app process per variant (all started up front,
+// only one loaded at a time); several rounds alternating the variants' order; each
+// measurement is a throughput run (`--connections` keep-alive connections) and a latency
+// run (one connection: the time a request takes when nothing queues). redis-server and
+// the load generator are pinned to one core and the app to the other when the machine
+// has two or more (taskset). Writes bench/results/integrations-node.md (report.mjs).
+//
+//   node bench/integrations/node/bench.mjs [--rounds 5] [--seconds 3] [--latency-seconds 2]
+//                        [--connections 16] [--variants none,erl,tb,tb3,ping,rawping]
+//                        [--no-profile] [--no-micro] [--out FILE]
+import { spawn, execFileSync } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import fs from 'node:fs';
+import { writeReport } from './report.mjs';
+import {
+  args, children, commandCounts, here, lineFrom, pin, pinning, root, startRedis,
+} from './harness.mjs';
+
+const rounds = Number(args.rounds ?? 5);
+const seconds = Number(args.seconds ?? 3);
+const latSeconds = Number(args['latency-seconds'] ?? 2);
+const connections = Number(args.connections ?? 16);
+const variants = (args.variants ?? 'none,erl,tb,tb3,ping,rawping').split(',');
+const out = path.resolve(args.out ?? path.join(root, 'bench/results/integrations-node.md'));
+
+
+
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+/** CPU seconds (user + system) a process has used so far, from /proc. */
+function cpuSeconds(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
+}
+
+
+const { port: redisPort, redis } = await startRedis();
+const redisVersion = /v=(\S+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))[1];
+
+const apps = {};
+for (const v of variants) {
+  const [cmd, argv] = pin(0, process.execPath, [path.join(here, 'server.mjs')]);
+  const child = spawn(cmd, argv, {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, VARIANT: v, REDIS_URL: `redis://127.0.0.1:${redisPort}`, PORT: '0', NODE_ENV: 'production' },
+  });
+  children.push(child);
+  const m = await lineFrom(child, /listening (\d+)/, `app (${v})`);
+  apps[v] = { port: Number(m[1]), child };
+}
+
+function load(port, conns, secs, warm) {
+  const [cmd, argv] = pin(1, process.execPath, [path.join(here, 'loadgen.mjs'), String(port), String(conns), String(secs), String(warm)]);
+  return JSON.parse(execFileSync(cmd, argv, { encoding: 'utf8' }));
+}
+
+const loadBefore = os.loadavg();
+const started = new Date();
+const results = Object.fromEntries(variants.map((v) => [v, []]));
+for (let r = 0; r < rounds; r++) {
+  const order = r % 2 === 0 ? variants : [...variants].reverse();
+  for (const v of order) {
+    const before = commandCounts(redisPort);
+    const cpu0 = cpuSeconds(apps[v].child.pid);
+    const rcpu0 = cpuSeconds(redis.pid);
+    const tput = load(apps[v].port, connections, seconds, 1);
+    // CPU time per request of the app and of redis-server over the throughput run
+    // (warm-up included, as in tput.all): less sensitive to other work on the machine
+    // than requests per second are.
+    const appCpuUs = ((cpuSeconds(apps[v].child.pid) - cpu0) * 1e6) / tput.all;
+    const redisCpuUs = ((cpuSeconds(redis.pid) - rcpu0) * 1e6) / tput.all;
+    const latency = load(apps[v].port, 1, latSeconds, 0.5);
+    const after = commandCounts(redisPort);
+    const calls = {};
+    for (const [k, n] of Object.entries(after)) if (n - (before[k] ?? 0) > 0 && k !== 'info') calls[k] = n - (before[k] ?? 0);
+    results[v].push({ round: r + 1, tput, latency, calls, completed: tput.all + latency.all, appCpuUs, redisCpuUs });
+    process.stderr.write(`round ${r + 1} ${v.padEnd(5)} ${tput.rps.toFixed(0).padStart(6)} req/s  p50 ${tput.p50_us.toFixed(0)} µs p99 ${tput.p99_us.toFixed(0)} µs | app CPU ${appCpuUs.toFixed(0)} µs/req, redis ${redisCpuUs.toFixed(0)} | 1 conn p50 ${latency.p50_us.toFixed(0)} µs p99 ${latency.p99_us.toFixed(0)} µs | ${JSON.stringify(tput.statuses)} ${JSON.stringify(calls)}\n`);
+  }
+}
+const loadAfter = os.loadavg();
+
+// Where redis-tb's middleware spends its time, in-process (bench/integrations/node/micro.mjs), on the app's CPU.
+let micro = null;
+if (variants.includes('tb') && !args['no-micro']) {
+  const [mcmd, margv] = pin(0, process.execPath, [path.join(here, 'micro.mjs'), '--redis', `redis://127.0.0.1:${redisPort}`]);
+  micro = execFileSync(mcmd, margv, { encoding: 'utf8' }).trim();
+}
+// and the --cpu-prof view of variant (3) under the same load (bench/integrations/node/profile.mjs)
+let profile = null;
+if (variants.includes('tb') && !args['no-profile']) {
+  const text = execFileSync(process.execPath, [path.join(here, 'profile.mjs'), 'tb', String(seconds), String(connections)], { encoding: 'utf8' });
+  const lines = text.split('\n');
+  const pick = (title, n) => {
+    const i = lines.findIndex((l) => l.startsWith(title));
+    return i < 0 ? [] : lines.slice(i, i + 1 + n);
+  };
+  profile = [lines[0].replace(/; profile .*$/, ''), '', ...pick('self time by package', 12), '', ...pick('inclusive time', 16)].join('\n');
+}
+
+const versions = {};
+for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '@redis/client', 'redis-tb']) {
+  try {
+    versions[p] = JSON.parse(fs.readFileSync(path.join(here, 'node_modules', p, 'package.json'), 'utf8')).version;
+  } catch { /* not installed */ }
+}
+const run = {
+  out, started, results, variants, rounds, seconds, latSeconds, connections, pinning,
+  loadBefore, loadAfter, micro, profile, node: process.version, redisVersion, versions, cpus: os.cpus().length,
+  command: `node bench/integrations/node/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
+};
+fs.writeFileSync(path.join(here, 'last-run.json'), JSON.stringify(run, null, 1));
+writeReport(run);
+process.stderr.write(`wrote ${path.relative(process.cwd(), out)}\n`);
+process.exit(0);

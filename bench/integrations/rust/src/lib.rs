@@ -1,0 +1,277 @@
+//! Benchmark support shared by the `overhead` and `flood` binaries (not part of the
+//! example's lesson): the two tokio runtimes (the apps on CPU 0, the load generator on
+//! CPU 1 with redis-server), the apps' thread CPU time, and a closed-loop load of
+//! keep-alive HTTP/1.1 connections that counts answers by status.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_tb_axum_example::support::{HttpConn, RedisServer};
+
+/// A benchmark's error type.
+pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// The apps run on their own tokio runtime, whose one worker thread has this name; the
+/// load generator runs on another runtime, so that only the apps' CPU time is measured.
+pub const APP_THREAD: &str = "app-worker";
+/// The load generator's worker thread.
+pub const LOAD_THREAD: &str = "load-worker";
+
+/// `name` from the environment, parsed, else `default`.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Counts of one phase of load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Phase {
+    /// 200 answers.
+    pub ok: u64,
+    /// 429 answers.
+    pub limited: u64,
+    /// Any other status.
+    pub other: u64,
+    /// Wall-clock length of the phase.
+    pub seconds: f64,
+    /// CPU time the apps' thread spent during the phase, in seconds.
+    pub cpu: f64,
+}
+
+impl Phase {
+    /// 200 answers per second.
+    pub fn rps(&self) -> f64 {
+        self.ok as f64 / self.seconds
+    }
+
+    /// All answers per second.
+    pub fn answers_per_second(&self) -> f64 {
+        (self.ok + self.limited + self.other) as f64 / self.seconds
+    }
+
+    /// CPU microseconds the apps' thread spent per 200 answer.
+    pub fn cpu_us(&self) -> f64 {
+        self.cpu * 1e6 / self.ok.max(1) as f64
+    }
+
+    /// 200 answers per CPU-second of the apps' thread: the throughput it would reach with
+    /// its core to itself (what other processes on a shared machine take does not count).
+    pub fn capacity(&self) -> f64 {
+        self.ok as f64 / self.cpu.max(1e-9)
+    }
+}
+
+/// Thread directories (`/proc/self/task/<tid>`) of this process's threads named `name`.
+fn threads(name: &str) -> Vec<std::path::PathBuf> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .map(|t| t.path())
+        .filter(|p| std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim_end() == name))
+        .collect()
+}
+
+/// Nanoseconds the apps' thread has run on a CPU (`/proc/self/task/<tid>/schedstat`).
+pub fn cpu_ns() -> u64 {
+    threads(APP_THREAD)
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("schedstat")).ok())
+        .filter_map(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+fn taskset(args: &[&str]) -> Result<()> {
+    let status = std::process::Command::new("taskset")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("taskset {args:?} failed: {status}").into())
+    }
+}
+
+/// Moves the threads named `name` to `cpu`.
+fn pin_threads(name: &str, cpu: usize) -> Result<()> {
+    for t in threads(name) {
+        let tid = t
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        taskset(&["-p", "-c", &cpu.to_string(), &tid])?;
+    }
+    Ok(())
+}
+
+/// The two runtimes of a benchmark.
+pub struct Runtimes {
+    /// Serves the apps (one worker thread, [`APP_THREAD`]; CPU 0 when pinned).
+    pub apps: tokio::runtime::Runtime,
+    /// Runs the load generator (one worker thread, [`LOAD_THREAD`]; CPU 1 when pinned).
+    pub loader: tokio::runtime::Runtime,
+    /// Whether the threads are pinned (2+ cores and `<prefix>_PIN` not `0`).
+    pub pinned: bool,
+    /// Cores on the machine.
+    pub cores: usize,
+}
+
+impl Runtimes {
+    /// Builds them; pins unless `pin_var` (`OVERHEAD_PIN`, say) is `0` or there is one core.
+    /// Call before any other thread exists: the runtimes' threads inherit CPU 0.
+    pub fn new(pin_var: &str) -> Result<Runtimes> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pinned = std::env::var(pin_var).map_or(true, |v| v != "0") && cores >= 2;
+        if pinned {
+            taskset(&["-a", "-p", "-c", "0", &std::process::id().to_string()])?;
+        }
+        let apps = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(APP_THREAD)
+            .enable_all()
+            .build()?;
+        let loader = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(LOAD_THREAD)
+            .enable_all()
+            .build()?;
+        if pinned {
+            // The apps keep CPU 0 to themselves; the load generator shares CPU 1 with
+            // Redis. Spawning a task makes sure the worker thread exists before it moves.
+            loader.block_on(async { tokio::spawn(async {}).await })?;
+            pin_threads(LOAD_THREAD, 1)?;
+        }
+        Ok(Runtimes {
+            apps,
+            loader,
+            pinned,
+            cores,
+        })
+    }
+
+    /// redis-server with the module, on CPU 1 when pinned.
+    pub fn redis(&self) -> Result<RedisServer> {
+        Ok(if self.pinned {
+            RedisServer::start_pinned(1)?
+        } else {
+            RedisServer::start()?
+        })
+    }
+
+    /// What the pinning was, for a report.
+    pub fn describe(&self) -> String {
+        let cpus = if self.pinned {
+            "the apps' runtime (one worker thread) on CPU 0; the load generator's runtime \
+             (one worker thread) and redis-server on CPU 1 (`taskset`)"
+        } else {
+            "not pinned"
+        };
+        format!("{cpus}; {} cores on the machine", self.cores)
+    }
+}
+
+/// `connections` keep-alive connections each sending `GET path` with `headers` back to
+/// back for `secs`; answers counted by status.
+pub async fn load(
+    addr: SocketAddr,
+    path: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    connections: usize,
+    secs: f64,
+) -> Result<Phase> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (stop, counts) = (stop.clone(), counts.clone());
+        let mut conn = HttpConn::connect(addr).await?;
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let slot = match conn.request("GET", path, headers).await {
+                    Ok(r) if r.status == 200 => 0,
+                    Ok(r) if r.status == 429 => 1,
+                    Ok(_) => 2,
+                    Err(_) => break,
+                };
+                counts[slot].fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let start = Instant::now();
+    let cpu_start = cpu_ns();
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let at_stop = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+    let cpu = cpu_ns().saturating_sub(cpu_start) as f64 / 1e9;
+    let seconds = start.elapsed().as_secs_f64();
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(Phase {
+        ok: at_stop[0],
+        limited: at_stop[1],
+        other: at_stop[2],
+        seconds,
+        cpu,
+    })
+}
+
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The median (NaN of nothing).
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+/// `calls=` of `cmdstat_<command>` in `INFO commandstats` (0 when never called).
+pub fn command_calls(redis: &RedisServer, commands: &[&str]) -> Result<u64> {
+    let info = redis.command(&["INFO", "commandstats"])?;
+    Ok(commands
+        .iter()
+        .map(|name| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum())
+}
+
+/// The report file both binaries write: `bench/results/integrations-rust.md`, or
+/// `OVERHEAD_OUT`.
+pub fn report_path() -> String {
+    std::env::var("OVERHEAD_OUT").unwrap_or_else(|_| {
+        format!(
+            "{}/../../results/integrations-rust.md",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    })
+}

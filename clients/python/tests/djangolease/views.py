@@ -1,0 +1,91 @@
+"""The views of the lease tests. The gate is a file (TB_GATE): both servers' workers
+see it, sync and async views alike."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
+
+from redis_tb.django import RequestDecision, hold_rejection
+
+GATE = Path(os.environ["TB_GATE"])
+
+
+# async views: under ASGI a sync view runs in the one thread of sync views, which a
+# waiting /slow would block; under WSGI each runs in its request's thread.
+async def open_gate(request: HttpRequest) -> JsonResponse:
+    GATE.touch()
+    return JsonResponse({"open": True})
+
+
+async def close_gate(request: HttpRequest) -> JsonResponse:
+    GATE.unlink(missing_ok=True)
+    return JsonResponse({"open": False})
+
+
+def _wait() -> None:  # in a WSGI worker thread
+    while not GATE.exists():
+        time.sleep(0.01)
+
+
+async def _await() -> None:
+    while not GATE.exists():
+        await asyncio.sleep(0.01)
+
+
+def stream(request: HttpRequest) -> StreamingHttpResponse:
+    """chunk-0, then (after /open) chunk-1; ?ticks=1: a chunk every 20 ms instead."""
+    ticks = request.GET.get("ticks") == "1"
+
+    def body() -> Iterator[bytes]:
+        yield b"chunk-0\n"
+        if ticks:
+            for i in range(1, 200):
+                time.sleep(0.02)
+                yield b"tick-%d\n" % i
+        else:
+            _wait()
+            yield b"chunk-1\n"
+
+    async def abody() -> AsyncIterator[bytes]:
+        yield b"chunk-0\n"
+        if ticks:
+            for i in range(1, 200):
+                await asyncio.sleep(0.02)
+                yield b"tick-%d\n" % i
+        else:
+            await _await()
+            yield b"chunk-1\n"
+
+    if "wsgi.input" in request.META:
+        return StreamingHttpResponse(body(), content_type="text/plain")
+    return StreamingHttpResponse(abody(), content_type="text/plain")
+
+
+async def slow(request: HttpRequest) -> JsonResponse:
+    await _await()
+    return JsonResponse({"done": True})
+
+
+async def boom(request: HttpRequest) -> JsonResponse:
+    raise RuntimeError("the view failed")
+
+
+def hold(request: HttpRequest) -> HttpResponseBase:
+    rd: RequestDecision = getattr(request, "rate_limit")
+    got = rd.hold("tokens", float(request.GET["estimate"]))
+    refused = hold_rejection(got)
+    if refused is not None:
+        return refused
+    if "wsgi.input" in request.META:
+        settled = got.settle_sync(float(request.GET["actual"]))
+    else:
+        from asgiref.sync import async_to_sync
+
+        settled = async_to_sync(got.settle)(float(request.GET["actual"]))
+    return JsonResponse({"settled": settled.settled, "charged": settled.charged, "held_remaining": got.remaining})

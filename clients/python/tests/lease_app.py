@@ -1,0 +1,106 @@
+"""The app test_leases.py serves with uvicorn (SPEC N4, N5, G1-G3), configured by
+environment: TB_REDIS_URL, TB_LEASE (the in-flight policy's lease, seconds).
+
+``GET /stream`` streams ``chunk-0`` then waits for ``GET /open`` before its last
+chunk; ``GET /ticks`` streams a chunk every 20 ms (200 of them) so a client that
+goes away is noticed at the next one; ``GET /slow`` answers after ``GET /open``;
+``GET /boom`` raises; ``GET /hold`` holds ``estimate`` on the settle_later policy
+``tokens`` and settles ``actual``. The in-flight policy ``conc`` (1 per client
+address) applies to those routes, not to ``/open``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from redis_tb import AsyncClient, Decision, Limit, Policy, RateLimiter, RateLimitMiddleware
+from redis_tb.asgi import HoldRefused, hold_rejection
+from redis_tb.fastapi import RateLimitExceeded, install_problem_handler
+
+limiter = RateLimiter(AsyncClient.from_url(os.environ["TB_REDIS_URL"], timeout=2), timeout=2)
+LIMITED = ["GET /stream", "GET /ticks", "GET /slow", "GET /boom", "GET /hold", "GET /hold-raise"]
+policies = [
+    Policy("conc", Limit.in_flight(1, lease=float(os.environ.get("TB_LEASE", "30"))), routes=LIMITED),
+    # a rate of 1e-9/s: the bucket does not visibly refill while a test runs
+    Policy("tokens", Limit(1000, 1e-9), settle_later=True, routes=["GET /hold", "GET /hold-raise"]),
+]
+
+app = FastAPI()
+app.add_middleware(RateLimitMiddleware, limiter=limiter, policies=policies)
+install_problem_handler(app)
+gate = asyncio.Event()
+
+
+@app.get("/open")
+async def open_gate() -> dict[str, bool]:
+    gate.set()
+    return {"open": True}
+
+
+@app.get("/close")
+async def close_gate() -> dict[str, bool]:
+    gate.clear()
+    return {"open": False}
+
+
+@app.get("/stream")
+async def stream() -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        yield b"chunk-0\n"
+        await gate.wait()
+        yield b"chunk-1\n"
+
+    return StreamingResponse(body(), media_type="text/plain")
+
+
+@app.get("/ticks")
+async def ticks() -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        for i in range(200):
+            yield b"tick-%d\n" % i
+            await asyncio.sleep(0.02)
+
+    return StreamingResponse(body(), media_type="text/plain")
+
+
+@app.get("/slow")
+async def slow() -> dict[str, bool]:
+    await gate.wait()
+    return {"done": True}
+
+
+@app.get("/boom")
+async def boom() -> dict[str, bool]:
+    raise RuntimeError("the handler failed")
+
+
+@app.get("/hold")
+async def hold(request: Request, estimate: float, actual: float) -> Response:
+    decision: Decision = request.state.rate_limit
+    got = await decision.hold("tokens", estimate)
+    refused = hold_rejection(limiter, got)
+    if refused is not None:
+        return refused
+    settled = await got.settle(actual)
+    return JSONResponse({
+        "id": got.id, "held_remaining": got.remaining, "settled": settled.settled,
+        "charged": settled.charged, "remaining": settled.remaining,
+    })
+
+
+@app.get("/hold-raise")
+async def hold_raise(request: Request, estimate: float, how: str) -> dict[str, bool]:
+    """A refused hold raised: ``how=middleware`` (HoldRefused, answered by the
+    middleware) or ``how=fastapi`` (RateLimitExceeded, answered by the problem handler)."""
+    got = await request.state.rate_limit.hold("tokens", estimate)
+    if not got.allowed:
+        if how == "middleware":
+            raise HoldRefused(limiter, got)
+        raise RateLimitExceeded.for_hold(limiter, got)
+    await got.settle(estimate)
+    return {"held": True}
