@@ -114,25 +114,14 @@ pub enum Plan {
 
 /// Demo authentication, a stand-in: `X-API-Key: key-alice` is alice on the pro plan,
 /// `key-bob` is bob on the free plan; no key (or an unknown one) is anonymous, and the
-/// per-user policies are skipped (SPEC I1). (`Authorization: Bearer alice-token` /
-/// `bob-token` name the same accounts, for the overhead benchmark.) A real app verifies
-/// a session or JWT here; what matters is that it runs before the limiter and leaves a
-/// [`User`] in the extensions for the key and limit functions.
+/// per-user policies are skipped (SPEC I1). A real app verifies a session or JWT here;
+/// what matters is that it runs before the limiter and leaves a [`User`] in the
+/// extensions for the key and limit functions.
 pub async fn auth(mut req: Request, next: Next) -> Response {
-    let headers = req.headers();
-    let account = match headers.get("x-api-key").map(|v| v.as_bytes()) {
+    let account = match req.headers().get("x-api-key").map(|v| v.as_bytes()) {
         Some(b"key-alice") => Some("alice"),
         Some(b"key-bob") => Some("bob"),
-        Some(_) => None,
-        None => match headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-        {
-            Some("alice-token") => Some("alice"),
-            Some("bob-token") => Some("bob"),
-            _ => None,
-        },
+        _ => None,
     };
     let user = account.map(|id| User {
         id: id.into(),
