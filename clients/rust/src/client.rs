@@ -110,6 +110,45 @@ impl WindowMode {
     }
 }
 
+/// TB.ACQUIRE's reply (SPEC N2): `[granted, in_flight, id or nil, ms]`, with TAKE the
+/// buckets' aggregate and one reply per bucket.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Acquired {
+    /// The lease was granted (and every bucket charged).
+    pub granted: bool,
+    /// Live leases after the call.
+    pub in_flight: f64,
+    /// The lease id, `None` when refused.
+    pub id: Option<String>,
+    /// Granted: ms until the lease expires; refused: ms until a slot frees (an upper
+    /// bound), 0 when a bucket refused.
+    pub ms: f64,
+    /// With TAKE: the buckets, in call order (empty without TAKE).
+    pub buckets: Vec<Reply>,
+}
+
+/// TB.HOLD's reply (SPEC G1): TB.TAKE's four fields and the hold id (`None` when refused).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HoldReply {
+    /// TB.TAKE's four fields.
+    pub reply: Reply,
+    /// The hold id, `None` when refused.
+    pub id: Option<String>,
+}
+
+/// TB.SETTLE's reply (SPEC G3): `[settled, remaining, charged, reset_after]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SettleReply {
+    /// Whether the hold was settled (false: settled already or expired; nothing changed).
+    pub settled: bool,
+    /// Tokens left.
+    pub remaining: f64,
+    /// Actual minus estimate, as the module bounded it.
+    pub charged: f64,
+    /// Seconds until the bucket is full.
+    pub reset_after: f64,
+}
+
 /// TB.THROTTLE's reply (redis-cell's `CL.THROTTLE`): whole numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Throttle {
@@ -484,6 +523,105 @@ impl TbClient {
         self.reply4(&v, "TB.WINDOW")
     }
 
+    /// TB.ACQUIRE from a command the caller encoded (SPEC N2): `keys` buckets after TAKE
+    /// (0: the form without TAKE).
+    pub(crate) async fn acquire_encoded(&self, cmd: &Cmd, keys: usize) -> Result<Acquired, Error> {
+        let v = self.call(cmd).await?;
+        parse_acquire(&v, keys).map_err(|detail| self.unexpected("TB.ACQUIRE", detail))
+    }
+
+    /// TB.WINDOW from a command the caller encoded (SPEC W2), in TB.MTAKE's shape.
+    pub(crate) async fn window_encoded(&self, cmd: &Cmd) -> Result<MultiReply, Error> {
+        let v = self.call(cmd).await?;
+        let r = self.reply4(&v, "TB.WINDOW")?;
+        Ok(MultiReply {
+            allowed: r.allowed,
+            remaining: r.remaining,
+            retry_after: r.retry_after,
+            reset_after: r.reset_after,
+            buckets: vec![r],
+        })
+    }
+
+    /// `TB.RELEASE key lease_id`: `(released, in_flight)` (SPEC N4).
+    pub async fn release(&self, key: &str, id: &str) -> Result<(bool, f64), Error> {
+        let mut cmd = redis::cmd("TB.RELEASE");
+        cmd.arg(key).arg(id);
+        let v = self.call(&cmd).await?;
+        match &v {
+            Value::Array(items) if items.len() == 2 => Ok((
+                flag(&items[0]).map_err(|d| self.unexpected("TB.RELEASE", d))?,
+                number(&items[1]).map_err(|d| self.unexpected("TB.RELEASE", d))?,
+            )),
+            other => Err(self.unexpected("TB.RELEASE", format!("{other:?}"))),
+        }
+    }
+
+    /// `TB.RENEW key lease_id lease_ms`: `(renewed, in_flight, ms)` (SPEC N5).
+    pub async fn renew(
+        &self,
+        key: &str,
+        id: &str,
+        lease_ms: u64,
+    ) -> Result<(bool, f64, f64), Error> {
+        let mut cmd = redis::cmd("TB.RENEW");
+        cmd.arg(key).arg(id).arg(lease_ms);
+        let v = self.call(&cmd).await?;
+        match &v {
+            Value::Array(items) if items.len() == 3 => {
+                let bad = |d| self.unexpected("TB.RENEW", d);
+                Ok((
+                    flag(&items[0]).map_err(bad)?,
+                    number(&items[1]).map_err(bad)?,
+                    number(&items[2]).map_err(bad)?,
+                ))
+            }
+            other => Err(self.unexpected("TB.RENEW", format!("{other:?}"))),
+        }
+    }
+
+    /// `TB.HOLD key capacity rate estimate ttl_ms` (SPEC G1).
+    pub async fn hold(
+        &self,
+        key: &str,
+        capacity: f64,
+        rate: f64,
+        estimate: f64,
+        ttl_ms: u64,
+    ) -> Result<HoldReply, Error> {
+        check_shape(capacity, rate)?;
+        check_n(estimate)?;
+        let mut cmd = redis::cmd("TB.HOLD");
+        cmd.arg(key)
+            .arg(num(capacity))
+            .arg(num(rate))
+            .arg(num(estimate))
+            .arg(ttl_ms);
+        let v = self.call(&cmd).await?;
+        parse_hold(&v).map_err(|d| self.unexpected("TB.HOLD", d))
+    }
+
+    /// `TB.SETTLE key capacity rate hold_id actual` (SPEC G3).
+    pub async fn settle(
+        &self,
+        key: &str,
+        capacity: f64,
+        rate: f64,
+        id: &str,
+        actual: f64,
+    ) -> Result<SettleReply, Error> {
+        check_shape(capacity, rate)?;
+        check_n(actual)?;
+        let mut cmd = redis::cmd("TB.SETTLE");
+        cmd.arg(key)
+            .arg(num(capacity))
+            .arg(num(rate))
+            .arg(id)
+            .arg(num(actual));
+        let v = self.call(&cmd).await?;
+        parse_settle(&v).map_err(|d| self.unexpected("TB.SETTLE", d))
+    }
+
     /// `TB.THROTTLE key max_burst count_per_period period quantity` (redis-cell's
     /// `CL.THROTTLE`), on TB.TAKE's engine.
     pub async fn throttle(
@@ -753,6 +891,69 @@ pub(crate) fn parse_multi_reply(v: &Value, keys: usize) -> Result<MultiReply, St
         reset_after: number(reset_after)?,
         buckets: per_key.iter().map(parse_reply).collect::<Result<_, _>>()?,
     })
+}
+
+fn id_of(v: &Value) -> Result<Option<String>, String> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .map(|s| Some(s.to_owned()))
+            .map_err(|_| format!("non-UTF-8 id {b:?}")),
+        Value::SimpleString(s) => Ok(Some(s.clone())),
+        other => Err(format!("expected an id or nil, got {other:?}")),
+    }
+}
+
+/// Decodes TB.ACQUIRE's reply (SPEC N2), with `keys` buckets after TAKE.
+pub(crate) fn parse_acquire(v: &Value, keys: usize) -> Result<Acquired, String> {
+    let Value::Array(items) = v else {
+        return Err(format!("expected an array, got {v:?}"));
+    };
+    let (head, buckets) = match (items.as_slice(), keys) {
+        ([g, n, id, ms], 0) => ([g, n, id, ms], Vec::new()),
+        ([g, n, id, ms, _, Value::Array(per_key)], k) if per_key.len() == k => (
+            [g, n, id, ms],
+            per_key.iter().map(parse_reply).collect::<Result<_, _>>()?,
+        ),
+        _ => return Err(format!("unexpected TB.ACQUIRE reply {v:?}")),
+    };
+    let [g, n, id, ms] = head;
+    Ok(Acquired {
+        granted: flag(g)?,
+        in_flight: number(n)?,
+        id: id_of(id)?,
+        ms: number(ms)?,
+        buckets,
+    })
+}
+
+/// Decodes TB.HOLD's five fields.
+pub(crate) fn parse_hold(v: &Value) -> Result<HoldReply, String> {
+    match v {
+        Value::Array(items) if items.len() == 5 => Ok(HoldReply {
+            reply: Reply {
+                allowed: flag(&items[0])?,
+                remaining: number(&items[1])?,
+                retry_after: number(&items[2])?,
+                reset_after: number(&items[3])?,
+            },
+            id: id_of(&items[4])?,
+        }),
+        other => Err(format!("expected a 5-element array, got {other:?}")),
+    }
+}
+
+/// Decodes TB.SETTLE's four fields.
+pub(crate) fn parse_settle(v: &Value) -> Result<SettleReply, String> {
+    match v {
+        Value::Array(items) if items.len() == 4 => Ok(SettleReply {
+            settled: flag(&items[0])?,
+            remaining: number(&items[1])?,
+            charged: number(&items[2])?,
+            reset_after: number(&items[3])?,
+        }),
+        other => Err(format!("expected a 4-element array, got {other:?}")),
+    }
 }
 
 /// Decodes TB.THROTTLE's five integers.

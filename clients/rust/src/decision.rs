@@ -1,6 +1,9 @@
 //! The result of one check (SPEC D1-D4), as handlers see it in the request extensions.
 
+use std::fmt;
 use std::sync::Arc;
+
+use crate::policy::LimitKind;
 
 /// How a check ended (SPEC D1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,6 +66,52 @@ pub struct PolicyResult {
     pub reset_after: f64,
     /// A shadow policy (SPEC S1): charged like the others, never in a header.
     pub shadow: bool,
+    /// The kind of the policy's limit: a window's `capacity` is its `n` and `rate`
+    /// `n / seconds` (SPEC W2); an in-flight policy's `capacity` is its `n`, its `rate` 0
+    /// (SPEC N3: no rate) and it has no `w` in `RateLimit-Policy`.
+    pub kind: LimitKind,
+}
+
+/// One request's lease of an in-flight policy (SPEC N1, N6): released when the response
+/// ends (N4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The in-flight key.
+    pub key: String,
+    /// The lease id TB.ACQUIRE gave.
+    pub id: String,
+    /// The in-flight policy's name.
+    pub policy: Arc<str>,
+}
+
+/// A `settle_later` policy of this check (SPEC G1): its key and bucket limit, resolved at
+/// check time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SettleTarget {
+    /// The policy's name.
+    pub policy: Arc<str>,
+    /// Its key for this request (SPEC K1-K4).
+    pub key: String,
+    /// Bucket size.
+    pub capacity: f64,
+    /// Tokens per second.
+    pub rate: f64,
+}
+
+/// The limiter behind [`Decision::hold`] (TB.HOLD and TB.SETTLE through its store).
+#[derive(Clone)]
+pub(crate) struct Holds(pub(crate) Arc<dyn crate::lease::HoldStore>);
+
+impl fmt::Debug for Holds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Holds")
+    }
+}
+
+impl PartialEq for Holds {
+    fn eq(&self, _: &Holds) -> bool {
+        true
+    }
 }
 
 /// The decision for one request (SPEC D); in the request extensions for handlers.
@@ -89,6 +138,11 @@ pub struct Decision {
     pub shadow_limited: Vec<Arc<str>>,
     /// The refusal came from the local deny cache, without a Redis call (R2).
     pub from_cache: bool,
+    /// The lease of the in-flight policy (SPEC N6), `None` when none was taken.
+    pub lease: Option<Lease>,
+    /// The `settle_later` policies of this check (SPEC G1), for [`Decision::hold`].
+    pub settle_later: Vec<SettleTarget>,
+    pub(crate) holds: Option<Holds>,
 }
 
 impl Decision {
@@ -133,6 +187,9 @@ impl Decision {
             violated,
             shadow_limited,
             from_cache: false,
+            lease: None,
+            settle_later: Vec::new(),
+            holds: None,
         }
     }
 
@@ -148,6 +205,9 @@ impl Decision {
             violated: Vec::new(),
             shadow_limited: Vec::new(),
             from_cache: false,
+            lease: None,
+            settle_later: Vec::new(),
+            holds: None,
         }
     }
 
@@ -167,6 +227,36 @@ impl Decision {
         self.results
             .iter()
             .filter(move |p| limited && !p.allowed && !p.shadow)
+    }
+
+    /// The lease of the in-flight policy, `None` when none was taken (SPEC N6).
+    pub fn lease(&self) -> Option<&Lease> {
+        self.lease.as_ref()
+    }
+
+    /// TB.HOLD of `estimate` on the `settle_later` policy `policy` of this check (SPEC
+    /// G1), for `ttl` seconds (60 is the usual choice): the [`crate::Hold`] to settle
+    /// later with the actual cost. An invalid estimate (C3, `> 0`), a policy that is not
+    /// a `settle_later` policy of this check (or was skipped, I1) or an invalid ttl is an
+    /// [`crate::Error::InvalidArgument`] / [`crate::Error::NotSettleLater`] and sends
+    /// nothing; a failed call is a store error.
+    pub async fn hold(
+        &self,
+        policy: &str,
+        estimate: f64,
+        ttl: f64,
+    ) -> Result<crate::Hold, crate::Error> {
+        let target = self
+            .settle_later
+            .iter()
+            .find(|t| &*t.policy == policy)
+            .cloned();
+        let (Some(target), Some(holds)) = (target, self.holds.as_ref()) else {
+            return Err(crate::Error::NotSettleLater {
+                policy: policy.to_owned(),
+            });
+        };
+        crate::lease::take_hold(holds.0.clone(), target, estimate, ttl).await
     }
 
     /// Whether the request's tokens were taken: admitted by every policy, shadow ones
@@ -200,6 +290,7 @@ mod tests {
             retry_after: retry,
             reset_after: 3.0,
             shadow,
+            kind: LimitKind::Bucket,
         }
     }
 

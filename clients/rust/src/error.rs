@@ -89,6 +89,13 @@ pub enum Error {
         /// The accepted range.
         rule: &'static str,
     },
+    /// [`crate::Decision::hold`] named a policy that is not a `settle_later` policy of the
+    /// check (or was skipped for the request, SPEC G1).
+    #[error("policy {policy:?} is not a settle_later policy of this check")]
+    NotSettleLater {
+        /// The name given.
+        policy: String,
+    },
     /// A multi-key call with no key.
     #[error("{command} needs at least one bucket")]
     NoBuckets {

@@ -21,7 +21,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
 
 use crate::decision::{Decision, Outcome, PolicyResult};
-use crate::policy::Limit;
+use crate::policy::{Limit, LimitKind};
 
 /// Largest integer a structured field may carry.
 pub const SF_INTEGER_MAX: i64 = 999_999_999_999_999;
@@ -172,16 +172,26 @@ pub fn rate_limit_headers_at(
         let Ok(name) = StringRef::from_str(&p.name) else {
             continue;
         };
+        let w = if matches!(p.kind, LimitKind::InFlight { .. }) {
+            1
+        } else {
+            window(p.capacity, p.rate)
+        };
         let (Ok(q), Ok(w), Ok(r), Ok(t)) = (
             Integer::try_from(quota(p.capacity)),
-            Integer::try_from(window(p.capacity, p.rate)),
+            Integer::try_from(w),
             Integer::try_from(remaining(p.remaining)),
             Integer::try_from(reset(p.reset_after)),
         ) else {
             continue;
         };
         any = true;
-        policy.bare_item(name).parameter(Q, q).parameter(W, w);
+        if matches!(p.kind, LimitKind::InFlight { .. }) {
+            // SPEC N3: an in-flight item has no `w` (there is no window).
+            policy.bare_item(name).parameter(Q, q);
+        } else {
+            policy.bare_item(name).parameter(Q, q).parameter(W, w);
+        }
         rate_limit.bare_item(name).parameter(R, r).parameter(T, t);
         if lowest.is_none_or(|l| p.remaining < l.remaining) {
             lowest = Some(p);
@@ -229,7 +239,9 @@ impl PolicyHeader {
             name: sfv::String::from_string(name.to_owned()).ok()?,
             fixed: None,
         };
-        if let Some(l) = fixed {
+        if let Some(l) = fixed
+            .filter(|l| l.kind == LimitKind::Bucket || matches!(l.kind, LimitKind::Window { .. }))
+        {
             let mut item = String::new();
             header.policy_item(l.capacity, l.rate, &mut item)?;
             header.fixed = Some((l.capacity, l.rate, item));
@@ -282,7 +294,17 @@ pub(crate) fn layer_headers(
         if !policy.is_empty() {
             policy.push_str(", ");
         }
-        if h.policy_item(p.capacity, p.rate, &mut policy).is_none() {
+        if matches!(p.kind, LimitKind::InFlight { .. }) {
+            // SPEC N3: `"name";q=<n>`, no `w`.
+            let Ok(q) = Integer::try_from(quota(p.capacity)) else {
+                policy.truncate(mark);
+                continue;
+            };
+            let _ = ItemSerializer::with_buffer(&mut policy)
+                .bare_item(&*h.name)
+                .parameter(Q, q)
+                .finish();
+        } else if h.policy_item(p.capacity, p.rate, &mut policy).is_none() {
             policy.truncate(mark);
             continue;
         }
@@ -387,6 +409,7 @@ mod tests {
             retry_after: retry,
             reset_after: reset,
             shadow: false,
+            kind: LimitKind::Bucket,
         }
     }
 

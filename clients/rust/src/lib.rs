@@ -2,14 +2,17 @@
 //! limiter, and a tower layer (axum's `MatchedPath` and `ConnectInfo` with the `axum`
 //! feature). The behaviour is the contract in `clients/SPEC.md`; comments cite its rules.
 //!
-//! - [`TbClient`]: TB.TAKE, TB.MTAKE, TB.PEEK, TB.REFUND and TB.RESERVE over one multiplexed
-//!   connection, one round trip per call, typed replies, tight timeouts.
+//! - [`TbClient`]: TB.TAKE, TB.MTAKE, TB.PEEK, TB.REFUND, TB.RESERVE, TB.WINDOW, TB.RELEASE,
+//!   TB.RENEW, TB.HOLD and TB.SETTLE over one multiplexed connection, one round trip per
+//!   call, typed replies, tight timeouts.
 //! - The core, framework-neutral: [`Policy`] and [`Key`] ([`policy`]), the client address
 //!   ([`ip`]), the key builder ([`keys`]), headers ([`headers`]), problem bodies
 //!   ([`problem`]), the [`Decision`], the deny cache, the breaker, and the [`RateLimiter`]
 //!   with its injected [`Clock`].
 //! - [`RateLimitLayer`] ([`tower`]): the tower `Layer` around a limiter. The [`Decision`]
-//!   and a [`RefundHandle`] are in the request extensions for handlers.
+//!   and a [`RefundHandle`] are in the request extensions for handlers; an in-flight
+//!   policy's lease is held by the response body ([`LeaseBody`]) until it ends (SPEC N4),
+//!   and `decision.hold(..)` gives a [`Hold`] to settle later (SPEC G).
 //!
 //! ```no_run
 //! # #[cfg(feature = "axum")]
@@ -44,6 +47,7 @@ mod error;
 pub mod headers;
 pub mod ip;
 pub mod keys;
+mod lease;
 mod limiter;
 pub mod policy;
 pub mod problem;
@@ -51,23 +55,24 @@ pub mod telemetry;
 pub mod tower;
 
 pub use client::{
-    Charge, ClientConfig, MAX_NUMBER, MIN_RATE, MultiReply, Reply, Reservation, TbClient, Throttle,
-    WindowMode,
+    Acquired, Charge, ClientConfig, HoldReply, MAX_NUMBER, MIN_RATE, MultiReply, Reply,
+    Reservation, SettleReply, TbClient, Throttle, WindowMode,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 #[allow(deprecated)]
 pub use decision::Status;
-pub use decision::{Decision, Outcome, PolicyResult};
+pub use decision::{Decision, Lease, Outcome, PolicyResult, SettleTarget};
 pub use error::{BuildError, Error};
 pub use headers::LegacyReset;
 pub use ip::{ClientIp, ClientIpConfig, ForwardedHeader};
+pub use lease::{Hold, HoldRefused, LeaseHandle, Settlement};
 #[allow(deprecated)]
 pub use limiter::Metrics;
 pub use limiter::{
-    Call, Check, FailureMode, FromLimiter, RateLimiter, RateLimiterBuilder, RefundHandle, Stats,
-    Store, valid_cost, valid_limit,
+    Call, CallKind, Check, FailureMode, FromLimiter, RateLimiter, RateLimiterBuilder, RefundHandle,
+    Stats, Store, valid_cost, valid_limit,
 };
-pub use policy::{BoxFuture, Identity, Key, Limit, Policy, Route};
+pub use policy::{BoxFuture, Identity, Key, Limit, LimitKind, Policy, Route};
 /// The `redis` crate this client is built on (to configure a `redis::Client`).
 pub use redis;
-pub use tower::{PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer, RouteTemplate};
+pub use tower::{LeaseBody, PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer, RouteTemplate};

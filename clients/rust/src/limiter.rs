@@ -16,9 +16,12 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use crate::breaker::{Breaker, LogLimiter};
-use crate::client::{Charge, MAX_NUMBER, MIN_RATE, MultiReply, Reply, TbClient, num};
+use crate::client::{
+    Acquired, Charge, HoldReply, MAX_NUMBER, MIN_RATE, MultiReply, Reply, SettleReply, TbClient,
+    WindowMode, num,
+};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{Decision, Outcome, PolicyResult};
+use crate::decision::{Decision, Holds, Lease, Outcome, PolicyResult, SettleTarget};
 use crate::deny_cache::{DenyCache, Entry, Lookup, Probe};
 use crate::error::{BuildError, Error};
 use crate::headers::{
@@ -26,7 +29,8 @@ use crate::headers::{
 };
 use crate::ip::{ClientIpConfig, ForwardedHeader};
 use crate::keys::{self, Head};
-use crate::policy::{Identity, Limit, Policy, Route, valid_name};
+use crate::lease::{HoldStore, LeaseHandle, LeaseState, LeaseStore, OwnedFuture, Renewed};
+use crate::policy::{Identity, Limit, LimitKind, Policy, Route, ceil_ms, valid_name};
 use crate::problem;
 use crate::telemetry::{LimiterMetrics, PolicyMetrics};
 
@@ -41,19 +45,113 @@ pub trait Store: Send + Sync + 'static {
     fn take(&self, call: &Call) -> impl Future<Output = Result<MultiReply, Error>> + Send;
     /// One TB.REFUND per charge (SPEC F1), never retried.
     fn refund(&self, charges: &[Charge]) -> impl Future<Output = Result<Vec<Reply>, Error>> + Send;
+    /// The check with an in-flight policy: TB.ACQUIRE, with TAKE when the call has
+    /// buckets (SPEC N2). The default answers that the store does not implement it.
+    fn acquire(&self, call: &Call) -> impl Future<Output = Result<Acquired, Error>> + Send {
+        let _ = call;
+        async { Err(unsupported("TB.ACQUIRE")) }
+    }
+    /// `TB.RELEASE key id` (SPEC N4): `(released, in_flight)`.
+    fn release(
+        &self,
+        key: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<(bool, f64), Error>> + Send {
+        let _ = (key, id);
+        async { Err(unsupported("TB.RELEASE")) }
+    }
+    /// `TB.RENEW key id lease_ms` (SPEC N5): `(renewed, in_flight, ms)`.
+    fn renew(
+        &self,
+        key: &str,
+        id: &str,
+        lease_ms: u64,
+    ) -> impl Future<Output = Result<(bool, f64, f64), Error>> + Send {
+        let _ = (key, id, lease_ms);
+        async { Err(unsupported("TB.RENEW")) }
+    }
+    /// `TB.HOLD key capacity rate estimate ttl_ms` (SPEC G1).
+    fn hold(
+        &self,
+        target: &SettleTarget,
+        estimate: f64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<HoldReply, Error>> + Send {
+        let _ = (target, estimate, ttl_ms);
+        async { Err(unsupported("TB.HOLD")) }
+    }
+    /// `TB.SETTLE key capacity rate id actual` (SPEC G3).
+    fn settle(
+        &self,
+        target: &SettleTarget,
+        id: &str,
+        actual: f64,
+    ) -> impl Future<Output = Result<SettleReply, Error>> + Send {
+        let _ = (target, id, actual);
+        async { Err(unsupported("TB.SETTLE")) }
+    }
     /// `host:port`, for log lines.
     fn addr(&self) -> &str;
     /// The call timeout (a deny-cache probe out for twice as long is lost, SPEC R4).
     fn timeout(&self) -> Duration;
 }
 
+fn unsupported(command: &'static str) -> Error {
+    Error::UnexpectedReply {
+        addr: String::new(),
+        command,
+        detail: "this store does not implement the command".to_owned(),
+    }
+}
+
 impl Store for TbClient {
     async fn take(&self, call: &Call) -> Result<MultiReply, Error> {
+        if call.kind == CallKind::Window {
+            return self.window_encoded(&call.cmd).await;
+        }
         self.mtake_encoded(&call.cmd, call.charges.len()).await
     }
 
     async fn refund(&self, charges: &[Charge]) -> Result<Vec<Reply>, Error> {
         self.refund_many(charges).await
+    }
+
+    async fn acquire(&self, call: &Call) -> Result<Acquired, Error> {
+        self.acquire_encoded(&call.cmd, call.charges.len()).await
+    }
+
+    async fn release(&self, key: &str, id: &str) -> Result<(bool, f64), Error> {
+        TbClient::release(self, key, id).await
+    }
+
+    async fn renew(&self, key: &str, id: &str, lease_ms: u64) -> Result<(bool, f64, f64), Error> {
+        TbClient::renew(self, key, id, lease_ms).await
+    }
+
+    async fn hold(
+        &self,
+        target: &SettleTarget,
+        estimate: f64,
+        ttl_ms: u64,
+    ) -> Result<HoldReply, Error> {
+        TbClient::hold(
+            self,
+            &target.key,
+            target.capacity,
+            target.rate,
+            estimate,
+            ttl_ms,
+        )
+        .await
+    }
+
+    async fn settle(
+        &self,
+        target: &SettleTarget,
+        id: &str,
+        actual: f64,
+    ) -> Result<SettleReply, Error> {
+        TbClient::settle(self, &target.key, target.capacity, target.rate, id, actual).await
     }
 
     fn addr(&self) -> &str {
@@ -70,12 +168,30 @@ impl Store for TbClient {
 pub struct Call {
     charges: Vec<Charge>,
     cmd: redis::Cmd,
+    kind: CallKind,
+}
+
+/// Which command a [`Call`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    /// TB.TAKE (one bucket) or TB.MTAKE.
+    Take,
+    /// TB.WINDOW (SPEC W2): one charge.
+    Window,
+    /// TB.ACQUIRE, with TAKE when there are charges (SPEC N2).
+    Acquire,
 }
 
 impl Call {
-    /// The buckets, in policy order.
+    /// The buckets, in policy order (the window for TB.WINDOW; those after TAKE for
+    /// TB.ACQUIRE).
     pub fn charges(&self) -> &[Charge] {
         &self.charges
+    }
+
+    /// The command.
+    pub fn kind(&self) -> CallKind {
+        self.kind
     }
 
     /// The command's arguments as sent (name first).
@@ -128,6 +244,10 @@ struct Counters {
     refunds: AtomicU64,
     refund_errors: AtomicU64,
     invalid_inputs: AtomicU64,
+    leases_in_flight: AtomicU64,
+    leases_expired: AtomicU64,
+    holds: AtomicU64,
+    settlements: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) -> u64 {
@@ -174,6 +294,22 @@ impl Stats {
     /// Out-of-range costs or limits from the application (SPEC L3).
     pub fn invalid_inputs(&self) -> u64 {
         self.0.invalid_inputs.load(Ordering::Relaxed)
+    }
+    /// Leases this process holds now (SPEC M2: up at a grant, down when the lease ends).
+    pub fn leases_in_flight(&self) -> u64 {
+        self.0.leases_in_flight.load(Ordering::Relaxed)
+    }
+    /// Leases that ended without a release: a TB.RELEASE or TB.RENEW that answered 0 (M2).
+    pub fn leases_expired(&self) -> u64 {
+        self.0.leases_expired.load(Ordering::Relaxed)
+    }
+    /// Holds taken (SPEC G1, M2).
+    pub fn holds(&self) -> u64 {
+        self.0.holds.load(Ordering::Relaxed)
+    }
+    /// Holds settled (SPEC G3, M2).
+    pub fn settlements(&self) -> u64 {
+        self.0.settlements.load(Ordering::Relaxed)
     }
 }
 
@@ -415,12 +551,28 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
                 detail,
             };
             for l in p.static_limits() {
-                if !valid_limit(l) {
+                if let Err(detail) = check_limit(&l) {
+                    return Err(invalid(detail));
+                }
+                // SPEC C10: a tiered policy's tiers are all of one kind.
+                if l.kind.as_str() != p.kind.as_str() {
                     return Err(invalid(format!(
-                        "capacity {} and rate {} must be finite, capacity in (0, 2^53], rate in [1e-9, 2^53]",
-                        l.capacity, l.rate
+                        "its limits mix kinds ({} and {}): a tiered policy's tiers are all of one kind",
+                        p.kind.as_str(),
+                        l.kind.as_str()
                     )));
                 }
+            }
+            if matches!(p.kind, LimitKind::InFlight { .. }) && p.cost_set {
+                return Err(invalid(
+                    "an in-flight policy has no cost (its cost is one slot, SPEC C9)".to_owned(),
+                ));
+            }
+            if p.settle_later && p.kind != LimitKind::Bucket {
+                return Err(invalid(format!(
+                    "a settle_later policy has a bucket limit, not a {} limit (SPEC C10)",
+                    p.kind.as_str()
+                )));
             }
             if let Some(c) = p.fixed_cost()
                 && !valid_cost(c)
@@ -428,6 +580,7 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
                 return Err(invalid(format!("cost {c} must be finite, in [0, 2^53]")));
             }
         }
+        check_kinds(&self.policies)?;
         if self.deny_cache == Some(0) {
             return Err(BuildError::InvalidSetting(
                 "deny_cache max_entries must be at least 1".to_owned(),
@@ -449,10 +602,15 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
         let mut runtime = Vec::with_capacity(self.policies.len());
         for p in &self.policies {
             let fixed = p.fixed_limit();
+            let mut metrics = PolicyMetrics::register(&name, &p.name);
+            if matches!(p.kind, LimitKind::InFlight { .. }) {
+                metrics = metrics.with_leases(&name, &p.name);
+            }
             runtime.push(PolicyRuntime {
-                metrics: PolicyMetrics::register(&name, &p.name),
+                metrics,
                 shadow_log: LogLimiter::new(),
                 invalid_log: LogLimiter::new(),
+                lease_log: LogLimiter::new(),
                 head: Head::new(&self.prefix, &p.name),
                 fixed: fixed.map(|l| (l, num(l.capacity), num(l.rate))),
                 cost: p.fixed_cost().map(|c| (c, num(c))),
@@ -488,6 +646,75 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
             inner: Arc::new(inner),
         }))
     }
+}
+
+/// SPEC C2, C8, C9: one limit of its kind; the message names the setting and the value.
+fn check_limit(l: &Limit) -> Result<(), String> {
+    match l.kind {
+        LimitKind::Bucket if !valid_limit(*l) => Err(format!(
+            "capacity {} and rate {} must be finite, capacity in (0, 2^53], rate in [1e-9, 2^53]",
+            l.capacity, l.rate
+        )),
+        LimitKind::Bucket => Ok(()),
+        LimitKind::Window { seconds, mode } => {
+            if !(l.capacity >= 1.0 && l.capacity <= MAX_NUMBER && l.capacity.fract() == 0.0) {
+                Err(format!(
+                    "window limit {} must be a whole number in [1, 2^53]",
+                    l.capacity
+                ))
+            } else if !(seconds.is_finite() && (0.000_001..=1e12).contains(&seconds)) {
+                Err(format!(
+                    "window seconds {seconds} must be finite, in [0.000001, 1e12]"
+                ))
+            } else if !matches!(mode, WindowMode::Sliding | WindowMode::Fixed) {
+                Err(format!("window mode {mode:?} must be sliding or fixed"))
+            } else {
+                Ok(())
+            }
+        }
+        LimitKind::InFlight { lease } => {
+            if !(l.capacity >= 1.0 && l.capacity <= 10_000.0 && l.capacity.fract() == 0.0) {
+                Err(format!(
+                    "in-flight limit {} must be a whole number in [1, 10000]",
+                    l.capacity
+                ))
+            } else if !(lease.is_finite() && (0.001..=31_536_000.0).contains(&lease)) {
+                Err(format!(
+                    "lease {lease} must be finite, in [0.001, 31536000] seconds"
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// SPEC C10: the kinds mix only as the module checks them in one call.
+fn check_kinds(policies: &[Policy]) -> Result<(), BuildError> {
+    let names = |kind: &str| -> Vec<String> {
+        policies
+            .iter()
+            .filter(|p| p.kind.as_str() == kind)
+            .map(|p| format!("'{}'", p.name))
+            .collect()
+    };
+    let in_flight = names("in_flight");
+    if in_flight.len() > 1 {
+        return Err(BuildError::InvalidSetting(format!(
+            "policies {}: at most one in-flight policy per limiter (SPEC C10)",
+            in_flight.join(", ")
+        )));
+    }
+    let window = names("window");
+    if !window.is_empty() && policies.len() > 1 {
+        let all: Vec<String> = policies.iter().map(|p| format!("'{}'", p.name)).collect();
+        return Err(BuildError::InvalidSetting(format!(
+            "policies {}: a window policy ({}) is the only policy of its limiter (SPEC C10, W3): put it in a limiter of its own",
+            all.join(", "),
+            window.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// SPEC C2: capacity finite in `(0, 2^53]`, rate finite in `[1e-9, 2^53]`.
@@ -552,6 +779,8 @@ struct PolicyRuntime {
     metrics: PolicyMetrics,
     shadow_log: LogLimiter,
     invalid_log: LogLimiter,
+    /// Lost leases (SPEC N5), logged at most once a second per policy.
+    lease_log: LogLimiter,
     head: Head,
     /// The fixed limit with its capacity and rate as command arguments.
     fixed: Option<(Limit, String, String)>,
@@ -564,10 +793,52 @@ struct PolicyRuntime {
 struct Plan {
     charges: Vec<Charge>,
     policy: Vec<usize>,
+    /// The charge is a window (SPEC W2): its seconds and mode.
+    window: Option<(f64, WindowMode)>,
+    /// The in-flight policy of the request (SPEC N2).
+    in_flight: Option<InFlight>,
+    /// The `settle_later` policies (SPEC G1): not in the call.
+    settle: Vec<SettleTarget>,
+}
+
+/// The in-flight part of a plan.
+#[derive(Clone)]
+struct InFlight {
+    key: String,
+    n: f64,
+    lease_ms: u64,
+    policy: usize,
+    /// Its place among the applied policies (the results are in policy order, D2).
+    pos: usize,
+}
+
+impl Plan {
+    /// The policy of each result, in policy order (the in-flight one at its place).
+    fn result_policies(&self) -> Vec<usize> {
+        let mut out = self.policy.clone();
+        if let Some(f) = &self.in_flight {
+            out.insert(f.pos.min(out.len()), f.policy);
+        }
+        out
+    }
+
+    /// The bucket charges only: what `refund()` may give back (SPEC F3).
+    fn refundable(&self) -> Option<Plan> {
+        if self.window.is_some() || self.charges.is_empty() {
+            return None;
+        }
+        Some(Plan {
+            charges: self.charges.clone(),
+            policy: self.policy.clone(),
+            window: None,
+            in_flight: None,
+            settle: Vec::new(),
+        })
+    }
 }
 
 enum Planned {
-    NotLimited,
+    NotLimited(Vec<SettleTarget>),
     Charges(Plan),
     BadRequest(String),
     Invalid(usize, &'static str, f64),
@@ -584,6 +855,9 @@ pub struct Check {
     pub problem: Option<(StatusCode, String)>,
     /// Gives the tokens back (SPEC F1); does nothing when nothing was charged.
     pub refund: RefundHandle,
+    /// The lease of the in-flight policy (SPEC N4, N5): finish it when the response ends;
+    /// does nothing without a lease.
+    pub lease: LeaseHandle,
 }
 
 impl Check {
@@ -593,6 +867,7 @@ impl Check {
             headers: None,
             problem: None,
             refund: RefundHandle::default(),
+            lease: LeaseHandle::default(),
         }
     }
 
@@ -683,20 +958,44 @@ impl<S: Store> Inner<S> {
         peer: Option<IpAddr>,
         route: Option<&str>,
     ) -> Check {
-        let plan = match self.plan(parts, peer, route).await {
-            Planned::NotLimited => return Check::pass(Decision::not_limited()),
+        let (mut check, settle) = self.check_planned(this, parts, peer, route).await;
+        if !settle.is_empty() && check.problem.is_none() {
+            // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
+            check.decision.settle_later = settle;
+            check.decision.holds = Some(Holds(this.clone()));
+        }
+        check
+    }
+
+    async fn check_planned(
+        &self,
+        this: &Arc<Inner<S>>,
+        parts: &mut Parts,
+        peer: Option<IpAddr>,
+        route: Option<&str>,
+    ) -> (Check, Vec<SettleTarget>) {
+        let mut plan = match self.plan(parts, peer, route).await {
+            Planned::NotLimited(settle) => return (Check::pass(Decision::not_limited()), settle),
+            Planned::Charges(plan) => plan,
             Planned::BadRequest(header) => {
                 bump(&self.stats.0.checks);
                 let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
                 c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
-                return c;
+                return (c, Vec::new());
             }
             Planned::Invalid(i, what, value) => {
                 bump(&self.stats.0.checks);
-                return self.invalid_input(i, what, value);
+                return (self.invalid_input(i, what, value), Vec::new());
             }
-            Planned::Charges(plan) => plan,
         };
+        let settle = std::mem::take(&mut plan.settle);
+        if plan.charges.is_empty() && plan.in_flight.is_none() {
+            return (Check::pass(Decision::not_limited()), settle);
+        }
+        (self.check_call(this, plan).await, settle)
+    }
+
+    async fn check_call(&self, this: &Arc<Inner<S>>, plan: Plan) -> Check {
         bump(&self.stats.0.checks);
 
         // The entries this request probes (one probe per expired refusal, SPEC R4): the
@@ -714,6 +1013,7 @@ impl<S: Store> Inner<S> {
                     headers,
                     problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
                     refund: RefundHandle::default(),
+                    lease: LeaseHandle::default(),
                 };
             }
         };
@@ -723,32 +1023,45 @@ impl<S: Store> Inner<S> {
             probe.release();
             return self.store_error_check();
         }
-        let call = self.call(plan.charges, &plan.policy);
+        let mut plan = plan;
+        let call = self.call(std::mem::take(&mut plan.charges), &plan);
         let started = Instant::now();
-        let result = self.store.take(&call).await;
+        let result = match call.kind {
+            CallKind::Acquire => self.store.acquire(&call).await.map(Ok),
+            CallKind::Take | CallKind::Window => self.store.take(&call).await.map(Err),
+        };
         self.telemetry
             .call_duration
             .record(started.elapsed().as_secs_f64());
-        let Call { charges, .. } = call;
-        let plan = Plan {
-            charges,
-            policy: plan.policy,
+        let what = match call.kind {
+            CallKind::Acquire => "TB.ACQUIRE",
+            CallKind::Window => "TB.WINDOW",
+            CallKind::Take if call.charges.len() == 1 => "TB.TAKE",
+            CallKind::Take => "TB.MTAKE",
         };
+        let Call { charges, .. } = call;
+        plan.charges = charges;
         let reply = match result {
             Ok(reply) => reply,
             Err(e) => {
-                let what = if plan.charges.len() == 1 {
-                    "TB.TAKE"
-                } else {
-                    "TB.MTAKE"
-                };
                 self.failed(&e, what);
                 drop(probe);
                 return self.store_error_check();
             }
         };
         self.breaker.success();
-        let decision = self.decide(plan_results(&plan, &reply, &self.policies), &plan.policy);
+        let (results, acquired) = match &reply {
+            Err(multi) => (
+                plan_results(&plan, &multi.buckets, None, &self.policies),
+                None,
+            ),
+            Ok(acq) => (
+                plan_results(&plan, &acq.buckets, Some(acq), &self.policies),
+                Some(acq),
+            ),
+        };
+        let order = plan.result_policies();
+        let mut decision = self.decide(results, &order);
         match decision.outcome {
             // SPEC R4: a refusal renews the probed entries (and caches new ones, R1).
             Outcome::Limited => self.remember(&decision),
@@ -757,7 +1070,7 @@ impl<S: Store> Inner<S> {
             _ => {}
         }
         drop(probe);
-        let headers = self.headers(&decision, &plan);
+        let headers = self.headers(&decision, &order);
         if decision.outcome == Outcome::Limited {
             let body = problem::too_many_requests(&decision);
             return Check {
@@ -765,18 +1078,52 @@ impl<S: Store> Inner<S> {
                 headers,
                 problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
                 refund: RefundHandle::default(),
+                lease: LeaseHandle::default(),
             };
         }
-        let refund = if decision.charged() {
-            RefundHandle::new(this.clone(), plan)
-        } else {
-            RefundHandle::default()
+        // SPEC N1, N6: a granted lease is the decision's; the gauge goes up (M2).
+        let lease = match (acquired, &plan.in_flight) {
+            (Some(a), Some(f)) if a.granted => match &a.id {
+                Some(id) => {
+                    let l = Lease {
+                        key: f.key.clone(),
+                        id: id.clone(),
+                        policy: self.policies[f.policy].name.clone(),
+                    };
+                    decision.lease = Some(l.clone());
+                    self.stats
+                        .0
+                        .leases_in_flight
+                        .fetch_add(1, Ordering::Relaxed);
+                    if let Some((g, _)) = &self.runtime[f.policy].metrics.leases {
+                        g.increment(1.0);
+                    }
+                    LeaseHandle {
+                        state: Some(Arc::new(LeaseState {
+                            store: this.clone(),
+                            lease: l,
+                            policy: f.policy,
+                            lease_ms: f.lease_ms,
+                            done: AtomicBool::new(false),
+                            lost: AtomicBool::new(false),
+                        })),
+                    }
+                }
+                None => LeaseHandle::default(),
+            },
+            _ => LeaseHandle::default(),
+        };
+        // SPEC F3: only the bucket policies are refunded.
+        let refund = match plan.refundable() {
+            Some(p) if decision.charged() => RefundHandle::new(this.clone(), p),
+            _ => RefundHandle::default(),
         };
         Check {
             decision,
             headers,
             problem: None,
             refund,
+            lease,
         }
     }
 
@@ -820,21 +1167,21 @@ impl<S: Store> Inner<S> {
     /// SPEC L1, A, I, K, L2, L3: the applicable policies' keys, limits and costs.
     async fn plan(&self, parts: &mut Parts, peer: Option<IpAddr>, route: Option<&str>) -> Planned {
         if route.is_none() && !self.limit_unmatched {
-            return Planned::NotLimited;
+            return Planned::NotLimited(Vec::new());
         }
         if let Some(route) = route
             && self.exclude.iter().any(|r| {
                 r.template == route && r.method.as_ref().is_none_or(|m| *m == parts.method)
             })
         {
-            return Planned::NotLimited;
+            return Planned::NotLimited(Vec::new());
         }
         if !self
             .policies
             .iter()
             .any(|p| self.applies(p, &parts.method, route))
         {
-            return Planned::NotLimited;
+            return Planned::NotLimited(Vec::new());
         }
         if let Some(peer) = peer {
             let client = self.ip.resolve(peer, &parts.headers);
@@ -847,6 +1194,9 @@ impl<S: Store> Inner<S> {
         let mut plan = Plan {
             charges: Vec::with_capacity(self.policies.len()),
             policy: Vec::with_capacity(self.policies.len()),
+            window: None,
+            in_flight: None,
+            settle: Vec::new(),
         };
         for (i, p) in self.policies.iter().enumerate() {
             if !self.applies(p, &parts.method, route) {
@@ -863,15 +1213,20 @@ impl<S: Store> Inner<S> {
             let Some(limit) = p.limit_for(parts) else {
                 continue;
             };
-            if !(limit.capacity > 0.0 && limit.capacity <= MAX_NUMBER) {
-                return Planned::Invalid(i, "capacity", limit.capacity);
+            // SPEC L3, C10: a per-request limit is checked as its kind, and keeps the
+            // policy's kind.
+            if limit.kind.as_str() != p.kind.as_str() {
+                return Planned::Invalid(i, "limit kind", limit.capacity);
             }
-            if !(MIN_RATE..=MAX_NUMBER).contains(&limit.rate) {
-                return Planned::Invalid(i, "rate", limit.rate);
-            }
-            let cost = p.cost_for(parts);
-            if !valid_cost(cost) {
-                return Planned::Invalid(i, "cost", cost);
+            if let LimitKind::Bucket = limit.kind {
+                if !(limit.capacity > 0.0 && limit.capacity <= MAX_NUMBER) {
+                    return Planned::Invalid(i, "capacity", limit.capacity);
+                }
+                if !(MIN_RATE..=MAX_NUMBER).contains(&limit.rate) {
+                    return Planned::Invalid(i, "rate", limit.rate);
+                }
+            } else if check_limit(&limit).is_err() {
+                return Planned::Invalid(i, "limit", limit.capacity);
             }
             let segment = match (route, p.per_route) {
                 (Some(route), true) => Some(
@@ -883,6 +1238,36 @@ impl<S: Store> Inner<S> {
                 ),
                 _ => None,
             };
+            if p.settle_later {
+                // SPEC G1: resolved now, charged by the handler's hold.
+                let key = self.runtime[i].head.key(tag, segment, &identity);
+                plan.settle.push(SettleTarget {
+                    policy: p.name.clone(),
+                    key,
+                    capacity: limit.capacity,
+                    rate: limit.rate,
+                });
+                continue;
+            }
+            if let LimitKind::InFlight { lease } = limit.kind {
+                // SPEC N2, C9: one slot, no cost.
+                let key = self.runtime[i].head.key(tag, segment, &identity);
+                plan.in_flight = Some(InFlight {
+                    key,
+                    n: limit.capacity,
+                    lease_ms: ceil_ms(lease),
+                    policy: i,
+                    pos: plan.charges.len(),
+                });
+                continue;
+            }
+            if let LimitKind::Window { seconds, mode } = limit.kind {
+                plan.window = Some((seconds, mode));
+            }
+            let cost = p.cost_for(parts);
+            if !valid_cost(cost) {
+                return Planned::Invalid(i, "cost", cost);
+            }
             let key = self.runtime[i].head.key(tag, segment, &identity);
             plan.charges.push(Charge {
                 key,
@@ -892,8 +1277,8 @@ impl<S: Store> Inner<S> {
             });
             plan.policy.push(i);
         }
-        if plan.charges.is_empty() {
-            Planned::NotLimited
+        if plan.charges.is_empty() && plan.in_flight.is_none() {
+            Planned::NotLimited(plan.settle)
         } else {
             Planned::Charges(plan)
         }
@@ -901,17 +1286,48 @@ impl<S: Store> Inner<S> {
 
     /// `TB.TAKE key capacity rate cost` for one bucket (SPEC L4), else `TB.MTAKE n key..
     /// (capacity rate cost)..`, the fixed limits' and costs' numbers formatted once.
-    fn call(&self, charges: Vec<Charge>, policy: &[usize]) -> Call {
+    fn call(&self, charges: Vec<Charge>, plan: &Plan) -> Call {
+        let policy = &plan.policy;
         let n = charges.len();
         let mut cmd = redis::Cmd::with_capacity(
-            1 + 4 * n,
-            16 + charges.iter().map(|c| c.key.len() + 32).sum::<usize>(),
+            6 + 4 * n,
+            48 + charges.iter().map(|c| c.key.len() + 32).sum::<usize>(),
         );
-        if n == 1 {
-            cmd.arg("TB.TAKE");
-        } else {
-            cmd.arg("TB.MTAKE").arg(n);
+        if let (Some((seconds, mode)), [c]) = (plan.window, charges.as_slice()) {
+            // SPEC W2: TB.WINDOW key limit seconds cost MODE.
+            cmd.arg("TB.WINDOW")
+                .arg(c.key.as_str())
+                .arg(num(c.capacity))
+                .arg(num(seconds))
+                .arg(num(c.n))
+                .arg(match mode {
+                    WindowMode::Fixed => "FIXED",
+                    _ => "SLIDING",
+                });
+            return Call {
+                charges,
+                cmd,
+                kind: CallKind::Window,
+            };
         }
+        let kind = if let Some(f) = &plan.in_flight {
+            // SPEC N2: TB.ACQUIRE key n lease_ms [TAKE numkeys keys.. (capacity rate cost)..].
+            cmd.arg("TB.ACQUIRE")
+                .arg(f.key.as_str())
+                .arg(num(f.n))
+                .arg(f.lease_ms);
+            if n > 0 {
+                cmd.arg("TAKE").arg(n);
+            }
+            CallKind::Acquire
+        } else {
+            if n == 1 {
+                cmd.arg("TB.TAKE");
+            } else {
+                cmd.arg("TB.MTAKE").arg(n);
+            }
+            CallKind::Take
+        };
         for c in &charges {
             cmd.arg(c.key.as_str());
         }
@@ -934,7 +1350,7 @@ impl<S: Store> Inner<S> {
                 }
             }
         }
-        Call { charges, cmd }
+        Call { charges, cmd, kind }
     }
 
     /// Counts a Redis decision (allowed, limited, shadow-limited) and logs shadow refusals.
@@ -1012,6 +1428,7 @@ impl<S: Store> Inner<S> {
                 retry_after: e.deny_until.saturating_sub(now).as_secs_f64(),
                 reset_after: e.reset_at.saturating_sub(now).as_secs_f64(),
                 shadow: false,
+                kind: self.policies[i].kind,
             });
         }
         let mut decision = Decision::from_results(results);
@@ -1042,7 +1459,11 @@ impl<S: Store> Inner<S> {
         let Some(cache) = &self.deny_cache else {
             return;
         };
-        for p in decision.violated_results().filter(|p| p.retry_after > 0.0) {
+        // SPEC R10: an in-flight refusal is never cached.
+        for p in decision
+            .violated_results()
+            .filter(|p| p.retry_after > 0.0 && !matches!(p.kind, LimitKind::InFlight { .. }))
+        {
             self.cache_entry(cache, p, p.retry_after);
         }
     }
@@ -1054,19 +1475,16 @@ impl<S: Store> Inner<S> {
             return;
         };
         for p in &decision.results {
-            if p.shadow || p.rate <= 0.0 || p.remaining >= p.cost {
+            // R5 is for buckets only (SPEC W3, R10).
+            if p.shadow || p.kind != LimitKind::Bucket || p.rate <= 0.0 || p.remaining >= p.cost {
                 continue;
             }
             self.cache_entry(cache, p, (p.cost - p.remaining) / p.rate);
         }
     }
 
-    fn headers(&self, decision: &Decision, plan: &Plan) -> Option<RateLimitHeaders> {
-        let items: Vec<&PolicyHeader> = plan
-            .policy
-            .iter()
-            .map(|&i| &self.runtime[i].header)
-            .collect();
+    fn headers(&self, decision: &Decision, order: &[usize]) -> Option<RateLimitHeaders> {
+        let items: Vec<&PolicyHeader> = order.iter().map(|&i| &self.runtime[i].header).collect();
         let now = match self.legacy_headers {
             Some(LegacyReset::UnixTime) => self.clock.unix(),
             _ => 0.0,
@@ -1164,13 +1582,19 @@ impl<S: Store> Inner<S> {
     }
 }
 
-/// The decision's per-policy results: the per-bucket replies with the plan's shapes.
-fn plan_results(plan: &Plan, reply: &MultiReply, policies: &[Policy]) -> Decision {
-    let results = plan
+/// The decision's per-policy results: the per-bucket replies with the plan's shapes, and
+/// the in-flight result (SPEC N3) at its place.
+fn plan_results(
+    plan: &Plan,
+    buckets: &[Reply],
+    acquired: Option<&Acquired>,
+    policies: &[Policy],
+) -> Decision {
+    let mut results: Vec<PolicyResult> = plan
         .charges
         .iter()
         .zip(&plan.policy)
-        .zip(&reply.buckets)
+        .zip(buckets)
         .map(|((c, &i), b)| PolicyResult {
             name: policies[i].name.clone(),
             key: c.key.clone(),
@@ -1182,8 +1606,33 @@ fn plan_results(plan: &Plan, reply: &MultiReply, policies: &[Policy]) -> Decisio
             retry_after: b.retry_after,
             reset_after: b.reset_after,
             shadow: policies[i].shadow,
+            kind: policies[i].kind,
         })
         .collect();
+    if let (Some(f), Some(a)) = (&plan.in_flight, acquired) {
+        // SPEC N3: refused for the slot only when not granted and `in_flight >= n`.
+        let slot_free = a.granted || a.in_flight < f.n;
+        let wait = if slot_free {
+            0.0
+        } else {
+            a.ms.max(0.0) / 1000.0
+        };
+        let p = &policies[f.policy];
+        let r = PolicyResult {
+            name: p.name.clone(),
+            key: f.key.clone(),
+            capacity: f.n,
+            rate: 0.0,
+            cost: 1.0,
+            allowed: slot_free,
+            remaining: (f.n - a.in_flight).max(0.0),
+            retry_after: wait,
+            reset_after: wait,
+            shadow: p.shadow,
+            kind: p.kind,
+        };
+        results.insert(f.pos.min(results.len()), r);
+    }
     Decision::from_results(results)
 }
 
@@ -1255,5 +1704,162 @@ impl RefundHandle {
         self.state
             .as_ref()
             .is_some_and(|s| s.done.load(Ordering::Acquire))
+    }
+}
+
+impl<S: Store> LeaseStore for Inner<S> {
+    fn ended(&self, policy: usize) {
+        let _ =
+            self.stats
+                .0
+                .leases_in_flight
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if let Some((g, _)) = self
+            .runtime
+            .get(policy)
+            .and_then(|r| r.metrics.leases.as_ref())
+        {
+            g.decrement(1.0);
+        }
+    }
+
+    fn release(self: Arc<Self>, policy: usize, key: String, id: String) -> OwnedFuture<()> {
+        Box::pin(async move {
+            // SPEC N4, B2: not while the breaker is open; the lease then expires.
+            if !self.breaker.admit() {
+                return;
+            }
+            let started = Instant::now();
+            let result = self.store.release(&key, &id).await;
+            self.telemetry
+                .call_duration
+                .record(started.elapsed().as_secs_f64());
+            match result {
+                Ok((released, _)) => {
+                    self.breaker.success();
+                    if !released {
+                        self.lease_expired(policy);
+                    }
+                }
+                Err(e) => self.failed(&e, "TB.RELEASE"),
+            }
+        })
+    }
+
+    fn renew(
+        self: Arc<Self>,
+        policy: usize,
+        key: String,
+        id: String,
+        lease_ms: u64,
+    ) -> OwnedFuture<Renewed> {
+        Box::pin(async move {
+            if !self.breaker.admit() {
+                return Renewed::Failed;
+            }
+            let started = Instant::now();
+            let result = self.store.renew(&key, &id, lease_ms).await;
+            self.telemetry
+                .call_duration
+                .record(started.elapsed().as_secs_f64());
+            match result {
+                Ok((true, _, _)) => {
+                    self.breaker.success();
+                    Renewed::Yes
+                }
+                Ok((false, _, _)) => {
+                    // SPEC N5: lost (expired, or a failover lost it); renewals stop.
+                    self.breaker.success();
+                    self.lease_expired(policy);
+                    if let Some(rt) = self.runtime.get(policy)
+                        && let Some(held_back) = rt.lease_log.admit(&*self.clock)
+                    {
+                        let name = self.policies.get(policy).map_or("", |p| p.name());
+                        tracing::warn!(
+                            target: "redis_tb",
+                            "redis-tb: a lease of in-flight policy '{name}' was lost before its request ended (it expired, or a failover lost it); the request goes on ({} since the last line)",
+                            held_back + 1
+                        );
+                    }
+                    Renewed::Lost
+                }
+                Err(e) => {
+                    self.failed(&e, "TB.RENEW");
+                    Renewed::Failed
+                }
+            }
+        })
+    }
+}
+
+impl<S: Store> Inner<S> {
+    /// SPEC M2: a lease that ended without a release.
+    fn lease_expired(&self, policy: usize) {
+        bump(&self.stats.0.leases_expired);
+        if let Some((_, c)) = self
+            .runtime
+            .get(policy)
+            .and_then(|r| r.metrics.leases.as_ref())
+        {
+            c.increment(1);
+        }
+    }
+}
+
+impl<S: Store> HoldStore for Inner<S> {
+    fn hold(
+        self: Arc<Self>,
+        target: SettleTarget,
+        estimate: f64,
+        ttl_ms: u64,
+    ) -> OwnedFuture<Result<HoldReply, Error>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.store.hold(&target, estimate, ttl_ms).await;
+            self.telemetry
+                .call_duration
+                .record(started.elapsed().as_secs_f64());
+            match result {
+                Ok(r) => {
+                    self.breaker.success();
+                    if r.reply.allowed && r.id.is_some() {
+                        bump(&self.stats.0.holds);
+                    }
+                    Ok(r)
+                }
+                Err(e) => {
+                    self.failed(&e, "TB.HOLD");
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn settle(
+        self: Arc<Self>,
+        target: SettleTarget,
+        id: String,
+        actual: f64,
+    ) -> OwnedFuture<Result<SettleReply, Error>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.store.settle(&target, &id, actual).await;
+            self.telemetry
+                .call_duration
+                .record(started.elapsed().as_secs_f64());
+            match result {
+                Ok(r) => {
+                    self.breaker.success();
+                    if r.settled {
+                        bump(&self.stats.0.settlements);
+                    }
+                    Ok(r)
+                }
+                Err(e) => {
+                    self.failed(&e, "TB.SETTLE");
+                    Err(e)
+                }
+            }
+        })
     }
 }

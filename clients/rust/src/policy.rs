@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use http::request::Parts;
 use http::{HeaderName, Method};
 
+use crate::client::WindowMode;
 use crate::ip::ClientIp;
 
 /// A boxed, sendable future (what async key functions return).
@@ -23,19 +24,107 @@ type LimitFn = dyn Fn(&Parts) -> Option<Limit> + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> f64 + Send + Sync;
 type TierFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 
-/// A bucket shape: `capacity` tokens (the burst), refilled at `rate` tokens per second.
+/// A limit: a token bucket (`capacity` tokens refilled at `rate` per second), a window
+/// (SPEC W1: `capacity` is its `n`, `rate` is `n / seconds`) or an in-flight limit (SPEC
+/// N1: `capacity` is its `n`, `rate` 0).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limit {
-    /// Bucket size: the burst (`q` in `RateLimit-Policy`).
+    /// Bucket size: the burst (`q` in `RateLimit-Policy`); a window's or in-flight
+    /// limit's `n`.
     pub capacity: f64,
-    /// Tokens added per second.
+    /// Tokens added per second (a window's `n / seconds`; 0 for an in-flight limit).
     pub rate: f64,
+    /// Which kind of limit (SPEC W, N); [`LimitKind::Bucket`] for the constructors that
+    /// name a rate.
+    pub kind: LimitKind,
+}
+
+/// The kind of a [`Limit`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum LimitKind {
+    /// A token bucket (TB.TAKE / TB.MTAKE).
+    #[default]
+    Bucket,
+    /// At most `n` per window of `seconds` (SPEC W1, TB.WINDOW).
+    Window {
+        /// The window in seconds.
+        seconds: f64,
+        /// `Sliding` (the default) or `Fixed` (SPEC C8: `Log` is not offered).
+        mode: WindowMode,
+    },
+    /// At most `n` in progress, each holding a lease of `lease` seconds (SPEC N1).
+    InFlight {
+        /// The lease in seconds (renewed every half, SPEC N5).
+        lease: f64,
+    },
+}
+
+impl LimitKind {
+    /// `bucket`, `window` or `in_flight`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LimitKind::Bucket => "bucket",
+            LimitKind::Window { .. } => "window",
+            LimitKind::InFlight { .. } => "in_flight",
+        }
+    }
 }
 
 impl Limit {
     /// `capacity` tokens refilled at `rate` per second.
     pub const fn new(capacity: f64, rate: f64) -> Limit {
-        Limit { capacity, rate }
+        Limit {
+            capacity,
+            rate,
+            kind: LimitKind::Bucket,
+        }
+    }
+
+    /// At most `n` requests (costs) per window of `seconds` (SPEC W1), checked with
+    /// TB.WINDOW on the server's clock; a window policy is the only policy of its limiter
+    /// (SPEC C10, W3).
+    pub fn window(n: f64, seconds: f64, mode: WindowMode) -> Limit {
+        Limit {
+            capacity: n,
+            rate: n / seconds,
+            kind: LimitKind::Window { seconds, mode },
+        }
+    }
+    /// `n` per second, as a window (SPEC W1).
+    pub fn window_per_second(n: f64, mode: WindowMode) -> Limit {
+        Limit::window(n, 1.0, mode)
+    }
+    /// `n` per minute, as a window (SPEC W1).
+    pub fn window_per_minute(n: f64, mode: WindowMode) -> Limit {
+        Limit::window(n, 60.0, mode)
+    }
+    /// `n` per hour, as a window (SPEC W1).
+    pub fn window_per_hour(n: f64, mode: WindowMode) -> Limit {
+        Limit::window(n, 3600.0, mode)
+    }
+    /// `n` per day, as a window (SPEC W1).
+    pub fn window_per_day(n: f64, mode: WindowMode) -> Limit {
+        Limit::window(n, 86400.0, mode)
+    }
+
+    /// At most `n` requests of the policy's key in progress at once, each holding a lease
+    /// of `lease` seconds (SPEC N1; 30 is the usual choice), released when its response
+    /// ends (N4) and renewed while it runs (N5). Such a policy has no cost (C9).
+    pub fn in_flight(n: f64, lease: f64) -> Limit {
+        Limit {
+            capacity: n,
+            rate: 0.0,
+            kind: LimitKind::InFlight { lease },
+        }
+    }
+
+    /// The lease in whole milliseconds (SPEC C9: `ceil(lease x 1000)`), for an in-flight
+    /// limit.
+    pub fn lease_ms(&self) -> Option<u64> {
+        match self.kind {
+            LimitKind::InFlight { lease } => Some(ceil_ms(lease)),
+            _ => None,
+        }
     }
     /// `n` per second (burst `n`).
     pub fn per_second(n: f64) -> Limit {
@@ -52,6 +141,22 @@ impl Limit {
     /// `n` per day (burst `n`).
     pub fn per_day(n: f64) -> Limit {
         Limit::new(n, n / 86400.0)
+    }
+}
+
+/// `ceil(seconds x 1000)` (SPEC C9, G1), with float noise below 1e-9 snapped.
+pub(crate) fn ceil_ms(seconds: f64) -> u64 {
+    let t = seconds * 1000.0;
+    let r = t.round();
+    let ms = if (t - r).abs() <= 1e-9 * t.abs().max(1.0) {
+        r
+    } else {
+        t.ceil()
+    };
+    if ms.is_finite() && ms >= 0.0 {
+        ms as u64
+    } else {
+        0
     }
 }
 
@@ -256,6 +361,11 @@ pub struct Policy {
     pub(crate) routes: Vec<Route>,
     pub(crate) per_route: bool,
     pub(crate) shadow: bool,
+    pub(crate) settle_later: bool,
+    /// A cost was set (`cost` or `cost_fn`): an error on an in-flight policy (SPEC C9).
+    pub(crate) cost_set: bool,
+    /// The kind of the limit given at construction (a `limit_fn` keeps it, SPEC C10).
+    pub(crate) kind: LimitKind,
 }
 
 impl fmt::Debug for Policy {
@@ -293,6 +403,9 @@ impl Policy {
             routes: Vec::new(),
             per_route: false,
             shadow: false,
+            settle_later: false,
+            cost_set: false,
+            kind: limit.kind,
         }
     }
 
@@ -343,6 +456,7 @@ impl Policy {
     /// A fixed cost per request (default 1; 0 only reports).
     pub fn cost(mut self, cost: f64) -> Policy {
         self.cost = Cost::Fixed(cost);
+        self.cost_set = true;
         self
     }
 
@@ -352,6 +466,7 @@ impl Policy {
         F: Fn(&Parts) -> f64 + Send + Sync + 'static,
     {
         self.cost = Cost::PerRequest(Arc::new(f));
+        self.cost_set = true;
         self
     }
 
@@ -401,6 +516,24 @@ impl Policy {
     pub fn shadow(mut self, on: bool) -> Policy {
         self.shadow = on;
         self
+    }
+
+    /// A policy charged later by its handler (SPEC G1): not in the check's call; its key
+    /// and limit (a bucket limit, C10) are resolved at check time and kept on the decision
+    /// for [`crate::Decision::hold`].
+    pub fn settle_later(mut self, on: bool) -> Policy {
+        self.settle_later = on;
+        self
+    }
+
+    /// Whether the policy is settled later (SPEC G1).
+    pub fn is_settle_later(&self) -> bool {
+        self.settle_later
+    }
+
+    /// The kind of the policy's limit (SPEC C10).
+    pub fn kind(&self) -> LimitKind {
+        self.kind
     }
 
     /// Whether the policy is in shadow mode.

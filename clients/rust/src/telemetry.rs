@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use metrics::{Counter, Histogram, Unit};
+use metrics::{Counter, Gauge, Histogram, Unit};
 
 /// `redis_tb_allowed_total{limiter,policy}`: +1 per applied policy of a charged request.
 pub const ALLOWED_TOTAL: &str = "redis_tb_allowed_total";
@@ -25,6 +25,12 @@ pub const DENY_CACHE_HITS_TOTAL: &str = "redis_tb_deny_cache_hits_total";
 /// `redis_tb_invalid_inputs_total{limiter,policy}`: +1 per out-of-range cost or limit
 /// from the application (SPEC L3).
 pub const INVALID_INPUTS_TOTAL: &str = "redis_tb_invalid_inputs_total";
+/// `redis_tb_leases_in_flight{limiter,policy}`: leases this process holds now, per
+/// in-flight policy (SPEC M2).
+pub const LEASES_IN_FLIGHT: &str = "redis_tb_leases_in_flight";
+/// `redis_tb_leases_expired_total{limiter,policy}`: leases that ended without a release
+/// (SPEC M2).
+pub const LEASES_EXPIRED_TOTAL: &str = "redis_tb_leases_expired_total";
 /// `redis_tb_store_errors_total{limiter}`: failed Redis calls (errors, timeouts).
 pub const STORE_ERRORS_TOTAL: &str = "redis_tb_store_errors_total";
 /// `redis_tb_degraded_total{limiter}`: requests decided by the failure mode.
@@ -49,6 +55,8 @@ pub(crate) struct PolicyMetrics {
     pub(crate) refunded: Counter,
     pub(crate) deny_cache_hits: Counter,
     pub(crate) invalid_inputs: Counter,
+    /// SPEC M2, for in-flight policies only.
+    pub(crate) leases: Option<(Gauge, Counter)>,
 }
 
 /// The layer's own series.
@@ -119,6 +127,25 @@ impl LimiterMetrics {
 }
 
 impl PolicyMetrics {
+    /// Adds SPEC M2's gauge and counter (an in-flight policy).
+    pub(crate) fn with_leases(mut self, limiter: &Arc<str>, policy: &str) -> PolicyMetrics {
+        metrics::describe_gauge!(
+            LEASES_IN_FLIGHT,
+            Unit::Count,
+            "Leases of in-flight policies this process holds now"
+        );
+        metrics::describe_counter!(
+            LEASES_EXPIRED_TOTAL,
+            Unit::Count,
+            "Leases that ended without a release (a release or renewal answered 0)"
+        );
+        self.leases = Some((
+            metrics::gauge!(LEASES_IN_FLIGHT, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
+            metrics::counter!(LEASES_EXPIRED_TOTAL, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
+        ));
+        self
+    }
+
     pub(crate) fn register(limiter: &Arc<str>, policy: &str) -> PolicyMetrics {
         let counter = |name: &'static str| metrics::counter!(name, "limiter" => limiter.to_string(), "policy" => policy.to_owned());
         PolicyMetrics {
@@ -128,6 +155,7 @@ impl PolicyMetrics {
             refunded: counter(REFUNDED_TOTAL),
             deny_cache_hits: counter(DENY_CACHE_HITS_TOTAL),
             invalid_inputs: counter(INVALID_INPUTS_TOTAL),
+            leases: None,
         }
     }
 }

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use redis_tb_client::{
-    Call, Charge, Decision, Error, Limit, MultiReply, Outcome, PeerAddr, Policy, RateLimitLayer,
-    Reply, RouteTemplate, Store,
+    Call, Charge, Decision, Error, LeaseBody, Limit, MultiReply, Outcome, PeerAddr, Policy,
+    RateLimitLayer, Reply, RouteTemplate, Store,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -88,7 +88,11 @@ impl Service<Request<Full<Bytes>>> for Handler {
 }
 
 async fn get(
-    svc: &mut impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible>,
+    svc: &mut impl Service<
+        Request<Full<Bytes>>,
+        Response = Response<LeaseBody<Full<Bytes>>>,
+        Error = Infallible,
+    >,
     route: Option<&str>,
     path: &str,
 ) -> (StatusCode, Option<String>, String) {

@@ -14,9 +14,10 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request};
 use redis_tb_client::redis::{ErrorKind, RedisError, ServerErrorKind};
 use redis_tb_client::{
-    Call, Charge, Check, ClientIpConfig, Decision, Error, FailureMode, ForwardedHeader, Identity,
-    Key, LegacyReset, Limit, ManualClock, MultiReply, Outcome, Policy, PolicyResult, RateLimiter,
-    Reply, Store, headers, ip, keys, policy, problem,
+    Acquired, Call, CallKind, Charge, Check, ClientIpConfig, Decision, Error, FailureMode,
+    ForwardedHeader, Hold, HoldReply, Identity, Key, LegacyReset, Limit, LimitKind, ManualClock,
+    MultiReply, Outcome, Policy, PolicyResult, RateLimiter, Reply, SettleReply, SettleTarget,
+    Store, WindowMode, headers, ip, keys, policy, problem,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -189,6 +190,60 @@ fn config(case: &Value, fails: &mut Failures) {
             Ok(h) => build_with(one(), |b| b.forwarded_header(h)),
             Err(_) => false,
         },
+        "window" => {
+            let mode = match value["mode"].as_str() {
+                None | Some("sliding") => WindowMode::Sliding,
+                Some("fixed") => WindowMode::Fixed,
+                Some("log") => WindowMode::Log,
+                Some(other) => panic!("unknown window mode {other}"),
+            };
+            let limit = Limit::window(num(&value["limit"]), num(&value["seconds"]), mode);
+            build_with(vec![Policy::new("win", limit)], |b| b)
+        }
+        "in_flight" => {
+            let limit = Limit::in_flight(num(&value["limit"]), num(&value["lease"]));
+            if let Some(want) = case["expect"].get("normalized") {
+                let got = serde_json::json!({
+                    "limit": limit.capacity,
+                    "lease_ms": limit.lease_ms(),
+                });
+                check!(
+                    fails,
+                    case,
+                    "normalized",
+                    (num(&got["limit"]), got["lease_ms"].as_u64()),
+                    (num(&want["limit"]), want["lease_ms"].as_u64())
+                );
+            }
+            let mut p = Policy::new("conc", limit);
+            if let Some(c) = value.get("cost") {
+                p = p.cost(num(c));
+            }
+            build_with(vec![p], |b| b)
+        }
+        "policy_kinds" => build_with(
+            value
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let name = format!("p{i}");
+                    match k.as_str().unwrap() {
+                        "bucket" => Policy::new(&name, Limit::per_second(1.0)),
+                        "window" => {
+                            Policy::new(&name, Limit::window_per_minute(5.0, WindowMode::Sliding))
+                        }
+                        "in_flight" => Policy::new(&name, Limit::in_flight(2.0, 30.0)),
+                        "settle_later" => {
+                            Policy::new(&name, Limit::per_second(1.0)).settle_later(true)
+                        }
+                        other => panic!("unknown policy kind {other}"),
+                    }
+                })
+                .collect(),
+            |b| b,
+        ),
         "fixed_key" => build_with(
             vec![
                 Policy::new("all", Limit::per_second(1.0)).key(Key::fixed(value.as_str().unwrap())),
@@ -207,7 +262,9 @@ fn config(case: &Value, fails: &mut Failures) {
         valid,
         case["expect"]["valid"].as_bool().unwrap()
     );
-    if let Some(want) = case["expect"]["normalized"].as_str() {
+    if let Some(want) = case["expect"]["normalized"].as_str()
+        && case["setting"] != "in_flight"
+    {
         check!(fails, case, "normalized", normalized.as_deref(), Some(want));
     }
 }
@@ -324,17 +381,29 @@ async fn header_identity(case: &Value, fails: &mut Failures) {
 // ---------------------------------------------------------------- response.json
 
 fn result_of(r: &Value) -> PolicyResult {
+    let capacity = num(&r["capacity"]);
+    let kind = match r["kind"].as_str() {
+        None | Some("bucket") => LimitKind::Bucket,
+        Some("window") => LimitKind::Window {
+            seconds: capacity / num(&r["rate"]),
+            mode: WindowMode::Sliding,
+        },
+        Some("in_flight") => LimitKind::InFlight { lease: 30.0 },
+        Some(other) => panic!("unknown result kind {other}"),
+    };
     PolicyResult {
         name: Arc::from(r["name"].as_str().unwrap()),
         key: format!("rl:{}:x", r["name"].as_str().unwrap()),
-        capacity: num(&r["capacity"]),
-        rate: num(&r["rate"]),
+        capacity,
+        // SPEC N3: an in-flight result has no rate (null in the vectors, 0 here).
+        rate: opt_num(&r["rate"]).unwrap_or(0.0),
         cost: num(&r["cost"]),
         allowed: r["allowed"].as_bool().unwrap(),
         remaining: num(&r["remaining"]),
         retry_after: num(&r["retry_after"]),
         reset_after: num(&r["reset_after"]),
         shadow: r["shadow"].as_bool().unwrap_or(false),
+        kind,
     }
 }
 
@@ -598,7 +667,7 @@ impl Store for FakeStore {
     async fn take(&self, call: &Call) -> Result<MultiReply, Error> {
         let v = self.answer(call.args()).await?;
         let head = reply4(&v).ok_or_else(bad_reply)?;
-        let buckets = if call.charges().len() == 1 {
+        let buckets = if call.charges().len() == 1 || call.kind() == CallKind::Window {
             vec![head]
         } else {
             v.get(4)
@@ -632,6 +701,96 @@ impl Store for FakeStore {
         Ok(out)
     }
 
+    async fn acquire(&self, call: &Call) -> Result<Acquired, Error> {
+        let v = self.answer(call.args()).await?;
+        let a = v.as_array().ok_or_else(bad_reply)?;
+        let buckets = match a.get(5) {
+            None => Vec::new(),
+            Some(per) => per
+                .as_array()
+                .ok_or_else(bad_reply)?
+                .iter()
+                .map(|b| reply4(b).ok_or_else(bad_reply))
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(Acquired {
+            granted: num(a.first().ok_or_else(bad_reply)?) != 0.0,
+            in_flight: num(a.get(1).ok_or_else(bad_reply)?),
+            id: a.get(2).and_then(Value::as_str).map(str::to_owned),
+            ms: num(a.get(3).ok_or_else(bad_reply)?),
+            buckets,
+        })
+    }
+
+    async fn release(&self, key: &str, id: &str) -> Result<(bool, f64), Error> {
+        let v = self
+            .answer(vec![
+                b"TB.RELEASE".to_vec(),
+                key.as_bytes().to_vec(),
+                id.as_bytes().to_vec(),
+            ])
+            .await?;
+        let a = v.as_array().ok_or_else(bad_reply)?;
+        Ok((
+            num(a.first().ok_or_else(bad_reply)?) != 0.0,
+            num(a.get(1).ok_or_else(bad_reply)?),
+        ))
+    }
+
+    async fn renew(&self, key: &str, id: &str, lease_ms: u64) -> Result<(bool, f64, f64), Error> {
+        let v = self
+            .answer(vec![
+                b"TB.RENEW".to_vec(),
+                key.as_bytes().to_vec(),
+                id.as_bytes().to_vec(),
+                lease_ms.to_string().into_bytes(),
+            ])
+            .await?;
+        let a = v.as_array().ok_or_else(bad_reply)?;
+        Ok((
+            num(a.first().ok_or_else(bad_reply)?) != 0.0,
+            num(a.get(1).ok_or_else(bad_reply)?),
+            num(a.get(2).ok_or_else(bad_reply)?),
+        ))
+    }
+
+    async fn hold(&self, t: &SettleTarget, estimate: f64, ttl_ms: u64) -> Result<HoldReply, Error> {
+        let v = self
+            .answer(vec![
+                b"TB.HOLD".to_vec(),
+                t.key.as_bytes().to_vec(),
+                t.capacity.to_string().into_bytes(),
+                t.rate.to_string().into_bytes(),
+                estimate.to_string().into_bytes(),
+                ttl_ms.to_string().into_bytes(),
+            ])
+            .await?;
+        Ok(HoldReply {
+            reply: reply4(&v).ok_or_else(bad_reply)?,
+            id: v.get(4).and_then(Value::as_str).map(str::to_owned),
+        })
+    }
+
+    async fn settle(&self, t: &SettleTarget, id: &str, actual: f64) -> Result<SettleReply, Error> {
+        let v = self
+            .answer(vec![
+                b"TB.SETTLE".to_vec(),
+                t.key.as_bytes().to_vec(),
+                t.capacity.to_string().into_bytes(),
+                t.rate.to_string().into_bytes(),
+                id.as_bytes().to_vec(),
+                actual.to_string().into_bytes(),
+            ])
+            .await?;
+        let r = reply4(&v).ok_or_else(bad_reply)?;
+        Ok(SettleReply {
+            settled: r.allowed,
+            remaining: r.remaining,
+            charged: r.retry_after,
+            reset_after: r.reset_after,
+        })
+    }
+
     fn addr(&self) -> &str {
         "fake:0"
     }
@@ -655,10 +814,24 @@ fn limiter_of(case: &Value, store: FakeStore, clock: ManualClock) -> RateLimiter
     let mut b = RateLimiter::builder(store).clock(Arc::new(clock));
     for p in l["policies"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap().to_owned();
-        let cost = num(&p["cost"]);
-        let mut policy = Policy::new(&name, Limit::new(num(&p["capacity"]), num(&p["rate"])))
-            .cost(cost)
-            .shadow(p["shadow"].as_bool().unwrap_or(false));
+        let limit = if let Some(w) = p.get("window") {
+            let mode = match w["mode"].as_str() {
+                Some("fixed") => WindowMode::Fixed,
+                _ => WindowMode::Sliding,
+            };
+            Limit::window(num(&w["limit"]), num(&w["seconds"]), mode)
+        } else if let Some(f) = p.get("in_flight") {
+            Limit::in_flight(num(&f["limit"]), num(&f["lease_ms"]) / 1000.0)
+        } else {
+            Limit::new(num(&p["capacity"]), num(&p["rate"]))
+        };
+        let cost = p.get("cost").map_or(1.0, num);
+        let mut policy = Policy::new(&name, limit)
+            .shadow(p["shadow"].as_bool().unwrap_or(false))
+            .settle_later(p["settle_later"].as_bool().unwrap_or(false));
+        if p.get("cost").is_some() {
+            policy = policy.cost(cost);
+        }
         policy = match p["key"]["kind"].as_str() {
             None | Some("client_ip") => policy,
             Some("header") => policy.key(Key::header(
@@ -758,6 +931,25 @@ fn compare_check(case: &Value, step: usize, fails: &mut Failures, c: &Check, wan
             want_names(&want["shadow_limited"])
         );
     }
+    if let Some(w) = want.get("lease") {
+        let got = d
+            .lease()
+            .map(|l| serde_json::json!({"key": l.key, "id": l.id, "policy": &*l.policy}));
+        check!(
+            local,
+            case,
+            "lease",
+            got.as_ref(),
+            (!w.is_null()).then_some(w)
+        );
+        check!(
+            local,
+            case,
+            "lease handle = decision's lease",
+            c.lease.lease(),
+            d.lease()
+        );
+    }
     let mut map = HeaderMap::new();
     c.write_headers(&mut map);
     compare_headers(case, &mut local, &map, &want["headers"]);
@@ -773,6 +965,59 @@ fn compare_check(case: &Value, step: usize, fails: &mut Failures, c: &Check, wan
     fails.extend(local.into_iter().map(|f| format!("{f} [step {step}]")));
 }
 
+fn compare_hold(case: &Value, step: usize, fails: &mut Failures, h: &Hold, want: &Value) {
+    let mut local = Vec::new();
+    if let Some(w) = want["allowed"].as_bool() {
+        check!(local, case, "allowed", h.allowed, w);
+    }
+    if let Some(w) = want.get("id") {
+        check!(local, case, "id", h.id.as_deref(), w.as_str());
+    }
+    for (field, got) in [("remaining", h.remaining), ("retry_after", h.retry_after)] {
+        if let Some(w) = want.get(field) {
+            check!(local, case, field, got, num(w));
+        }
+    }
+    if let Some(w) = want["key"].as_str() {
+        check!(local, case, "key", h.key.as_str(), w);
+    }
+    if let Some(w) = want["policy"].as_str() {
+        check!(local, case, "policy", &*h.policy, w);
+    }
+    let refusal = h.refusal();
+    if let Some(w) = want["status"].as_u64() {
+        check!(
+            local,
+            case,
+            "status",
+            refusal
+                .as_ref()
+                .map_or(200, |(s, _, _)| u64::from(s.as_u16())),
+            w
+        );
+    }
+    if want.get("headers").is_some() {
+        let map = refusal.map(|(_, m, _)| m).unwrap_or_default();
+        compare_headers(case, &mut local, &map, &want["headers"]);
+    }
+    let known = [
+        "allowed",
+        "id",
+        "remaining",
+        "retry_after",
+        "key",
+        "policy",
+        "status",
+        "headers",
+    ];
+    if let Some(o) = want.as_object() {
+        for k in o.keys().filter(|k| !known.contains(&k.as_str())) {
+            local.push(format!("{}: unknown hold field {k}", id(case)));
+        }
+    }
+    fails.extend(local.into_iter().map(|f| format!("{f} [step {step}]")));
+}
+
 fn peer_of(check: &Value) -> Option<IpAddr> {
     check["peer"].as_str().and_then(ip::parse_peer)
 }
@@ -784,8 +1029,53 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
     let limiter = limiter_of(case, store.clone(), clock.clone());
     let mut checks: HashMap<usize, Check> = HashMap::new();
     let mut held: HashMap<String, (usize, tokio::task::JoinHandle<Check>)> = HashMap::new();
+    let mut holds: HashMap<usize, Hold> = HashMap::new();
     for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
         clock.set_ms(step["at_ms"].as_u64().unwrap());
+        // An unknown step field (or expectation of a check) fails the runner.
+        const STEP: [&str; 14] = [
+            "at_ms",
+            "check",
+            "redis",
+            "expect",
+            "release",
+            "reply",
+            "error",
+            "cancel",
+            "refund",
+            "finish",
+            "renew",
+            "take_hold",
+            "settle",
+            "timeout",
+        ];
+        for k in step.as_object().into_iter().flat_map(|o| o.keys()) {
+            if !STEP.contains(&k.as_str()) {
+                fails.push(format!("{} [step {i}]: unknown step field {k}", id(case)));
+            }
+        }
+        if step.get("check").is_some() {
+            const EXPECT: [&str; 9] = [
+                "outcome",
+                "allowed",
+                "from_cache",
+                "status",
+                "headers",
+                "body",
+                "violated",
+                "shadow_limited",
+                "lease",
+            ];
+            for k in step["expect"]
+                .as_object()
+                .into_iter()
+                .flat_map(|o| o.keys())
+            {
+                if !EXPECT.contains(&k.as_str()) {
+                    fails.push(format!("{} [step {i}]: unknown expectation {k}", id(case)));
+                }
+            }
+        }
         store.expect(&step["redis"]);
         if let Some(check) = step.get("check") {
             let mut parts = match step_parts(check) {
@@ -875,6 +1165,88 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 returns,
                 step["expect"]["returns"].as_bool().unwrap()
             );
+        } else if let Some(at) = step["finish"].as_u64() {
+            let Some(c) = checks.get(&usize::try_from(at).unwrap()) else {
+                fails.push(format!("{} [step {i}]: no decision at step {at}", id(case)));
+                continue;
+            };
+            c.lease.finish().await;
+            if let Some(w) = step["expect"]["leases_in_flight"].as_u64() {
+                check!(
+                    fails,
+                    case,
+                    format!("leases_in_flight [step {i}]"),
+                    limiter.stats().leases_in_flight(),
+                    w
+                );
+            }
+        } else if let Some(at) = step["renew"].as_u64() {
+            let Some(c) = checks.get(&usize::try_from(at).unwrap()) else {
+                fails.push(format!("{} [step {i}]: no decision at step {at}", id(case)));
+                continue;
+            };
+            let renewed = c.lease.renew().await;
+            check!(
+                fails,
+                case,
+                format!("renewed [step {i}]"),
+                renewed,
+                step["expect"]["renewed"].as_bool().unwrap()
+            );
+        } else if let Some(t) = step.get("take_hold") {
+            let at = usize::try_from(t["check"].as_u64().unwrap()).unwrap();
+            let Some(c) = checks.get(&at) else {
+                fails.push(format!("{} [step {i}]: no decision at step {at}", id(case)));
+                continue;
+            };
+            let want = &step["expect"];
+            let got = c
+                .decision
+                .hold(
+                    t["policy"].as_str().unwrap(),
+                    num(&t["estimate"]),
+                    num(&t["ttl_ms"]) / 1000.0,
+                )
+                .await;
+            match (got, want["error"].as_str()) {
+                (
+                    Err(Error::InvalidArgument { .. } | Error::NotSettleLater { .. }),
+                    Some("invalid_input"),
+                ) => {}
+                (Err(e), _) => fails.push(format!("{} [step {i}]: hold failed: {e}", id(case))),
+                (Ok(h), Some(_)) => fails.push(format!(
+                    "{} [step {i}]: hold should have raised, got {h:?}",
+                    id(case)
+                )),
+                (Ok(h), None) => {
+                    compare_hold(case, i, fails, &h, want);
+                    holds.insert(i, h);
+                }
+            }
+        } else if let Some(t) = step.get("settle") {
+            let at = usize::try_from(t["hold"].as_u64().unwrap()).unwrap();
+            let Some(h) = holds.get(&at) else {
+                fails.push(format!("{} [step {i}]: no hold at step {at}", id(case)));
+                continue;
+            };
+            match h.settle(num(&t["actual"])).await {
+                Err(e) => fails.push(format!("{} [step {i}]: settle failed: {e}", id(case))),
+                Ok(st) => {
+                    let want = &step["expect"];
+                    for (field, got) in [
+                        ("remaining", st.remaining),
+                        ("charged", st.charged),
+                        ("reset_after", st.reset_after),
+                    ] {
+                        if let Some(w) = want.get(field) {
+                            check!(fails, case, format!("{field} [step {i}]"), got, num(w));
+                        }
+                    }
+                    if let Some(w) = want["settled"].as_bool() {
+                        check!(fails, case, format!("settled [step {i}]"), st.settled, w);
+                    }
+                }
+            }
         } else {
             fails.push(format!("{} [step {i}]: unknown step kind", id(case)));
         }
@@ -906,6 +1278,10 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 "refunds" => s.refunds(),
                 "refund_errors" => s.refund_errors(),
                 "invalid_inputs" => s.invalid_inputs(),
+                "leases_in_flight" => s.leases_in_flight(),
+                "leases_expired" => s.leases_expired(),
+                "holds" => s.holds(),
+                "settlements" => s.settlements(),
                 other => {
                     fails.push(format!("{}: unknown counter {other}", id(case)));
                     continue;

@@ -22,7 +22,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use redis_tb_client::telemetry::{CALL_DURATION_BUCKETS, REDIS_CALL_DURATION_SECONDS};
 use redis_tb_client::{
     BuildError, Decision, FailureMode, Key, LegacyReset, Limit, Outcome, Policy, RateLimitLayer,
-    RefundHandle, TbClient,
+    RefundHandle, TbClient, WindowMode,
 };
 use serde_json::{Value, json};
 
@@ -38,8 +38,12 @@ pub struct Config {
     pub user_free: Limit,
     /// Policy `user` for the pro plan.
     pub user_pro: Limit,
-    /// Policy `orders`: `POST /orders` only, per user (or per address when anonymous).
+    /// Policy `orders`: `POST /orders` only, per user (anonymous orders skip it, SPEC I1).
     pub orders: Limit,
+    /// Policy `search`: `GET /search`, per client address, one token per 50 results.
+    pub search: Limit,
+    /// Policy `search-strict`: a tighter search limit tried out in shadow mode (SPEC S).
+    pub search_strict: Limit,
     /// `GET /export?rows=N` costs one token per this many rows (at least 1).
     pub rows_per_token: f64,
     /// Fail open (default) or closed when Redis is unreachable.
@@ -57,6 +61,13 @@ pub struct Config {
     pub deny_cache: usize,
     /// The limiter's name: the `limiter` label of its metrics.
     pub name: String,
+    /// Policy `streams`: `GET /stream` in progress per client address (SPEC N).
+    pub streams: Limit,
+    /// Policy `tokens`: `GET /stream`'s tokens per client address, settled later (SPEC G).
+    pub tokens: Limit,
+    /// Policy `login` of the login limiter: `POST /login` per client address, a window
+    /// (SPEC W).
+    pub login: Limit,
 }
 
 impl Default for Config {
@@ -64,8 +75,10 @@ impl Default for Config {
         Config {
             ip: Limit::per_second(10.0),
             user_free: Limit::per_hour(100.0),
-            user_pro: Limit::per_hour(1000.0),
+            user_pro: Limit::per_hour(5000.0),
             orders: Limit::per_minute(5.0),
+            search: Limit::per_minute(60.0),
+            search_strict: Limit::per_minute(20.0),
             rows_per_token: 100.0,
             failure_mode: FailureMode::FailOpen,
             trusted_proxies: Vec::new(),
@@ -73,7 +86,10 @@ impl Default for Config {
             cooldown: Duration::from_secs(1),
             shadow_policies: Vec::new(),
             deny_cache: 0,
-            name: "default".to_owned(),
+            name: "api".to_owned(),
+            streams: Limit::in_flight(2.0, 2.0),
+            tokens: Limit::per_hour(1000.0),
+            login: Limit::window_per_hour(20.0, WindowMode::Sliding),
         }
     }
 }
@@ -92,30 +108,25 @@ pub struct User {
 pub enum Plan {
     /// 100 requests per hour by default.
     Free,
-    /// 1000 requests per hour by default.
+    /// 5000 requests per hour by default.
     Pro,
 }
 
-/// Demo authentication: `Authorization: Bearer <token>` with two fixed tokens. A real app
-/// verifies a session or JWT here; what matters is that it runs before the limiter and
-/// leaves a [`User`] in the extensions for the key and limit functions.
+/// Demo authentication, a stand-in: `X-API-Key: key-alice` is alice on the pro plan,
+/// `key-bob` is bob on the free plan; no key (or an unknown one) is anonymous, and the
+/// per-user policies are skipped (SPEC I1). A real app verifies a session or JWT here;
+/// what matters is that it runs before the limiter and leaves a [`User`] in the
+/// extensions for the key and limit functions.
 pub async fn auth(mut req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let user = match token {
-        Some("alice-token") => Some(User {
-            id: "alice".into(),
-            plan: Plan::Free,
-        }),
-        Some("bob-token") => Some(User {
-            id: "bob".into(),
-            plan: Plan::Pro,
-        }),
+    let account = match req.headers().get("x-api-key").map(|v| v.as_bytes()) {
+        Some(b"key-alice") => Some("alice"),
+        Some(b"key-bob") => Some("bob"),
         _ => None,
     };
+    let user = account.map(|id| User {
+        id: id.into(),
+        plan: if id == "alice" { Plan::Pro } else { Plan::Free },
+    });
     if let Some(user) = user {
         req.extensions_mut().insert(user);
     }
@@ -182,23 +193,60 @@ pub fn limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, Buil
                 .cost_fn(move |parts| export_cost(parts, rows_per_token))
                 .shadow(shadow("user")),
         )
-        // An endpoint policy: only POST /orders (the route template, not the raw path).
+        // An endpoint policy: only POST /orders (the route template, not the raw path),
+        // per user; anonymous orders skip it (SPEC I1).
         .policy(
             Policy::new("orders", config.orders)
                 .route(axum::http::Method::POST, "/orders")
-                .key(Key::from_fn(|parts| {
-                    let client = parts.extensions.get::<redis_tb_client::ClientIp>();
-                    user_of(parts)
-                        .map(|u| format!("user-{}", u.id))
-                        .or_else(|| client.map(|c| format!("ip-{}", c.identity)))
-                }))
+                .key(Key::from_fn(|parts| user_of(parts).map(|u| u.id)))
                 .shadow(shadow("orders")),
+        )
+        // A cost function: one token per 50 results asked for (`size`, default 50).
+        .policy(
+            Policy::new("search", config.search)
+                .route(axum::http::Method::GET, "/search")
+                .cost_fn(search_cost)
+                .shadow(shadow("search")),
+        )
+        // A tighter search limit being tried out: charged and counted like an enforced one,
+        // never refusing, left out of the headers (SPEC S1, S2). Enforcing it later is
+        // removing `.shadow(true)`.
+        .policy(
+            Policy::new("search-strict", config.search_strict)
+                .route(axum::http::Method::GET, "/search")
+                .cost_fn(search_cost)
+                .shadow(true),
+        )
+        // SPEC N: at most 2 streams in progress per client address; with the buckets
+        // above, one TB.ACQUIRE ... TAKE on GET /stream (all or nothing).
+        .policy(Policy::new("streams", config.streams).route(axum::http::Method::GET, "/stream"))
+        // SPEC G: the stream's tokens, held by the handler and settled after the fact.
+        .policy(
+            Policy::new("tokens", config.tokens)
+                .route(axum::http::Method::GET, "/stream")
+                .settle_later(true),
         )
         .trusted_proxies(&config.trusted_proxies)
         .failure_mode(config.failure_mode)
         .cooldown(config.cooldown)
         .legacy_headers(config.legacy_headers)
         .name(&config.name)
+        .build()
+}
+
+/// The login limiter: `POST /login` only, a sliding window of 20 an hour per client
+/// address (SPEC W: never more than 20 in a window, where a token bucket would admit 40 in
+/// the first hour). A window policy is the only policy of its limiter (SPEC C10), so it
+/// is a second layer; it fails closed (SPEC B4: 503 while Redis is down).
+pub fn login_limiter(client: TbClient, config: &Config) -> Result<RateLimitLayer, BuildError> {
+    let _ = prometheus();
+    RateLimitLayer::builder(client)
+        .policy(Policy::new("login", config.login).route(axum::http::Method::POST, "/login"))
+        .trusted_proxies(&config.trusted_proxies)
+        .failure_mode(FailureMode::FailClosed)
+        .cooldown(config.cooldown)
+        .legacy_headers(config.legacy_headers)
+        .name("login")
         .build()
 }
 
@@ -210,6 +258,18 @@ fn export_cost(parts: &Parts, rows_per_token: f64) -> f64 {
     (export_rows(&parts.uri) as f64 / rows_per_token)
         .ceil()
         .max(1.0)
+}
+
+/// `GET /search?size=N` costs `ceil(N / 50)` tokens, at least 1 (`size` defaults to 50).
+fn search_cost(parts: &Parts) -> f64 {
+    let size = parts
+        .uri
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("size=")))
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(50.0);
+    (size / 50.0).ceil().max(1.0)
 }
 
 /// The `rows` query parameter (0 when missing or not a number).
@@ -230,18 +290,42 @@ pub fn app(limiter: Option<RateLimitLayer>) -> Router {
     })
 }
 
+/// The app with the api limiter and the login limiter (`POST /login`, inside the api
+/// limiter: both lists of rate-limit items are in its responses).
+pub fn app_with_login(api: Option<RateLimitLayer>, login: Option<RateLimitLayer>) -> Router {
+    routes(
+        |limited| match api {
+            Some(layer) => limited.layer(layer),
+            None => limited,
+        },
+        login,
+    )
+}
+
 /// The app with `limit` applied to the limited routes (the overhead benchmark puts other
 /// layers there: one bare Redis PING per request, for instance).
 pub fn app_with(limit: impl FnOnce(Router) -> Router) -> Router {
+    routes(limit, None)
+}
+
+fn routes(limit: impl FnOnce(Router) -> Router, login_limiter: Option<RateLimitLayer>) -> Router {
+    let login_route = match login_limiter {
+        Some(layer) => post(login).layer(layer),
+        None => post(login),
+    };
     let limited = Router::new()
         .route("/", get(|| async { "hello" }))
         .route("/items/{id}", get(get_item))
         .route("/orders", post(create_order))
-        .route("/export", get(export));
+        .route("/export", get(export))
+        .route("/search", get(search))
+        .route("/stream", get(stream))
+        .route("/login", login_route);
     // Layers added later run first: auth sets the User before the limiter reads it.
     let limited = limit(limited).layer(middleware::from_fn(auth));
     // Routes added after the layers are not limited.
     limited
+        .route("/healthz", get(|| async { "ok" }))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics_text))
 }
@@ -321,8 +405,28 @@ async fn get_item(
 /// drop the keep-alive connection after the response, without `Connection: close`, and
 /// the client's next request on it fails. (`Bytes` reads it whole, up to axum's default
 /// 2 MB limit; larger bodies get 413.)
-async fn create_order(decision: Option<Extension<Decision>>, body: Bytes) -> Response {
+async fn create_order(
+    decision: Option<Extension<Decision>>,
+    refund: Option<Extension<RefundHandle>>,
+    body: Bytes,
+) -> Response {
     let decision = decision.map(|Extension(d)| d);
+    // The order `{item_id, quantity}`: a quantity of 0 or less is rejected, and the
+    // rejected order is not counted (SPEC F1: its tokens are given back).
+    let quantity = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("quantity").and_then(Value::as_f64));
+    if quantity.is_some_and(|q| q <= 0.0) {
+        let refunded = match refund {
+            Some(Extension(r)) => r.refund().await,
+            None => false,
+        };
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"error": "quantity must be at least 1", "refunded": refunded})),
+        )
+            .into_response();
+    }
     (
         StatusCode::CREATED,
         Json(json!({
@@ -338,6 +442,133 @@ async fn export(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
     let decision = decision.map(|Extension(d)| d);
     Json(json!({
         "rows": export_rows(&uri),
+        "rate_limit": decision_json(decision.as_ref()),
+    }))
+    .into_response()
+}
+
+/// `POST /login`: a stand-in (no password is checked); limited by the login limiter.
+async fn login(decision: Option<Extension<Decision>>, body: Bytes) -> Response {
+    let decision = decision.map(|Extension(d)| d);
+    Json(json!({
+        "login": "ok",
+        "bytes": body.len(),
+        "rate_limit": decision_json(decision.as_ref()),
+    }))
+    .into_response()
+}
+
+/// `GET /stream`'s query: `tokens` to send (default 3), `delay_ms` between events
+/// (default 0), `max_tokens` held before streaming (default 100).
+#[derive(Clone, Copy, Debug)]
+struct StreamQuery {
+    tokens: u64,
+    delay_ms: u64,
+    max_tokens: f64,
+}
+
+fn stream_query(uri: &Uri) -> StreamQuery {
+    let mut q = StreamQuery {
+        tokens: 3,
+        delay_ms: 0,
+        max_tokens: 100.0,
+    };
+    for (k, v) in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+    {
+        match k {
+            "tokens" => q.tokens = v.parse().unwrap_or(q.tokens),
+            "delay_ms" => q.delay_ms = v.parse().unwrap_or(q.delay_ms),
+            "max_tokens" => q.max_tokens = v.parse().unwrap_or(q.max_tokens),
+            _ => {}
+        }
+    }
+    q
+}
+
+/// `GET /stream`: an LLM-proxy-style server-sent-event stream. The limiter's check took a
+/// `streams` slot (SPEC N: released when this body ends, or when the client goes away;
+/// renewed while it runs); the handler holds `max_tokens` on `tokens` (SPEC G1), answers
+/// a refused hold with its 429 (G2), streams `data: token-<i>` events and `data: [DONE]`,
+/// and settles the number of token events it sent (G3), also when the client
+/// disconnected mid-stream.
+async fn stream(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
+    let q = stream_query(&uri);
+    let hold = match decision {
+        Some(Extension(d)) if !d.settle_later.is_empty() => {
+            match d.hold("tokens", q.max_tokens, 60.0).await {
+                Ok(h) => match h.or_refused() {
+                    Ok(h) => Some(h),
+                    Err(refused) => return refused.into_response(),
+                },
+                // An invalid max_tokens is the caller's mistake here.
+                Err(redis_tb_client::Error::InvalidArgument { .. }) => {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        Json(json!({"error": "max_tokens must be > 0"})),
+                    )
+                        .into_response();
+                }
+                // The store is down: stream without a hold (the failure mode is open).
+                Err(e) => {
+                    tracing::warn!("GET /stream: no hold on 'tokens' ({e}); streaming anyway");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    tokio::spawn(async move {
+        let mut sent: u64 = 0;
+        for i in 1..=q.tokens {
+            if q.delay_ms > 0 && i > 1 {
+                tokio::time::sleep(Duration::from_millis(q.delay_ms)).await;
+            }
+            if tx
+                .send(Bytes::from(format!("data: token-{i}\n\n")))
+                .await
+                .is_err()
+            {
+                break; // the client went away (the body was dropped)
+            }
+            sent += 1;
+        }
+        if let Some(hold) = hold {
+            // SPEC G3: the actual count; the surplus of the estimate goes back.
+            if let Err(e) = hold.settle(sent as f64).await {
+                tracing::warn!("GET /stream: settling 'tokens' failed ({e})");
+            }
+        }
+        if sent == q.tokens {
+            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        }
+    });
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+    });
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(events),
+    )
+        .into_response()
+}
+
+/// `GET /search?q=..&size=N`: a stand-in search (limited by `search`, whose cost grows
+/// with `size`, and the shadow `search-strict`).
+async fn search(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
+    let decision = decision.map(|Extension(d)| d);
+    Json(json!({
+        "query": uri.query().unwrap_or(""),
+        "results": [],
         "rate_limit": decision_json(decision.as_ref()),
     }))
     .into_response()

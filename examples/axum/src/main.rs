@@ -1,14 +1,17 @@
 //! Serves the example app: `REDIS_URL` (default `redis://127.0.0.1:6379/`), `LISTEN`
 //! (default `127.0.0.1:3000`), `TRUSTED_PROXIES` (comma-separated CIDRs), `FAIL_CLOSED=1`,
-//! `SHADOW_POLICIES` (comma-separated policy names: `ip,user,orders`), `DENY_CACHE`
-//! (max entries; 0 or unset: off), `LEGACY_HEADERS` (`unix` or `delta`).
+//! `SHADOW_POLICIES` (comma-separated policy names: `ip,user,orders,search`), `DENY_CACHE`
+//! (max entries; 0 or unset: off), `LEGACY_HEADERS` (`unix` or `delta`),
+//! `REDIS_TB_TIMEOUT_MS` (the Redis call timeout, default 50).
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use redis_tb_axum_example::{Config, app, limiter};
+use std::time::Duration;
+
+use redis_tb_axum_example::{Config, app_with_login, limiter, login_limiter};
 use redis_tb_client::{ClientConfig, FailureMode, LegacyReset, TbClient};
 
 #[tokio::main]
@@ -52,13 +55,23 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     // Fails here, at startup, when the server runs without the module. An unreachable
     // Redis is only logged: the app starts, and the failure mode applies until it answers.
-    let client = TbClient::start(&url, ClientConfig::default()).await?;
-    let layer = limiter(client, &config)?;
+    let mut client_config = ClientConfig::default();
+    if let Ok(ms) = std::env::var("REDIS_TB_TIMEOUT_MS") {
+        let ms: u64 = ms.trim().parse()?;
+        if ms == 0 {
+            return Err("REDIS_TB_TIMEOUT_MS must be > 0 (SPEC C7)".into());
+        }
+        client_config.call_timeout = Duration::from_millis(ms);
+    }
+    let client = TbClient::start(&url, client_config).await?;
+    let layer = limiter(client.clone(), &config)?;
+    let login = login_limiter(client, &config)?;
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     tracing::info!("listening on http://{}", listener.local_addr()?);
     axum::serve(
         listener,
-        app(Some(layer)).into_make_service_with_connect_info::<SocketAddr>(),
+        app_with_login(Some(layer), Some(login))
+            .into_make_service_with_connect_info::<SocketAddr>(),
     )
     .await?;
     Ok(())

@@ -236,10 +236,11 @@ async fn layered_policies_burn_nothing_on_refusal_and_tiers_pick_the_limit() -> 
     let (app, _) = start(&redis, config).await?;
     let tb = client(&redis).await?;
     let ip_bucket = || tb.peek("rl:ip:127.0.0.1", 5.0, 5.0 / 3600.0);
-    let alice = [("authorization", "Bearer alice-token")];
+    // bob (key-bob) is on the free plan (2 per hour here).
+    let bob = [("x-api-key", "key-bob")];
     let mut conn = HttpConn::connect(app.addr).await?;
     for _ in 0..2 {
-        let r = conn.request("GET", "/items/1", &alice).await?;
+        let r = conn.request("GET", "/items/1", &bob).await?;
         assert_eq!(r.status, 200);
         assert_eq!(
             r.header("ratelimit-policy"),
@@ -247,30 +248,31 @@ async fn layered_policies_burn_nothing_on_refusal_and_tiers_pick_the_limit() -> 
         );
     }
     for _ in 0..3 {
-        let r = conn.request("GET", "/items/1", &alice).await?;
+        let r = conn.request("GET", "/items/1", &bob).await?;
         assert_eq!(r.status, 429);
         assert_eq!(json(&r)["violated_policies"], serde_json::json!(["user"]));
         // The ip bucket had room, but the refusal took nothing from it.
         let ip = ip_bucket().await?;
         assert!(ip.remaining >= 3.0 && ip.remaining < 3.05, "{ip:?}");
     }
-    // bob is on the pro plan (4 per hour): the ip policy (3 left) refuses him first.
-    let bob = [("authorization", "Bearer bob-token")];
+    // alice (key-alice) is on the pro plan (4 per hour here): the ip policy (3 left)
+    // refuses her first.
+    let alice = [("x-api-key", "key-alice")];
     for _ in 0..3 {
-        let r = conn.request("GET", "/items/1", &bob).await?;
+        let r = conn.request("GET", "/items/1", &alice).await?;
         assert_eq!(r.status, 200);
         assert_eq!(
             r.header("ratelimit-policy"),
             Some(r#""ip";q=5;w=3600, "user";q=4;w=3600"#)
         );
     }
-    let r = conn.request("GET", "/items/1", &bob).await?;
+    let r = conn.request("GET", "/items/1", &alice).await?;
     assert_eq!(r.status, 429);
     assert_eq!(json(&r)["violated_policies"], serde_json::json!(["ip"]));
-    let bob_bucket = tb.peek("rl:user:bob", 4.0, 4.0 / 3600.0).await?;
+    let alice_bucket = tb.peek("rl:user:alice", 4.0, 4.0 / 3600.0).await?;
     assert!(
-        bob_bucket.remaining >= 1.0 && bob_bucket.remaining < 1.05,
-        "{bob_bucket:?}"
+        alice_bucket.remaining >= 1.0 && alice_bucket.remaining < 1.05,
+        "{alice_bucket:?}"
     );
     Ok(())
 }
@@ -512,15 +514,19 @@ async fn endpoint_policy_is_scoped_to_its_route_template_and_method() -> TestRes
     let mut conn = HttpConn::connect(app.addr).await?;
     let r = conn.request("GET", "/items/1", &[]).await?;
     assert_eq!(r.header("ratelimit-policy"), Some(r#""ip";q=100;w=3600"#));
+    // Anonymous orders skip 'orders' (keyed by the user only, SPEC I1).
+    let r = conn.request("POST", "/orders", &[]).await?;
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""ip";q=100;w=3600"#));
+    let bob = [("x-api-key", "key-bob")];
     for _ in 0..2 {
-        let r = conn.request("POST", "/orders", &[]).await?;
+        let r = conn.request("POST", "/orders", &bob).await?;
         assert_eq!(r.status, 201);
         assert_eq!(
             r.header("ratelimit-policy"),
-            Some(r#""ip";q=100;w=3600, "orders";q=2;w=3600"#)
+            Some(r#""ip";q=100;w=3600, "user";q=100;w=3600, "orders";q=2;w=3600"#)
         );
     }
-    let r = conn.request("POST", "/orders", &[]).await?;
+    let r = conn.request("POST", "/orders", &bob).await?;
     assert_eq!(r.status, 429);
     assert_eq!(json(&r)["violated_policies"], serde_json::json!(["orders"]));
     // Other routes are not affected, whatever their raw path.

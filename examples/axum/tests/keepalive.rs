@@ -18,6 +18,8 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const GAP: Duration = Duration::from_millis(2);
 const ORDER: &[u8] = br#"{"item":42,"qty":1}"#;
+/// A signed-in caller: `orders` is per user (anonymous orders skip it).
+const BOB: [(&str, &str); 1] = [("x-api-key", "key-bob")];
 
 async fn client(redis: &RedisServer) -> Result<TbClient, redis_tb_client::Error> {
     let timeouts = ClientConfig {
@@ -41,7 +43,7 @@ async fn the_201_and_the_429_keep_the_connection_for_the_next_request() -> TestR
 
     // The handler's 201.
     let r = conn
-        .request_split("POST", "/orders", &[], ORDER, GAP)
+        .request_split("POST", "/orders", &BOB, ORDER, GAP)
         .await?;
     assert_eq!(r.status, 201, "{r:?}");
     assert_eq!(r.header("connection"), None);
@@ -53,7 +55,7 @@ async fn the_201_and_the_429_keep_the_connection_for_the_next_request() -> TestR
 
     // The limiter's 429 (orders: 1 per hour), answered before the body arrived.
     let r = conn
-        .request_split("POST", "/orders", &[], ORDER, GAP)
+        .request_split("POST", "/orders", &BOB, ORDER, GAP)
         .await?;
     assert_eq!(r.status, 429, "{r:?}");
     assert_eq!(
@@ -70,7 +72,7 @@ async fn the_201_and_the_429_keep_the_connection_for_the_next_request() -> TestR
     // Several in a row, alternating with other requests.
     for _ in 0..3 {
         let r = conn
-            .request_split("POST", "/orders", &[], ORDER, GAP)
+            .request_split("POST", "/orders", &BOB, ORDER, GAP)
             .await?;
         assert_eq!(r.status, 429);
         let r = conn.request("GET", "/items/1", &[]).await?;
@@ -90,12 +92,14 @@ async fn a_body_too_large_to_drain_gets_connection_close_and_a_clean_close() -> 
     let app = serve(app(Some(limiter(client(&redis).await?, &config)?))).await?;
     let mut conn = HttpConn::connect(app.addr).await?;
     let r = conn
-        .request_split("POST", "/orders", &[], ORDER, GAP)
+        .request_split("POST", "/orders", &BOB, ORDER, GAP)
         .await?;
     assert_eq!(r.status, 201);
     // 1 MB announced, above the layer's 64 KiB drain limit: the 429 comes at once, says
     // `Connection: close`, and the server closes the connection after it.
-    conn.send_raw(b"POST /orders HTTP/1.1\r\nhost: test\r\ncontent-length: 1048576\r\n\r\n")
+    conn.send_raw(
+        b"POST /orders HTTP/1.1\r\nhost: test\r\nx-api-key: key-bob\r\ncontent-length: 1048576\r\n\r\n",
+    )
         .await?;
     let r = conn.response().await?;
     assert_eq!(r.status, 429, "{r:?}");
@@ -138,7 +142,7 @@ async fn the_fail_closed_503_keeps_the_connection_too() -> TestResult {
     redis.stop();
     let mut conn = HttpConn::connect(app.addr).await?;
     let r = conn
-        .request_split("POST", "/orders", &[], ORDER, GAP)
+        .request_split("POST", "/orders", &BOB, ORDER, GAP)
         .await?;
     assert_eq!(r.status, 503, "{r:?}");
     assert_eq!(r.header("connection"), None);

@@ -38,7 +38,8 @@ fn config(shadow: &[&str]) -> Config {
     }
 }
 
-const ALICE: [(&str, &str); 1] = [("authorization", "Bearer alice-token")];
+/// bob, on the free plan.
+const BOB: [(&str, &str); 1] = [("x-api-key", "key-bob")];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_to_enforced_and_back_by_configuration_only() -> TestResult {
@@ -111,30 +112,30 @@ async fn a_shadow_refusal_spends_nothing_on_the_enforced_policies() -> TestResul
     let served = serve(app(Some(layer))).await?;
     let mut conn = HttpConn::connect(served.addr).await?;
     for _ in 0..2 {
-        let r = conn.request("GET", "/items/1", &ALICE).await?;
+        let r = conn.request("GET", "/items/1", &BOB).await?;
         assert_eq!(r.status, 200);
         // Only the enforced policy's items.
         assert_eq!(r.header("ratelimit-policy"), Some(r#""user";q=5;w=3600"#));
     }
-    let user = tb.peek("rl:user:alice", 5.0, 5.0 / 3600.0).await?;
+    let user = tb.peek("rl:user:bob", 5.0, 5.0 / 3600.0).await?;
     assert!(user.remaining >= 3.0 && user.remaining < 3.05, "{user:?}");
 
     // ip (shadow) is empty now: TB.MTAKE refuses as a whole, so user is not charged
     // either (as if ip were enforced), yet the request goes on.
-    let r = conn.request("GET", "/items/1", &ALICE).await?;
+    let r = conn.request("GET", "/items/1", &BOB).await?;
     assert_eq!(r.status, 200);
     assert_eq!(body(&r)["rate_limit"]["shadow_limited"], json!(["ip"]));
     let rl = r.header("ratelimit").unwrap_or_default().to_owned();
     assert!(rl.starts_with(r#""user";r=3;t="#), "{rl}");
-    let user = tb.peek("rl:user:alice", 5.0, 5.0 / 3600.0).await?;
+    let user = tb.peek("rl:user:bob", 5.0, 5.0 / 3600.0).await?;
     assert!(user.remaining >= 3.0 && user.remaining < 3.05, "{user:?}");
 
     // A refund of such a request does nothing (nothing was charged): /items/5000 is a 404
     // whose handler asks for a refund.
-    let r = conn.request("GET", "/items/5000", &ALICE).await?;
+    let r = conn.request("GET", "/items/5000", &BOB).await?;
     assert_eq!(r.status, 404);
     assert_eq!(metrics.refunds(), 0);
-    let user = tb.peek("rl:user:alice", 5.0, 5.0 / 3600.0).await?;
+    let user = tb.peek("rl:user:bob", 5.0, 5.0 / 3600.0).await?;
     assert!(user.remaining >= 3.0 && user.remaining < 3.05, "{user:?}");
     Ok(())
 }

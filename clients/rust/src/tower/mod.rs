@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,13 +18,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header};
-use http_body::Body;
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::client::TbClient;
 use crate::decision::Decision;
+use crate::lease::LeaseHandle;
 use crate::limiter::{Check, FromLimiter, RateLimiter, RateLimiterBuilder, Stats, Store};
 
 /// A boxed error, as tower and hyper use.
@@ -156,7 +158,7 @@ where
     // unwrapped: no second body layer, no boxing by the framework.
     ResB: Body<Data = Bytes> + From<Bytes> + Send,
 {
-    type Response = Response<ResB>;
+    type Response = Response<LeaseBody<ResB>>;
     type Error = I::Error;
     type Future = BoxFuture<Result<Self::Response, I::Error>>;
 
@@ -219,7 +221,7 @@ async fn handle<I, S, ReqB, ResB>(
     limiter: RateLimiter<S>,
     req: Request<ReqB>,
     mut inner: I,
-) -> Result<Response<ResB>, I::Error>
+) -> Result<Response<LeaseBody<ResB>>, I::Error>
 where
     I: Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: From<Bytes>,
@@ -241,7 +243,7 @@ where
         .check(&mut parts, peer, route.as_ref().map(Matched::as_str))
         .await;
     if let Some((status, text)) = check.problem.as_mut().map(|(s, t)| (*s, std::mem::take(t))) {
-        let mut resp = Response::new(ResB::from(Bytes::from(text)));
+        let mut resp = Response::new(LeaseBody::new(ResB::from(Bytes::from(text)), None));
         *resp.status_mut() = status;
         check.write_headers(resp.headers_mut());
         let (limit, wait) = limiter.drain_settings();
@@ -255,20 +257,149 @@ where
         decision,
         headers,
         refund,
+        lease,
         ..
     } = check;
+    // SPEC N4, N5: from here the lease ends exactly once: with the response body (its
+    // end, or its drop when the client goes away), or with this future (an error from
+    // the inner service, a panic, a cancelled request).
+    let guard = LeaseGuard::start(lease);
     let charged = refund.is_charged();
     insert_decision(&mut parts, decision);
     parts.extensions.insert(refund.clone());
     let resp = inner.call(Request::from_parts(parts, body)).await?;
-    let mut resp = resp;
+    let (head, body) = resp.into_parts();
+    let mut resp = Response::from_parts(head, LeaseBody::new(body, guard));
     if charged && limiter.refund_on(resp.status()) {
         refund.refund().await;
     }
     if let Some(h) = headers {
+        // An inner limiter's items (a second layer on one route) stay in the lists, after
+        // this limiter's own (SPEC H1: one list of the enforced policies).
+        let inner_items: Vec<(http::HeaderName, HeaderValue)> = [
+            &crate::headers::RATELIMIT_POLICY,
+            &crate::headers::RATELIMIT,
+        ]
+        .into_iter()
+        .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
+        .collect();
         h.apply_owned(resp.headers_mut());
+        for (name, theirs) in inner_items {
+            let Some(mine) = resp.headers().get(&name) else {
+                continue;
+            };
+            let mut joined = mine.as_bytes().to_vec();
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(theirs.as_bytes());
+            if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                resp.headers_mut().insert(name, v);
+            }
+        }
     }
     Ok(resp)
+}
+
+/// Holds a request's lease (SPEC N4) and renews it every `lease / 2` while the request
+/// runs (N5); dropping it stops the renewals and releases the lease (spawned on the tokio
+/// runtime: a `Drop` never blocks).
+struct LeaseGuard {
+    lease: LeaseHandle,
+    renewal: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl LeaseGuard {
+    fn start(lease: LeaseHandle) -> Option<LeaseGuard> {
+        let every = lease.renew_every()?;
+        let renewing = lease.clone();
+        let renewal = tokio::runtime::Handle::try_current().ok().map(|rt| {
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    if !renewing.is_active() {
+                        break;
+                    }
+                    // SPEC N5: a failed renewal tries again at the next tick; a lost
+                    // lease stops the renewals.
+                    renewing.renew().await;
+                    if !renewing.is_active() {
+                        break;
+                    }
+                }
+            })
+        });
+        Some(LeaseGuard { lease, renewal })
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if let Some(task) = self.renewal.take() {
+            task.abort();
+        }
+        self.lease.finish_in_background();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response body of a request through the layer: the inner service's body, and the
+    /// request's lease (SPEC N4), released when the body ends, fails or is dropped (a
+    /// client that disconnects mid-stream). Without a lease it is the inner body.
+    pub struct LeaseBody<B> {
+        #[pin]
+        inner: B,
+        guard: Option<LeaseGuard>,
+    }
+}
+
+impl<B: fmt::Debug> fmt::Debug for LeaseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseBody")
+            .field("inner", &self.inner)
+            .field("lease", &self.guard.as_ref().map(|g| &g.lease))
+            .finish()
+    }
+}
+
+impl<B> LeaseBody<B> {
+    fn new(inner: B, guard: Option<LeaseGuard>) -> LeaseBody<B> {
+        LeaseBody { inner, guard }
+    }
+
+    /// The inner body.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B: Body> Body for LeaseBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        let ended = match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(_))) => false,
+            Poll::Pending => false,
+        };
+        if ended {
+            // SPEC N4: the body is sent (or failed): the lease ends now.
+            drop(this.guard.take());
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 fn insert_decision(parts: &mut Parts, decision: Decision) {
