@@ -87,7 +87,7 @@ lint-node:
 # feature, built and run (the core and the tower layer do not need axum).
 test-rust-client: build
 	cargo test -p redis-tb-client -p redis-tb-axum-example
-	cargo test -p redis-tb-client --no-default-features --lib --test vectors --test tower
+	cargo test -p redis-tb-client --no-default-features --lib --test vectors --test tower --test tower_leases
 
 # One black-box HTTP suite for every example app (testing/http, pytest): each example of
 # examples/manifest.json built (npm ci + build, cargo build), started on a free port against

@@ -393,8 +393,12 @@ async function runLimiter(c) {
         assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${h.check} has no decision`);
         script.expect(step.redis ?? []);
         if (step.expect.error !== undefined) {
-          assert.equal(step.expect.error, 'invalid_input', `${c.id}: ${what}: unknown error kind`);
-          await assert.rejects(decision.hold(h.policy, num(h.estimate), h.ttl_ms / 1000), RangeError, `${c.id}: ${what}: hold must raise`);
+          // invalid_input: the application's error (a RangeError); store_error: any other
+          // (a failed call, or one the open breaker kept from Redis: SPEC G1, B2)
+          const kinds = { invalid_input: (e) => e instanceof RangeError, store_error: (e) => e instanceof Error && !(e instanceof RangeError) };
+          const want = kinds[step.expect.error];
+          assert.ok(want !== undefined, `${c.id}: ${what}: unknown error kind ${step.expect.error}`);
+          await assert.rejects(decision.hold(h.policy, num(h.estimate), h.ttl_ms / 1000), want, `${c.id}: ${what}: hold must raise ${step.expect.error}`);
           script.verify(c.id, what);
           continue;
         }

@@ -30,6 +30,7 @@ from redis_tb import (
     DenyCache,
     Hold,
     HoldError,
+    StoreError,
     Key,
     Limit,
     Policy,
@@ -551,9 +552,12 @@ def _step_kind(case_id: str, i: int, step: dict[str, Any]) -> str:
 def check_hold(where: str, limiter: Any, hold: Hold | None, error: Exception | None, expect: dict[str, Any]) -> None:
     """A take_hold step's expectation (SPEC G1, G2)."""
     if "error" in expect:
-        assert expect["error"] == "invalid_input", f"{where}: unknown error kind {expect['error']!r}"
-        assert isinstance(error, HoldError), f"{where}: hold() did not raise HoldError (got {hold!r}, {error!r})"
+        kinds = {"invalid_input": HoldError, "store_error": StoreError}
+        assert expect["error"] in kinds, f"{where}: unknown error kind {expect['error']!r}"
+        want = kinds[expect["error"]]
+        assert isinstance(error, want), f"{where}: hold() did not raise {want.__name__} (got {hold!r}, {error!r})"
         return
+    assert not isinstance(error, StoreError), f"{where}: hold() raised {error!r}"
     assert error is None and hold is not None, f"{where}: hold() raised {error!r}"
     status, hs, _ = limiter.hold_response(hold)
     for k, want in expect.items():
@@ -639,7 +643,7 @@ async def run_async(case: dict[str, Any]) -> None:
                     hold_got = await asyncio.wait_for(
                         decisions[th["check"]].hold(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000), 5
                     )
-                except HoldError as exc:
+                except (HoldError, StoreError) as exc:
                     error = exc
                 holds[i] = hold_got
                 check_hold(where, limiter, hold_got, error, step["expect"])
@@ -729,7 +733,7 @@ def run_sync(case: dict[str, Any]) -> None:
                 error: Exception | None = None
                 try:
                     hold_got = decisions[th["check"]].hold_sync(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000)
-                except HoldError as exc:
+                except (HoldError, StoreError) as exc:
                     error = exc
                 holds[i] = hold_got
                 check_hold(where, limiter, hold_got, error, step["expect"])

@@ -43,6 +43,13 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+    /// A hold or settlement not sent because the breaker is open after a failure (SPEC B2,
+    /// G1, G3): the store is skipped until the cool-down ends.
+    #[error("redis-tb: the store at {addr} is skipped during the breaker's cool-down")]
+    StoreUnavailable {
+        /// `host:port` of the server.
+        addr: String,
+    },
     /// No reply within the configured time (the call or the connect).
     #[error("redis call to {addr} timed out after {timeout:?}")]
     Timeout {

@@ -1814,6 +1814,12 @@ impl<S: Store> HoldStore for Inner<S> {
         ttl_ms: u64,
     ) -> OwnedFuture<Result<HoldReply, Error>> {
         Box::pin(async move {
+            // SPEC G1, B2: not while the breaker is open.
+            if !self.breaker.admit() {
+                return Err(Error::StoreUnavailable {
+                    addr: self.store.addr().to_owned(),
+                });
+            }
             let started = Instant::now();
             let result = self.store.hold(&target, estimate, ttl_ms).await;
             self.telemetry
@@ -1842,6 +1848,12 @@ impl<S: Store> HoldStore for Inner<S> {
         actual: f64,
     ) -> OwnedFuture<Result<SettleReply, Error>> {
         Box::pin(async move {
+            // SPEC G3, B2: not while the breaker is open (the hold keeps its estimate).
+            if !self.breaker.admit() {
+                return Err(Error::StoreUnavailable {
+                    addr: self.store.addr().to_owned(),
+                });
+            }
             let started = Instant::now();
             let result = self.store.settle(&target, &id, actual).await;
             self.telemetry

@@ -1213,6 +1213,16 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                     Err(Error::InvalidArgument { .. } | Error::NotSettleLater { .. }),
                     Some("invalid_input"),
                 ) => {}
+                // SPEC G1, B2: a failed call, or one the open breaker kept from Redis
+                (
+                    Err(
+                        Error::StoreUnavailable { .. }
+                        | Error::Connection { .. }
+                        | Error::Timeout { .. }
+                        | Error::Server { .. },
+                    ),
+                    Some("store_error"),
+                ) => {}
                 (Err(e), _) => fails.push(format!("{} [step {i}]: hold failed: {e}", id(case))),
                 (Ok(h), Some(_)) => fails.push(format!(
                     "{} [step {i}]: hold should have raised, got {h:?}",
