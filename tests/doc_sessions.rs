@@ -14,9 +14,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use common::{Options, Reply, Server, module_path};
+use common::{Options, Reply, Server, doc_files, module_path};
 
 const SKIP: &str = "<!-- doc-session: skip";
 
@@ -24,19 +22,6 @@ struct Step {
     line: usize,
     command: Vec<String>,
     expected: Vec<String>,
-}
-
-fn doc_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = vec![root.join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    files.extend(docs);
-    files
 }
 
 /// The prompt's command, if the line is a redis-cli prompt (`127.0.0.1:6379> ...`).

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Conn, Reply, free_port, module_path, server_binary};
+use common::{Conn, Reply, doc_files, free_port, module_path, server_binary};
 
 const MARK: &str = "<!-- doc-shell:";
 
@@ -42,19 +42,6 @@ struct Block {
     lang: String,
     body: String,
     mark: Option<String>,
-}
-
-fn doc_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = vec![root.join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    files.extend(docs);
-    files
 }
 
 fn is_session_line(line: &str) -> bool {

@@ -1190,3 +1190,18 @@ impl ReplStream {
         }
     }
 }
+
+/// README.md and every docs/*.md, in a stable order: the files whose sessions and shell
+/// blocks `doc_sessions.rs` and `doc_shell.rs` run.
+pub fn doc_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}

@@ -1806,6 +1806,37 @@ impl<S: Store> Inner<S> {
     }
 }
 
+impl<S: Store> Inner<S> {
+    /// One hold or settlement call (SPEC G1, G3): not sent while the breaker is open (B2),
+    /// timed, and its failure counted and logged like any store error (B5).
+    async fn hold_call<T>(
+        &self,
+        command: &'static str,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        if !self.breaker.admit() {
+            return Err(Error::StoreUnavailable {
+                addr: self.store.addr().to_owned(),
+            });
+        }
+        let started = Instant::now();
+        let result = call.await;
+        self.telemetry
+            .call_duration
+            .record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(r) => {
+                self.breaker.success();
+                Ok(r)
+            }
+            Err(e) => {
+                self.failed(&e, command);
+                Err(e)
+            }
+        }
+    }
+}
+
 impl<S: Store> HoldStore for Inner<S> {
     fn hold(
         self: Arc<Self>,
@@ -1814,30 +1845,13 @@ impl<S: Store> HoldStore for Inner<S> {
         ttl_ms: u64,
     ) -> OwnedFuture<Result<HoldReply, Error>> {
         Box::pin(async move {
-            // SPEC G1, B2: not while the breaker is open.
-            if !self.breaker.admit() {
-                return Err(Error::StoreUnavailable {
-                    addr: self.store.addr().to_owned(),
-                });
+            let r = self
+                .hold_call("TB.HOLD", self.store.hold(&target, estimate, ttl_ms))
+                .await?;
+            if r.reply.allowed && r.id.is_some() {
+                bump(&self.stats.0.holds);
             }
-            let started = Instant::now();
-            let result = self.store.hold(&target, estimate, ttl_ms).await;
-            self.telemetry
-                .call_duration
-                .record(started.elapsed().as_secs_f64());
-            match result {
-                Ok(r) => {
-                    self.breaker.success();
-                    if r.reply.allowed && r.id.is_some() {
-                        bump(&self.stats.0.holds);
-                    }
-                    Ok(r)
-                }
-                Err(e) => {
-                    self.failed(&e, "TB.HOLD");
-                    Err(e)
-                }
-            }
+            Ok(r)
         })
     }
 
@@ -1848,30 +1862,14 @@ impl<S: Store> HoldStore for Inner<S> {
         actual: f64,
     ) -> OwnedFuture<Result<SettleReply, Error>> {
         Box::pin(async move {
-            // SPEC G3, B2: not while the breaker is open (the hold keeps its estimate).
-            if !self.breaker.admit() {
-                return Err(Error::StoreUnavailable {
-                    addr: self.store.addr().to_owned(),
-                });
+            // The hold keeps its estimate when this fails (G3).
+            let r = self
+                .hold_call("TB.SETTLE", self.store.settle(&target, &id, actual))
+                .await?;
+            if r.settled {
+                bump(&self.stats.0.settlements);
             }
-            let started = Instant::now();
-            let result = self.store.settle(&target, &id, actual).await;
-            self.telemetry
-                .call_duration
-                .record(started.elapsed().as_secs_f64());
-            match result {
-                Ok(r) => {
-                    self.breaker.success();
-                    if r.settled {
-                        bump(&self.stats.0.settlements);
-                    }
-                    Ok(r)
-                }
-                Err(e) => {
-                    self.failed(&e, "TB.SETTLE");
-                    Err(e)
-                }
-            }
+            Ok(r)
         })
     }
 }
