@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -367,7 +368,11 @@ def test_redis_stopped_mid_run_then_back(stack: Stack) -> None:
     }
     assert counters["redis_tb_store_errors_total"] >= 1
     assert counters["redis_tb_degraded_total"] >= 4
-    assert "redis-tb: TB.MTAKE on 127.0.0.1" in stack.app.output()
+    # SPEC B5: the API limiter's store error is logged, one line a second at most: its
+    # first line may be another call's of the same second (a stream of an earlier test
+    # settling its hold as Redis went away), so any TB.* line that fails open counts
+    out = stack.app.output()
+    assert re.search(r"redis-tb: TB\.[A-Z]+ on 127\.0\.0\.1:\d+ failed .*; failing open", out), out[-3000:]
 
     stack.redis = RedisServer(port=port).start()
     # After the 1 s cool-down one request probes Redis again and the limits are back.
