@@ -9,10 +9,7 @@ Exact header values come from policies that refill far slower than a test runs.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -25,7 +22,7 @@ from http_sfv.list import List
 from prometheus_client.parser import text_string_to_metric_families
 
 from redis_tb import Client
-from redis_tb_testing.servers import Process, RedisServer, Uvicorn, _wait_port, free_port
+from redis_tb_testing.servers import Gunicorn, RedisServer, Uvicorn, free_port
 
 HERE = Path(__file__).parent
 PROXY = "127.0.0.2"  # trusted by the project under test; requests carry X-Forwarded-For
@@ -34,45 +31,9 @@ BOB = {"x-api-key": "key-bob"}  # free plan
 ROOT = {"x-api-key": "key-root"}  # staff: no per-user limit
 
 
-class Gunicorn(Process):
-    """``python -m gunicorn exampleproj.wsgi`` (gthread worker) on a free loopback port."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__()
-        self.port = free_port()
-        self.env = {**os.environ, **env}
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def spawn(self) -> Gunicorn:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "gunicorn", "exampleproj.wsgi:application",
-                "--chdir", str(HERE), "--bind", f"127.0.0.1:{self.port}",
-                "--workers", "1", "--threads", "4", "--no-control-socket",
-                "--log-level", "warning",
-            ],
-            stdout=self.log.open("wb"),
-            stderr=subprocess.STDOUT,
-            env=self.env,
-        )
-        return self
-
-    def start(self) -> Gunicorn:
-        self.spawn()
-        assert self.proc is not None
-        _wait_port(self.port, self.proc, "gunicorn exampleproj.wsgi", self.log)
-        return self
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
 def server(kind: str, env: Mapping[str, str]) -> Gunicorn | Uvicorn:
     if kind == "wsgi":
-        return Gunicorn(env)
+        return Gunicorn("exampleproj.wsgi:application", HERE, env, threads=4)
     # Django's ASGI handler speaks HTTP only: no lifespan
     return Uvicorn("exampleproj.asgi:application", HERE, env, extra=["--lifespan", "off"])
 

@@ -3,9 +3,6 @@ module, real HTTP requests; the same requests against limits' own Redis storage 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Iterator
@@ -13,37 +10,9 @@ from typing import Iterator
 import httpx
 import pytest
 import redis
-from redis_tb_testing.servers import Process, RedisServer, _wait_port, free_port
+from redis_tb_testing.servers import Gunicorn, RedisServer
 
 HERE = Path(__file__).resolve().parent
-
-
-class Gunicorn(Process):
-    """``gunicorn app:app`` (one sync worker) on a free loopback port."""
-
-    def __init__(self, app_dir: Path, env: dict[str, str]) -> None:
-        super().__init__()
-        self.port = free_port()
-        self.app_dir = app_dir
-        self.env = {**os.environ, **env}
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Gunicorn:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "gunicorn", "--chdir", str(self.app_dir),
-                "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--log-level", "warning",
-                "app:app",
-            ],
-            stdout=self.log.open("wb"),
-            stderr=subprocess.STDOUT,
-            env=self.env,
-        )
-        _wait_port(self.port, self.proc, "gunicorn app:app", self.log)
-        return self
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +26,7 @@ def server() -> Iterator[RedisServer]:
 
 def app_on(server: RedisServer, scheme: str, strategy: str) -> Gunicorn:
     uri = f"{scheme}://127.0.0.1:{server.port}/0"
-    return Gunicorn(HERE, {"STORAGE_URI": uri, "STRATEGY": strategy}).start()
+    return Gunicorn("app:app", HERE, {"STORAGE_URI": uri, "STRATEGY": strategy}).start()
 
 
 def run(app: Gunicorn, path: str, times: int) -> list[httpx.Response]:
@@ -136,7 +105,7 @@ def test_same_answers_as_limits_own_redis_storage(server: RedisServer, db: redis
 def test_health_is_false_without_the_module() -> None:
     plain = RedisServer(module=False).start()
     try:
-        app = Gunicorn(HERE, {"STORAGE_URI": f"redis+tb://127.0.0.1:{plain.port}/0"}).start()
+        app = Gunicorn("app:app", HERE, {"STORAGE_URI": f"redis+tb://127.0.0.1:{plain.port}/0"}).start()
         try:
             assert run(app, "/health", 1)[0].json() == {"storage": False}
         finally:

@@ -8,46 +8,20 @@ actual minus estimate). The server's own view is read with TB.PEEK.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator
 
 import httpx
 import pytest
 
-from redis_tb_testing.servers import Process, RedisServer, Uvicorn, _wait_port, free_port
+from redis_tb_testing.servers import Gunicorn, RedisServer, Uvicorn
 
 HERE = Path(__file__).parent
 LEASE_KEY = "rl:conc:127.0.0.1"
-
-
-class Gunicorn(Process):
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__()
-        self.port = free_port()
-        self.env = {**os.environ, **env}
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Gunicorn:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "gunicorn", "djangolease.wsgi:application", "--chdir", str(HERE),
-                "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--threads", "4",
-                "--no-control-socket", "--log-level", "warning",
-            ],
-            stdout=self.log.open("wb"), stderr=subprocess.STDOUT, env=self.env,
-        )
-        _wait_port(self.port, self.proc, "gunicorn djangolease.wsgi", self.log)
-        return self
 
 
 @pytest.fixture(scope="module", params=["wsgi", "asgi"])
@@ -56,7 +30,7 @@ def server(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterato
     env = {"TB_REDIS_URL": redis_server.url, "TB_LEASE": "0.4", "TB_GATE": str(gate)}
     s: Gunicorn | Uvicorn
     if request.param == "wsgi":
-        s = Gunicorn(env).start()
+        s = Gunicorn("djangolease.wsgi:application", HERE, env, threads=4).start()
     else:
         s = Uvicorn("djangolease.asgi:application", HERE, env, extra=["--lifespan", "off"]).start()
     try:

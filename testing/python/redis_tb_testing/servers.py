@@ -151,6 +151,48 @@ class Uvicorn(Process):
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+class Gunicorn(Process):
+    """``python -m gunicorn <app>`` (one worker; ``threads`` > 0: the gthread worker) on a
+    free loopback port, from ``chdir``, configured by env."""
+
+    def __init__(self, app: str, chdir: Path, env: Mapping[str, str], threads: int = 0) -> None:
+        super().__init__()
+        self.port = free_port()
+        self.app = app
+        self.chdir = chdir
+        self.env = {**os.environ, **env}
+        self.threads = threads
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def spawn(self) -> Gunicorn:
+        threads = ["--threads", str(self.threads)] if self.threads else []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "gunicorn", self.app, "--chdir", str(self.chdir),
+                "--bind", f"127.0.0.1:{self.port}", "--workers", "1", *threads,
+                "--no-control-socket", "--log-level", "warning",
+            ],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
+        return self
+
+    def wait_ready(self) -> Gunicorn:
+        assert self.proc is not None
+        _wait_port(self.port, self.proc, f"gunicorn {self.app}", self.log)
+        return self
+
+    def start(self) -> Gunicorn:
+        return self.spawn().wait_ready()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
 def start_all(servers: Sequence[Uvicorn]) -> None:
     """Start several apps at once (their imports overlap), then wait for each."""
     for s in servers:
