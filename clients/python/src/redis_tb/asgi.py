@@ -158,7 +158,8 @@ class RateLimitMiddleware:
             return
         route = route_template(scope)
         if (route is None and not self.limit_unmatched) or (
-            route is not None and (route in self.exclude or "* " + route.partition(" ")[2] in self.exclude)
+            route is not None and self.exclude
+            and (route in self.exclude or "* " + route.partition(" ")[2] in self.exclude)
         ):
             await self.app(scope, receive, send)
             return
@@ -192,7 +193,9 @@ class RateLimitMiddleware:
         status = 500
         started = False
         # SPEC N5: a lease is renewed every lease / 2 while the request runs
-        renewer = asyncio.create_task(_renew_every(decision)) if decision.lease_active else None
+        # (no lease, the hot path: nothing to renew or release, no coroutine made for it)
+        leased = decision.lease is not None
+        renewer = asyncio.create_task(_renew_every(decision)) if leased and decision.lease_active else None
 
         async def send_with_headers(message: Message) -> None:
             nonlocal status, started
@@ -213,7 +216,8 @@ class RateLimitMiddleware:
                 # SPEC N4: the body is sent (a streamed body's last chunk included):
                 # the lease ends before the final message, so a client that has the
                 # whole response finds its slot free.
-                await _end_lease(decision, renewer)
+                if leased:
+                    await _end_lease(decision, renewer)
             await send(message)
 
         try:
@@ -223,7 +227,8 @@ class RateLimitMiddleware:
                 raise
             status, headers, body = refused.limiter.hold_response(refused.hold)
             raw = _raw(headers) + [(b"content-length", str(len(body or b"")).encode())]
-            await _end_lease(decision, renewer)
+            if leased:
+                await _end_lease(decision, renewer)
             await send({"type": "http.response.start", "status": status, "headers": raw})
             await send({"type": "http.response.body", "body": body or b""})
         finally:
@@ -233,7 +238,8 @@ class RateLimitMiddleware:
                 if self._refund_on(status):
                     await decision.refund()
             finally:
-                await _end_lease(decision, renewer)
+                if leased:
+                    await _end_lease(decision, renewer)
 
 
 async def _lifespan(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:

@@ -178,6 +178,10 @@ Refunder = Callable[["Decision"], Awaitable[bool]]
 SyncRefunder = Callable[["Decision"], bool]
 
 
+#: the settle_later policies of a decision without any (shared: never mutated, only replaced)
+_NO_HOLDS: dict[str, tuple[str, float, float]] = {}
+
+
 class Decision:
     """The typed decision for one request.
 
@@ -227,7 +231,7 @@ class Decision:
         self.lease: Lease | None = None
         self._limiter: BaseLimiter | None = None
         #: SPEC G1: each settle_later policy's (key, capacity, rate) for this request
-        self._holdable: dict[str, tuple[str, float, float]] = {}
+        self._holdable: dict[str, tuple[str, float, float]] = _NO_HOLDS
         #: the lease: 0 none, 1 held, 2 lost (a renewal answered 0), 3 ended (N4)
         self._lease_state = 0
         self._lease_ms = 0

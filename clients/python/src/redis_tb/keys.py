@@ -50,6 +50,8 @@ KeyFuncResult = Union[Awaitable[Union[str, None]], str, None]
 _NEEDS = re.compile(r"[^\x21-\x24\x26-\x7a\x7c\x7e]")
 _NEEDS_ROUTE = re.compile(r"[^\x21-\x24\x26-\x39\x3b-\x3f\x41-\x7a\x7c\x7e]")
 _search = _NEEDS.search
+#: SPEC K2: a match (not None) when an identity needs escaping (for inline hot paths)
+needs_escape = _search
 _ESC = [chr(b) if 0x21 <= b <= 0x7E and chr(b) not in "%{}" else f"%{b:02X}" for b in range(256)]
 _ESC_ROUTE = [c if c not in (":", "@") else f"%{ord(c):02X}" for c in _ESC]
 

@@ -74,10 +74,10 @@ import redis.exceptions
 from .address import ClientIpConfig, HeaderGetter
 from .breaker import CALL, PROBE, SKIP, Breaker
 from .client import AsyncClient, Client, ModuleNotLoadedError, StartupError
-from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
+from .decision import _NO_HOLDS, Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache, DenyEntry
 from .headers import Response, decision_headers, respond
-from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded
+from .keys import MAX_PART, BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, needs_escape
 from .metrics import Metrics
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
 from .replies import (
@@ -236,6 +236,19 @@ class _Plan:
         )
 
 
+class _Mixed(list):  # type: ignore[type-arg]
+    """The plans of a request that has a window, in-flight or settle_later plan (built
+    by :meth:`BaseLimiter._plan_steps`): a plain ``list`` means buckets only, the hot
+    path, which needs neither :meth:`BaseLimiter._split` nor a command other than
+    TB.TAKE / TB.MTAKE."""
+
+    __slots__ = ()
+
+
+#: what a request's call is when it is not TB.TAKE / TB.MTAKE (see _special)
+_PLAIN_CALL: tuple[str, "_Plan | None"] = ("", None)
+
+
 class _Early:
     """A request decided while planning (SPEC I2, L3): no Redis call."""
 
@@ -273,6 +286,9 @@ def _resolved_sync(steps: _PlanSteps) -> list[_Plan] | _Early:
         f"a key, limit, cost, tier or hash_tag function returned an awaitable ({pending!r}) "
         "on the synchronous path: make it a plain function"
     )
+
+
+_KeyFunc = Callable[[Any], Any]
 
 
 def _no_headers(name: str) -> Sequence[str]:
@@ -425,11 +441,13 @@ class BaseLimiter:
             if _pending(tag):
                 tag = yield tag
         plans: list[_Plan] = []
+        mixed = False  # a window, in-flight or settle_later plan among them
         client_ip: Any = _NO_PEER  # the default identity, computed once
         identity: Any
         limit: Any
         cost: Any
         keys = self.keys
+        plain_heads = keys._plain
         for p in policies:
             matched = route
             if p.routes is not None and (route is None or route not in p.routes):
@@ -464,7 +482,7 @@ class BaseLimiter:
             elif type(keyfunc) is FixedKey:
                 identity = keyfunc.value
             else:
-                identity = cast(Callable[[Any], Any], keyfunc)(request)
+                identity = cast(_KeyFunc, keyfunc)(request)  # _KeyFunc: no typing subscript per request
                 if _pending(identity):
                     identity = yield identity
             if not identity:  # None or "": skipped (SPEC I1)
@@ -481,6 +499,7 @@ class BaseLimiter:
                     return _Early(Outcome.INVALID_INPUT, p.name)
             kind = p.kind
             if kind != _BUCKET or p.settle_later:
+                mixed = True
                 per_route = matched if p.per_route else None
                 key = keys.key(p.name, identity, route=per_route, tag=tag or None)
                 if p.settle_later:  # SPEC G1: resolved now, charged by the handler's hold
@@ -508,11 +527,17 @@ class BaseLimiter:
             if tag:
                 key = keys.key(p.name, identity, route=per_route, tag=tag)
             else:  # SPEC K1-K3, the head of each (policy, route) built once
-                key = keys.head(p.name, per_route) + bounded(identity)
+                head = plain_heads.get(p.name) if per_route is None else None
+                if head is None:
+                    head = keys.head(p.name, per_route)
+                if type(identity) is str and len(identity) <= MAX_PART and needs_escape(identity) is None:
+                    key = head + identity  # bounded()'s hot path, inline
+                else:
+                    key = head + bounded(identity)
             plans.append(_Plan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow))
         if len(plans) > 1 and len({pl.key for pl in plans}) != len(plans):
             raise ValueError("two policies of one request map to the same key: give them distinct names")
-        return plans
+        return _Mixed(plans) if mixed else plans
 
     # -- shared by both paths --------------------------------------------------
 
@@ -558,7 +583,7 @@ class BaseLimiter:
             hit = self._cached_refusal(plans, self.deny_cache, probes)
             if hit is not None:
                 return hit, _SKIP
-        way = self._acquire()
+        way = self.breaker.acquire()
         if way == _SKIP:
             self._probes_done(probes, keep=True)  # SPEC R6: the claim is given back
             return self._degraded(None), _SKIP
@@ -621,12 +646,13 @@ class BaseLimiter:
                 return "TB.WINDOW", pl
         return "", None
 
-    def _command(self, plans: list[_Plan]) -> bytes:
+    def _command(self, plans: list[_Plan], special_call: tuple[str, _Plan | None] | None = None) -> bytes:
         """SPEC L4: TB.TAKE for one plan, else TB.MTAKE in policy order, RESP-encoded;
         each shape's numbers encoded once. A window plan is TB.WINDOW (W2); an
         in-flight plan makes it TB.ACQUIRE, with TAKE and the buckets in policy order
-        when there are any (N2)."""
-        what, special = self._special(plans)
+        when there are any (N2). ``special_call``: :meth:`_special`'s answer when the
+        caller has it (None: worked out here)."""
+        what, special = self._special(plans) if special_call is None else special_call
         if special is not None:
             if what == "TB.WINDOW":
                 now = None if self.redis_now is None else self.redis_now()
@@ -677,7 +703,9 @@ class BaseLimiter:
     def _after_reply(self, plans: list[_Plan], values: Any, started: float) -> Decision:
         if self.metrics is not None:
             self.metrics.redis_call(time.perf_counter() - started)
-        self.breaker.succeeded()  # SPEC B3: success closes the breaker
+        breaker = self.breaker
+        if breaker.open_until:  # SPEC B3: success closes the breaker
+            breaker.succeeded()
         if type(values) is AcquireValues:
             return self._acquired(plans, values)
         return self._decision(plans, values[0], values[1])
@@ -709,7 +737,12 @@ class BaseLimiter:
     def _decision(
         self, plans: list[_Plan], allowed: bool, per_key: list[tuple[bool, float, float, float]]
     ) -> Decision:
-        results = tuple([pl.result(r[0], r[1], r[2], r[3]) for pl, r in zip(plans, per_key)])
+        # _Plan.result, inline (one call fewer per policy on every request)
+        results = tuple([
+            PolicyResult(pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, r[0], r[1], r[2], r[3], pl.shadow,
+                         pl.kind, pl.window)
+            for pl, r in zip(plans, per_key)
+        ])
         m = self.metrics
         if allowed:
             self.stats.allowed += 1
@@ -840,19 +873,20 @@ class BaseLimiter:
 
     # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
 
-    def _split(self, plans: list[_Plan] | _Early) -> tuple[list[_Plan] | _Early, dict[str, tuple[str, float, float]]]:
-        """The plans of the call, and the settle_later policies kept for holds (G1)."""
-        if type(plans) is _Early:
-            return plans, {}
-        assert isinstance(plans, list)
-        if not any(pl.kind == _SETTLE for pl in plans):
-            return plans, {}
+    def _split(
+        self, plans: _Mixed
+    ) -> tuple[list[_Plan], dict[str, tuple[str, float, float]], tuple[str, _Plan | None]]:
+        """Of plans with a window, in-flight or settle_later plan: the plans of the call,
+        the settle_later policies kept for holds (G1), and the call (:meth:`_special`)."""
         holdable: dict[str, tuple[str, float, float]] = {}
+        call: list[_Plan] = []
         for pl in plans:
             if pl.kind == _SETTLE:
                 assert pl.rate is not None
                 holdable[pl.policy.name] = (pl.key, pl.capacity, pl.rate)
-        return [pl for pl in plans if pl.kind != _SETTLE], holdable
+            else:
+                call.append(pl)
+        return call, holdable, self._special(call)
 
     def _own(self, d: Decision, holdable: dict[str, tuple[str, float, float]]) -> Decision:
         d._limiter = self
@@ -1030,15 +1064,19 @@ class RateLimiter(BaseLimiter):
         ``headers`` feed the default identity and header keys (see the module
         docstring); left out, they are read from a Starlette ``request``.
         """
-        plans, holdable = self._split(await _resolved(self._plan_steps(request, policies, route, peer, headers)))
+        plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
+        holdable = _NO_HOLDS
+        call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
+        if type(plans) is _Mixed:
+            plans, holdable, call = self._split(plans)
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
             return self._own(early, holdable)
         assert isinstance(plans, list)
         try:
-            command = self._command(plans)
-            what, special = self._special(plans)
+            command = self._command(plans, call)
+            what = call[0]
             started = time.perf_counter()
             try:
                 if what == "TB.ACQUIRE":
@@ -1055,7 +1093,11 @@ class RateLimiter(BaseLimiter):
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._own(self._after_reply(plans, values, started), holdable)
+            d = self._after_reply(plans, values, started)
+            d._limiter = self  # _own, inline
+            if holdable:
+                d._holdable = holdable
+            return d
         finally:
             if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
                 self._probes_done(probes)
@@ -1178,15 +1220,19 @@ class SyncRateLimiter(BaseLimiter):
         headers: HeaderGetter | None = None,
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
-        plans, holdable = self._split(_resolved_sync(self._plan_steps(request, policies, route, peer, headers)))
+        plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
+        holdable = _NO_HOLDS
+        call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
+        if type(plans) is _Mixed:
+            plans, holdable, call = self._split(plans)
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
             return self._own(early, holdable)
         assert isinstance(plans, list)
         try:
-            command = self._command(plans)
-            what, _ = self._special(plans)
+            command = self._command(plans, call)
+            what = call[0]
             started = time.perf_counter()
             try:
                 raw = self.client.call_packed(command)
