@@ -16,7 +16,14 @@ the refusal variants one client). Rounds rotate the order of the variants; each
 figure is the median over rounds. A response other than the variant's expected status
 voids the run.
 
-    python bench/integrations/python/bench_overhead.py [--seconds 10] [--rounds 5] [--steps-baseline REV] [--steps-instructions]
+    python bench/integrations/python/bench_overhead.py [--seconds 10] [--rounds 5] [--baseline REV]
+        [--steps-baseline REV] [--steps-instructions]
+
+With ``--baseline REV`` (issue 24: before and after in one run) two more variants,
+``one@base`` and ``three@base``, run the same bench_app.py with REV's package
+(``git archive REV clients/python/src``, put first on the app's ``PYTHONPATH``; the run
+checks that ``import redis_tb`` resolves to it) in the same rounds, against the same
+floors and the same redis-server; the report gains a before/after table.
 
 Writes bench/results/integrations-python.md (or --out), with the per-step costs of
 bench_steps.py (and a baseline revision's, with --steps-baseline) and the machine's
@@ -33,6 +40,8 @@ import platform
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -129,6 +138,59 @@ def flood_section(path: Path) -> str:
     return text[begin:end + len(FLOOD_END)] if begin >= 0 and end > begin else ""
 
 
+BASE = {"one@base": "one", "three@base": "three"}
+
+
+def extract_baseline(rev: str, into: Path) -> Path:
+    """REV's ``clients/python/src`` under ``into``; the directory to put on PYTHONPATH.
+    Fails unless ``import redis_tb`` there resolves to REV's copy, not the installed one."""
+    data = subprocess.run(["git", "-C", str(REPO), "archive", rev, "clients/python/src"],
+                          capture_output=True, check=True).stdout
+    tar = into / "base.tar"
+    tar.write_bytes(data)
+    with tarfile.open(tar) as t:
+        t.extractall(into, filter="data")
+    src = into / "clients" / "python" / "src"
+    where = subprocess.run([sys.executable, "-c", "import redis_tb; print(redis_tb.__file__)"],
+                           env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    if not where.startswith(str(src)):
+        raise SystemExit(f"--baseline {rev}: import redis_tb resolved to {where}, not {src}")
+    return src
+
+
+def before_after(base_rev: str, head_rev: str, med: dict[str, float], cpu: dict[str, float],
+                 results: dict[str, list[float]]) -> list[str]:
+    """The before/after table of a ``--baseline`` run (no lines without one): for one and
+    three policies, req/s and app CPU per request at the baseline and now, each against
+    both floors of the same run, and now over the baseline; per round too, since the
+    rounds are where the machine's noise shows."""
+    if "one@base" not in med:
+        return []
+    floor, raw = med["ping"], med["rawping"]
+    rows = []
+    for name, now, base in (("one policy", "one", "one@base"), ("three policies", "three", "three@base")):
+        per_round = ", ".join(f"{n / b:.2f}x" for n, b in zip(results[now], results[base]))
+        rows.append(
+            f"| {name} | {med[base]:.0f} ({med[base] / floor:.2f}x / {med[base] / raw:.2f}x) | "
+            f"{med[now]:.0f} ({med[now] / floor:.2f}x / {med[now] / raw:.2f}x) | {med[now] / med[base]:.2f}x | "
+            f"{cpu[base]:.0f} | {cpu[now]:.0f} | {cpu[now] / cpu[base]:.2f}x | {per_round} |"
+        )
+    return [
+        f"## Before ({base_rev}) and after ({head_rev}), in the same rounds",
+        "",
+        "The same bench_app.py, the same floors and the same redis-server; only the package "
+        f"differs (`{base_rev}`'s `clients/python/src` first on the app's PYTHONPATH). "
+        "Figures in brackets: against the redis-py PING floor / the raw-socket PING floor.",
+        "",
+        f"| variant | req/s at {base_rev} | req/s now | now / before | app CPU µs/request at {base_rev} | "
+        "now | now / before | now / before per round (req/s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+        *rows,
+        "",
+    ]
+
+
 def pin(pid: int, cpu: int) -> None:
     subprocess.run(["taskset", "-pc", str(cpu), str(pid)], check=True, capture_output=True)
 
@@ -144,6 +206,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--baseline", help="git revision whose package runs as one@base / three@base beside today's")
     ap.add_argument("--steps-baseline", help="git revision for bench_steps.py's side-by-side column")
     ap.add_argument("--no-steps", action="store_true", help="skip bench_steps.py")
     ap.add_argument("--steps-instructions", action="store_true",
@@ -160,8 +223,26 @@ def main() -> None:
     pin(store.proc.pid, REDIS_CPU)
     os.sched_setaffinity(0, {REDIS_CPU})
     env = {"REDIS_URL": store.url, "TRUSTED_PROXIES": f"{PROXY}/32"}
-    variants = {**ADMIT, **REFUSE}
-    apps = {v: Uvicorn("bench_app:app", HERE, {**env, "BENCH_VARIANT": v}) for v in variants}
+    admit = dict(ADMIT)
+    scratch = tempfile.TemporaryDirectory(prefix="bench-baseline-")
+    base_src: Path | None = None
+    base_rev = ""
+    if args.baseline:
+        base_rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        base_src = extract_baseline(args.baseline, Path(scratch.name))
+        admit["one@base"] = f"redis-tb middleware at {base_rev}, one policy"
+        admit["three@base"] = f"redis-tb middleware at {base_rev}, three policies"
+    head_rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    variants = {**admit, **REFUSE}
+
+    def app_env(v: str) -> dict[str, str]:
+        if v in BASE and base_src is not None:
+            return {**env, "BENCH_VARIANT": BASE[v], "PYTHONPATH": str(base_src)}
+        return {**env, "BENCH_VARIANT": v}
+
+    apps = {v: Uvicorn("bench_app:app", HERE, app_env(v)) for v in variants}
     results: dict[str, list[float]] = {v: [] for v in variants}
     cpu_per_request: dict[str, list[float]] = {v: [] for v in variants}
     unexpected = {v: 0 for v in variants}
@@ -184,7 +265,7 @@ def main() -> None:
                 assert app.proc is not None
                 refuse = v in REFUSE
                 cpu0 = cpu_seconds(app.proc.pid)
-                header = b"\r\nratelimit:" if v in ("one", "three", "one-refuse", "one-refuse-nocache") else b""
+                header = b"\r\nratelimit:" if v in ("one", "three", *BASE, "one-refuse", "one-refuse-nocache") else b""
                 rps, ok, other = asyncio.run(
                     _load(app.port, args.seconds, args.connections, offset, 429 if refuse else 200, refuse, header)
                 )
@@ -207,6 +288,7 @@ def main() -> None:
             warnings += [ln for ln in app.output().splitlines() if "redis-tb:" in ln]
             app.stop()
         store.stop()
+        scratch.cleanup()
     loads.append(os.getloadavg())
 
     med = {v: statistics.median(r) for v, r in results.items()}
@@ -250,7 +332,7 @@ def main() -> None:
         *[
             f"| {label} | {med[v]:.0f} | {med[v] / floor:.2f}x | {med[v] / raw:.2f}x | {med[v] / med['none']:.2f}x | {cpu[v]:.0f} | "
             + ", ".join(f"{x:.0f}" for x in results[v]) + " |"
-            for v, label in ADMIT.items()
+            for v, label in admit.items()
         ],
         "",
         f"App CPU beyond each floor per request (from the uvicorn process's CPU time; redis-py "
@@ -264,6 +346,7 @@ def main() -> None:
         + f". redis-tb warning lines in the app logs: {len(warnings)}"
         + (f", e.g. `{warnings[0][:300]}`" if warnings else "") + ".",
         "",
+        *before_after(base_rev, head_rev, med, cpu, results),
         "## Refused requests (429), median over rounds",
         "",
         "| variant | 429/s | app CPU per request (µs) | rounds (429/s) |",
