@@ -10,14 +10,24 @@
 // the load generator are pinned to one core and the app to the other when the machine
 // has two or more (taskset). Writes bench/results/integrations-node.md (report.mjs).
 //
+// --baseline REV (a git revision whose clients/node is the package): before / after in
+// the same run. baseline.mjs extracts REV's clients/node into a scratch directory
+// (os.tmpdir(); `npm ci` and its own build there, reused for the same commit), and the
+// variants tb@base and tb3@base (the same server.mjs and tb-variant.mjs with `redis-tb`
+// imported from that build) are measured in the same rounds beside tb and tb3 (each
+// listed tb / tb3 gets its @base twin right after it), against the same floors and the
+// same redis-server; each redis-tb app reports the file `redis-tb` resolved to, checked
+// here. The report gains a before / after section.
+//
 //   node bench/integrations/node/bench.mjs [--rounds 5] [--seconds 3] [--latency-seconds 2]
 //                        [--connections 16] [--variants none,erl,tb,tb3,ping,rawping]
-//                        [--no-profile] [--no-micro] [--out FILE]
+//                        [--baseline REV] [--no-profile] [--no-micro] [--out FILE]
 import { spawn, execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import fs from 'node:fs';
 import { writeReport } from './report.mjs';
+import { codeHash, prepareBaseline } from './baseline.mjs';
 import {
   args, children, commandCounts, here, lineFrom, pin, pinning, root, startRedis,
 } from './harness.mjs';
@@ -26,10 +36,19 @@ const rounds = Number(args.rounds ?? 5);
 const seconds = Number(args.seconds ?? 3);
 const latSeconds = Number(args['latency-seconds'] ?? 2);
 const connections = Number(args.connections ?? 16);
-const variants = (args.variants ?? 'none,erl,tb,tb3,ping,rawping').split(',');
+const listed = (args.variants ?? 'none,erl,tb,tb3,ping,rawping').split(',');
 const out = path.resolve(args.out ?? path.join(root, 'bench/results/integrations-node.md'));
-
-
+const baseline = args.baseline ? prepareBaseline(root, args.baseline) : null;
+if (baseline) {
+  // what tb-variant.mjs uses, as the baseline exports it (ClientIp before ClientIpConfig)
+  const { loadRedisTb } = await import('./tb-variant.mjs');
+  baseline.clientIpClass = (await loadRedisTb(baseline.dir)).clientIpClass;
+}
+if (!baseline && listed.some((v) => v.endsWith('@base'))) throw new Error('the @base variants need --baseline REV');
+// with --baseline, each redis-tb variant is followed by its @base twin (unless listed already)
+const variants = baseline
+  ? listed.flatMap((v) => (['tb', 'tb3'].includes(v) && !listed.includes(`${v}@base`) ? [v, `${v}@base`] : [v]))
+  : listed;
 
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 /** CPU seconds (user + system) a process has used so far, from /proc. */
@@ -39,20 +58,40 @@ function cpuSeconds(pid) {
   return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
 }
 
-
 const { port: redisPort, redis } = await startRedis();
 const redisVersion = /v=(\S+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))[1];
 
+// The redis-tb the tb variants use: this folder's copy of clients/node (npm ci packs it);
+// the @base ones, the baseline's build. Each app says which file it imported.
+const currentPackage = fs.realpathSync(path.join(here, 'node_modules', 'redis-tb'));
+const within = (file, dir) => !path.relative(fs.realpathSync(dir), fs.realpathSync(file)).startsWith('..');
+const shown = (p) => (within(p, root) ? path.relative(root, p) : p);
+const packages = { current: { dir: shown(currentPackage), code: codeHash(path.join(currentPackage, 'dist', 'esm')) } };
+const built = path.join(root, 'clients', 'node', 'dist', 'esm');
+if (fs.existsSync(built) && codeHash(built) !== packages.current.code) {
+  process.stderr.write(`warning: ${path.relative(root, currentPackage)} is not clients/node's current build: run npm ci in bench/integrations/node again\n`);
+}
+if (baseline && baseline.code === packages.current.code) {
+  process.stderr.write(`warning: the baseline's built code is the same as the current one (${baseline.code})\n`);
+}
+const { TB_PACKAGE_DIR: _unset, ...environment } = process.env;
 const apps = {};
 for (const v of variants) {
   const [cmd, argv] = pin(0, process.execPath, [path.join(here, 'server.mjs')]);
-  const child = spawn(cmd, argv, {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, VARIANT: v, REDIS_URL: `redis://127.0.0.1:${redisPort}`, PORT: '0', NODE_ENV: 'production' },
-  });
+  const atBase = v.endsWith('@base');
+  const env = { ...environment, VARIANT: v, REDIS_URL: `redis://127.0.0.1:${redisPort}`, PORT: '0', NODE_ENV: 'production' };
+  if (atBase) env.TB_PACKAGE_DIR = baseline.dir;
+  const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'inherit'], env });
   children.push(child);
-  const m = await lineFrom(child, /listening (\d+)/, `app (${v})`);
-  apps[v] = { port: Number(m[1]), child };
+  const m = await lineFrom(child, /listening (\d+)(?: redis-tb (.+))?\n/, `app (${v})`);
+  apps[v] = { port: Number(m[1]), child, tbEntry: m[2] ?? null };
+  if (v.startsWith('tb')) {
+    const want = atBase ? baseline.dir : currentPackage;
+    if (!m[2] || !within(m[2], want) || (atBase && within(m[2], currentPackage)) || (!atBase && baseline && within(m[2], baseline.dir))) {
+      throw new Error(`app (${v}) imported redis-tb from ${m[2] ?? '(not said)'}, not from ${want}`);
+    }
+    process.stderr.write(`app (${v}): redis-tb ${m[2]}\n`);
+  }
 }
 
 function load(port, conns, secs, warm) {
@@ -80,7 +119,7 @@ for (let r = 0; r < rounds; r++) {
     const calls = {};
     for (const [k, n] of Object.entries(after)) if (n - (before[k] ?? 0) > 0 && k !== 'info') calls[k] = n - (before[k] ?? 0);
     results[v].push({ round: r + 1, tput, latency, calls, completed: tput.all + latency.all, appCpuUs, redisCpuUs });
-    process.stderr.write(`round ${r + 1} ${v.padEnd(5)} ${tput.rps.toFixed(0).padStart(6)} req/s  p50 ${tput.p50_us.toFixed(0)} µs p99 ${tput.p99_us.toFixed(0)} µs | app CPU ${appCpuUs.toFixed(0)} µs/req, redis ${redisCpuUs.toFixed(0)} | 1 conn p50 ${latency.p50_us.toFixed(0)} µs p99 ${latency.p99_us.toFixed(0)} µs | ${JSON.stringify(tput.statuses)} ${JSON.stringify(calls)}\n`);
+    process.stderr.write(`round ${r + 1} ${v.padEnd(8)} ${tput.rps.toFixed(0).padStart(6)} req/s  p50 ${tput.p50_us.toFixed(0)} µs p99 ${tput.p99_us.toFixed(0)} µs | app CPU ${appCpuUs.toFixed(0)} µs/req, redis ${redisCpuUs.toFixed(0)} | 1 conn p50 ${latency.p50_us.toFixed(0)} µs p99 ${latency.p99_us.toFixed(0)} µs | ${JSON.stringify(tput.statuses)} ${JSON.stringify(calls)}\n`);
   }
 }
 const loadAfter = os.loadavg();
@@ -109,8 +148,10 @@ for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '
     versions[p] = JSON.parse(fs.readFileSync(path.join(here, 'node_modules', p, 'package.json'), 'utf8')).version;
   } catch { /* not installed */ }
 }
+if (baseline) versions['redis-tb@base'] = baseline.version;
 const run = {
-  out, started, results, variants, rounds, seconds, latSeconds, connections, pinning,
+  out, started, results, variants, rounds, seconds, latSeconds, connections, pinning, baseline,
+  packages, tbEntries: Object.fromEntries(variants.filter((v) => apps[v].tbEntry).map((v) => [v, shown(apps[v].tbEntry)])),
   loadBefore, loadAfter, micro, profile, node: process.version, redisVersion, versions, cpus: os.cpus().length,
   command: `node bench/integrations/node/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
 };

@@ -9,6 +9,10 @@ const NAMES = {
   rawping: '(5) floor: one pre-encoded PING per request on a raw socket',
   tb3: "(6) redis-tb's Express middleware, three policies",
 };
+/** The variants' names; with a baseline (bench.mjs --baseline), (3) and (6) at that revision too. */
+const namesOf = (run) => (run.baseline
+  ? { ...NAMES, 'tb@base': `(3b) (3) with redis-tb at ${run.baseline.short}`, 'tb3@base': `(6b) (6) with redis-tb at ${run.baseline.short}` }
+  : NAMES);
 
 export const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -53,8 +57,55 @@ export function summary(results) {
   return s;
 }
 
+/** Per-round difference of a's and b's app CPU time per request (µs), median and range. */
+function cpuDiff(results, a, b) {
+  const ds = results[a].map((m, i) => m.appCpuUs - results[b][i].appCpuUs);
+  return { median: median(ds), min: Math.min(...ds), max: Math.max(...ds) };
+}
+
+/** The redis-tb variants measured both at the baseline and now: [now, base, label]. */
+const baselinePairs = (run) => (run.baseline
+  ? [['tb', 'tb@base', 'one policy'], ['tb3', 'tb3@base', 'three policies']].filter(([a, b]) => run.results[a] && run.results[b])
+  : []);
+
+/** The before / after section: redis-tb at the baseline and now, against each other and against both floors. */
+function beforeAfter(run, NAMES) {
+  const { results, baseline } = run;
+  const pairs = baselinePairs(run);
+  if (!pairs.length) return [];
+  const s = summary(results);
+  const L = [];
+  const range = (r) => `${f2(r.median)}x (rounds ${f2(r.min)}-${f2(r.max)})`;
+  L.push(`## Before / after: redis-tb at ${baseline.short} and now`);
+  L.push('');
+  L.push(`(3b) and (6b) are (3) and (6), the same app and the same \`tb-variant.mjs\`, with \`redis-tb\` imported from \`clients/node\` as it was at ${baseline.short} (${baseline.date.slice(0, 10)}, "${baseline.subject.length > 100 ? `${baseline.subject.slice(0, 100)}…` : baseline.subject}"): extracted with \`git archive\`, installed with \`npm ci\` and built with its own \`npm run build\` in a scratch directory, loaded in the same rounds as every other variant (each next to its counterpart, the order alternating), on the same node-redis client, against the same redis-server and the same floors. Each redis-tb app printed the file it imported \`redis-tb\` from (checked by bench.mjs: ${Object.entries(run.tbEntries ?? {}).map(([v, f]) => `${v} \`${f}\``).join(', ')}); ${baseline.code === run.packages?.current?.code ? `**the built JavaScript of the two is the same** (sha256 ${baseline.code})` : `the built JavaScript of the two differs (sha256 of \`dist/esm/**/*.js\` ${baseline.code} at ${baseline.short}, ${run.packages?.current?.code ?? '–'} now)`}.`);
+  L.push('');
+  L.push('Now against before, medians of the per-round ratios (the two measured back to back in each round); app CPU per request is the steadier measure on a shared machine:');
+  L.push('');
+  L.push(`| policies | req/s at ${baseline.short} | req/s now | now / before, req/s | app CPU per request at ${baseline.short} (µs) | now (µs) | before / now, app CPU (above 1: now is cheaper) | now − before, app CPU (µs) | 1 conn p50 at ${baseline.short} (µs) | now (µs) |`);
+  L.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  for (const [now, base, label] of pairs) {
+    const d = cpuDiff(results, now, base);
+    L.push(`| ${label}: ${NAMES[base].split(' ')[0]} → ${NAMES[now].split(' ')[0]} | ${f0(s[base].rps)} | ${f0(s[now].rps)} | ${range(ratio(results, now, base))} | ${f0(s[base].cpu)} | ${f0(s[now].cpu)} | ${range(cpuRatio(results, now, base))} | ${signed(d.median)} (rounds ${signed(d.min)} to ${signed(d.max)}) | ${f0(s[base].l50)} | ${f0(s[now].l50)} |`);
+  }
+  L.push('');
+  const floors = [['ping', "(4) node-redis's PING"], ['rawping', '(5) raw-socket PING']].filter(([f]) => results[f]);
+  if (floors.length) {
+    L.push(`Each against both floors (medians of per-round ratios; req/s: the variant's over the floor's, above 1 faster than the floor; CPU: the floor's app CPU per request over the variant's, 1 would be the floor's cost). Against the same floor in the same round, now / before is the row above.`);
+    L.push('');
+    L.push('| policies | ' + floors.map(([, n]) => `/ ${n}, req/s at ${baseline.short} | now | ${n} CPU / its CPU at ${baseline.short} | now`).join(' | ') + ' |');
+    L.push('|---|' + floors.map(() => '---:|---:|---:|---:').join('|') + '|');
+    for (const [now, base, label] of pairs) {
+      L.push(`| ${label} | ` + floors.map(([f]) => [ratio(results, base, f), ratio(results, now, f), cpuRatio(results, base, f), cpuRatio(results, now, f)].map((r) => `${f2(r.median)}x`).join(' | ')).join(' | ') + ' |');
+    }
+    L.push('');
+  }
+  return L;
+}
+
 export function writeReport(run) {
   const { out, results, variants } = run;
+  const NAMES = namesOf(run);
   const s = summary(results);
   const base = s.none;
   const tbErl = ratio(results, 'tb', 'erl');
@@ -74,9 +125,13 @@ export function writeReport(run) {
   L.push('');
   L.push(`**(3)/(4), redis-tb against one bare PING per request: ${verdict(tbPing, 0.85)}.**`);
   L.push('');
+  if (baselinePairs(run).length) {
+    L.push(`**Before / after, app CPU per request at ${run.baseline.short} over now (above 1: now is cheaper): ${baselinePairs(run).map(([now, base, label]) => { const r = cpuRatio(results, now, base); return `${label} ${f2(r.median)}x (rounds ${f2(r.min)}-${f2(r.max)})`; }).join(', ')}; requests per second now over at ${run.baseline.short}: ${baselinePairs(run).map(([now, base, label]) => `${label} ${f2(ratio(results, now, base).median)}x`).join(', ')} (section "Before / after" below).**`);
+    L.push('');
+  }
   // every redis-tb variant against each floor, by req/s and by app CPU per request
   const floors = [['ping', '(4)'], ['rawping', '(5)']].filter(([f]) => results[f]);
-  const tbs = [['tb', '(3) one policy'], ['tb3', '(6) three policies']].filter(([v]) => results[v]);
+  const tbs = [['tb', '(3) one policy'], ['tb@base', `(3b) one policy at ${run.baseline?.short}`], ['tb3', '(6) three policies'], ['tb3@base', `(6b) three policies at ${run.baseline?.short}`]].filter(([v]) => results[v]);
   if (floors.length && tbs.length) {
     L.push('| redis-tb against each floor (median over rounds) | ' + floors.map(([f, n]) => `/ ${n} req/s | ${n} CPU / its CPU`).join(' | ') + ' |');
     L.push('|---|' + floors.map(() => '---:|---:').join('|') + '|');
@@ -125,6 +180,7 @@ export function writeReport(run) {
     L.push(`| ${r + 1} | ${variants.map((v) => f0(results[v][r].tput.rps)).join(' | ')} |${tbErl ? ` ${f2(tbErl.rounds[r])} |` : ''}${tbPing ? ` ${f2(tbPing.rounds[r])} |` : ''}${tbRaw ? ` ${f2(tbRaw.rounds[r])} |` : ''}`);
   }
   L.push('');
+  L.push(...beforeAfter(run, NAMES));
   if (run.micro) {
     L.push("## Where redis-tb's time goes");
     L.push('');
@@ -166,7 +222,8 @@ export function writeReport(run) {
   L.push('');
   for (const v of variants) {
     const calls = Object.entries(s[v].calls).map(([k, n]) => `${(n / s[v].completed).toFixed(2)} ${k.toUpperCase()}`).join(', ') || 'no Redis command';
-    L.push(`- ${NAMES[v]}: ${s[v].requests} requests measured, ${s[v].non200 === 0 ? 'every one a 200' : `${s[v].non200} not 200`}; per request (${s[v].completed}, warm-up included) Redis ran ${calls} (INFO commandstats around each measurement; commands a script runs count too).`);
+    const from = run.baseline && run.tbEntries?.[v] ? ` The app imported \`redis-tb\` from \`${run.tbEntries[v]}\`.` : '';
+    L.push(`- ${NAMES[v]}: ${s[v].requests} requests measured, ${s[v].non200 === 0 ? 'every one a 200' : `${s[v].non200} not 200`}; per request (${s[v].completed}, warm-up included) Redis ran ${calls} (INFO commandstats around each measurement; commands a script runs count too).${from}`);
   }
   L.push('');
   L.push('## Setup');
@@ -174,6 +231,9 @@ export function writeReport(run) {
   L.push('- The app (`bench/integrations/node/server.mjs`): Express, `trust proxy` = loopback, one route `GET /items/:id` answering JSON. Variant (2) is `rateLimit({ windowMs: 1000, limit, standardHeaders: \'draft-8\', store: new RedisStore({ sendCommand }) })` on a node-redis client (what express-rate-limit\'s documentation shows for Redis); (3) is redis-tb\'s `redis-tb/express` middleware with one policy (`ip`, per client address, per second); (4) awaits `client.ping()` of node-redis before the route; (5) writes the pre-encoded `*1\\r\\n$4\\r\\nPING\\r\\n` on a raw \`net\` socket and reads `+PONG\\r\\n` before the route (persistent connections, one per request in flight, no client library); (6) is (3) with three policies (`ip`, a per-route `endpoint`, one `all` bucket), one TB.MTAKE. Limits are high enough that every request is admitted: each variant does its full work (one Redis round trip for (2)-(4)) and the handler runs.');
   L.push('- Requests: `GET /items/<n>` with a distinct `X-Forwarded-For` per request (65,536 client addresses in a ring), so the limiters work on a real spread of keys.');
   L.push(`- Load: \`bench/integrations/node/loadgen.mjs\`, a closed-loop HTTP/1.1 keep-alive generator on raw sockets timing each request with hrtime; per variant and round ${run.seconds} s at ${run.connections} connections after 1 s of warm-up, then ${run.latSeconds} s at one connection.`);
+  if (run.baseline) {
+    L.push(`- Baseline (\`--baseline ${run.baseline.rev}\`, commit ${run.baseline.sha}): \`git archive\` of its \`clients/node\` into \`${run.baseline.dir.replace(/\/clients\/node$/, '')}\`, \`npm ci\` and \`npm run build\` there; (3b) and (6b) import its \`dist/esm\` entry points of \`.\` and \`./express\` (its exports map) through \`TB_PACKAGE_DIR\`. ${run.baseline.clientIpClass === 'ClientIp' ? `At ${run.baseline.short} the client-address configuration class is \`ClientIp\` (now \`ClientIpConfig\`, the same options): \`tb-variant.mjs\` takes whichever the package exports; the rest of the code the variants run is the same.` : 'The variants run the same code on both.'}`);
+  }
   L.push(`- Machine: ${run.cpus} CPUs; ${run.pinning ? 'the app on CPU 0, redis-server and the load generator on CPU 1 (taskset)' : 'nothing pinned'}. Node ${run.node}, redis-server ${run.redisVersion}; ${Object.entries(run.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Load average (1 min) before and after the run: ${run.loadBefore[0].toFixed(2)} and ${run.loadAfter[0].toFixed(2)} (other work on the same cores makes rounds vary: read the medians and the per-round ratios, measured back to back).`);
   L.push('');
   // keep the deny-cache flood section (bench/integrations/node/flood.mjs) of the report being replaced

@@ -7,10 +7,13 @@
 //         (persistent connections, one per request in flight, no client library: the
 //         round trip's own floor)
 //   tb3   redis-tb's Express middleware with three policies (one TB.MTAKE)
+//   tb@base, tb3@base  tb and tb3 with the `redis-tb` of TB_PACKAGE_DIR (bench.mjs --baseline:
+//         an older revision's clients/node, built), the rest of the app unchanged
 // Every variant is the same app: trust the loopback proxy (the client address is the
 // X-Forwarded-For the load generator sends), one JSON route. Limits are set high enough
 // that every response is a 200: the handler runs on every request of every variant.
-// Prints "listening <port>" when ready.
+// Prints "listening <port>" when ready, followed by " redis-tb <file>" (the entry point
+// `redis-tb` resolved to) for the redis-tb variants.
 import express from 'express';
 
 const variant = process.env.VARIANT ?? 'none';
@@ -19,6 +22,7 @@ const LIMIT = 1_000_000; // per second per address: never reached, so every answ
 
 const app = express();
 let limiter = null;
+let tbEntry = null;
 app.disable('x-powered-by');
 app.set('trust proxy', 'loopback');
 
@@ -67,11 +71,16 @@ if (variant === 'erl') {
     idle.push(sock);
   };
   app.use((req, res, next) => { ping().then(() => next(), next); });
-} else if (variant === 'tb' || variant === 'tb3') {
+} else if (['tb', 'tb3', 'tb@base', 'tb3@base'].includes(variant)) {
+  const [kind, at] = variant.split('@');
+  if ((at === 'base') !== Boolean(process.env.TB_PACKAGE_DIR)) {
+    throw new Error(`VARIANT ${variant} ${at ? 'needs' : 'is this folder\'s redis-tb: unset'} TB_PACKAGE_DIR`);
+  }
   const { tbMiddleware } = await import('./tb-variant.mjs');
-  const middleware = await tbMiddleware(redisUrl, LIMIT, variant === 'tb3' ? 3 : 1);
+  const middleware = await tbMiddleware(redisUrl, LIMIT, kind === 'tb3' ? 3 : 1);
   app.use(middleware);
   limiter = middleware.limiter;
+  tbEntry = middleware.tbEntry;
 } else if (variant !== 'none') {
   throw new Error(`unknown VARIANT ${variant}`);
 }
@@ -83,7 +92,7 @@ app.get('/items/:id', (req, res) => {
 if (process.env.TB_STATS && limiter) app.get('/_stats', (req, res) => res.json(limiter.stats));
 
 const server = app.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
-  process.stdout.write(`listening ${server.address().port}\n`);
+  process.stdout.write(`listening ${server.address().port}${tbEntry ? ` redis-tb ${tbEntry}` : ''}\n`);
 });
 server.keepAliveTimeout = 60_000;
 // exit normally on SIGINT, so `node --cpu-prof` (bench/integrations/node/profile.mjs) writes its profile

@@ -3,11 +3,46 @@
 // request: one TB.MTAKE), on a node-redis client, trusting the loopback proxy. By default `limit` per
 // second (the bench: never reached); flood.mjs sets TB_CAPACITY / TB_RATE (a limit that
 // refuses) and TB_DENY_CACHE (entries of the local deny cache, 0: off).
+// `redis-tb` is this folder's dependency (clients/node), unless TB_PACKAGE_DIR names another
+// built copy of clients/node (bench.mjs --baseline: an older revision's), whose `.` and
+// `./express` entry points are imported through its own exports map instead. Everything
+// else (node-redis, Express, this code) is the same for both; the one difference of the
+// API used here at 88fc3cc is taken care of in loadRedisTb.
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { createClient } from 'redis';
-import { ClientIpConfig, Limit, Policy, RateLimiter, perSecond } from 'redis-tb';
-import { rateLimit } from 'redis-tb/express';
+
+/** The ESM entry point `sub` ('.', './express') of the package in `dir`, as a file URL. */
+function entry(dir, sub) {
+  const pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
+  const e = pkg.exports?.[sub];
+  const file = typeof e === 'string' ? e : e?.import?.default ?? e?.import ?? e?.default;
+  if (pkg.name !== 'redis-tb' || typeof file !== 'string') throw new Error(`${dir}: no ESM entry point ${sub} of redis-tb`);
+  return pathToFileURL(path.resolve(dir, file)).href;
+}
+
+/**
+ * What tbMiddleware uses of redis-tb: this folder's (`packageDir` unset) or the package in
+ * `packageDir`; `entry` is the file `redis-tb` resolved to. Throws when a part is missing.
+ */
+export async function loadRedisTb(packageDir) {
+  const indexUrl = packageDir ? entry(packageDir, '.') : import.meta.resolve('redis-tb');
+  const expressUrl = packageDir ? entry(packageDir, './express') : import.meta.resolve('redis-tb/express');
+  const tb = await import(indexUrl);
+  const { rateLimit } = await import(expressUrl);
+  // Before the client-address configuration was split from its result, the class was
+  // ClientIp, with the same options (88fc3cc, the revision issue 24 was filed against).
+  const clientIpClass = 'ClientIpConfig' in tb ? 'ClientIpConfig' : 'ClientIp';
+  const api = { Limit: tb.Limit, Policy: tb.Policy, RateLimiter: tb.RateLimiter, perSecond: tb.perSecond, ClientIpConfig: tb[clientIpClass], rateLimit };
+  const missing = Object.entries(api).filter(([, f]) => typeof f !== 'function').map(([k]) => (k === 'ClientIpConfig' ? clientIpClass : k));
+  if (typeof tb.RateLimiter?.prototype?.startup !== 'function') missing.push('RateLimiter.prototype.startup');
+  if (missing.length) throw new Error(`redis-tb at ${packageDir ?? 'node_modules'} lacks ${missing.join(', ')}`);
+  return { ...api, clientIpClass, entry: fileURLToPath(indexUrl) };
+}
 
 export async function tbMiddleware(redisUrl, limit, policies = 1) {
+  const { ClientIpConfig, Limit, Policy, RateLimiter, perSecond, rateLimit, entry: tbEntry } = await loadRedisTb(process.env.TB_PACKAGE_DIR);
   const redis = await createClient({ url: redisUrl, disableOfflineQueue: true }).connect();
   const denyCache = Number(process.env.TB_DENY_CACHE ?? 0);
   // timeoutMs 1000: on a loaded machine a 50 ms bound would send some requests down the
@@ -26,5 +61,6 @@ export async function tbMiddleware(redisUrl, limit, policies = 1) {
     : [policy];
   const middleware = rateLimit(limiter, { policies: all, exclude: ['GET /_stats'] });
   middleware.limiter = limiter;
+  middleware.tbEntry = tbEntry;
   return middleware;
 }
