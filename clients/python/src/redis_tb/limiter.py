@@ -447,7 +447,7 @@ class BaseLimiter:
         limit: Any
         cost: Any
         keys = self.keys
-        plain_heads = keys._plain
+        plain_heads, route_heads = keys._plain, keys._heads
         for p in policies:
             matched = route
             if p.routes is not None and (route is None or route not in p.routes):
@@ -527,7 +527,7 @@ class BaseLimiter:
             if tag:
                 key = keys.key(p.name, identity, route=per_route, tag=tag)
             else:  # SPEC K1-K3, the head of each (policy, route) built once
-                head = plain_heads.get(p.name) if per_route is None else None
+                head = plain_heads.get(p.name) if per_route is None else route_heads.get((p.name, per_route))
                 if head is None:
                     head = keys.head(p.name, per_route)
                 if type(identity) is str and len(identity) <= MAX_PART and needs_escape(identity) is None:
