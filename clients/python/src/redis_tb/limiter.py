@@ -1093,11 +1093,7 @@ class RateLimiter(BaseLimiter):
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            d = self._after_reply(plans, values, started)
-            d._limiter = self  # _own, inline
-            if holdable:
-                d._holdable = holdable
-            return d
+            return self._own(self._after_reply(plans, values, started), holdable)
         finally:
             if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
                 self._probes_done(probes)
