@@ -90,6 +90,23 @@ pub fn cpu_ns() -> u64 {
         .sum()
 }
 
+/// Nanoseconds all threads of process `pid` have run on a CPU
+/// (`/proc/<pid>/task/<tid>/schedstat`); 0 when it is gone.
+pub fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
 fn taskset(args: &[&str]) -> Result<()> {
     let status = std::process::Command::new("taskset")
         .args(args)
@@ -182,13 +199,26 @@ impl Runtimes {
 }
 
 /// `connections` keep-alive connections each sending `GET path` with `headers` back to
-/// back for `secs`; answers counted by status.
+/// back for `secs`; answers counted by status, CPU time that of the apps' thread.
 pub async fn load(
     addr: SocketAddr,
     path: &'static str,
     headers: &'static [(&'static str, &'static str)],
     connections: usize,
     secs: f64,
+) -> Result<Phase> {
+    load_measured(addr, path, headers, connections, secs, cpu_ns).await
+}
+
+/// [`load`] with the CPU time read by `cpu` (nanoseconds, read at the start and the end of
+/// the phase): [`process_cpu_ns`] of an app served by another process.
+pub async fn load_measured(
+    addr: SocketAddr,
+    path: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    connections: usize,
+    secs: f64,
+    cpu: impl Fn() -> u64,
 ) -> Result<Phase> {
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
@@ -209,11 +239,11 @@ pub async fn load(
         }));
     }
     let start = Instant::now();
-    let cpu_start = cpu_ns();
+    let cpu_start = cpu();
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     stop.store(true, Ordering::Relaxed);
     let at_stop = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
-    let cpu = cpu_ns().saturating_sub(cpu_start) as f64 / 1e9;
+    let cpu = cpu().saturating_sub(cpu_start) as f64 / 1e9;
     let seconds = start.elapsed().as_secs_f64();
     for t in tasks {
         let _ = t.await;

@@ -29,94 +29,18 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use redis_tb_axum_example::support::{Served, serve};
 use redis_tb_axum_example::{app, app_with};
 use redis_tb_bench_integrations::{
     Phase, Result, Runtimes, env_or, load, load_average, median, report_path,
 };
-use redis_tb_client::redis::aio::MultiplexedConnection;
+use redis_tb_bench_serve::{RawPool, ping, raw_ping};
 use redis_tb_client::{ClientConfig, Key, Policy, RateLimitLayer, TbClient};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const AUTH: &[(&str, &str)] = &[("authorization", "Bearer alice-token")];
-
-/// One bare `PING` per request on a shared multiplexed connection, then the handler.
-async fn ping(conn: MultiplexedConnection, req: Request, next: Next) -> Response {
-    let mut conn = conn;
-    let pong: std::result::Result<String, _> = redis_tb_client::redis::cmd("PING")
-        .query_async(&mut conn)
-        .await;
-    match pong {
-        Ok(_) => next.run(req).await,
-        Err(e) => (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            format!("PING failed: {e}"),
-        )
-            .into_response(),
-    }
-}
-
-/// The raw floor's request and the one answer it accepts.
-const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
-const PONG: &[u8] = b"+PONG\r\n";
-
-/// Idle raw connections to Redis: a request takes one (or opens one) and puts it back, so
-/// there are as many as requests in flight.
-#[derive(Clone)]
-struct RawPool {
-    addr: String,
-    idle: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl RawPool {
-    fn take(&self) -> Option<TcpStream> {
-        self.idle.lock().ok().and_then(|mut v| v.pop())
-    }
-
-    fn put(&self, conn: TcpStream) {
-        if let Ok(mut v) = self.idle.lock() {
-            v.push(conn);
-        }
-    }
-
-    async fn ping(&self) -> std::io::Result<()> {
-        let mut conn = match self.take() {
-            Some(c) => c,
-            None => {
-                let c = TcpStream::connect(&self.addr).await?;
-                c.set_nodelay(true)?;
-                c
-            }
-        };
-        conn.write_all(PING).await?;
-        let mut reply = [0u8; 7];
-        conn.read_exact(&mut reply).await?;
-        if reply != PONG {
-            return Err(std::io::Error::other(format!("PING answered {reply:?}")));
-        }
-        self.put(conn);
-        Ok(())
-    }
-}
-
-/// One raw `PING` per request, then the handler.
-async fn raw_ping(pool: RawPool, req: Request, next: Next) -> Response {
-    match pool.ping().await {
-        Ok(()) => next.run(req).await,
-        Err(e) => (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            format!("PING failed: {e}"),
-        )
-            .into_response(),
-    }
-}
 
 const VARIANTS: [&str; 5] = ["none", "ping", "rawping", "one", "three"];
 
@@ -156,10 +80,7 @@ async fn serve_variant(
             (serve(router).await?, None)
         }
         "rawping" => {
-            let pool = RawPool {
-                addr: raw_addr.to_owned(),
-                idle: Arc::new(Mutex::new(Vec::new())),
-            };
+            let pool = RawPool::new(raw_addr);
             let router = app_with(move |r| {
                 r.layer(middleware::from_fn(move |req, next| {
                     raw_ping(pool.clone(), req, next)
