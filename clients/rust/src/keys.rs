@@ -77,6 +77,15 @@ fn push_escaped(out: &mut String, bytes: &[u8], rule: fn(u8) -> bool) {
 /// bytes when the escaped form is longer than [`MAX_PART`] (SPEC K3; `%h` never comes
 /// out of K2, since `%` is always escaped).
 fn push_part(out: &mut String, bytes: &[u8]) {
+    // The common case in one pass: short, and nothing to escape (visible ASCII only, so
+    // valid UTF-8 as it is).
+    if bytes.len() <= MAX_PART
+        && !bytes.iter().any(|&b| escaped(b))
+        && let Ok(s) = std::str::from_utf8(bytes)
+    {
+        out.push_str(s);
+        return;
+    }
     if escaped_len(bytes, escaped) <= MAX_PART {
         push_escaped(out, bytes, escaped);
         return;

@@ -3,6 +3,7 @@
 //! one TB.TAKE or TB.MTAKE through a [`Store`], and the [`Check`] an adapter turns into a
 //! response (the tower layer in [`crate::tower`]). Time comes from the limiter's [`Clock`].
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -813,23 +814,28 @@ struct InFlight {
 }
 
 impl Plan {
-    /// The policy of each result, in policy order (the in-flight one at its place).
-    fn result_policies(&self) -> Vec<usize> {
-        let mut out = self.policy.clone();
-        if let Some(f) = &self.in_flight {
-            out.insert(f.pos.min(out.len()), f.policy);
+    /// The policy of each result, in policy order (the in-flight one at its place);
+    /// borrowed when there is no in-flight policy.
+    fn result_policies(&self) -> Cow<'_, [usize]> {
+        match &self.in_flight {
+            None => Cow::Borrowed(&self.policy),
+            Some(f) => {
+                let mut out = self.policy.clone();
+                out.insert(f.pos.min(out.len()), f.policy);
+                Cow::Owned(out)
+            }
         }
-        out
     }
 
-    /// The bucket charges only: what `refund()` may give back (SPEC F3).
-    fn refundable(&self) -> Option<Plan> {
+    /// The bucket charges only: what `refund()` may give back (SPEC F3). Takes the plan:
+    /// the charges move into the refund instead of being copied.
+    fn into_refundable(self) -> Option<Plan> {
         if self.window.is_some() || self.charges.is_empty() {
             return None;
         }
         Some(Plan {
-            charges: self.charges.clone(),
-            policy: self.policy.clone(),
+            charges: self.charges,
+            policy: self.policy,
             window: None,
             in_flight: None,
             settle: Vec::new(),
@@ -958,41 +964,36 @@ impl<S: Store> Inner<S> {
         peer: Option<IpAddr>,
         route: Option<&str>,
     ) -> Check {
-        let (mut check, settle) = self.check_planned(this, parts, peer, route).await;
+        let (mut check, settle) = match self.plan(parts, peer, route).await {
+            Planned::NotLimited(settle) => (Check::pass(Decision::not_limited()), settle),
+            Planned::Charges(mut plan) => {
+                let settle = std::mem::take(&mut plan.settle);
+                if plan.charges.is_empty() && plan.in_flight.is_none() {
+                    (Check::pass(Decision::not_limited()), settle)
+                } else if settle.is_empty() {
+                    // The common case: returned as it is, not moved again.
+                    return self.check_call(this, plan).await;
+                } else {
+                    (self.check_call(this, plan).await, settle)
+                }
+            }
+            Planned::BadRequest(header) => {
+                bump(&self.stats.0.checks);
+                let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
+                c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
+                return c;
+            }
+            Planned::Invalid(i, what, value) => {
+                bump(&self.stats.0.checks);
+                return self.invalid_input(i, what, value);
+            }
+        };
         if !settle.is_empty() && check.problem.is_none() {
             // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
             check.decision.settle_later = settle;
             check.decision.holds = Some(Holds(this.clone()));
         }
         check
-    }
-
-    async fn check_planned(
-        &self,
-        this: &Arc<Inner<S>>,
-        parts: &mut Parts,
-        peer: Option<IpAddr>,
-        route: Option<&str>,
-    ) -> (Check, Vec<SettleTarget>) {
-        let mut plan = match self.plan(parts, peer, route).await {
-            Planned::NotLimited(settle) => return (Check::pass(Decision::not_limited()), settle),
-            Planned::Charges(plan) => plan,
-            Planned::BadRequest(header) => {
-                bump(&self.stats.0.checks);
-                let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
-                c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
-                return (c, Vec::new());
-            }
-            Planned::Invalid(i, what, value) => {
-                bump(&self.stats.0.checks);
-                return (self.invalid_input(i, what, value), Vec::new());
-            }
-        };
-        let settle = std::mem::take(&mut plan.settle);
-        if plan.charges.is_empty() && plan.in_flight.is_none() {
-            return (Check::pass(Decision::not_limited()), settle);
-        }
-        (self.check_call(this, plan).await, settle)
     }
 
     async fn check_call(&self, this: &Arc<Inner<S>>, plan: Plan) -> Check {
@@ -1114,9 +1115,13 @@ impl<S: Store> Inner<S> {
             _ => LeaseHandle::default(),
         };
         // SPEC F3: only the bucket policies are refunded.
-        let refund = match plan.refundable() {
-            Some(p) if decision.charged() => RefundHandle::new(this.clone(), p),
-            _ => RefundHandle::default(),
+        let refund = match decision.charged() {
+            true => plan
+                .into_refundable()
+                .map_or_else(RefundHandle::default, |p| {
+                    RefundHandle::new(this.clone(), p)
+                }),
+            false => RefundHandle::default(),
         };
         Check {
             decision,

@@ -276,13 +276,21 @@ where
     if let Some(h) = headers {
         // An inner limiter's items (a second layer on one route) stay in the lists, after
         // this limiter's own (SPEC H1: one list of the enforced policies).
-        let inner_items: Vec<(http::HeaderName, HeaderValue)> = [
+        // A scan of the response's few header names is cheaper than two hashed lookups,
+        // and finds none in the common case.
+        let names = [
             &crate::headers::RATELIMIT_POLICY,
             &crate::headers::RATELIMIT,
-        ]
-        .into_iter()
-        .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
-        .collect();
+        ];
+        let inner_items: Vec<(http::HeaderName, HeaderValue)> =
+            if resp.headers().keys().any(|k| names.contains(&k)) {
+                names
+                    .into_iter()
+                    .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
+                    .collect()
+            } else {
+                Vec::new()
+            };
         h.apply_owned(resp.headers_mut());
         for (name, theirs) in inner_items {
             let Some(mine) = resp.headers().get(&name) else {
