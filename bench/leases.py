@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tb_bench.common import REPO_ROOT, SetupError  # noqa: E402
-from tb_bench.resp import RespClient  # noqa: E402
+from tb_bench.resp import RedisError, RespClient  # noqa: E402
 from tb_bench.server import RedisServer, cpu_pinning, ensure_module  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "redis-tb" / "redis-semaphore"
@@ -67,6 +67,36 @@ def semaphore_script() -> tuple[str, str]:
     return version, m.group(1)
 
 
+def pipeline(c: RespClient, commands: list[list[str]]) -> list[object]:
+    """Sends `commands` in one write, then reads their replies (an error reply raises)."""
+    c.sock.sendall(b"".join(c.encode(cmd) for cmd in commands))
+    replies = [c._read() for _ in commands]
+    bad = [r for r in replies if isinstance(r, RedisError)]
+    if bad:
+        raise RuntimeError(f"{commands[0][0]}: {bad[0]}")
+    return replies
+
+
+def run_tb(c: RespClient, keys: list[str], ops: int) -> None:
+    """`ops` TB.ACQUIRE + TB.RELEASE pairs: a pipeline of one acquire per key, then one of
+    their releases (a release needs its acquire's id)."""
+    for _ in range(ops // len(keys)):
+        got = pipeline(c, [["TB.ACQUIRE", k, LIMIT, LEASE_MS] for k in keys])
+        ids = [r[2] for r in got]  # type: ignore[index]
+        pipeline(c, [["TB.RELEASE", k, i] for k, i in zip(keys, ids)])
+
+
+def run_semaphore(c: RespClient, keys: list[str], ops: int, sha: str) -> None:
+    """The same with redis-semaphore's acquire script (EVALSHA) and its release (ZREM)."""
+    for _ in range(ops // len(keys)):
+        ids = [uuid.uuid4().hex for _ in keys]
+        now = str(int(time.time() * 1000))
+        got = pipeline(c, [["EVALSHA", sha, "1", k, LIMIT, i, LEASE_MS, now] for k, i in zip(keys, ids)])
+        if any(r != 1 for r in got):
+            raise RuntimeError(f"redis-semaphore refused: {got[:3]}")
+        pipeline(c, [["ZREM", k, i] for k, i in zip(keys, ids)])
+
+
 def worker(port: int, kind: str, index: int, ops: int, sha: str, cpu: int | None, out) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -74,7 +104,11 @@ def worker(port: int, kind: str, index: int, ops: int, sha: str, cpu: int | None
     keys = [f"w{index}:{i}" for i in range(KEYS_PER_WORKER)]
     slow = "0.000000001"
     start = time.perf_counter()
-    for i in range(ops):
+    if kind == "tb_pipelined":
+        run_tb(c, ["sem:" + k for k in keys], ops)
+    elif kind == "semaphore_pipelined":
+        run_semaphore(c, ["sem:" + k for k in keys], ops, sha)
+    for i in range(ops if not kind.endswith("_pipelined") else 0):
         k = keys[i % KEYS_PER_WORKER]
         if kind == "tb":
             r = c.call("TB.ACQUIRE", "sem:" + k, LIMIT, LEASE_MS)
@@ -112,6 +146,8 @@ def worker(port: int, kind: str, index: int, ops: int, sha: str, cpu: int | None
 KINDS = {
     "tb": ("TB.ACQUIRE + TB.RELEASE", ["tb.acquire", "tb.release"]),
     "semaphore": ("redis-semaphore acquire (EVALSHA) + release (ZREM)", ["evalsha", "zrem"]),
+    "tb_pipelined": ("TB.ACQUIRE + TB.RELEASE, pipelined", ["tb.acquire", "tb.release"]),
+    "semaphore_pipelined": ("redis-semaphore acquire + release, pipelined", ["evalsha", "zrem"]),
     "combined": ("TB.ACQUIRE ... TAKE 2 (+ TB.RELEASE)", ["tb.acquire"]),
     "separate": ("TB.ACQUIRE + TB.MTAKE 2 (+ TB.RELEASE)", ["tb.acquire", "tb.mtake"]),
     "hold": ("TB.HOLD + TB.SETTLE", ["tb.hold", "tb.settle"]),
@@ -220,6 +256,21 @@ def main() -> int:
         f"CPU of redis-semaphore's acquire + release ({ratio('tb', 'semaphore', 'usec'):.2f}x "
         "by commandstats; target: at most 0.5x), at "
         f"{ratio('tb', 'semaphore', 'ops_per_s'):.2f}x its operations per second.",
+        "",
+        f"Pipelined, as a busy multiplexed client sends them: each client process writes "
+        f"{KEYS_PER_WORKER} acquires (one per key) in one write, reads their replies, then "
+        f"writes the {KEYS_PER_WORKER} releases, so the socket's cost is shared by "
+        f"{KEYS_PER_WORKER} commands and the server's CPU is mostly the commands' own:",
+        "",
+        "| operation | server CPU µs / op | commandstats µs / op | ops / s |",
+        "|---|---|---|---|",
+        row("tb_pipelined"), row("semaphore_pipelined"),
+        "",
+        f"Pipelined, TB.ACQUIRE + TB.RELEASE uses "
+        f"{ratio('tb_pipelined', 'semaphore_pipelined', 'cpu_us'):.2f}x the server CPU of "
+        f"redis-semaphore's ({ratio('tb_pipelined', 'semaphore_pipelined', 'usec'):.2f}x by "
+        f"commandstats), at {ratio('tb_pipelined', 'semaphore_pipelined', 'ops_per_s'):.2f}x "
+        "its operations per second.",
         "",
         "| operation | server CPU µs / op | commandstats µs / admission | ops / s |",
         "|---|---|---|---|",

@@ -24,42 +24,14 @@ import re
 import shutil
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cell_callgrind import Grind, annotate, totals  # noqa: E402
-from leases import LEASE_MS, LIMIT, semaphore_script  # noqa: E402
-from tb_bench.resp import RespClient, RedisError  # noqa: E402
+from leases import run_semaphore, run_tb, semaphore_script  # noqa: E402
+from tb_bench.resp import RespClient  # noqa: E402
 from tb_bench.server import ensure_module  # noqa: E402
-
-
-def pipeline(c: RespClient, commands: list[list[str]]) -> list[object]:
-    c.sock.sendall(b"".join(c.encode(cmd) for cmd in commands))
-    replies = [c._read() for _ in commands]
-    bad = [r for r in replies if isinstance(r, RedisError)]
-    if bad:
-        raise RuntimeError(f"{commands[0][0]}: {bad[0]}")
-    return replies
-
-
-def run_tb(c: RespClient, keys: list[str], ops: int) -> None:
-    for _ in range(ops // len(keys)):
-        got = pipeline(c, [["TB.ACQUIRE", k, LIMIT, LEASE_MS] for k in keys])
-        ids = [r[2] for r in got]  # type: ignore[index]
-        pipeline(c, [["TB.RELEASE", k, i] for k, i in zip(keys, ids)])
-
-
-def run_semaphore(c: RespClient, keys: list[str], ops: int, sha: str) -> None:
-    for _ in range(ops // len(keys)):
-        ids = [uuid.uuid4().hex for _ in keys]
-        now = str(int(time.time() * 1000))
-        got = pipeline(c, [["EVALSHA", sha, "1", k, LIMIT, i, LEASE_MS, now] for k, i in zip(keys, ids)])
-        if any(r != 1 for r in got):
-            raise RuntimeError(f"redis-semaphore refused: {got[:3]}")
-        pipeline(c, [["ZREM", k, i] for k, i in zip(keys, ids)])
 
 
 def main(argv: list[str]) -> int:
