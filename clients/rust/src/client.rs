@@ -701,7 +701,11 @@ impl TbClient {
     }
 
     async fn query(&self, cmd: &Cmd, limit: Duration) -> Result<Value, Error> {
-        let mut conn = self.connection().await?;
+        // The connected case without the reconnecting future.
+        let mut conn = match self.current() {
+            Some(c) => c,
+            None => self.connection().await?,
+        };
         match tokio::time::timeout(limit, cmd.query_async::<Value>(&mut conn)).await {
             Err(_) => Err(self.timeout(limit)),
             Ok(r) => r.map_err(|e| self.classify(e)),

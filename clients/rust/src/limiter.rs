@@ -946,13 +946,15 @@ impl<S: Store> RateLimiter<S> {
     /// it; the resolved [`crate::ClientIp`] is put in its extensions), `peer` the TCP peer
     /// address (`None`: a Unix socket, SPEC A8), `route` the matched route template
     /// (`None`: no route matched, SPEC L1).
-    pub async fn check(
-        &self,
-        parts: &mut Parts,
+    pub fn check<'a>(
+        &'a self,
+        parts: &'a mut Parts,
         peer: Option<IpAddr>,
-        route: Option<&str>,
-    ) -> Check {
-        self.inner.check(&self.inner, parts, peer, route).await
+        route: Option<&'a str>,
+    ) -> impl Future<Output = Check> + Send + 'a {
+        // The inner future itself, not an async wrapper around it: one copy of a large
+        // future less per request.
+        self.inner.check(&self.inner, parts, peer, route)
     }
 }
 
