@@ -998,7 +998,7 @@ impl<S: Store> Inner<S> {
         check
     }
 
-    async fn check_call(&self, this: &Arc<Inner<S>>, plan: Plan) -> Check {
+    async fn check_call(&self, this: &Arc<Inner<S>>, mut plan: Plan) -> Check {
         bump(&self.stats.0.checks);
 
         // The entries this request probes (one probe per expired refusal, SPEC R4): the
@@ -1026,7 +1026,6 @@ impl<S: Store> Inner<S> {
             probe.release();
             return self.store_error_check();
         }
-        let mut plan = plan;
         let call = self.call(std::mem::take(&mut plan.charges), &plan);
         let started = Instant::now();
         let result = match call.kind {
@@ -1053,18 +1052,13 @@ impl<S: Store> Inner<S> {
             }
         };
         self.breaker.success();
-        let (results, acquired) = match &reply {
-            Err(multi) => (
-                plan_results(&plan, &multi.buckets, None, &self.policies),
-                None,
-            ),
-            Ok(acq) => (
-                plan_results(&plan, &acq.buckets, Some(acq), &self.policies),
-                Some(acq),
-            ),
+        let (buckets, acquired) = match &reply {
+            Err(multi) => (&multi.buckets, None),
+            Ok(acq) => (&acq.buckets, Some(acq)),
         };
+        let mut decision = plan_results(&plan, buckets, acquired, &self.policies);
         let order = plan.result_policies();
-        let mut decision = self.decide(results, &order);
+        self.decide(&decision, &order);
         match decision.outcome {
             // SPEC R4: a refusal renews the probed entries (and caches new ones, R1).
             Outcome::Limited => self.remember(&decision),
@@ -1360,8 +1354,9 @@ impl<S: Store> Inner<S> {
         Call { charges, cmd, kind }
     }
 
-    /// Counts a Redis decision (allowed, limited, shadow-limited) and logs shadow refusals.
-    fn decide(&self, decision: Decision, policy_index: &[usize]) -> Decision {
+    /// Counts a Redis decision (allowed, limited, shadow-limited, SPEC M1) and logs shadow
+    /// refusals; by reference, so the decision is not copied on the request path.
+    fn decide(&self, decision: &Decision, policy_index: &[usize]) {
         let results = decision.results.iter().zip(policy_index);
         match decision.outcome {
             Outcome::Allowed if decision.charged() => {
@@ -1393,7 +1388,6 @@ impl<S: Store> Inner<S> {
                 }
             }
         }
-        decision
     }
 
     /// A refusal from the deny cache (`Err`, SPEC R2, R4, H6), else the entries this
