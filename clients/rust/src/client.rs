@@ -405,14 +405,14 @@ impl TbClient {
         self.multi_reply(&v, charges.len())
     }
 
-    /// TB.MTAKE from a command the caller encoded (the layer, with its policies' numbers
-    /// formatted once): `keys` buckets, arguments already checked. With one bucket the
-    /// command is TB.TAKE (the same decision; a reply half the size to parse), and its
-    /// reply is given in TB.MTAKE's shape.
-    pub(crate) async fn mtake_encoded(&self, cmd: &Cmd, keys: usize) -> Result<MultiReply, Error> {
-        let v = self.call(cmd).await?;
+    /// The reply of TB.MTAKE sent from a command the caller encoded (the limiter, with its
+    /// policies' numbers formatted once, awaits [`TbClient::call`] itself: one async level
+    /// less on the request path): `keys` buckets. With one bucket the command is TB.TAKE
+    /// (the same decision; a reply half the size to parse), and its reply is given in
+    /// TB.MTAKE's shape.
+    pub(crate) fn mtake_reply(&self, v: &Value, keys: usize) -> Result<MultiReply, Error> {
         if keys == 1 {
-            let r = self.reply4(&v, "TB.TAKE")?;
+            let r = self.reply4(v, "TB.TAKE")?;
             return Ok(MultiReply {
                 allowed: r.allowed,
                 remaining: r.remaining,
@@ -421,7 +421,7 @@ impl TbClient {
                 buckets: vec![r],
             });
         }
-        self.multi_reply(&v, keys)
+        self.multi_reply(v, keys)
     }
 
     /// `TB.PEEK key capacity rate`: the bucket as it stands; writes nothing.
@@ -695,7 +695,7 @@ impl TbClient {
     }
 
     /// One attempt of `cmd` within the call timeout.
-    async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
+    pub(crate) async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
         let v = self.query(cmd, self.inner.config.call_timeout).await;
         self.after_call(v)
     }

@@ -110,7 +110,8 @@ impl Store for TbClient {
         if call.kind == CallKind::Window {
             return self.window_encoded(&call.cmd).await;
         }
-        self.mtake_encoded(&call.cmd, call.charges.len()).await
+        let v = self.call(&call.cmd).await?;
+        self.mtake_reply(&v, call.charges.len())
     }
 
     async fn refund(&self, charges: &[Charge]) -> Result<Vec<Reply>, Error> {
