@@ -151,3 +151,16 @@ def test_parse_address_forms() -> None:
     assert str(parse_address("[::1]:80")) == "::1"
     assert parse_address("1.2.3.4:80:90") is None
     assert parse_address("[::1]x") is None
+
+
+@pytest.mark.parametrize(
+    "identity",
+    ["a", "198.18.1.2", "2001:db8::/64", "a%b", "{x}", "a b", "x" * 128, "x" * 129, "é", "~|",
+     "fe80::1%eth0", "tab\there", "\x7f", "!$&z"],
+)
+def test_the_inline_plain_check_agrees_with_bounded(identity: str) -> None:
+    # SPEC K2, K3: the limiter's hot path uses is_plain where it would call bounded(); a
+    # string it accepts must be its own key part, and one it refuses must not be.
+    from redis_tb.keys import bounded, is_plain
+
+    assert (is_plain(identity) is not None) == (bounded(identity) == identity)

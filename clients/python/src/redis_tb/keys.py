@@ -57,6 +57,9 @@ _ESC_ROUTE = [c if c not in (":", "@") else f"%{ord(c):02X}" for c in _ESC]
 
 #: SPEC K3: an escaped identity or tag longer than this is hashed.
 MAX_PART = 128
+#: SPEC K2 + K3 in one call for inline hot paths: a match (not None) when a non-empty
+#: identity of at most MAX_PART characters needs no escaping, so it is its own key part.
+is_plain = re.compile(r"[\x21-\x24\x26-\x7a\x7c\x7e]{1,%d}" % MAX_PART).fullmatch
 
 
 def _escape_bytes(data: bytes, table: list[str]) -> str:

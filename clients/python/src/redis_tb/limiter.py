@@ -77,7 +77,7 @@ from .client import AsyncClient, Client, ModuleNotLoadedError, StartupError
 from .decision import _NO_HOLDS, Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache, DenyEntry
 from .headers import Response, decision_headers, respond
-from .keys import MAX_PART, BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, needs_escape
+from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, is_plain
 from .metrics import Metrics
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
 from .replies import (
@@ -443,6 +443,7 @@ class BaseLimiter:
         plans: list[_Plan] = []
         mixed = False  # a window, in-flight or settle_later plan among them
         client_ip: Any = _NO_PEER  # the default identity, computed once
+        plain: Any = _NO_PEER  # the last identity found to need no escaping (SPEC K2, K3)
         identity: Any
         limit: Any
         cost: Any
@@ -482,7 +483,8 @@ class BaseLimiter:
             elif type(keyfunc) is FixedKey:
                 identity = keyfunc.value
             else:
-                identity = cast(_KeyFunc, keyfunc)(request)  # _KeyFunc: no typing subscript per request
+                key_fn: _KeyFunc = keyfunc  # type: ignore[assignment]  # no cast() call per request
+                identity = key_fn(request)
                 if _pending(identity):
                     identity = yield identity
             if not identity:  # None or "": skipped (SPEC I1)
@@ -530,8 +532,9 @@ class BaseLimiter:
                 head = plain_heads.get(p.name) if per_route is None else route_heads.get((p.name, per_route))
                 if head is None:
                     head = keys.head(p.name, per_route)
-                if type(identity) is str and len(identity) <= MAX_PART and needs_escape(identity) is None:
+                if identity is plain or (type(identity) is str and is_plain(identity) is not None):
                     key = head + identity  # bounded()'s hot path, inline
+                    plain = identity  # the same client address of the next policy: checked
                 else:
                     key = head + bounded(identity)
             plans.append(_Plan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow))
