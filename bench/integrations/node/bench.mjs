@@ -36,6 +36,13 @@ const rounds = Number(args.rounds ?? 5);
 const seconds = Number(args.seconds ?? 3);
 const latSeconds = Number(args['latency-seconds'] ?? 2);
 const connections = Number(args.connections ?? 16);
+// The report is medians over rounds and a rate over the phase: nothing to report without
+// a round, a phase or a connection.
+for (const [name, value] of [['--rounds', rounds], ['--seconds', seconds], ['--latency-seconds', latSeconds], ['--connections', connections]]) {
+  if (!(value > 0) || (name !== '--seconds' && name !== '--latency-seconds' && !Number.isInteger(value))) {
+    throw new Error(`${name} must be a positive ${name.endsWith('seconds') ? 'number' : 'integer'} (got ${value})`);
+  }
+}
 const listed = (args.variants ?? 'none,erl,tb,tb3,ping,rawping').split(',');
 const out = path.resolve(args.out ?? path.join(root, 'bench/results/integrations-node.md'));
 const baseline = args.baseline ? prepareBaseline(root, args.baseline) : null;
