@@ -267,6 +267,33 @@ pub fn load_average() -> String {
         .join(" ")
 }
 
+/// The order in which round `round` loads `n` variants: rotated by the round and reversed
+/// every other round, so that no variant always follows the same one.
+pub fn round_order(round: usize, n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    if n > 0 {
+        order.rotate_left(round % n);
+    }
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// The median over rounds (`rows[round][variant]`) of variant `a`'s `measure` over `b`'s.
+pub fn median_ratio(rows: &[Vec<Phase>], a: usize, b: usize, measure: fn(&Phase) -> f64) -> f64 {
+    median(
+        rows.iter()
+            .map(|r| measure(&r[a]) / measure(&r[b]))
+            .collect(),
+    )
+}
+
+/// The median over rounds of variant `a`'s `measure`.
+pub fn median_of(rows: &[Vec<Phase>], a: usize, measure: fn(&Phase) -> f64) -> f64 {
+    median(rows.iter().map(|r| measure(&r[a])).collect())
+}
+
 /// The median (NaN of nothing).
 pub fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);

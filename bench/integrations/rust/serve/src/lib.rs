@@ -1,6 +1,6 @@
-//! The two floors of the Rust overhead benchmark, and the app it serves in a separate
-//! process for a before/after run (`src/main.rs`): what a request costs with one round
-//! trip to Redis and nothing else.
+//! The two floors of the Rust overhead benchmark, the layer's policies and client, and the
+//! app it serves in a separate process for a before/after run (`src/main.rs`): what a
+//! request costs with one round trip to Redis and nothing else.
 //!
 //! - [`ping`]: one bare `PING` per request on a multiplexed connection of the `redis`
 //!   crate (the client library's floor);
@@ -11,13 +11,42 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use redis_tb_client::redis::aio::MultiplexedConnection;
+use redis_tb_client::{ClientConfig, Key, Policy, TbClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// Limits no request reaches: every request is admitted, so every variant answers 200.
+pub const HUGE: f64 = 1e9;
+
+/// The layer's policies: `ip`; with `three`, also `user` (by the `Authorization` header)
+/// and `all` (one fixed key), in one TB.MTAKE.
+pub fn policies(three: bool) -> Vec<Policy> {
+    let mut out = vec![Policy::per_second("ip", HUGE)];
+    if three {
+        out.push(
+            Policy::per_second("user", HUGE).key(Key::header(axum::http::header::AUTHORIZATION)),
+        );
+        out.push(Policy::per_second("all", HUGE).key(Key::fixed("everyone")));
+    }
+    out
+}
+
+/// The layer's client, with a generous call timeout: on a shared machine a slow reply must
+/// not turn into a store error (a fail-open request skips Redis and would flatter the
+/// layer).
+pub async fn connect(url: &str) -> Result<TbClient, redis_tb_client::Error> {
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(2),
+        ..ClientConfig::default()
+    };
+    TbClient::connect_with(url, config).await
+}
 
 /// One bare `PING` per request on a shared multiplexed connection, then the handler.
 pub async fn ping(conn: MultiplexedConnection, req: Request, next: Next) -> Response {

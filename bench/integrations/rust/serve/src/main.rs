@@ -12,29 +12,19 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::Router;
 use axum::middleware;
 use axum::routing::get;
-use redis_tb_bench_serve::{RawPool, ping, raw_ping};
-use redis_tb_client::{ClientConfig, Key, Policy, RateLimitLayer, TbClient};
+use redis_tb_bench_serve::{RawPool, connect, ping, policies, raw_ping};
+use redis_tb_client::RateLimitLayer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// Limits no request reaches.
-const HUGE: f64 = 1e9;
-
-async fn layered(router: Router, url: &str, policies: Vec<Policy>) -> Result<Router> {
-    // A generous call timeout: on a shared machine a slow reply must not turn into a store
-    // error (a fail-open request skips Redis and would flatter the layer).
-    let config = ClientConfig {
-        call_timeout: Duration::from_secs(2),
-        ..ClientConfig::default()
-    };
-    let mut b = RateLimitLayer::builder(TbClient::connect_with(url, config).await?);
-    for p in policies {
+async fn layered(router: Router, url: &str, three: bool) -> Result<Router> {
+    let mut b = RateLimitLayer::builder(connect(url).await?);
+    for p in policies(three) {
         b = b.policy(p);
     }
     Ok(router.layer(b.build()?))
@@ -62,16 +52,8 @@ async fn app(variant: &str, url: &str) -> Result<Router> {
                 raw_ping(pool.clone(), req, next)
             }))
         }
-        "one" => layered(router, url, vec![Policy::per_second("ip", HUGE)]).await?,
-        "three" => {
-            let policies = vec![
-                Policy::per_second("ip", HUGE),
-                Policy::per_second("user", HUGE)
-                    .key(Key::header(axum::http::header::AUTHORIZATION)),
-                Policy::per_second("all", HUGE).key(Key::fixed("everyone")),
-            ];
-            layered(router, url, policies).await?
-        }
+        "one" => layered(router, url, false).await?,
+        "three" => layered(router, url, true).await?,
         other => return Err(format!("unknown variant {other:?}").into()),
     })
 }

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use redis_tb_bench_integrations::{
-    Phase, Result, Runtimes, command_calls, env_or, load_average, load_measured, median,
-    process_cpu_ns,
+    Phase, Result, Runtimes, command_calls, env_or, load_average, load_measured, median_of,
+    median_ratio, process_cpu_ns, round_order,
 };
 
 const AUTH: &[(&str, &str)] = &[("authorization", "Bearer alice-token")];
@@ -278,23 +278,13 @@ async fn measure(
     // would flatter the layer) per layer variant.
     let mut rows: Vec<Vec<Phase>> = Vec::new();
     let mut without_call = 0u64;
-    let orders: Vec<Vec<usize>> = (0..rounds)
-        .map(|round| {
-            let mut order: Vec<usize> = (0..VARIANTS.len()).collect();
-            order.rotate_left(round % VARIANTS.len());
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            order
-        })
-        .collect();
-    for (round, order) in orders.iter().enumerate() {
+    for round in 0..rounds {
         let mut phases = vec![Phase::default(); VARIANTS.len()];
-        for &i in order {
+        for i in round_order(round, VARIANTS.len()) {
             let calls = command_calls(&redis, &TB_COMMANDS)?;
             let p = phase(i, secs).await?;
             let calls = command_calls(&redis, &TB_COMMANDS)?.saturating_sub(calls);
-            if VARIANTS[i].0.starts_with("one") || VARIANTS[i].0.starts_with("three") {
+            if matches!(VARIANTS[i].2, "one" | "three") {
                 without_call += (p.ok + p.limited + p.other).saturating_sub(calls);
             }
             phases[i] = p;
@@ -318,22 +308,10 @@ async fn measure(
     drop(servers);
 
     let idx = |name: &str| VARIANTS.iter().position(|v| v.0 == name).unwrap_or(0);
-    let ratio = |a: &str, b: &str| {
-        median(
-            rows.iter()
-                .map(|r| r[idx(a)].capacity() / r[idx(b)].capacity())
-                .collect(),
-        )
-    };
-    let wall_ratio = |a: &str, b: &str| {
-        median(
-            rows.iter()
-                .map(|r| r[idx(a)].rps() / r[idx(b)].rps())
-                .collect(),
-        )
-    };
-    let med_cpu = |a: &str| median(rows.iter().map(|r| r[idx(a)].cpu_us()).collect());
-    let med_rps = |a: &str| median(rows.iter().map(|r| r[idx(a)].rps()).collect());
+    let ratio = |a: &str, b: &str| median_ratio(&rows, idx(a), idx(b), Phase::capacity);
+    let wall_ratio = |a: &str, b: &str| median_ratio(&rows, idx(a), idx(b), Phase::rps);
+    let med_cpu = |a: &str| median_of(&rows, idx(a), Phase::cpu_us);
+    let med_rps = |a: &str| median_of(&rows, idx(a), Phase::rps);
     let non_200: u64 = rows.iter().flatten().map(|p| p.other + p.limited).sum();
     let short = sha.get(..12).unwrap_or(sha);
 

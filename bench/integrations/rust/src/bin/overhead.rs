@@ -29,23 +29,19 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
-
 use axum::middleware;
 use redis_tb_axum_example::support::{Served, serve};
 use redis_tb_axum_example::{app, app_with};
 use redis_tb_bench_integrations::{
-    Phase, Result, Runtimes, env_or, load, load_average, median, report_path,
+    Phase, Result, Runtimes, env_or, load, load_average, median_of, median_ratio, report_path,
+    round_order,
 };
-use redis_tb_bench_serve::{RawPool, ping, raw_ping};
-use redis_tb_client::{ClientConfig, Key, Policy, RateLimitLayer, TbClient};
+use redis_tb_bench_serve::{RawPool, connect, ping, policies, raw_ping};
+use redis_tb_client::RateLimitLayer;
 
 const AUTH: &[(&str, &str)] = &[("authorization", "Bearer alice-token")];
 
 const VARIANTS: [&str; 5] = ["none", "ping", "rawping", "one", "three"];
-
-/// Limits no request reaches: every request is admitted, so every variant answers 200.
-const HUGE: f64 = 1e9;
 
 async fn serve_variant(
     name: &str,
@@ -53,15 +49,9 @@ async fn serve_variant(
     ping_url: &str,
     raw_addr: &str,
 ) -> Result<(Served, Option<RateLimitLayer>)> {
-    let layer = |policies: Vec<Policy>| async move {
-        // A generous call timeout: on a shared machine a slow reply must not turn into a
-        // store error (a fail-open request skips Redis and would flatter the layer).
-        let config = ClientConfig {
-            call_timeout: Duration::from_secs(2),
-            ..ClientConfig::default()
-        };
-        let mut b = RateLimitLayer::builder(TbClient::connect_with(url, config).await?);
-        for p in policies {
+    let layer = |three: bool| async move {
+        let mut b = RateLimitLayer::builder(connect(url).await?);
+        for p in policies(three) {
             b = b.policy(p);
         }
         Ok::<_, Box<dyn std::error::Error>>(b.build()?)
@@ -89,17 +79,11 @@ async fn serve_variant(
             (serve(router).await?, None)
         }
         "one" => {
-            let l = layer(vec![Policy::per_second("ip", HUGE)]).await?;
+            let l = layer(false).await?;
             (serve(app(Some(l.clone()))).await?, Some(l))
         }
         _ => {
-            let l = layer(vec![
-                Policy::per_second("ip", HUGE),
-                Policy::per_second("user", HUGE)
-                    .key(Key::header(axum::http::header::AUTHORIZATION)),
-                Policy::per_second("all", HUGE).key(Key::fixed("everyone")),
-            ])
-            .await?;
+            let l = layer(true).await?;
             (serve(app(Some(l.clone()))).await?, Some(l))
         }
     })
@@ -181,11 +165,7 @@ async fn run(rt: &Runtimes) -> Result<()> {
     // rows[round][variant]
     let mut rows: Vec<Vec<Phase>> = Vec::new();
     for round in 0..rounds {
-        let mut order: Vec<usize> = (0..VARIANTS.len()).collect();
-        order.rotate_left(round % VARIANTS.len());
-        if round % 2 == 1 {
-            order.reverse();
-        }
+        let order = round_order(round, VARIANTS.len());
         let mut phases = vec![Phase::default(); VARIANTS.len()];
         for &i in &order {
             phases[i] = load(served[i].0.addr, "/", AUTH, connections, secs).await?;
@@ -204,22 +184,10 @@ async fn run(rt: &Runtimes) -> Result<()> {
     }
 
     let idx = |name: &str| VARIANTS.iter().position(|v| *v == name).unwrap_or(0);
-    let ratio = |a: &str, b: &str| {
-        median(
-            rows.iter()
-                .map(|r| r[idx(a)].capacity() / r[idx(b)].capacity())
-                .collect(),
-        )
-    };
-    let wall_ratio = |a: &str, b: &str| {
-        median(
-            rows.iter()
-                .map(|r| r[idx(a)].rps() / r[idx(b)].rps())
-                .collect(),
-        )
-    };
-    let med = |a: &str| median(rows.iter().map(|r| r[idx(a)].rps()).collect());
-    let med_cpu = |a: &str| median(rows.iter().map(|r| r[idx(a)].cpu_us()).collect());
+    let ratio = |a: &str, b: &str| median_ratio(&rows, idx(a), idx(b), Phase::capacity);
+    let wall_ratio = |a: &str, b: &str| median_ratio(&rows, idx(a), idx(b), Phase::rps);
+    let med = |a: &str| median_of(&rows, idx(a), Phase::rps);
+    let med_cpu = |a: &str| median_of(&rows, idx(a), Phase::cpu_us);
     let us = |a: &str, b: &str| med_cpu(a) - med_cpu(b);
 
     let profile = if cfg!(debug_assertions) {
@@ -320,12 +288,7 @@ async fn run(rt: &Runtimes) -> Result<()> {
     ));
     md.push_str("\nPer round, CPU µs per request (wall-clock req/s):\n\n| round | order | none | ping | rawping | one | three | one / ping (per CPU-second) | one / rawping (per CPU-second) |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (round, phases) in rows.iter().enumerate() {
-        let mut order: Vec<usize> = (0..VARIANTS.len()).collect();
-        order.rotate_left(round % VARIANTS.len());
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        let order = order
+        let order = round_order(round, VARIANTS.len())
             .iter()
             .map(|&i| VARIANTS[i])
             .collect::<Vec<_>>()
