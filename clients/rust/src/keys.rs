@@ -53,14 +53,25 @@ fn escaped_len(bytes: &[u8], rule: fn(u8) -> bool) -> usize {
     })
 }
 
+/// Appends `bytes` as they are when `rule` escapes none of them (every byte is then visible
+/// ASCII, 0x21..0x7E: valid UTF-8 as it is); `false`, appending nothing, otherwise.
+fn push_plain(out: &mut String, bytes: &[u8], rule: fn(u8) -> bool) -> bool {
+    if bytes.iter().any(|&b| rule(b)) {
+        return false;
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(s) => {
+            out.push_str(s);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Appends `bytes` escaped under `rule` (SPEC K2): a fast copy when nothing needs escaping.
 fn push_escaped(out: &mut String, bytes: &[u8], rule: fn(u8) -> bool) {
-    if !bytes.iter().any(|&b| rule(b)) {
-        // Every byte is visible ASCII (0x21..0x7E): valid UTF-8 as it is.
-        if let Ok(s) = std::str::from_utf8(bytes) {
-            out.push_str(s);
-            return;
-        }
+    if push_plain(out, bytes, rule) {
+        return;
     }
     for &b in bytes {
         if rule(b) {
@@ -77,13 +88,8 @@ fn push_escaped(out: &mut String, bytes: &[u8], rule: fn(u8) -> bool) {
 /// bytes when the escaped form is longer than [`MAX_PART`] (SPEC K3; `%h` never comes
 /// out of K2, since `%` is always escaped).
 fn push_part(out: &mut String, bytes: &[u8]) {
-    // The common case in one pass: short, and nothing to escape (visible ASCII only, so
-    // valid UTF-8 as it is).
-    if bytes.len() <= MAX_PART
-        && !bytes.iter().any(|&b| escaped(b))
-        && let Ok(s) = std::str::from_utf8(bytes)
-    {
-        out.push_str(s);
+    // The common case in one pass: short, and nothing to escape.
+    if bytes.len() <= MAX_PART && push_plain(out, bytes, escaped) {
         return;
     }
     if escaped_len(bytes, escaped) <= MAX_PART {
