@@ -160,7 +160,10 @@ def test_parse_address_forms() -> None:
 )
 def test_the_inline_plain_check_agrees_with_bounded(identity: str) -> None:
     # SPEC K2, K3: the limiter's hot path uses is_plain where it would call bounded(); a
-    # string it accepts must be its own key part, and one it refuses must not be.
+    # string it accepts must be its own key part, and one it refuses must not be. Both are
+    # checked against the rule as written: 1 to 128 visible ASCII characters, no % { }.
     from redis_tb.keys import bounded, is_plain
 
-    assert (is_plain(identity) is not None) == (bounded(identity) == identity)
+    plain = 0 < len(identity) <= 128 and all(0x21 <= ord(c) <= 0x7E and c not in "%{}" for c in identity)
+    assert (is_plain(identity) is not None) == plain
+    assert (bounded(identity) == identity) == plain

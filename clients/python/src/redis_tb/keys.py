@@ -47,11 +47,9 @@ KeyFuncResult = Union[Awaitable[Union[str, None]], str, None]
 # SPEC K2: bytes kept as they are are 0x21..0x7E except '%', '{', '}' (and, in a
 # route, ':' and '@'). The regexes find the first character that needs work; a
 # string without one is returned unchanged (the hot path: no copy, no encode).
-_NEEDS = re.compile(r"[^\x21-\x24\x26-\x7a\x7c\x7e]")
+_KEPT = r"\x21-\x24\x26-\x7a\x7c\x7e"
+_NEEDS = re.compile(f"[^{_KEPT}]")
 _NEEDS_ROUTE = re.compile(r"[^\x21-\x24\x26-\x39\x3b-\x3f\x41-\x7a\x7c\x7e]")
-_search = _NEEDS.search
-#: SPEC K2: a match (not None) when an identity needs escaping (for inline hot paths)
-needs_escape = _search
 _ESC = [chr(b) if 0x21 <= b <= 0x7E and chr(b) not in "%{}" else f"%{b:02X}" for b in range(256)]
 _ESC_ROUTE = [c if c not in (":", "@") else f"%{ord(c):02X}" for c in _ESC]
 
@@ -59,7 +57,7 @@ _ESC_ROUTE = [c if c not in (":", "@") else f"%{ord(c):02X}" for c in _ESC]
 MAX_PART = 128
 #: SPEC K2 + K3 in one call for inline hot paths: a match (not None) when a non-empty
 #: identity of at most MAX_PART characters needs no escaping, so it is its own key part.
-is_plain = re.compile(r"[\x21-\x24\x26-\x7a\x7c\x7e]{1,%d}" % MAX_PART).fullmatch
+is_plain = re.compile(f"[{_KEPT}]{{1,{MAX_PART}}}").fullmatch
 
 
 def _escape_bytes(data: bytes, table: list[str]) -> str:
@@ -86,9 +84,9 @@ def escape_route(route: str) -> str:
 def bounded(value: Identity) -> str:
     """SPEC K2 + K3: the escaped part, or ``%h`` and the first 32 hex digits of the
     SHA-256 of its unescaped bytes when the escaped form is longer than 128 bytes."""
+    if type(value) is str and is_plain(value) is not None:
+        return value  # the hot path: nothing to escape, no copy
     if len(value) <= MAX_PART:  # str length <= its escaped length: maybe short enough
-        if type(value) is str and _search(value) is None:
-            return value  # the hot path: nothing to escape, no copy
         out = escape(value)
         if len(out) <= MAX_PART:
             return out
