@@ -701,10 +701,13 @@ impl TbClient {
     }
 
     async fn query(&self, cmd: &Cmd, limit: Duration) -> Result<Value, Error> {
-        // The connected case without the reconnecting future.
+        // The connected case without the reconnecting future: the reconnect (2.3 KB of
+        // connection setup state) is boxed, so that every call's future, and every future
+        // above it up to the layer's request future, stays small (about 340 bytes here
+        // instead of 2.5 KB) and is cheaper to move; only a reconnect pays the allocation.
         let mut conn = match self.current() {
             Some(c) => c,
-            None => self.connection().await?,
+            None => Box::pin(self.connection()).await?,
         };
         match tokio::time::timeout(limit, cmd.query_async::<Value>(&mut conn)).await {
             Err(_) => Err(self.timeout(limit)),
