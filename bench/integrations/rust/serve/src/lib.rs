@@ -17,7 +17,7 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use redis_tb_client::redis::aio::MultiplexedConnection;
-use redis_tb_client::{ClientConfig, Key, Policy, TbClient};
+use redis_tb_client::{ClientConfig, Key, Policy, RateLimitLayer, TbClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -46,6 +46,16 @@ pub async fn connect(url: &str) -> Result<TbClient, redis_tb_client::Error> {
         ..ClientConfig::default()
     };
     TbClient::connect_with(url, config).await
+}
+
+/// The layer of the `one` (`three: false`) and `three` variants: [`policies`] on a client
+/// of its own ([`connect`]).
+pub async fn layer(url: &str, three: bool) -> Result<RateLimitLayer, Box<dyn std::error::Error>> {
+    let mut b = RateLimitLayer::builder(connect(url).await?);
+    for p in policies(three) {
+        b = b.policy(p);
+    }
+    Ok(b.build()?)
 }
 
 /// One bare `PING` per request on a shared multiplexed connection, then the handler.

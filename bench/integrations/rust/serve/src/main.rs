@@ -16,19 +16,10 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::middleware;
 use axum::routing::get;
-use redis_tb_bench_serve::{RawPool, connect, ping, policies, raw_ping};
-use redis_tb_client::RateLimitLayer;
+use redis_tb_bench_serve::{RawPool, layer, ping, raw_ping};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-async fn layered(router: Router, url: &str, three: bool) -> Result<Router> {
-    let mut b = RateLimitLayer::builder(connect(url).await?);
-    for p in policies(three) {
-        b = b.policy(p);
-    }
-    Ok(router.layer(b.build()?))
-}
 
 async fn app(variant: &str, url: &str) -> Result<Router> {
     let router = Router::new().route("/", get(|| async { "hello" }));
@@ -52,8 +43,8 @@ async fn app(variant: &str, url: &str) -> Result<Router> {
                 raw_ping(pool.clone(), req, next)
             }))
         }
-        "one" => layered(router, url, false).await?,
-        "three" => layered(router, url, true).await?,
+        "one" => router.layer(layer(url, false).await?),
+        "three" => router.layer(layer(url, true).await?),
         other => return Err(format!("unknown variant {other:?}").into()),
     })
 }

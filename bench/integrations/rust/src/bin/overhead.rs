@@ -36,7 +36,7 @@ use redis_tb_bench_integrations::{
     Phase, Result, Runtimes, env_or, load, load_average, median_of, median_ratio, report_path,
     round_order,
 };
-use redis_tb_bench_serve::{RawPool, connect, ping, policies, raw_ping};
+use redis_tb_bench_serve::{RawPool, layer, ping, raw_ping};
 use redis_tb_client::RateLimitLayer;
 
 const AUTH: &[(&str, &str)] = &[("authorization", "Bearer alice-token")];
@@ -49,13 +49,6 @@ async fn serve_variant(
     ping_url: &str,
     raw_addr: &str,
 ) -> Result<(Served, Option<RateLimitLayer>)> {
-    let layer = |three: bool| async move {
-        let mut b = RateLimitLayer::builder(connect(url).await?);
-        for p in policies(three) {
-            b = b.policy(p);
-        }
-        Ok::<_, Box<dyn std::error::Error>>(b.build()?)
-    };
     Ok(match name {
         "none" => (serve(app(None)).await?, None),
         "ping" => {
@@ -79,11 +72,11 @@ async fn serve_variant(
             (serve(router).await?, None)
         }
         "one" => {
-            let l = layer(false).await?;
+            let l = layer(url, false).await?;
             (serve(app(Some(l.clone()))).await?, Some(l))
         }
         _ => {
-            let l = layer(true).await?;
+            let l = layer(url, true).await?;
             (serve(app(Some(l.clone()))).await?, Some(l))
         }
     })
