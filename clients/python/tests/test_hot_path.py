@@ -7,6 +7,7 @@ against a real redis-server (both protocols, a timeout mid-call, a dead server).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import random
 import re
@@ -20,7 +21,7 @@ import redis.exceptions
 from http_sfv.item import Item
 from http_sfv.list import List
 
-from redis_tb import AsyncClient, ClientIP, Limit, Outcome, Policy, RateLimiter, per_hour
+from redis_tb import AsyncClient, ClientIP, InFlightLimit, Limit, Outcome, Policy, RateLimiter, WindowLimit, per_hour
 from redis_tb.headers import ratelimit, ratelimit_policy
 from redis_tb.decision import PolicyResult
 from redis_tb.replies import IncompleteReply, RespError, UnexpectedReplyError, mtake_reader, mtake_values, read_resp
@@ -104,6 +105,40 @@ async def limiter(request: pytest.FixtureRequest, redis_server: RedisServer) -> 
     await lim.client.redis.flushall()
     yield lim
     await lim.aclose()
+
+
+def test_only_a_fixed_bucket_policy_takes_the_fixed_path() -> None:
+    assert per_hour("ip", 100)._fixed == (100.0, 100 / 3600, 1)
+    assert Policy("c", Limit(5, 1), cost=2.5)._fixed == (5, 1, 2.5)
+    # each of these resolves its limit or cost per request, or is not charged by the check
+    assert Policy("f", lambda r: Limit(5, 1))._fixed is None
+    assert Policy("g", Limit(5, 1), cost=lambda r: 2)._fixed is None
+    assert Policy("s", Limit(5, 1), settle_later=True)._fixed is None
+    assert Policy("w", WindowLimit(10, 60))._fixed is None
+    assert Policy("n", InFlightLimit(3, lease=1.0))._fixed is None
+    assert dataclasses.replace(per_hour("ip", 100), cost=3)._fixed == (100.0, 100 / 3600, 3)
+
+
+async def test_the_fixed_path_charges_what_the_general_path_charges(limiter: RateLimiter) -> None:
+    # The same limits and costs, once fixed (the fast path) and once from functions
+    # (the general path), on keys of the same names: the same results, shadow included.
+    def fixed() -> list[Policy]:
+        return [Policy("a", Limit(10, 1)), Policy("b", Limit(7, 2), cost=3, shadow=True)]
+
+    def general() -> list[Policy]:
+        return [Policy("a", lambda r: Limit(10, 1)), Policy("b", lambda r: Limit(7, 2), cost=lambda r: 3, shadow=True)]
+
+    got = {}
+    for name, build in (("fixed", fixed), ("general", general)):
+        await limiter.client.redis.flushall()
+        got[name] = [await limiter.check(object(), build(), **PEER) for _ in range(4)]
+    for f, g in zip(got["fixed"], got["general"], strict=True):
+        assert (f.outcome, f.shadow_limited) == (g.outcome, g.shadow_limited)
+        assert [(r.key, r.capacity, r.rate, r.cost, r.shadow, r.allowed) for r in f.results] == [
+            (r.key, r.capacity, r.rate, r.cost, r.shadow, r.allowed) for r in g.results
+        ]
+        assert [r.remaining for r in f.results] == pytest.approx([r.remaining for r in g.results], abs=0.05)
+    assert got["fixed"][2].shadow_limited == ("b",)
 
 
 async def test_the_raw_path_under_both_protocols(limiter: RateLimiter) -> None:

@@ -206,15 +206,18 @@ _BUCKET, _WINDOW, _IN_FLIGHT, _SETTLE = "bucket", "window", "in_flight", "settle
 
 
 class _Plan:
-    """One policy's charge for one request (internal; built on every request).
-    ``kind``: a bucket, a window (W2: ``window`` its seconds, ``mode``), an in-flight
-    slot (N2: ``lease_ms``) or a settle_later policy kept for a hold (G1)."""
+    """One policy's charge for one request (internal; built on every request): a
+    bucket's. The other kinds are :class:`_SpecialPlan`; the class attributes below are
+    what a bucket plan reads, so building one sets six fields, not ten."""
 
-    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow", "kind", "window", "mode", "lease_ms")
+    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow")
+    kind: str = _BUCKET
+    window: float | None = None
+    mode: str = ""
+    lease_ms: int = 0
 
     def __init__(
-        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
-        kind: str = _BUCKET,
+        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool
     ) -> None:
         self.policy = policy
         self.key = key
@@ -222,10 +225,6 @@ class _Plan:
         self.rate = rate
         self.cost = cost
         self.shadow = shadow
-        self.kind = kind
-        self.window: float | None = None
-        self.mode = ""
-        self.lease_ms = 0
 
     def result(
         self, allowed: bool, remaining: float, retry_after: float, reset_after: float
@@ -234,6 +233,24 @@ class _Plan:
             self.policy.name, self.key, self.capacity, self.rate, self.cost, allowed, remaining,
             retry_after, reset_after, self.shadow, self.kind, self.window,
         )
+
+
+class _SpecialPlan(_Plan):
+    """A plan that is not a bucket's: ``kind`` a window (W2: ``window`` its seconds,
+    ``mode``), an in-flight slot (N2: ``lease_ms``) or a settle_later policy kept for a
+    hold (G1)."""
+
+    __slots__ = ("kind", "window", "mode", "lease_ms")
+
+    def __init__(
+        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
+        kind: str,
+    ) -> None:
+        super().__init__(policy, key, capacity, rate, cost, shadow)
+        self.kind = kind
+        self.window = None
+        self.mode = ""
+        self.lease_ms = 0
 
 
 class _Mixed(list):  # type: ignore[type-arg]
@@ -489,42 +506,47 @@ class BaseLimiter:
                     identity = yield identity
             if not identity:  # None or "": skipped (SPEC I1)
                 continue
-            limit = p.limit
-            if not isinstance(limit, _LIMITS):
-                limit = limit(request)
-                if _pending(limit):
-                    limit = yield limit
-                limit = p.checked_limit(limit)
-                if limit is None:
-                    continue
-                if type(limit) is Limit and not limit_ok(limit.capacity, limit.rate):  # SPEC L3
-                    return _Early(Outcome.INVALID_INPUT, p.name)
-            kind = p.kind
-            if kind != _BUCKET or p.settle_later:
-                mixed = True
-                per_route = matched if p.per_route else None
-                key = keys.key(p.name, identity, route=per_route, tag=tag or None)
-                if p.settle_later:  # SPEC G1: resolved now, charged by the handler's hold
-                    plans.append(_Plan(p, key, limit.capacity, limit.rate, 0, False, _SETTLE))
-                    continue
-                if kind == _IN_FLIGHT:  # SPEC N2, N3: cost one slot
-                    plan = _Plan(p, key, float(limit.limit), None, 1, self.shadow or p.shadow, _IN_FLIGHT)
-                    plan.lease_ms = limit.lease_ms
+            fixed = p._fixed
+            if fixed is not None:  # a fixed bucket limit and cost: nothing to resolve
+                capacity, rate, cost = fixed
+            else:
+                limit = p.limit
+                if not isinstance(limit, _LIMITS):
+                    limit = limit(request)
+                    if _pending(limit):
+                        limit = yield limit
+                    limit = p.checked_limit(limit)
+                    if limit is None:
+                        continue
+                    if type(limit) is Limit and not limit_ok(limit.capacity, limit.rate):  # SPEC L3
+                        return _Early(Outcome.INVALID_INPUT, p.name)
+                kind = p.kind
+                if kind != _BUCKET or p.settle_later:
+                    mixed = True
+                    per_route = matched if p.per_route else None
+                    key = keys.key(p.name, identity, route=per_route, tag=tag or None)
+                    if p.settle_later:  # SPEC G1: resolved now, charged by the handler's hold
+                        plans.append(_SpecialPlan(p, key, limit.capacity, limit.rate, 0, False, _SETTLE))
+                        continue
+                    if kind == _IN_FLIGHT:  # SPEC N2, N3: cost one slot
+                        plan = _SpecialPlan(p, key, float(limit.limit), None, 1, self.shadow or p.shadow, _IN_FLIGHT)
+                        plan.lease_ms = limit.lease_ms
+                        plans.append(plan)
+                        continue
+                cost = p.cost
+                if callable(cost):
+                    cost = cost(request)
+                    if _pending(cost):
+                        cost = yield cost
+                    if not cost_ok(cost):  # SPEC L3
+                        return _Early(Outcome.INVALID_INPUT, p.name)
+                if kind == _WINDOW:  # SPEC W2: capacity n, rate n / seconds
+                    plan = _SpecialPlan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow, _WINDOW)
+                    plan.window = limit.seconds
+                    plan.mode = "FIXED" if limit.mode == "fixed" else "SLIDING"
                     plans.append(plan)
                     continue
-            cost = p.cost
-            if callable(cost):
-                cost = cost(request)
-                if _pending(cost):
-                    cost = yield cost
-                if not cost_ok(cost):  # SPEC L3
-                    return _Early(Outcome.INVALID_INPUT, p.name)
-            if kind == _WINDOW:  # SPEC W2: capacity n, rate n / seconds
-                plan = _Plan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow, _WINDOW)
-                plan.window = limit.seconds
-                plan.mode = "FIXED" if limit.mode == "fixed" else "SLIDING"
-                plans.append(plan)
-                continue
+                capacity, rate = limit.capacity, limit.rate
             per_route = matched if p.per_route else None
             if tag:
                 key = keys.key(p.name, identity, route=per_route, tag=tag)
@@ -537,7 +559,7 @@ class BaseLimiter:
                     plain = identity  # the same client address of the next policy: checked
                 else:
                     key = head + bounded(identity)
-            plans.append(_Plan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow))
+            plans.append(_Plan(p, key, capacity, rate, cost, self.shadow or p.shadow))
         if len(plans) > 1 and len({pl.key for pl in plans}) != len(plans):
             raise ValueError("two policies of one request map to the same key: give them distinct names")
         return _Mixed(plans) if mixed else plans

@@ -299,6 +299,10 @@ class Policy:
     kind: str = field(default="bucket", init=False, repr=False, compare=False)
     #: one of ``routes`` is ``"* <template>"`` (every method, SPEC K5); set from ``routes``
     any_method: bool = field(default=False, init=False, repr=False, compare=False)
+    #: ``(capacity, rate, cost)`` of a bucket policy whose limit and cost are fixed (not
+    #: functions) and that is charged by the check (not settle_later): the request path
+    #: takes them as they are; None for every other policy
+    _fixed: tuple[float, float, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_policy_name(self.name)
@@ -330,6 +334,8 @@ class Policy:
             raise TypeError(f"policy {self.name!r}: key is a Key or a function, got {key!r}")
         object.__setattr__(self, "routes", route_set(self.routes))
         object.__setattr__(self, "any_method", any(r.startswith("* ") for r in self.routes or ()))
+        if type(self.limit) is Limit and kind == "bucket" and not self.settle_later and not callable(self.cost):
+            object.__setattr__(self, "_fixed", (self.limit.capacity, self.limit.rate, self.cost))
 
     def applies_to(self, route: str | None) -> bool:
         return self.matched_route(route) is not None or self.routes is None
