@@ -158,6 +158,41 @@ fn release_renew_and_their_defined_answers_for_ids_not_held() {
 }
 
 #[test]
+fn the_earliest_lease_and_a_later_one_are_released_and_renewed_alike() {
+    // A release or renewal of the earliest live lease uses what the reclaiming pass read
+    // (its member and expiry); any other goes through a lookup. Both must agree.
+    let s = Server::start();
+    let mut c = s.conn();
+    let ids: Vec<String> = ["10000", "20000", "30000"]
+        .iter()
+        .map(|ms| acquire(&mut c, "k", "5", ms).id.unwrap())
+        .collect();
+    let names: Vec<String> = ids.iter().map(|id| format!("lease:{id}")).collect();
+    let expiry = |c: &mut Conn, name: &str| {
+        members(c, "k")
+            .into_iter()
+            .find(|(m, _)| m == name)
+            .map(|(_, e)| e)
+    };
+    // The middle one (a lookup), then the earliest (read by the pass).
+    assert_eq!(release(&mut c, "k", &ids[1]), vec![1, 2]);
+    assert_eq!(expiry(&mut c, &names[1]), None);
+    let latest = expiry(&mut c, &names[2]).unwrap();
+    let r = renew(&mut c, "k", &ids[0], "40000");
+    assert_eq!(&r[..2], &[1, 2], "{r:?}");
+    let renewed = expiry(&mut c, &names[0]).unwrap();
+    assert!(renewed > latest, "{renewed} > {latest}");
+    // Now ids[2] is the earliest: renewed by the pass's read, then released.
+    assert_eq!(renew(&mut c, "k", &ids[2], "50000")[0], 1);
+    assert!(expiry(&mut c, &names[2]).unwrap() > renewed);
+    assert_eq!(release(&mut c, "k", &ids[0]), vec![1, 1]);
+    assert_eq!(release(&mut c, "k", &ids[0]), vec![0, 1]);
+    assert_eq!(members(&mut c, "k").len(), 1);
+    assert_eq!(release(&mut c, "k", &ids[2]), vec![1, 0]);
+    assert_eq!(c.q("EXISTS k").int(), 0);
+}
+
+#[test]
 fn an_expired_lease_is_reclaimed_and_cannot_be_renewed_or_released() {
     let s = Server::start();
     let mut c = s.conn();

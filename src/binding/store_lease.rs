@@ -45,6 +45,16 @@ pub struct Held<'a> {
     pub member: OwnedString<'a>,
 }
 
+/// What [`LeaseKey::front`] read.
+pub struct Front<'a> {
+    /// The expired leases, to reclaim.
+    pub expired: Vec<Held<'a>>,
+    /// The expiries of the first `k` live leases, ascending.
+    pub live: Vec<u64>,
+    /// The earliest live lease: its member string and expiry.
+    pub first_live: Option<(OwnedString<'a>, u64)>,
+}
+
 impl<'a> LeaseKey<'a> {
     /// Opens `name`. Anything but a sorted set or nothing is WRONGTYPE.
     pub fn open(
@@ -69,15 +79,22 @@ impl<'a> LeaseKey<'a> {
     }
 
     /// One pass from the earliest lease: the leases expired at `now_ms` (expiry <= now, to
-    /// reclaim) and the expiries of the first `k` (at least one) live ones, ascending;
-    /// every member and score read is checked, so a sorted set that is not ours is
-    /// refused before anything is written.
-    pub fn front(&self, now_ms: u64, k: u64) -> Result<(Vec<Held<'a>>, Vec<u64>), TbError> {
+    /// reclaim), the expiries of the first `k` (at least one) live ones, ascending, and
+    /// the earliest live lease itself (its member string and expiry: a release or renewal
+    /// of that lease, the usual one on a key with one lease in flight, needs no lookup
+    /// and no string of its own). Every member and score read is checked, so a sorted set
+    /// that is not ours is refused before anything is written.
+    pub fn front(&self, now_ms: u64, k: u64) -> Result<Front<'a>, TbError> {
         let api = self.key.api;
         let key = self.key.key;
         let (mut expired, mut live) = (Vec::new(), Vec::new());
+        let mut first_live = None;
         if !self.key.exists() {
-            return Ok((expired, live));
+            return Ok(Front {
+                expired,
+                live,
+                first_live,
+            });
         }
         // At least one live member is read (checked), but only `k` expiries are kept: a
         // release or renewal (k = 0) allocates nothing here.
@@ -107,6 +124,9 @@ impl<'a> LeaseKey<'a> {
                             if (live.len() as u64) < k {
                                 live.push(e);
                             }
+                            if first_live.is_none() {
+                                first_live = Some((member, e));
+                            }
                         }
                         _ => bad = true,
                     }
@@ -120,7 +140,11 @@ impl<'a> LeaseKey<'a> {
         if bad {
             return Err(TbError::Lease(LeaseError::NotLeases));
         }
-        Ok((expired, live))
+        Ok(Front {
+            expired,
+            live,
+            first_live,
+        })
     }
 
     /// A string for `member` (freed on drop).

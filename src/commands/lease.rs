@@ -12,7 +12,7 @@ use crate::algo::lease::{self, ID_STEP, mix};
 use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
 use crate::binding::store::{Access, OwnedString, string_bytes};
-use crate::binding::store_lease::{Held, LeaseKey};
+use crate::binding::store_lease::{Front, LeaseKey};
 use crate::error::{LeaseError, TbError};
 use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
 use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
@@ -55,18 +55,38 @@ pub(crate) fn next_id() -> u64 {
 ///
 /// `k` live expiries are read too (at least the first live member, so a sorted set that
 /// is not ours is refused even by a call that only looks up one id).
-#[allow(clippy::type_complexity)]
 fn open_reclaiming<'a>(
     call: &Call<'a>,
     key: *mut RedisModuleString,
     now_ms: u64,
     k: impl FnOnce(u64) -> u64,
-) -> Result<(LeaseKey<'a>, Vec<Held<'a>>, u64, Vec<u64>), TbError> {
+) -> Result<(LeaseKey<'a>, Front<'a>, u64), TbError> {
     let leases = LeaseKey::open(call.api, call.ctx, key, Access::Write)?;
     // `k` of the count before reclaiming is at least `k` of the live count.
-    let (expired, earliest) = leases.front(now_ms, k(leases.count()))?;
-    let live = leases.count().saturating_sub(expired.len() as u64);
-    Ok((leases, expired, live, earliest))
+    let front = leases.front(now_ms, k(leases.count()))?;
+    let live = leases.count().saturating_sub(front.expired.len() as u64);
+    Ok((leases, front, live))
+}
+
+/// The member string of lease `id` and its expiry if it is live: the earliest live
+/// lease's, already read by [`LeaseKey::front`], when that is the one; else looked up.
+fn live_lease<'a>(
+    leases: &LeaseKey<'a>,
+    first_live: Option<(OwnedString<'a>, u64)>,
+    id: u64,
+    now_ms: u64,
+) -> Result<(OwnedString<'a>, Option<u64>), TbError> {
+    let wanted = lease::member(id);
+    if let Some((member, expiry)) = first_live
+        && member.bytes() == Some(&wanted[..])
+    {
+        return Ok((member, Some(expiry)));
+    }
+    let member = leases.string(&wanted);
+    let expiry = leases
+        .expiry_of(&member)?
+        .filter(|&e| lease::is_live(e, now_ms));
+    Ok((member, expiry))
 }
 
 /// TB.ACQUIRE's optional `TAKE numkeys key [key ...] capacity rate n [...]`: the bucket
@@ -158,9 +178,10 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
     let clock = Clock::Server { micros: now_us };
-    let (leases, expired, live, mut earliest) = open_reclaiming(call, key, now_ms, |count| {
+    let (leases, front, live) = open_reclaiming(call, key, now_ms, |count| {
         lease::needed_earliest(limit, count)
     })?;
+    let (expired, mut earliest) = (front.expired, front.live);
     earliest.truncate(usize::try_from(lease::needed_earliest(limit, live)).unwrap_or(0));
     let mut decision = lease::acquire(limit, lease_ms, live, &earliest, now_us);
     let (buckets, parts) = open_parts(call, &bucket_keys, &limits)?;
@@ -238,11 +259,6 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     Ok(Outcome::of(decision.granted))
 }
 
-/// The member string of a lease id given by a client (parsed already).
-fn member_of<'a>(leases: &LeaseKey<'a>, id: u64) -> OwnedString<'a> {
-    leases.string(&lease::member(id))
-}
-
 /// TB.RELEASE key lease_id -> [released, in_flight].
 pub fn release(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<1>()?;
@@ -252,11 +268,10 @@ pub fn release(call: &Call) -> Result<Outcome, TbError> {
     }
     let id = parse_lease_id(id)?;
     let now_ms = lease::now_ms(server_micros());
-    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 0)?;
-    let member = member_of(&leases, id);
-    let held = leases
-        .expiry_of(&member)?
-        .is_some_and(|e| lease::is_live(e, now_ms));
+    let (leases, front, live) = open_reclaiming(call, key, now_ms, |_| 0)?;
+    let expired = front.expired;
+    let (member, expiry) = live_lease(&leases, front.first_live, id, now_ms)?;
+    let held = expiry.is_some();
     if held || !expired.is_empty() {
         leases.remove(&expired, held.then_some(member.ptr));
         leases.fit_expiry(now_ms);
@@ -281,11 +296,9 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     let lease_ms = parse_lease_ms(lease_ms)?;
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
-    let (leases, expired, live, _) = open_reclaiming(call, key, now_ms, |_| 0)?;
-    let member = member_of(&leases, id);
-    let current = leases
-        .expiry_of(&member)?
-        .filter(|&e| lease::is_live(e, now_ms));
+    let (leases, front, live) = open_reclaiming(call, key, now_ms, |_| 0)?;
+    let expired = front.expired;
+    let (member, current) = live_lease(&leases, front.first_live, id, now_ms)?;
     let renewed = lease::renew(current, lease_ms, now_us);
     leases.remove(&expired, None);
     match renewed {
@@ -310,8 +323,11 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
 pub fn peek(call: &Call, key: *mut RedisModuleString) -> Result<Outcome, TbError> {
     let now_ms = lease::now_ms(server_micros());
     let leases = LeaseKey::open(call.api, call.ctx, key, Access::Read)?;
-    let (expired, earliest) = leases.front(now_ms, 1)?;
-    let live = leases.count().saturating_sub(expired.len() as u64);
+    let front = leases.front(now_ms, 1)?;
+    let live = leases.count().saturating_sub(front.expired.len() as u64);
+    let earliest = front.live;
+    drop(front.expired);
+    drop(front.first_live);
     drop(leases);
     let ms = earliest.first().map_or(0, |e| e.saturating_sub(now_ms));
     call.reply().integers(&[
