@@ -149,10 +149,20 @@ def ratelimit_policy(results: Sequence[PolicyResult]) -> str:
 
 def ratelimit(results: Sequence[PolicyResult]) -> str:
     """``RateLimit: "perhour";r=42;t=18, "persec";r=9;t=1``"""
-    return ", ".join([
-        f"{_state_prefix(r.name)}{remaining_units(r.remaining)};t={reset_seconds(r.reset_after)}"
-        for r in results
-    ])
+    items = []
+    for r in results:
+        # remaining_units and reset_seconds, inline for in-range values (every value a
+        # bucket reports): two calls fewer per policy on every response
+        remaining, reset = r.remaining, r.reset_after
+        units = int(remaining) if 0.0 <= remaining < SF_INT_MAX else remaining_units(remaining)
+        if 0.0 <= reset < SF_INT_MAX:
+            t = int(reset)
+            if t != reset:
+                t += 1
+        else:
+            t = reset_seconds(reset)
+        items.append(f"{_state_prefix(r.name)}{units};t={t}")
+    return ", ".join(items)
 
 
 def legacy_headers(

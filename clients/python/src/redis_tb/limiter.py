@@ -725,15 +725,23 @@ class BaseLimiter:
         self._failed(exc, what or ("TB.TAKE" if n == 1 else "TB.MTAKE"))
         return self._degraded(exc)
 
-    def _after_reply(self, plans: list[_Plan], values: Any, started: float) -> Decision:
+    def _after_reply(
+        self, plans: list[_Plan], values: Any, started: float, holdable: dict[str, tuple[str, float, float]]
+    ) -> Decision:
+        """The decision of a reply, owned (:meth:`_own`, inline: one call fewer a request)."""
         if self.metrics is not None:
             self.metrics.redis_call(time.perf_counter() - started)
         breaker = self.breaker
         if breaker.open_until:  # SPEC B3: success closes the breaker
             breaker.succeeded()
         if type(values) is AcquireValues:
-            return self._acquired(plans, values)
-        return self._decision(plans, values[0], values[1])
+            d = self._acquired(plans, values)
+        else:
+            d = self._decision(plans, values[0], values[1])
+        d._limiter = self
+        if holdable:
+            d._holdable = holdable
+        return d
 
     def _acquired(self, plans: list[_Plan], v: AcquireValues) -> Decision:
         """SPEC N3: TB.ACQUIRE's reply as the policies' results, in policy order, and
@@ -1118,7 +1126,7 @@ class RateLimiter(BaseLimiter):
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._own(self._after_reply(plans, values, started), holdable)
+            return self._after_reply(plans, values, started, holdable)
         finally:
             if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
                 self._probes_done(probes)
@@ -1267,7 +1275,7 @@ class SyncRateLimiter(BaseLimiter):
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._own(self._after_reply(plans, values, started), holdable)
+            return self._after_reply(plans, values, started, holdable)
         finally:
             if probes:  # refused: the reply renewed the entries; else they go
                 self._probes_done(probes)
