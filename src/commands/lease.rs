@@ -325,11 +325,8 @@ pub fn peek(call: &Call, key: *mut RedisModuleString) -> Result<Outcome, TbError
     let leases = LeaseKey::open(call.api, call.ctx, key, Access::Read)?;
     let front = leases.front(now_ms, 1)?;
     let live = leases.count().saturating_sub(front.expired.len() as u64);
-    let earliest = front.live;
-    drop(front.expired);
-    drop(front.first_live);
     drop(leases);
-    let ms = earliest.first().map_or(0, |e| e.saturating_sub(now_ms));
+    let ms = front.live.first().map_or(0, |e| e.saturating_sub(now_ms));
     call.reply().integers(&[
         i64::try_from(live).unwrap_or(i64::MAX),
         i64::try_from(ms).unwrap_or(i64::MAX),
