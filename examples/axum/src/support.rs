@@ -289,19 +289,29 @@ impl HttpConn {
         body: &[u8],
         gap: Duration,
     ) -> io::Result<HttpResponse> {
+        self.send_head(method, path, headers, body.len()).await?;
+        tokio::time::sleep(gap).await;
+        self.stream.get_mut().write_all(body).await?;
+        self.read_response().await
+    }
+
+    /// Sends a request head announcing `content_length` body bytes, and no body.
+    pub async fn send_head(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        content_length: usize,
+    ) -> io::Result<()> {
         let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n",
-            body.len()
+            "{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {content_length}\r\n"
         );
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
         head.push_str("\r\n");
         self.stream.get_mut().write_all(head.as_bytes()).await?;
-        self.stream.get_mut().flush().await?;
-        tokio::time::sleep(gap).await;
-        self.stream.get_mut().write_all(body).await?;
-        self.read_response().await
+        self.stream.get_mut().flush().await
     }
 
     /// Sends raw bytes (a request head without its body, say).

@@ -97,10 +97,7 @@ async fn a_body_too_large_to_drain_gets_connection_close_and_a_clean_close() -> 
     assert_eq!(r.status, 201);
     // 1 MB announced, above the layer's 64 KiB drain limit: the 429 comes at once, says
     // `Connection: close`, and the server closes the connection after it.
-    conn.send_raw(
-        b"POST /orders HTTP/1.1\r\nhost: test\r\nx-api-key: key-bob\r\ncontent-length: 1048576\r\n\r\n",
-    )
-        .await?;
+    conn.send_head("POST", "/orders", &BOB, 1_048_576).await?;
     let r = conn.response().await?;
     assert_eq!(r.status, 429, "{r:?}");
     assert_eq!(r.header("connection"), Some("close"));
@@ -122,11 +119,7 @@ async fn control_a_handler_ignoring_the_body_loses_the_connection() -> TestResul
     // The body is sent only after the response has come: whatever the scheduling (a
     // busy machine can deliver a 2 ms gap's two segments in one read), the handler has
     // answered before its body was read, which is the case the layer must not have.
-    let head = format!(
-        "POST /ignore HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n\r\n",
-        ORDER.len()
-    );
-    conn.send_raw(head.as_bytes()).await?;
+    conn.send_head("POST", "/ignore", &[], ORDER.len()).await?;
     let r = conn.response().await?;
     assert_eq!(r.status, 201);
     assert_eq!(r.header("connection"), None, "no warning to the client");
