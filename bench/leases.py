@@ -295,13 +295,15 @@ def main() -> int:
         "",
         f"TB.ACQUIRE + TB.RELEASE uses {ratio('tb', 'semaphore', 'cpu_us'):.2f}x the server "
         f"CPU of redis-semaphore's acquire + release ({ratio('tb', 'semaphore', 'user_us'):.2f}x "
-        f"its user CPU, {ratio('tb', 'semaphore', 'usec'):.2f}x by commandstats; target: at most 0.5x), at "
+        f"its user CPU, {ratio('tb', 'semaphore', 'usec'):.2f}x by commandstats; target: "
+        "at most 0.5x), at "
         f"{ratio('tb', 'semaphore', 'ops_per_s'):.2f}x its operations per second. "
         + floor_note("tb", "semaphore", "floor", "one at a time"),
         "",
         f"Pipelined, as a busy multiplexed client sends them: each client process writes "
         f"{KEYS_PER_WORKER} acquires (one per key) in one write, reads their replies, then "
-        f"writes the {KEYS_PER_WORKER} releases ({pipelined_ops} pairs a process), so the socket's cost is shared by "
+        f"writes the {KEYS_PER_WORKER} releases ({pipelined_ops} pairs a process), so the "
+        "socket's cost is shared by "
         f"{KEYS_PER_WORKER} commands and the server's CPU is mostly the commands' own:",
         "",
         "| operation | server CPU µs / op | user CPU µs / op | commandstats µs / op "
