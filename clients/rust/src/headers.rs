@@ -271,14 +271,47 @@ impl PolicyHeader {
 
 /// The layer's headers for a decision from Redis: [`rate_limit_headers_at`] with the
 /// policies' pieces serialized once (`items[j]` belongs to `decision.policies[j]`).
-pub(crate) fn layer_headers(
+pub(crate) fn layer_headers<'h>(
     decision: &Decision,
-    items: &[&PolicyHeader],
+    items: impl IntoIterator<Item = &'h PolicyHeader>,
     legacy: Option<LegacyReset>,
     now_unix: f64,
 ) -> Option<RateLimitHeaders> {
-    let mut policy = String::with_capacity(32 * items.len());
-    let mut rate_limit = String::with_capacity(24 * items.len());
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut s) => {
+            let (policy, rate_limit) = &mut *s;
+            policy.clear();
+            rate_limit.clear();
+            serialize_layer_headers(decision, items, legacy, now_unix, policy, rate_limit)
+        }
+        // Not reentrant in practice; a nested call gets buffers of its own.
+        Err(_) => serialize_layer_headers(
+            decision,
+            items,
+            legacy,
+            now_unix,
+            &mut String::new(),
+            &mut String::new(),
+        ),
+    })
+}
+
+thread_local! {
+    /// The serializer's buffers, kept per thread: the values are then copied once into
+    /// strings of their exact length, which become header values without another
+    /// allocation (`Bytes::from` a string with spare capacity allocates a control block).
+    static SCRATCH: std::cell::RefCell<(String, String)> =
+        const { std::cell::RefCell::new((String::new(), String::new())) };
+}
+
+fn serialize_layer_headers<'h>(
+    decision: &Decision,
+    items: impl IntoIterator<Item = &'h PolicyHeader>,
+    legacy: Option<LegacyReset>,
+    now_unix: f64,
+    policy: &mut String,
+    rate_limit: &mut String,
+) -> Option<RateLimitHeaders> {
     let mut lowest: Option<&PolicyResult> = None;
     for (p, h) in decision.results.iter().zip(items) {
         if p.shadow {
@@ -300,18 +333,18 @@ pub(crate) fn layer_headers(
                 policy.truncate(mark);
                 continue;
             };
-            let _ = ItemSerializer::with_buffer(&mut policy)
+            let _ = ItemSerializer::with_buffer(&mut *policy)
                 .bare_item(&*h.name)
                 .parameter(Q, q)
                 .finish();
-        } else if h.policy_item(p.capacity, p.rate, &mut policy).is_none() {
+        } else if h.policy_item(p.capacity, p.rate, policy).is_none() {
             policy.truncate(mark);
             continue;
         }
         if !rate_limit.is_empty() {
             rate_limit.push_str(", ");
         }
-        let _ = ItemSerializer::with_buffer(&mut rate_limit)
+        let _ = ItemSerializer::with_buffer(&mut *rate_limit)
             .bare_item(&*h.name)
             .parameter(R, r)
             .parameter(T, t)
@@ -335,8 +368,8 @@ pub(crate) fn layer_headers(
         None
     };
     Some(RateLimitHeaders {
-        policy,
-        rate_limit,
+        policy: policy.as_str().to_owned(),
+        rate_limit: rate_limit.as_str().to_owned(),
         legacy,
         retry_after: retry,
     })
@@ -725,11 +758,20 @@ mod tests {
                 policies[1].shadow = shadow_second;
                 let d = decision(status, retry, policies);
                 for legacy in [None, Some(LegacyReset::DeltaSeconds)] {
-                    assert_eq!(
-                        layer_headers(&d, &refs, legacy, 0.0),
-                        rate_limit_headers(&d, legacy),
-                        "{d:?}"
-                    );
+                    let h = layer_headers(&d, refs.iter().copied(), legacy, 0.0);
+                    assert_eq!(h, rate_limit_headers(&d, legacy), "{d:?}");
+                    // The values are exact-length strings (no spare capacity to carry into
+                    // the header values), and a call while the thread's buffers are in
+                    // use writes the same from buffers of its own.
+                    if let Some(h) = &h {
+                        assert_eq!(h.policy.capacity(), h.policy.len());
+                        assert_eq!(h.rate_limit.capacity(), h.rate_limit.len());
+                    }
+                    let nested = SCRATCH.with(|s| {
+                        let _held = s.borrow_mut();
+                        layer_headers(&d, refs.iter().copied(), legacy, 0.0)
+                    });
+                    assert_eq!(nested, h, "{d:?}");
                 }
             }
         }
@@ -739,7 +781,7 @@ mod tests {
             0.0,
             vec![result("ip", 20.0, 5.0, 3.0, 0.0, 1.0)],
         );
-        let h = layer_headers(&d, &refs[..1], None, 0.0).unwrap();
+        let h = layer_headers(&d, refs[..1].iter().copied(), None, 0.0).unwrap();
         assert_eq!(h.policy, r#""ip";q=20;w=4"#);
         let mut map = HeaderMap::new();
         h.apply_owned(&mut map);

@@ -1486,12 +1486,12 @@ impl<S: Store> Inner<S> {
     }
 
     fn headers(&self, decision: &Decision, order: &[usize]) -> Option<RateLimitHeaders> {
-        let items: Vec<&PolicyHeader> = order.iter().map(|&i| &self.runtime[i].header).collect();
+        let items = order.iter().map(|&i| &self.runtime[i].header);
         let now = match self.legacy_headers {
             Some(LegacyReset::UnixTime) => self.clock.unix(),
             _ => 0.0,
         };
-        layer_headers(decision, &items, self.legacy_headers, now)
+        layer_headers(decision, items, self.legacy_headers, now)
     }
 
     /// Counts a failed call, opens the breaker on a connection error or a timeout (SPEC

@@ -267,9 +267,10 @@ where
     let charged = refund.is_charged();
     insert_decision(&mut parts, decision);
     parts.extensions.insert(refund.clone());
-    let resp = inner.call(Request::from_parts(parts, body)).await?;
-    let (head, body) = resp.into_parts();
-    let mut resp = Response::from_parts(head, LeaseBody::new(body, guard));
+    let mut resp = inner
+        .call(Request::from_parts(parts, body))
+        .await?
+        .map(|body| LeaseBody::new(body, guard));
     if charged && limiter.refund_on(resp.status()) {
         refund.refund().await;
     }
