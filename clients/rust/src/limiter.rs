@@ -886,18 +886,33 @@ impl Check {
     /// Writes the headers of the limiter's own answer (problem content type, rate-limit
     /// headers, `Retry-After`) or of an admitted response (rate-limit headers) into `map`.
     pub fn write_headers(&self, map: &mut HeaderMap) {
-        if let Some((status, _)) = &self.problem {
-            map.insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static(problem::CONTENT_TYPE),
-            );
-            if *status == StatusCode::SERVICE_UNAVAILABLE {
-                map.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        match &self.problem {
+            Some((status, _)) => write_problem_headers(*status, self.headers.as_ref(), map),
+            None => {
+                if let Some(h) = &self.headers {
+                    h.apply(map);
+                }
             }
         }
-        if let Some(h) = &self.headers {
-            h.apply(map);
-        }
+    }
+}
+
+/// The headers of the limiter's own answer of `status` (problem content type, rate-limit
+/// headers, `Retry-After`), as [`Check::write_headers`] writes them.
+pub(crate) fn write_problem_headers(
+    status: StatusCode,
+    headers: Option<&RateLimitHeaders>,
+    map: &mut HeaderMap,
+) {
+    map.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(problem::CONTENT_TYPE),
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        map.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if let Some(h) = headers {
+        h.apply(map);
     }
 }
 
@@ -967,17 +982,16 @@ impl<S: Store> Inner<S> {
         peer: Option<IpAddr>,
         route: Option<&str>,
     ) -> Check {
-        let (mut check, settle) = match self.plan(parts, peer, route).await {
-            Planned::NotLimited(settle) => (Check::pass(Decision::not_limited()), settle),
+        // No await inside the match: the planned value and the plan would both stay in
+        // this future's state across the call.
+        let (plan, settle) = match self.plan(parts, peer, route).await {
+            Planned::NotLimited(settle) => (None, settle),
             Planned::Charges(mut plan) => {
                 let settle = std::mem::take(&mut plan.settle);
                 if plan.charges.is_empty() && plan.in_flight.is_none() {
-                    (Check::pass(Decision::not_limited()), settle)
-                } else if settle.is_empty() {
-                    // The common case: returned as it is, not moved again.
-                    return self.check_call(this, plan).await;
+                    (None, settle)
                 } else {
-                    (self.check_call(this, plan).await, settle)
+                    (Some(plan), settle)
                 }
             }
             Planned::BadRequest(header) => {
@@ -991,6 +1005,16 @@ impl<S: Store> Inner<S> {
                 return self.invalid_input(i, what, value);
             }
         };
+        let mut check = match plan {
+            None => Check::pass(Decision::not_limited()),
+            Some(plan) => {
+                if settle.is_empty() {
+                    // The common case: returned as it is, not moved again.
+                    return self.check_call(this, plan).await;
+                }
+                self.check_call(this, plan).await
+            }
+        };
         if !settle.is_empty() && check.problem.is_none() {
             // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
             check.decision.settle_later = settle;
@@ -999,18 +1023,83 @@ impl<S: Store> Inner<S> {
         check
     }
 
-    async fn check_call(&self, this: &Arc<Inner<S>>, mut plan: Plan) -> Check {
+    /// The call of a plan and its decision. A plain function returning an `async move`
+    /// block: an `async fn` would keep the plan twice in its state (argument and local).
+    fn check_call<'a>(
+        &'a self,
+        this: &'a Arc<Inner<S>>,
+        mut plan: Plan,
+    ) -> impl Future<Output = Check> + Send + 'a {
         bump(&self.stats.0.checks);
+        async move {
+            // The entries this request probes (one probe per expired refusal, SPEC R4): the
+            // drop removes those the answer did not renew (or all, if the request is
+            // cancelled).
+            let probe = match self.cached_refusal(&plan) {
+                Ok(probe) => probe,
+                Err(decision) => {
+                    let decision = *decision;
+                    let headers =
+                        rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
+                    let body = problem::too_many_requests(&decision);
+                    return Check {
+                        decision,
+                        headers,
+                        problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
+                        refund: RefundHandle::default(),
+                        lease: LeaseHandle::default(),
+                    };
+                }
+            };
 
-        // The entries this request probes (one probe per expired refusal, SPEC R4): the
-        // drop removes those the answer did not renew (or all, if the request is
-        // cancelled).
-        let probe = match self.cached_refusal(&plan) {
-            Ok(probe) => probe,
-            Err(decision) => {
-                let decision = *decision;
-                let headers =
-                    rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
+            if !self.breaker.admit() {
+                // SPEC R6: this probe never reaches Redis; the entries stay for the next one.
+                probe.release();
+                return self.store_error_check();
+            }
+            let call = self.call(std::mem::take(&mut plan.charges), &plan);
+            let started = Instant::now();
+            let result = match call.kind {
+                CallKind::Acquire => self.store.acquire(&call).await.map(Ok),
+                CallKind::Take | CallKind::Window => self.store.take(&call).await.map(Err),
+            };
+            self.telemetry
+                .call_duration
+                .record(started.elapsed().as_secs_f64());
+            let what = match call.kind {
+                CallKind::Acquire => "TB.ACQUIRE",
+                CallKind::Window => "TB.WINDOW",
+                CallKind::Take if call.charges.len() == 1 => "TB.TAKE",
+                CallKind::Take => "TB.MTAKE",
+            };
+            let Call { charges, .. } = call;
+            plan.charges = charges;
+            let reply = match result {
+                Ok(reply) => reply,
+                Err(e) => {
+                    self.failed(&e, what);
+                    drop(probe);
+                    return self.store_error_check();
+                }
+            };
+            self.breaker.success();
+            let (buckets, acquired) = match &reply {
+                Err(multi) => (&multi.buckets, None),
+                Ok(acq) => (&acq.buckets, Some(acq)),
+            };
+            let mut decision = plan_results(&plan, buckets, acquired, &self.policies);
+            let order = plan.result_policies();
+            self.decide(&decision, &order);
+            match decision.outcome {
+                // SPEC R4: a refusal renews the probed entries (and caches new ones, R1).
+                Outcome::Limited => self.remember(&decision),
+                // SPEC R5: after any admission that leaves a bucket below the cost.
+                Outcome::Allowed if decision.charged() => self.remember_spent(&decision),
+                _ => {}
+            }
+            drop(probe);
+            let headers = self.headers(&decision, &order);
+            if decision.outcome == Outcome::Limited {
                 let body = problem::too_many_requests(&decision);
                 return Check {
                     decision,
@@ -1020,112 +1109,54 @@ impl<S: Store> Inner<S> {
                     lease: LeaseHandle::default(),
                 };
             }
-        };
-
-        if !self.breaker.admit() {
-            // SPEC R6: this probe never reaches Redis; the entries stay for the next one.
-            probe.release();
-            return self.store_error_check();
-        }
-        let call = self.call(std::mem::take(&mut plan.charges), &plan);
-        let started = Instant::now();
-        let result = match call.kind {
-            CallKind::Acquire => self.store.acquire(&call).await.map(Ok),
-            CallKind::Take | CallKind::Window => self.store.take(&call).await.map(Err),
-        };
-        self.telemetry
-            .call_duration
-            .record(started.elapsed().as_secs_f64());
-        let what = match call.kind {
-            CallKind::Acquire => "TB.ACQUIRE",
-            CallKind::Window => "TB.WINDOW",
-            CallKind::Take if call.charges.len() == 1 => "TB.TAKE",
-            CallKind::Take => "TB.MTAKE",
-        };
-        let Call { charges, .. } = call;
-        plan.charges = charges;
-        let reply = match result {
-            Ok(reply) => reply,
-            Err(e) => {
-                self.failed(&e, what);
-                drop(probe);
-                return self.store_error_check();
-            }
-        };
-        self.breaker.success();
-        let (buckets, acquired) = match &reply {
-            Err(multi) => (&multi.buckets, None),
-            Ok(acq) => (&acq.buckets, Some(acq)),
-        };
-        let mut decision = plan_results(&plan, buckets, acquired, &self.policies);
-        let order = plan.result_policies();
-        self.decide(&decision, &order);
-        match decision.outcome {
-            // SPEC R4: a refusal renews the probed entries (and caches new ones, R1).
-            Outcome::Limited => self.remember(&decision),
-            // SPEC R5: after any admission that leaves a bucket below the cost.
-            Outcome::Allowed if decision.charged() => self.remember_spent(&decision),
-            _ => {}
-        }
-        drop(probe);
-        let headers = self.headers(&decision, &order);
-        if decision.outcome == Outcome::Limited {
-            let body = problem::too_many_requests(&decision);
-            return Check {
+            // SPEC N1, N6: a granted lease is the decision's; the gauge goes up (M2).
+            let lease = match (acquired, &plan.in_flight) {
+                (Some(a), Some(f)) if a.granted => match &a.id {
+                    Some(id) => {
+                        let l = Lease {
+                            key: f.key.clone(),
+                            id: id.clone(),
+                            policy: self.policies[f.policy].name.clone(),
+                        };
+                        decision.lease = Some(l.clone());
+                        self.stats
+                            .0
+                            .leases_in_flight
+                            .fetch_add(1, Ordering::Relaxed);
+                        if let Some((g, _)) = &self.runtime[f.policy].metrics.leases {
+                            g.increment(1.0);
+                        }
+                        LeaseHandle {
+                            state: Some(Arc::new(LeaseState {
+                                store: this.clone(),
+                                lease: l,
+                                policy: f.policy,
+                                lease_ms: f.lease_ms,
+                                done: AtomicBool::new(false),
+                                lost: AtomicBool::new(false),
+                            })),
+                        }
+                    }
+                    None => LeaseHandle::default(),
+                },
+                _ => LeaseHandle::default(),
+            };
+            // SPEC F3: only the bucket policies are refunded.
+            let refund = match decision.charged() {
+                true => plan
+                    .into_refundable()
+                    .map_or_else(RefundHandle::default, |p| {
+                        RefundHandle::new(this.clone(), p)
+                    }),
+                false => RefundHandle::default(),
+            };
+            Check {
                 decision,
                 headers,
-                problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
-                refund: RefundHandle::default(),
-                lease: LeaseHandle::default(),
-            };
-        }
-        // SPEC N1, N6: a granted lease is the decision's; the gauge goes up (M2).
-        let lease = match (acquired, &plan.in_flight) {
-            (Some(a), Some(f)) if a.granted => match &a.id {
-                Some(id) => {
-                    let l = Lease {
-                        key: f.key.clone(),
-                        id: id.clone(),
-                        policy: self.policies[f.policy].name.clone(),
-                    };
-                    decision.lease = Some(l.clone());
-                    self.stats
-                        .0
-                        .leases_in_flight
-                        .fetch_add(1, Ordering::Relaxed);
-                    if let Some((g, _)) = &self.runtime[f.policy].metrics.leases {
-                        g.increment(1.0);
-                    }
-                    LeaseHandle {
-                        state: Some(Arc::new(LeaseState {
-                            store: this.clone(),
-                            lease: l,
-                            policy: f.policy,
-                            lease_ms: f.lease_ms,
-                            done: AtomicBool::new(false),
-                            lost: AtomicBool::new(false),
-                        })),
-                    }
-                }
-                None => LeaseHandle::default(),
-            },
-            _ => LeaseHandle::default(),
-        };
-        // SPEC F3: only the bucket policies are refunded.
-        let refund = match decision.charged() {
-            true => plan
-                .into_refundable()
-                .map_or_else(RefundHandle::default, |p| {
-                    RefundHandle::new(this.clone(), p)
-                }),
-            false => RefundHandle::default(),
-        };
-        Check {
-            decision,
-            headers,
-            problem: None,
-            refund,
-            lease,
+                problem: None,
+                refund,
+                lease,
+            }
         }
     }
 
@@ -1217,7 +1248,7 @@ impl<S: Store> Inner<S> {
             };
             // SPEC L3, C10: a per-request limit is checked as its kind, and keeps the
             // policy's kind.
-            if limit.kind.as_str() != p.kind.as_str() {
+            if std::mem::discriminant(&limit.kind) != std::mem::discriminant(&p.kind) {
                 return Planned::Invalid(i, "limit kind", limit.capacity);
             }
             if let LimitKind::Bucket = limit.kind {

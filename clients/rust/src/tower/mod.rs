@@ -9,6 +9,7 @@
 //! [`RouteTemplate`] extension set by the router.
 
 use std::fmt;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use tower_service::Service;
 
 use crate::client::TbClient;
 use crate::decision::Decision;
+use crate::headers::RateLimitHeaders;
 use crate::lease::LeaseHandle;
 use crate::limiter::{Check, FromLimiter, RateLimiter, RateLimiterBuilder, Stats, Store};
 
@@ -171,7 +173,9 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.limiter.clone();
-        Box::pin(async move { handle(limiter, req, inner).await })
+        // The handler's future itself, boxed once: no async wrapper that would hold the
+        // request a second time.
+        Box::pin(handle(limiter, req, inner))
     }
 }
 
@@ -217,14 +221,19 @@ fn peer_of(parts: &Parts) -> Option<IpAddr> {
     parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
 }
 
-async fn handle<I, S, ReqB, ResB>(
+/// The request's way through the layer. A plain function returning an `async move`
+/// block rather than an `async fn`: the block keeps the request's head and body where it
+/// captured them, where an `async fn` would hold its arguments twice (as arguments and
+/// as locals), and this future is boxed and moved on every request.
+fn handle<I, S, ReqB, ResB>(
     limiter: RateLimiter<S>,
     req: Request<ReqB>,
     mut inner: I,
-) -> Result<Response<LeaseBody<ResB>>, I::Error>
+) -> impl Future<Output = Result<Response<LeaseBody<ResB>>, I::Error>> + Send + 'static
 where
-    I: Service<Request<ReqB>, Response = Response<ResB>>,
-    ResB: From<Bytes>,
+    I: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
+    I::Future: Send + 'static,
+    ResB: From<Bytes> + Send,
     S: Store,
     ReqB: Body<Data = Bytes> + Send + 'static,
     ReqB::Error: Into<BoxError>,
@@ -239,73 +248,94 @@ where
              policies keyed by client IP are skipped",
         );
     }
-    let mut check = limiter
-        .check(&mut parts, peer, route.as_ref().map(Matched::as_str))
-        .await;
-    if let Some((status, text)) = check.problem.as_mut().map(|(s, t)| (*s, std::mem::take(t))) {
-        let mut resp = Response::new(LeaseBody::new(ResB::from(Bytes::from(text)), None));
-        *resp.status_mut() = status;
-        check.write_headers(resp.headers_mut());
-        let (limit, wait) = limiter.drain_settings();
+    async move {
+        // Taken apart at once: a `Check` kept as a local (and borrowed) would stay in this
+        // future's state across every later await.
+        let Check {
+            decision,
+            headers,
+            problem,
+            refund,
+            lease,
+        } = limiter
+            .check(&mut parts, peer, route.as_ref().map(Matched::as_str))
+            .await;
+        if let Some(problem) = problem {
+            return Ok(refuse(limiter.drain_settings(), problem, headers, body).await);
+        }
+        // SPEC N4, N5: from here the lease ends exactly once: with the response body (its
+        // end, or its drop when the client goes away), or with this future (an error from
+        // the inner service, a panic, a cancelled request).
+        let guard = LeaseGuard::start(lease);
+        let charged = refund.is_charged();
+        insert_decision(&mut parts, decision);
+        parts.extensions.insert(refund.clone());
+        let mut resp = inner
+            .call(Request::from_parts(parts, body))
+            .await?
+            .map(|body| LeaseBody::new(body, guard));
+        if charged && limiter.refund_on(resp.status()) {
+            refund.refund().await;
+        }
+        if let Some(h) = headers {
+            // An inner limiter's items (a second layer on one route) stay in the lists, after
+            // this limiter's own (SPEC H1: one list of the enforced policies).
+            // A scan of the response's few header names is cheaper than two hashed lookups,
+            // and finds none in the common case.
+            let names = [
+                &crate::headers::RATELIMIT_POLICY,
+                &crate::headers::RATELIMIT,
+            ];
+            let inner_items: Vec<(http::HeaderName, HeaderValue)> =
+                if resp.headers().keys().any(|k| names.contains(&k)) {
+                    names
+                        .into_iter()
+                        .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+            h.apply_owned(resp.headers_mut());
+            for (name, theirs) in inner_items {
+                let Some(mine) = resp.headers().get(&name) else {
+                    continue;
+                };
+                let mut joined = mine.as_bytes().to_vec();
+                joined.extend_from_slice(b", ");
+                joined.extend_from_slice(theirs.as_bytes());
+                if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                    resp.headers_mut().insert(name, v);
+                }
+            }
+        }
+        Ok(resp)
+    }
+}
+
+/// The limiter's own answer (429, 503, 400, 500): the problem body and the headers, after
+/// the request body is drained (SPEC P). Its own future, so that its state is in the
+/// request's future only while it runs.
+fn refuse<ReqB, ResB>(
+    (limit, wait): (usize, Duration),
+    (status, text): (http::StatusCode, String),
+    headers: Option<RateLimitHeaders>,
+    body: ReqB,
+) -> impl Future<Output = Response<LeaseBody<ResB>>> + Send
+where
+    ResB: From<Bytes> + Send,
+    ReqB: Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+{
+    let mut resp = Response::new(LeaseBody::new(ResB::from(Bytes::from(text)), None));
+    *resp.status_mut() = status;
+    crate::limiter::write_problem_headers(status, headers.as_ref(), resp.headers_mut());
+    async move {
         if !drain(body, limit, wait).await {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        return Ok(resp);
+        resp
     }
-    let Check {
-        decision,
-        headers,
-        refund,
-        lease,
-        ..
-    } = check;
-    // SPEC N4, N5: from here the lease ends exactly once: with the response body (its
-    // end, or its drop when the client goes away), or with this future (an error from
-    // the inner service, a panic, a cancelled request).
-    let guard = LeaseGuard::start(lease);
-    let charged = refund.is_charged();
-    insert_decision(&mut parts, decision);
-    parts.extensions.insert(refund.clone());
-    let mut resp = inner
-        .call(Request::from_parts(parts, body))
-        .await?
-        .map(|body| LeaseBody::new(body, guard));
-    if charged && limiter.refund_on(resp.status()) {
-        refund.refund().await;
-    }
-    if let Some(h) = headers {
-        // An inner limiter's items (a second layer on one route) stay in the lists, after
-        // this limiter's own (SPEC H1: one list of the enforced policies).
-        // A scan of the response's few header names is cheaper than two hashed lookups,
-        // and finds none in the common case.
-        let names = [
-            &crate::headers::RATELIMIT_POLICY,
-            &crate::headers::RATELIMIT,
-        ];
-        let inner_items: Vec<(http::HeaderName, HeaderValue)> =
-            if resp.headers().keys().any(|k| names.contains(&k)) {
-                names
-                    .into_iter()
-                    .filter_map(|n| resp.headers().get(n).map(|v| (n.clone(), v.clone())))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-        h.apply_owned(resp.headers_mut());
-        for (name, theirs) in inner_items {
-            let Some(mine) = resp.headers().get(&name) else {
-                continue;
-            };
-            let mut joined = mine.as_bytes().to_vec();
-            joined.extend_from_slice(b", ");
-            joined.extend_from_slice(theirs.as_bytes());
-            if let Ok(v) = HeaderValue::from_bytes(&joined) {
-                resp.headers_mut().insert(name, v);
-            }
-        }
-    }
-    Ok(resp)
 }
 
 /// Holds a request's lease (SPEC N4) and renews it every `lease / 2` while the request
