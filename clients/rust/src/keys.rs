@@ -33,67 +33,94 @@ pub fn check_prefix(prefix: &str) -> Result<(), BuildError> {
     }
 }
 
-/// Whether byte `b` of a tag or identity is written `%XX` (SPEC K2).
-#[inline]
-fn escaped(b: u8) -> bool {
-    !(0x21..=0x7e).contains(&b) || matches!(b, b'%' | b'{' | b'}')
-}
+/// Which bytes of a tag or identity are written `%XX` (SPEC K2): all but visible ASCII
+/// (0x21..0x7E), and `%`, `{`, `}`. A table, so that the byte loops below are a load and
+/// a test a byte.
+static ESCAPED: [bool; 256] = escape_table(b"%{}");
 
 /// The same for a route, which also escapes `:` and `@` (SPEC K2).
+static ESCAPED_IN_ROUTE: [bool; 256] = escape_table(b"%{}:@");
+
+const fn escape_table(also: &[u8]) -> [bool; 256] {
+    let mut table = [true; 256];
+    let mut b = 0x21;
+    while b <= 0x7e {
+        table[b] = false;
+        b += 1;
+    }
+    let mut i = 0;
+    while i < also.len() {
+        table[also[i] as usize] = true;
+        i += 1;
+    }
+    table
+}
+
+/// Whether `rule` escapes byte `b`.
 #[inline]
-fn escaped_in_route(b: u8) -> bool {
-    escaped(b) || matches!(b, b':' | b'@')
+fn escapes(rule: &[bool; 256], b: u8) -> bool {
+    rule[usize::from(b)]
 }
 
-/// The escaped length of `bytes` under `rule`.
+/// The escaped length of `bytes` under `rule` (`%XX` for an escaped byte).
 #[inline]
-fn escaped_len(bytes: &[u8], rule: fn(u8) -> bool) -> usize {
-    bytes.iter().fold(0usize, |n, &b| {
-        n.saturating_add(if rule(b) { 3 } else { 1 })
-    })
+fn escaped_len(bytes: &[u8], rule: &[bool; 256]) -> usize {
+    let n = bytes.iter().filter(|&&b| escapes(rule, b)).count();
+    bytes.len().saturating_add(n.saturating_mul(2))
 }
 
-/// Appends `bytes` as they are when `rule` escapes none of them (every byte is then visible
-/// ASCII, 0x21..0x7E: valid UTF-8 as it is); `false`, appending nothing, otherwise.
-fn push_plain(out: &mut String, bytes: &[u8], rule: fn(u8) -> bool) -> bool {
-    if bytes.iter().any(|&b| rule(b)) {
-        return false;
-    }
-    match std::str::from_utf8(bytes) {
-        Ok(s) => {
-            out.push_str(s);
-            true
+/// Appends a run of bytes that need no escaping: visible ASCII (0x21..0x7E) by the tables
+/// above. Checked here all the same (a word at a time, cheaper than a UTF-8 validation of
+/// a short run); a byte that is not ASCII, which no caller passes, is written `%XX`.
+#[inline]
+fn push_run(out: &mut String, run: &[u8]) {
+    if run.is_ascii() {
+        // SAFETY: ASCII bytes are valid UTF-8.
+        out.push_str(unsafe { std::str::from_utf8_unchecked(run) });
+    } else {
+        for &b in run {
+            push_hex_escape(out, b);
         }
-        Err(_) => false,
     }
 }
 
-/// Appends `bytes` escaped under `rule` (SPEC K2): a fast copy when nothing needs escaping.
-fn push_escaped(out: &mut String, bytes: &[u8], rule: fn(u8) -> bool) {
-    if push_plain(out, bytes, rule) {
-        return;
+/// Appends `%XX` for byte `b`.
+#[inline]
+fn push_hex_escape(out: &mut String, b: u8) {
+    out.push('%');
+    out.push(char::from(HEX[usize::from(b >> 4)]));
+    out.push(char::from(HEX[usize::from(b & 0x0f)]));
+}
+
+/// Appends `bytes` escaped under `rule` (SPEC K2), the plain runs between escaped bytes
+/// copied whole.
+fn push_escaped(out: &mut String, bytes: &[u8], rule: &[bool; 256]) {
+    let mut rest = bytes;
+    while let Some(i) = rest.iter().position(|&b| escapes(rule, b)) {
+        let Some((run, tail)) = rest.split_at_checked(i) else {
+            break;
+        };
+        push_run(out, run);
+        let Some((&b, tail)) = tail.split_first() else {
+            break;
+        };
+        push_hex_escape(out, b);
+        rest = tail;
     }
-    for &b in bytes {
-        if rule(b) {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0x0f)]));
-        } else {
-            out.push(char::from(b));
-        }
-    }
+    push_run(out, rest);
 }
 
 /// Appends a tag or identity: escaped, or `%h` + 32 hex digits of the SHA-256 of its raw
 /// bytes when the escaped form is longer than [`MAX_PART`] (SPEC K3; `%h` never comes
 /// out of K2, since `%` is always escaped).
 fn push_part(out: &mut String, bytes: &[u8]) {
-    // The common case in one pass: short, and nothing to escape.
-    if bytes.len() <= MAX_PART && push_plain(out, bytes, escaped) {
+    // The common case: short, and nothing to escape.
+    if bytes.len() <= MAX_PART && !bytes.iter().any(|&b| escapes(&ESCAPED, b)) {
+        push_run(out, bytes);
         return;
     }
-    if escaped_len(bytes, escaped) <= MAX_PART {
-        push_escaped(out, bytes, escaped);
+    if escaped_len(bytes, &ESCAPED) <= MAX_PART {
+        push_escaped(out, bytes, &ESCAPED);
         return;
     }
     let digest = Sha256::digest(bytes);
@@ -107,9 +134,10 @@ fn push_part(out: &mut String, bytes: &[u8]) {
 /// The escaped route segment `@<route>` (SPEC K1, K2, K5); routes are configuration, never
 /// hashed.
 pub fn route_segment(route: &str) -> String {
-    let mut out = String::with_capacity(1 + escaped_len(route.as_bytes(), escaped_in_route));
+    let bytes = route.as_bytes();
+    let mut out = String::with_capacity(1 + escaped_len(bytes, &ESCAPED_IN_ROUTE));
     out.push('@');
-    push_escaped(&mut out, route.as_bytes(), escaped_in_route);
+    push_escaped(&mut out, bytes, &ESCAPED_IN_ROUTE);
     out
 }
 
@@ -198,6 +226,24 @@ mod tests {
         let k = key("rl", Some(&long), "u", None, &long);
         assert_eq!(k.len(), "rl:{}:u:".len() + 2 * 34);
         assert!(k.starts_with("rl:{%h"));
+    }
+
+    #[test]
+    fn escape_tables_are_the_k2_rule_for_every_byte() {
+        for b in 0..=255u8 {
+            let visible = (0x21..=0x7e).contains(&b);
+            let identity = !visible || matches!(b, b'%' | b'{' | b'}');
+            let route = identity || matches!(b, b':' | b'@');
+            assert_eq!(escapes(&ESCAPED, b), identity, "byte {b:#04x}");
+            assert_eq!(
+                escapes(&ESCAPED_IN_ROUTE, b),
+                route,
+                "byte {b:#04x} in a route"
+            );
+        }
+        // Runs between escaped bytes are copied whole, an escape at either end included.
+        assert_eq!(key("rl", None, "u", None, b" a%b "), "rl:u:%20a%25b%20");
+        assert_eq!(key("rl", None, "u", None, b"Bearer x"), "rl:u:Bearer%20x");
     }
 
     #[test]
