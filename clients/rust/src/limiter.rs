@@ -1005,33 +1005,19 @@ impl<S: Store> Inner<S> {
                 return self.invalid_input(i, what, value);
             }
         };
-        let mut check = match plan {
-            None => Check::pass(Decision::not_limited()),
-            Some(plan) => {
-                if settle.is_empty() {
-                    // The common case: returned as it is, not moved again.
-                    return self.check_call(this, plan).await;
-                }
-                self.check_call(this, plan).await
+        let Some(mut plan) = plan else {
+            let mut check = Check::pass(Decision::not_limited());
+            if !settle.is_empty() {
+                // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
+                check.decision.settle_later = settle;
+                check.decision.holds = Some(Holds(this.clone()));
             }
+            return check;
         };
-        if !settle.is_empty() && check.problem.is_none() {
-            // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
-            check.decision.settle_later = settle;
-            check.decision.holds = Some(Holds(this.clone()));
-        }
-        check
-    }
-
-    /// The call of a plan and its decision. A plain function returning an `async move`
-    /// block: an `async fn` would keep the plan twice in its state (argument and local).
-    fn check_call<'a>(
-        &'a self,
-        this: &'a Arc<Inner<S>>,
-        mut plan: Plan,
-    ) -> impl Future<Output = Check> + Send + 'a {
         bump(&self.stats.0.checks);
-        async move {
+        // The call and its decision, in this future (not one of its own inside it: the
+        // check is made in place, and not moved out of a second future).
+        let mut check = 'call: {
             // The entries this request probes (one probe per expired refusal, SPEC R4): the
             // drop removes those the answer did not renew (or all, if the request is
             // cancelled).
@@ -1042,7 +1028,7 @@ impl<S: Store> Inner<S> {
                     let headers =
                         rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
                     let body = problem::too_many_requests(&decision);
-                    return Check {
+                    break 'call Check {
                         decision,
                         headers,
                         problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
@@ -1055,7 +1041,7 @@ impl<S: Store> Inner<S> {
             if !self.breaker.admit() {
                 // SPEC R6: this probe never reaches Redis; the entries stay for the next one.
                 probe.release();
-                return self.store_error_check();
+                break 'call self.store_error_check();
             }
             let call = self.call(std::mem::take(&mut plan.charges), &plan);
             let started = Instant::now();
@@ -1079,7 +1065,7 @@ impl<S: Store> Inner<S> {
                 Err(e) => {
                     self.failed(&e, what);
                     drop(probe);
-                    return self.store_error_check();
+                    break 'call self.store_error_check();
                 }
             };
             self.breaker.success();
@@ -1101,7 +1087,7 @@ impl<S: Store> Inner<S> {
             let headers = self.headers(&decision, &order);
             if decision.outcome == Outcome::Limited {
                 let body = problem::too_many_requests(&decision);
-                return Check {
+                break 'call Check {
                     decision,
                     headers,
                     problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
@@ -1157,7 +1143,13 @@ impl<S: Store> Inner<S> {
                 refund,
                 lease,
             }
+        };
+        if !settle.is_empty() && check.problem.is_none() {
+            // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
+            check.decision.settle_later = settle;
+            check.decision.holds = Some(Holds(this.clone()));
         }
+        check
     }
 
     /// SPEC L3: the application gave an out-of-range cost or limit. Nothing is sent,
