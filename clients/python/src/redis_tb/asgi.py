@@ -150,11 +150,12 @@ class RateLimitMiddleware:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(self.app, scope, receive, send)
-            return
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+        kind = scope["type"]
+        if kind != "http":
+            if kind == "lifespan":
+                await _lifespan(self.app, scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
         route = route_template(scope)
         if (route is None and not self.limit_unmatched) or (

@@ -224,9 +224,10 @@ def decision_headers(
     ]
     if legacy:
         headers.extend(legacy_headers(results, reset=legacy_reset, now_unix=now_unix))
-    retry = retry_after_header(decision)
-    if retry is not None:
-        headers.append(("Retry-After", retry))
+    if decision.outcome is Outcome.LIMITED:  # SPEC H3: only a refusal has a Retry-After
+        retry = retry_after_header(decision)
+        if retry is not None:
+            headers.append(("Retry-After", retry))
     return headers
 
 

@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast
+from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast, final
 
 import redis
 import redis.asyncio
@@ -110,6 +110,9 @@ HashTagFunc = Callable[[Any], Awaitable[str | None] | str | None]
 Rejection = tuple[int, list[tuple[str, str]], bytes]
 
 _NO_PEER: Any = object()
+#: ``tuple.__new__``: ``_new_tuple(PolicyResult, fields)`` is ``PolicyResult(*fields)``
+#: without the named tuple's Python-level ``__new__`` (which calls just this)
+_new_tuple = tuple.__new__
 
 
 class Clock:
@@ -142,12 +145,18 @@ def check_prefix(prefix: object) -> str:
 _SKIP, _CALL, _PROBE = SKIP, CALL, PROBE
 
 
-async def _bounded(call: Awaitable[T], seconds: float) -> T:
-    """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
-    if sys.version_info >= (3, 11):
+if sys.version_info >= (3, 11):  # the version checked once, not on every call
+
+    async def _bounded(call: Awaitable[T], seconds: float) -> T:
+        """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
         async with asyncio.timeout(seconds):  # no extra task per call, unlike wait_for
             return await call
-    return await asyncio.wait_for(call, seconds)  # pragma: no cover
+
+else:  # pragma: no cover
+
+    async def _bounded(call: Awaitable[T], seconds: float) -> T:
+        """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
+        return await asyncio.wait_for(call, seconds)
 
 
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -207,17 +216,18 @@ _BUCKET, _WINDOW, _IN_FLIGHT, _SETTLE = "bucket", "window", "in_flight", "settle
 
 class _Plan:
     """One policy's charge for one request (internal; built on every request): a
-    bucket's. The other kinds are :class:`_SpecialPlan`; the class attributes below are
-    what a bucket plan reads, so building one sets six fields, not ten."""
+    bucket's. The other kinds are :class:`_SpecialPlan`, which sets the two class
+    attributes below, so building a bucket plan sets eight fields, not ten. ``kind``
+    and ``window`` are slots: they are read for every plan of every request, and a
+    slot reads faster than a class attribute."""
 
-    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow")
-    kind: str = _BUCKET
-    window: float | None = None
+    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow", "kind", "window")
     mode: str = ""
     lease_ms: int = 0
 
     def __init__(
-        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool
+        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
+        kind: str = _BUCKET, window: float | None = None,
     ) -> None:
         self.policy = policy
         self.key = key
@@ -225,6 +235,8 @@ class _Plan:
         self.rate = rate
         self.cost = cost
         self.shadow = shadow
+        self.kind = kind
+        self.window = window
 
     def result(
         self, allowed: bool, remaining: float, retry_after: float, reset_after: float
@@ -237,20 +249,18 @@ class _Plan:
 
 class _SpecialPlan(_Plan):
     """A plan that is not a bucket's: ``kind`` a window (W2: ``window`` its seconds,
-    ``mode``), an in-flight slot (N2: ``lease_ms``) or a settle_later policy kept for a
-    hold (G1)."""
+    ``mode`` its limit's), an in-flight slot (N2: ``lease_ms``) or a settle_later
+    policy kept for a hold (G1)."""
 
-    __slots__ = ("kind", "window", "mode", "lease_ms")
+    __slots__ = ("mode", "lease_ms")
 
     def __init__(
         self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
-        kind: str,
+        kind: str, *, window: float | None = None, mode: str = "", lease_ms: int = 0,
     ) -> None:
-        super().__init__(policy, key, capacity, rate, cost, shadow)
-        self.kind = kind
-        self.window = None
-        self.mode = ""
-        self.lease_ms = 0
+        super().__init__(policy, key, capacity, rate, cost, shadow, kind, window)
+        self.mode = mode
+        self.lease_ms = lease_ms
 
 
 class _Mixed(list):  # type: ignore[type-arg]
@@ -266,6 +276,7 @@ class _Mixed(list):  # type: ignore[type-arg]
 _PLAIN_CALL: tuple[str, "_Plan | None"] = ("", None)
 
 
+@final
 class _Early:
     """A request decided while planning (SPEC I2, L3): no Redis call."""
 
@@ -303,9 +314,6 @@ def _resolved_sync(steps: _PlanSteps) -> list[_Plan] | _Early:
         f"a key, limit, cost, tier or hash_tag function returned an awaitable ({pending!r}) "
         "on the synchronous path: make it a plain function"
     )
-
-
-_KeyFunc = Callable[[Any], Any]
 
 
 def _no_headers(name: str) -> Sequence[str]:
@@ -451,7 +459,9 @@ class BaseLimiter:
         headers: HeaderGetter | None,
     ) -> _PlanSteps:
         """The plans of one request, shared by both paths: a generator that yields
-        each awaitable a user function returned and gets its value sent back."""
+        each awaitable a user function returned and gets its value sent back. (Its
+        locals and stack keep the generator within 512 bytes, the most CPython's small
+        object allocator serves: a larger one is a malloc and a free on every request.)"""
         tag: Any = None
         if self.hash_tag is not None:
             tag = self.hash_tag(request)
@@ -488,6 +498,8 @@ class BaseLimiter:
                     elif headers is None:
                         headers = _no_headers
                     identity = cip.of(peer, headers)
+                    if type(cip) is ClientIpConfig:  # SPEC K2, K3: an address or a network (A9) is plain
+                        plain = identity
                     if keyfunc is None:
                         client_ip = identity
             elif type(keyfunc) is HeaderKey:
@@ -500,8 +512,7 @@ class BaseLimiter:
             elif type(keyfunc) is FixedKey:
                 identity = keyfunc.value
             else:
-                key_fn: _KeyFunc = keyfunc  # type: ignore[assignment]  # no cast() call per request
-                identity = key_fn(request)
+                identity = keyfunc(request)  # type: ignore[operator]  # a function (no cast() call per request)
                 if _pending(identity):
                     identity = yield identity
             if not identity:  # None or "": skipped (SPEC I1)
@@ -520,17 +531,18 @@ class BaseLimiter:
                         continue
                     if type(limit) is Limit and not limit_ok(limit.capacity, limit.rate):  # SPEC L3
                         return _Early(Outcome.INVALID_INPUT, p.name)
-                kind = p.kind
-                if kind != _BUCKET or p.settle_later:
+                if p.kind != _BUCKET or p.settle_later:
                     mixed = True
                     per_route = matched if p.per_route else None
                     key = keys.key(p.name, identity, route=per_route, tag=tag or None)
                     if p.settle_later:  # SPEC G1: resolved now, charged by the handler's hold
                         plans.append(_SpecialPlan(p, key, limit.capacity, limit.rate, 0, False, _SETTLE))
                         continue
-                    if kind == _IN_FLIGHT:  # SPEC N2, N3: cost one slot
-                        plan = _SpecialPlan(p, key, float(limit.limit), None, 1, self.shadow or p.shadow, _IN_FLIGHT)
-                        plan.lease_ms = limit.lease_ms
+                    if p.kind == _IN_FLIGHT:  # SPEC N2, N3: cost one slot
+                        plan = _SpecialPlan(
+                            p, key, float(limit.limit), None, 1, self.shadow or p.shadow, _IN_FLIGHT,
+                            lease_ms=limit.lease_ms,
+                        )
                         plans.append(plan)
                         continue
                 cost = p.cost
@@ -540,10 +552,11 @@ class BaseLimiter:
                         cost = yield cost
                     if not cost_ok(cost):  # SPEC L3
                         return _Early(Outcome.INVALID_INPUT, p.name)
-                if kind == _WINDOW:  # SPEC W2: capacity n, rate n / seconds
-                    plan = _SpecialPlan(p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow, _WINDOW)
-                    plan.window = limit.seconds
-                    plan.mode = "FIXED" if limit.mode == "fixed" else "SLIDING"
+                if p.kind == _WINDOW:  # SPEC W2: capacity n, rate n / seconds
+                    plan = _SpecialPlan(
+                        p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow, _WINDOW,
+                        window=limit.seconds, mode=limit.mode,
+                    )
                     plans.append(plan)
                     continue
                 capacity, rate = limit.capacity, limit.rate
@@ -592,15 +605,12 @@ class BaseLimiter:
         book[name] = (now, 0)
 
     def _before_call(
-        self, plans: list[_Plan] | _Early, probes: list[tuple[str, DenyEntry]]
+        self, plans: list[_Plan], probes: list[tuple[str, DenyEntry]]
     ) -> tuple[Decision | None, int]:
-        """A decision made without Redis (nothing applies, invalid input, a cached
-        refusal, the breaker open), or None and what the breaker allows (a call or
-        the probe). The deny-cache entries this request probes are appended to
-        ``probes``: pass them to :meth:`_probes_done` once it is over."""
-        if type(plans) is _Early:
-            return self._early(plans), _SKIP
-        assert isinstance(plans, list)
+        """A decision made without Redis (nothing applies, a cached refusal, the
+        breaker open), or None and what the breaker allows (a call or the probe). The
+        deny-cache entries this request probes are appended to ``probes``: pass them
+        to :meth:`_probes_done` once it is over."""
         if not plans:
             return Decision(Outcome.NOT_LIMITED, True), _SKIP  # SPEC L4
         self.stats.checks += 1
@@ -608,7 +618,8 @@ class BaseLimiter:
             hit = self._cached_refusal(plans, self.deny_cache, probes)
             if hit is not None:
                 return hit, _SKIP
-        way = self.breaker.acquire()
+        breaker = self.breaker  # SPEC B2, B3: a closed breaker (the hot path) allows the call
+        way = _CALL if breaker.open_until == 0.0 else breaker.acquire()
         if way == _SKIP:
             self._probes_done(probes, keep=True)  # SPEC R6: the claim is given back
             return self._degraded(None), _SKIP
@@ -685,7 +696,7 @@ class BaseLimiter:
                 args: list[Any] = ["TB.WINDOW", special.key, special.capacity, special.window, special.cost]
                 if now is not None:
                     args.append(now)
-                args.append(special.mode)
+                args.append("FIXED" if special.mode == "fixed" else "SLIDING")
                 return packed(*args)
             buckets = [pl for pl in plans if pl is not special]
             args = ["TB.ACQUIRE", special.key, int(special.capacity), special.lease_ms]
@@ -770,10 +781,13 @@ class BaseLimiter:
     def _decision(
         self, plans: list[_Plan], allowed: bool, per_key: list[tuple[bool, float, float, float]]
     ) -> Decision:
-        # _Plan.result, inline (one call fewer per policy on every request)
+        # _Plan.result, inline, each result made as the named tuple's own __new__ makes
+        # it (all its fields given): two Python calls fewer per policy on every request
         results = tuple([
-            PolicyResult(pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, r[0], r[1], r[2], r[3], pl.shadow,
-                         pl.kind, pl.window)
+            _new_tuple(PolicyResult, (
+                pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, r[0], r[1], r[2], r[3], pl.shadow,
+                pl.kind, pl.window,
+            ))
             for pl, r in zip(plans, per_key)
         ])
         m = self.metrics
@@ -812,8 +826,8 @@ class BaseLimiter:
         ``(cost - remaining) / rate`` s, exactly what Redis would answer until then
         (absent refunds)."""
         now = self._cache_now()
-        for r in results:  # buckets only (SPEC R10, W3)
-            if not r.shadow and r.kind == _BUCKET and r.cost > 0 and r.rate and r.remaining < r.cost:
+        for r in results:  # buckets only (SPEC R10, W3); most have tokens left: that test first
+            if r.remaining < r.cost and not r.shadow and r.kind == _BUCKET and r.cost > 0 and r.rate:
                 cache.add(r.key, r.capacity, r.rate, r.cost, (r.cost - r.remaining) / r.rate, r.reset_after, now)
 
     def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
@@ -1098,6 +1112,8 @@ class RateLimiter(BaseLimiter):
         docstring); left out, they are read from a Starlette ``request``.
         """
         plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
+        if type(plans) is _Early:  # SPEC I2, L3: decided while planning
+            return self._own(self._early(plans), _NO_HOLDS)
         holdable = _NO_HOLDS
         call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
         if type(plans) is _Mixed:
@@ -1106,7 +1122,6 @@ class RateLimiter(BaseLimiter):
         early, way = self._before_call(plans, probes)
         if early is not None:
             return self._own(early, holdable)
-        assert isinstance(plans, list)
         try:
             command = self._command(plans, call)
             what = call[0]
@@ -1250,6 +1265,8 @@ class SyncRateLimiter(BaseLimiter):
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
         plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
+        if type(plans) is _Early:  # SPEC I2, L3: decided while planning
+            return self._own(self._early(plans), _NO_HOLDS)
         holdable = _NO_HOLDS
         call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
         if type(plans) is _Mixed:
@@ -1258,7 +1275,6 @@ class SyncRateLimiter(BaseLimiter):
         early, way = self._before_call(plans, probes)
         if early is not None:
             return self._own(early, holdable)
-        assert isinstance(plans, list)
         try:
             command = self._command(plans, call)
             what = call[0]
