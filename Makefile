@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
 	@echo "make bench-floor-log  TB.WINDOW LOG vs the module API calls it cannot avoid, and the notes' script (bench/floor/)"
+	@echo "make bench-floor-leases  TB.ACQUIRE + TB.RELEASE and redis-semaphore vs two PINGs and the least module pairs (bench/floor/)"
 	@echo "make bench-log-advancing  TB.WINDOW LOG vs the notes' script with an advancing now (bench/results/log-advancing.md)"
 	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
@@ -152,6 +153,12 @@ bench-floor: deps
 
 bench-floor-log: deps
 	bench/floor/log.sh
+
+# Issue 25's server-CPU target against its floors: two PINGs and the least module pairs of
+# bench/floor/lease_floor.c (built with gcc), one at a time and pipelined, beside TB and
+# redis-semaphore (writes bench/results/lease-floor.md).
+bench-floor-leases: build
+	python3 bench/floor/lease_floor.py
 
 # LOG against the notes' script with a `now` that advances 1 ms per request (redis-cli --pipe),
 # where the script's ZADD inserts as LOG's does (bench/results/log-advancing.md).
