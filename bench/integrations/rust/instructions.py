@@ -7,7 +7,11 @@ the same instructions for the same binary and inputs. This runs each server that
 directory) under `valgrind --tool=callgrind`, sends it N and then N + 1000 sequential
 keep-alive `GET /` requests, and prints the difference over 1000: the instructions of
 the whole server process (hyper, axum, the layer, the redis crate) per request, startup
-and connection setup cancelled out.
+and connection setup cancelled out. The count is not quite fixed: tokio's timer wheel does
+more or less work as more or less wall time passes under valgrind, so a build's counts
+fall into two or three levels several hundred instructions apart, more often the busier
+the machine. `--reps` alternates the two builds that many times and prints each build's
+median and lowest count.
 
     OVERHEAD_BASELINE=88fc3cc cargo run --release -p redis-tb-bench-integrations --bin before_after
     python3 bench/integrations/rust/instructions.py --baseline 88fc3cc
@@ -21,6 +25,7 @@ import re
 import socket
 import subprocess
 import sys
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -84,6 +89,7 @@ def main() -> int:
     parser.add_argument("--baseline", required=True, help="the revision before_after was run with")
     parser.add_argument("--requests", type=int, default=200, help="the smaller count (N)")
     parser.add_argument("--variants", default="one,three")
+    parser.add_argument("--reps", type=int, default=1, help="alternating counts of each build")
     args = parser.parse_args()
     sha = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{args.baseline}^{{commit}}"],
@@ -107,15 +113,20 @@ def main() -> int:
         url = f"redis://127.0.0.1:{port}"
         with tempfile.TemporaryDirectory() as tmp:
             for variant in args.variants.split(","):
-                per = {}
-                for name, binary in builds.items():
-                    small = count(binary, variant, url, args.requests, Path(tmp) / "small")
-                    large = count(binary, variant, url, args.requests + 1000, Path(tmp) / "large")
-                    per[name] = (large - small) / 1000
-                print(
-                    f"{variant}: today {per['now']:,.0f} instructions/request, "
-                    f"{args.baseline} {per['base']:,.0f} ({per['now'] / per['base']:.3f}x)"
-                )
+                per: dict[str, list[float]] = {name: [] for name in builds}
+                for _ in range(args.reps):
+                    for name, binary in builds.items():
+                        small = count(binary, variant, url, args.requests, Path(tmp) / "small")
+                        large = count(binary, variant, url, args.requests + 1000, Path(tmp) / "large")
+                        per[name].append((large - small) / 1000)
+                now, base = statistics.median(per["now"]), statistics.median(per["base"])
+                line = (f"{variant}: today {now:,.0f} instructions/request, "
+                        f"{args.baseline} {base:,.0f} ({now / base:.3f}x)")
+                if args.reps > 1:
+                    low_now, low_base = min(per["now"]), min(per["base"])
+                    line += (f", medians of {args.reps}; lowest {low_now:,.0f} against "
+                             f"{low_base:,.0f} ({low_now / low_base:.3f}x)")
+                print(line, flush=True)
     finally:
         redis.kill()
         redis.wait()
