@@ -1028,7 +1028,7 @@ impl<S: Store> Inner<S> {
                     let headers =
                         rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
                     let body = problem::too_many_requests(&decision);
-                    break 'call Check {
+                    return Check {
                         decision,
                         headers,
                         problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
@@ -1087,7 +1087,7 @@ impl<S: Store> Inner<S> {
             let headers = self.headers(&decision, &order);
             if decision.outcome == Outcome::Limited {
                 let body = problem::too_many_requests(&decision);
-                break 'call Check {
+                return Check {
                     decision,
                     headers,
                     problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
@@ -1136,14 +1136,21 @@ impl<S: Store> Inner<S> {
                     }),
                 false => RefundHandle::default(),
             };
-            Check {
+            if !settle.is_empty() {
+                // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
+                decision.settle_later = settle;
+                decision.holds = Some(Holds(this.clone()));
+            }
+            // Returned from here, not moved out of the block and again out of the future.
+            return Check {
                 decision,
                 headers,
                 problem: None,
                 refund,
                 lease,
-            }
+            };
         };
+        // A store error (a refusal when failing closed, an admission when failing open).
         if !settle.is_empty() && check.problem.is_none() {
             // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
             check.decision.settle_later = settle;
