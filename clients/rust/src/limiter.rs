@@ -597,6 +597,7 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
             .ipv4_prefix(self.ipv4_prefix)?
             .ipv6_prefix(self.ipv6_prefix)?;
         let needs_peer = self.policies.iter().any(|p| p.key.uses_client_ip());
+        let async_keys = self.policies.iter().any(|p| p.key.is_async());
         let name: Arc<str> = Arc::from(self.name.as_str());
         for p in &mut self.policies {
             p.shadow |= self.shadow;
@@ -633,6 +634,7 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
             drain_wait: self.drain_wait,
             ip,
             needs_peer,
+            async_keys,
             hash_tag: self.hash_tag,
             failure_mode: self.failure_mode,
             legacy_headers: self.legacy_headers,
@@ -764,6 +766,9 @@ struct Inner<S: Store> {
     drain_wait: Duration,
     ip: ClientIpConfig,
     needs_peer: bool,
+    /// Whether a policy's key is an async function: only then is the plan's key step
+    /// awaited (SPEC I1).
+    async_keys: bool,
     hash_tag: Option<Arc<TagFn>>,
     failure_mode: FailureMode,
     legacy_headers: Option<LegacyReset>,
@@ -982,38 +987,42 @@ impl<S: Store> Inner<S> {
         peer: Option<IpAddr>,
         route: Option<&str>,
     ) -> Check {
-        // No await inside the match: the planned value and the plan would both stay in
-        // this future's state across the call.
-        let (plan, settle) = match self.plan(parts, peer, route).await {
-            Planned::NotLimited(settle) => (None, settle),
-            Planned::Charges(mut plan) => {
-                let settle = std::mem::take(&mut plan.settle);
-                if plan.charges.is_empty() && plan.in_flight.is_none() {
-                    (None, settle)
-                } else {
-                    (Some(plan), settle)
+        // The plan is made without an await unless a key is an async function, and
+        // `planned` lives in this block only: outside it, its storage would stay in the
+        // future's state beside the plan's across the call.
+        let mut plan = {
+            let planned = if self.in_scope(parts, peer, route) {
+                // One call of `plan` (inlined here), with or without async answers.
+                let mut resolved = match self.async_keys {
+                    true => self.resolve_async_keys(parts, route).await,
+                    false => Vec::new(),
+                };
+                self.plan(parts, route, &mut resolved)
+            } else {
+                Planned::NotLimited(Vec::new())
+            };
+            match planned {
+                Planned::Charges(plan) if !plan.charges.is_empty() || plan.in_flight.is_some() => {
+                    plan
+                }
+                Planned::Charges(Plan { settle, .. }) | Planned::NotLimited(settle) => {
+                    let mut check = Check::pass(Decision::not_limited());
+                    self.settle_later(this, &mut check.decision, settle);
+                    return check;
+                }
+                Planned::BadRequest(header) => {
+                    bump(&self.stats.0.checks);
+                    let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
+                    c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
+                    return c;
+                }
+                Planned::Invalid(i, what, value) => {
+                    bump(&self.stats.0.checks);
+                    return self.invalid_input(i, what, value);
                 }
             }
-            Planned::BadRequest(header) => {
-                bump(&self.stats.0.checks);
-                let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
-                c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
-                return c;
-            }
-            Planned::Invalid(i, what, value) => {
-                bump(&self.stats.0.checks);
-                return self.invalid_input(i, what, value);
-            }
         };
-        let Some(mut plan) = plan else {
-            let mut check = Check::pass(Decision::not_limited());
-            if !settle.is_empty() {
-                // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
-                check.decision.settle_later = settle;
-                check.decision.holds = Some(Holds(this.clone()));
-            }
-            return check;
-        };
+        let settle = std::mem::take(&mut plan.settle);
         bump(&self.stats.0.checks);
         // The call and its decision, in this future (not one of its own inside it: the
         // check is made in place, and not moved out of a second future).
@@ -1136,11 +1145,7 @@ impl<S: Store> Inner<S> {
                     }),
                 false => RefundHandle::default(),
             };
-            if !settle.is_empty() {
-                // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
-                decision.settle_later = settle;
-                decision.holds = Some(Holds(this.clone()));
-            }
+            self.settle_later(this, &mut decision, settle);
             // Returned from here, not moved out of the block and again out of the future.
             return Check {
                 decision,
@@ -1151,12 +1156,23 @@ impl<S: Store> Inner<S> {
             };
         };
         // A store error (a refusal when failing closed, an admission when failing open).
-        if !settle.is_empty() && check.problem.is_none() {
-            // SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
-            check.decision.settle_later = settle;
-            check.decision.holds = Some(Holds(this.clone()));
+        if check.problem.is_none() {
+            self.settle_later(this, &mut check.decision, settle);
         }
         check
+    }
+
+    /// SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
+    fn settle_later(
+        &self,
+        this: &Arc<Inner<S>>,
+        decision: &mut Decision,
+        settle: Vec<SettleTarget>,
+    ) {
+        if !settle.is_empty() {
+            decision.settle_later = settle;
+            decision.holds = Some(Holds(this.clone()));
+        }
     }
 
     /// SPEC L3: the application gave an out-of-range cost or limit. Nothing is sent,
@@ -1196,30 +1212,58 @@ impl<S: Store> Inner<S> {
         p.applies(method, route)
     }
 
-    /// SPEC L1, A, I, K, L2, L3: the applicable policies' keys, limits and costs.
-    async fn plan(&self, parts: &mut Parts, peer: Option<IpAddr>, route: Option<&str>) -> Planned {
+    /// SPEC L1, A8: whether any policy applies to this request; if so, its resolved
+    /// [`crate::ClientIp`] is put in the extensions (key, cost and limit functions read it).
+    fn in_scope(&self, parts: &mut Parts, peer: Option<IpAddr>, route: Option<&str>) -> bool {
         if route.is_none() && !self.limit_unmatched {
-            return Planned::NotLimited(Vec::new());
+            return false;
         }
         if let Some(route) = route
             && self.exclude.iter().any(|r| {
                 r.template == route && r.method.as_ref().is_none_or(|m| *m == parts.method)
             })
         {
-            return Planned::NotLimited(Vec::new());
+            return false;
         }
         if !self
             .policies
             .iter()
             .any(|p| self.applies(p, &parts.method, route))
         {
-            return Planned::NotLimited(Vec::new());
+            return false;
         }
         if let Some(peer) = peer {
             let client = self.ip.resolve(peer, &parts.headers);
             parts.extensions.insert(client);
         }
-        let parts: &Parts = parts;
+        true
+    }
+
+    /// What the applicable policies' async key functions give for this request (SPEC I1),
+    /// by policy index, awaited one after another before the plan is made.
+    async fn resolve_async_keys(
+        &self,
+        parts: &Parts,
+        route: Option<&str>,
+    ) -> Vec<Option<Option<String>>> {
+        let mut resolved = Vec::with_capacity(self.policies.len());
+        for p in self.policies.iter() {
+            resolved.push(match self.applies(p, &parts.method, route) {
+                true => p.key.resolve_async(parts).await,
+                false => None,
+            });
+        }
+        resolved
+    }
+
+    /// SPEC L1, I, K, L2, L3: the applicable policies' keys, limits and costs, for a
+    /// request [`Self::in_scope`] admitted; `resolved` holds the async keys' answers.
+    fn plan(
+        &self,
+        parts: &Parts,
+        route: Option<&str>,
+        resolved: &mut [Option<Option<String>>],
+    ) -> Planned {
         let tag = self.hash_tag.as_ref().and_then(|f| f(parts));
         let tag = tag.as_deref().map(str::as_bytes).filter(|t| !t.is_empty());
         let mut route_segment: Option<String> = None;
@@ -1234,7 +1278,8 @@ impl<S: Store> Inner<S> {
             if !self.applies(p, &parts.method, route) {
                 continue;
             }
-            let identity = match p.key.identity(parts).await {
+            let answer = resolved.get_mut(i).and_then(Option::take);
+            let identity = match p.key.identity_now(parts, answer) {
                 Identity::Skip => continue,
                 Identity::BadRequest => {
                     let name = p.key.header_name().map_or("", |h| h.as_str());

@@ -228,10 +228,20 @@ impl Key {
     /// The identity for this request (SPEC I1, I2), borrowed from the request (or the key)
     /// when it can be.
     pub async fn identity<'a>(&'a self, parts: &'a Parts) -> Identity<'a> {
-        let owned = |s: Option<String>| match s {
-            Some(s) if !s.is_empty() => Identity::Value(Cow::Owned(s.into_bytes())),
-            _ => Identity::Skip,
-        };
+        match &self.0 {
+            KeyKind::Async(f) => owned_identity(f(parts).await),
+            _ => self.identity_now(parts, None),
+        }
+    }
+
+    /// The identity without an await: `resolved` is what an async key's function gave
+    /// for this request (the limiter awaits those first, so that a request with no async
+    /// key builds its plan without a future of its own).
+    pub(crate) fn identity_now<'a>(
+        &'a self,
+        parts: &'a Parts,
+        resolved: Option<Option<String>>,
+    ) -> Identity<'a> {
         match &self.0 {
             KeyKind::ClientIp => match parts.extensions.get::<ClientIp>() {
                 Some(c) => Identity::Value(Cow::Borrowed(c.identity.as_bytes())),
@@ -241,9 +251,21 @@ impl Key {
                 header_identity(parts.headers.get_all(name).iter().map(|v| v.as_bytes()))
             }
             KeyKind::Fixed(s) => Identity::Value(Cow::Borrowed(s.as_bytes())),
-            KeyKind::Sync(f) => owned(f(parts)),
-            KeyKind::Async(f) => owned(f(parts).await),
+            KeyKind::Sync(f) => owned_identity(f(parts)),
+            KeyKind::Async(_) => owned_identity(resolved.flatten()),
         }
+    }
+
+    /// The async key function's answer for this request; `None` for any other key.
+    pub(crate) async fn resolve_async(&self, parts: &Parts) -> Option<Option<String>> {
+        match &self.0 {
+            KeyKind::Async(f) => Some(f(parts).await),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_async(&self) -> bool {
+        matches!(self.0, KeyKind::Async(_))
     }
 
     /// The header a [`Key::header`] reads.
@@ -261,6 +283,14 @@ impl Key {
 
     pub(crate) fn uses_client_ip(&self) -> bool {
         matches!(self.0, KeyKind::ClientIp)
+    }
+}
+
+/// A key function's answer: absent or empty skips the policy (SPEC I1).
+fn owned_identity<'a>(s: Option<String>) -> Identity<'a> {
+    match s {
+        Some(s) if !s.is_empty() => Identity::Value(Cow::Owned(s.into_bytes())),
+        _ => Identity::Skip,
     }
 }
 

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use redis_tb_client::{
-    Call, Charge, Decision, Error, LeaseBody, Limit, MultiReply, Outcome, PeerAddr, Policy,
-    RateLimitLayer, Reply, RouteTemplate, Store,
+    Call, Charge, ClientIp, Decision, Error, Key, LeaseBody, Limit, MultiReply, Outcome, PeerAddr,
+    Policy, RateLimitLayer, Reply, RouteTemplate, Store,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -163,5 +163,73 @@ async fn the_layer_works_on_any_tower_stack() {
     assert_eq!(
         (status, body.as_str()),
         (StatusCode::OK, Outcome::Allowed.as_str())
+    );
+}
+
+/// SPEC I1: async key functions are awaited (they may suspend), see the resolved client
+/// address, and key their policy's bucket in the policy order, beside sync keys; `None`
+/// or an empty identity skips only that policy; a policy that does not apply to the
+/// route is never asked.
+#[tokio::test]
+async fn async_keys_are_awaited_in_policy_order() {
+    let store = Admitting::default();
+    let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = asked.clone();
+    let user = Key::from_async_fn(move |parts: &http::request::Parts| {
+        let path = parts.uri.path().to_owned();
+        let ip = parts
+            .extensions
+            .get::<ClientIp>()
+            .map(|c| c.identity.clone());
+        let log = log.clone();
+        async move {
+            tokio::task::yield_now().await;
+            log.lock().unwrap().push(path.clone());
+            match path.as_str() {
+                "/anon" => None,
+                "/empty" => Some(String::new()),
+                _ => ip.map(|ip| format!("user-of-{ip}")),
+            }
+        }
+    });
+    let only_export = Key::from_async_fn(|_: &http::request::Parts| async { Some("e".into()) });
+    let layer = RateLimitLayer::builder(store.clone())
+        .policy(Policy::per_second("user", 5.0).key(user))
+        .policy(Policy::per_second("ip", 5.0))
+        .policy(
+            Policy::per_second("export", 5.0)
+                .key(only_export)
+                .route_any_method("/export"),
+        )
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(Handler);
+
+    let (status, _, body) = get(&mut svc, Some("/items/{id}"), "/items/1").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "allowed"));
+    assert_eq!(
+        *store.keys.lock().unwrap(),
+        ["rl:user:user-of-203.0.113.9", "rl:ip:203.0.113.9"]
+    );
+
+    for path in ["/anon", "/empty"] {
+        store.keys.lock().unwrap().clear();
+        get(&mut svc, Some(path), path).await;
+        assert_eq!(*store.keys.lock().unwrap(), ["rl:ip:203.0.113.9"], "{path}");
+    }
+
+    store.keys.lock().unwrap().clear();
+    get(&mut svc, Some("/export"), "/export").await;
+    assert_eq!(
+        *store.keys.lock().unwrap(),
+        [
+            "rl:user:user-of-203.0.113.9",
+            "rl:ip:203.0.113.9",
+            "rl:export:e"
+        ]
+    );
+    assert_eq!(
+        *asked.lock().unwrap(),
+        ["/items/1", "/anon", "/empty", "/export"]
     );
 }
