@@ -62,72 +62,80 @@ fn escapes(rule: &[bool; 256], b: u8) -> bool {
     rule[usize::from(b)]
 }
 
-/// The escaped length of `bytes` under `rule` (`%XX` for an escaped byte).
+/// How many bytes of `bytes` `rule` escapes.
 #[inline]
-fn escaped_len(bytes: &[u8], rule: &[bool; 256]) -> usize {
-    let n = bytes.iter().filter(|&&b| escapes(rule, b)).count();
-    bytes.len().saturating_add(n.saturating_mul(2))
+fn escaped_count(bytes: &[u8], rule: &[bool; 256]) -> usize {
+    bytes.iter().map(|&b| usize::from(escapes(rule, b))).sum()
 }
 
-/// Appends a run of bytes that need no escaping: visible ASCII (0x21..0x7E) by the tables
-/// above. Checked here all the same (a word at a time, cheaper than a UTF-8 validation of
-/// a short run); a byte that is not ASCII, which no caller passes, is written `%XX`.
-#[inline]
-fn push_run(out: &mut String, run: &[u8]) {
-    if run.is_ascii() {
-        // SAFETY: ASCII bytes are valid UTF-8.
-        out.push_str(unsafe { std::str::from_utf8_unchecked(run) });
-    } else {
-        for &b in run {
-            push_hex_escape(out, b);
+/// A key (or route segment) under construction, as bytes that are always UTF-8: it is
+/// given whole `str`s (the prefix, the policy name, an escaped route) and single ASCII
+/// bytes, and the unescaped bytes of a part are visible ASCII (both tables escape every
+/// byte outside 0x21..0x7E); so it becomes a `String` without a UTF-8 check.
+struct KeyBuf(Vec<u8>);
+
+impl KeyBuf {
+    fn with_capacity(n: usize) -> KeyBuf {
+        KeyBuf(Vec::with_capacity(n))
+    }
+
+    fn push_str(&mut self, s: &str) {
+        self.0.extend_from_slice(s.as_bytes());
+    }
+
+    fn push(&mut self, b: u8) {
+        debug_assert!(b.is_ascii());
+        self.0.push(b);
+    }
+
+    /// `bytes` escaped under `rule` (SPEC K2); `escaped` is their [`escaped_count`].
+    fn push_escaped(&mut self, bytes: &[u8], rule: &[bool; 256], escaped: usize) {
+        if escaped == 0 {
+            // Visible ASCII only: copied whole.
+            self.0.extend_from_slice(bytes);
+            return;
+        }
+        self.0.reserve(bytes.len() + 2 * escaped);
+        // The runs between escaped bytes are copied whole.
+        let mut run = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if escapes(rule, b) {
+                self.0
+                    .extend_from_slice(bytes.get(run..i).unwrap_or_default());
+                self.0.extend_from_slice(&[
+                    b'%',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 0x0f)],
+                ]);
+                run = i + 1;
+            }
+        }
+        self.0
+            .extend_from_slice(bytes.get(run..).unwrap_or_default());
+    }
+
+    /// A tag or identity: escaped, or `%h` + 32 hex digits of the SHA-256 of its raw
+    /// bytes when the escaped form is longer than [`MAX_PART`] (SPEC K3; `%h` never comes
+    /// out of K2, since `%` is always escaped).
+    fn push_part(&mut self, bytes: &[u8]) {
+        let escaped = escaped_count(bytes, &ESCAPED);
+        if bytes.len().saturating_add(escaped.saturating_mul(2)) <= MAX_PART {
+            self.push_escaped(bytes, &ESCAPED, escaped);
+            return;
+        }
+        let digest = Sha256::digest(bytes);
+        self.0.extend_from_slice(b"%h");
+        for &b in digest.iter().take(16) {
+            self.0.push(HEX_LOWER[usize::from(b >> 4)]);
+            self.0.push(HEX_LOWER[usize::from(b & 0x0f)]);
         }
     }
-}
 
-/// Appends `%XX` for byte `b`.
-#[inline]
-fn push_hex_escape(out: &mut String, b: u8) {
-    out.push('%');
-    out.push(char::from(HEX[usize::from(b >> 4)]));
-    out.push(char::from(HEX[usize::from(b & 0x0f)]));
-}
-
-/// Appends `bytes` escaped under `rule` (SPEC K2), the plain runs between escaped bytes
-/// copied whole.
-fn push_escaped(out: &mut String, bytes: &[u8], rule: &[bool; 256]) {
-    let mut rest = bytes;
-    while let Some(i) = rest.iter().position(|&b| escapes(rule, b)) {
-        let Some((run, tail)) = rest.split_at_checked(i) else {
-            break;
-        };
-        push_run(out, run);
-        let Some((&b, tail)) = tail.split_first() else {
-            break;
-        };
-        push_hex_escape(out, b);
-        rest = tail;
-    }
-    push_run(out, rest);
-}
-
-/// Appends a tag or identity: escaped, or `%h` + 32 hex digits of the SHA-256 of its raw
-/// bytes when the escaped form is longer than [`MAX_PART`] (SPEC K3; `%h` never comes
-/// out of K2, since `%` is always escaped).
-fn push_part(out: &mut String, bytes: &[u8]) {
-    // The common case: short, and nothing to escape.
-    if bytes.len() <= MAX_PART && !bytes.iter().any(|&b| escapes(&ESCAPED, b)) {
-        push_run(out, bytes);
-        return;
-    }
-    if escaped_len(bytes, &ESCAPED) <= MAX_PART {
-        push_escaped(out, bytes, &ESCAPED);
-        return;
-    }
-    let digest = Sha256::digest(bytes);
-    out.push_str("%h");
-    for &b in digest.iter().take(16) {
-        out.push(char::from(HEX_LOWER[usize::from(b >> 4)]));
-        out.push(char::from(HEX_LOWER[usize::from(b & 0x0f)]));
+    fn into_string(self) -> String {
+        debug_assert!(std::str::from_utf8(&self.0).is_ok());
+        // SAFETY: the buffer holds whole `str`s and ASCII bytes only (see the type's
+        // comment), and their concatenation is valid UTF-8.
+        unsafe { String::from_utf8_unchecked(self.0) }
     }
 }
 
@@ -135,10 +143,11 @@ fn push_part(out: &mut String, bytes: &[u8]) {
 /// hashed.
 pub fn route_segment(route: &str) -> String {
     let bytes = route.as_bytes();
-    let mut out = String::with_capacity(1 + escaped_len(bytes, &ESCAPED_IN_ROUTE));
-    out.push('@');
-    push_escaped(&mut out, bytes, &ESCAPED_IN_ROUTE);
-    out
+    let escaped = escaped_count(bytes, &ESCAPED_IN_ROUTE);
+    let mut out = KeyBuf::with_capacity(1 + bytes.len() + 2 * escaped);
+    out.push(b'@');
+    out.push_escaped(bytes, &ESCAPED_IN_ROUTE, escaped);
+    out.into_string()
 }
 
 /// The key of `(tag, policy, route, identity)` under `prefix` (SPEC K1-K4). An empty tag
@@ -162,6 +171,9 @@ pub(crate) struct Head {
     policy: String,
     /// `<prefix>:<policy>:`, the whole head of a key without tag or route.
     plain: String,
+    /// A [`crate::Key::fixed`] policy's identity and its whole key without tag or route,
+    /// built once: the key is the same on every request.
+    fixed: Option<(Box<[u8]>, String)>,
 }
 
 impl Head {
@@ -170,34 +182,46 @@ impl Head {
             prefix: prefix.to_owned(),
             policy: policy.to_owned(),
             plain: format!("{prefix}:{policy}:"),
+            fixed: None,
         }
+    }
+
+    /// The same, for a policy whose identity is always `identity`.
+    pub(crate) fn with_fixed(mut self, identity: Option<&[u8]>) -> Head {
+        self.fixed = identity.map(|id| (Box::from(id), self.key(None, None, id)));
+        self
     }
 
     /// The key; `route` is the escaped route segment (`@...`, from [`route_segment`]).
     pub(crate) fn key(&self, tag: Option<&[u8]>, route: Option<&str>, identity: &[u8]) -> String {
         let tag = tag.filter(|t| !t.is_empty());
-        let mut out = String::with_capacity(
+        if let (Some((id, key)), None, None) = (&self.fixed, tag, route)
+            && **id == *identity
+        {
+            return key.clone();
+        }
+        let mut out = KeyBuf::with_capacity(
             self.plain.len() + route.map_or(0, str::len) + identity.len().min(MAX_PART) + 2,
         );
         match (tag, route) {
             (None, None) => out.push_str(&self.plain),
             _ => {
                 out.push_str(&self.prefix);
-                out.push(':');
+                out.push(b':');
                 if let Some(tag) = tag {
-                    out.push('{');
-                    push_part(&mut out, tag);
+                    out.push(b'{');
+                    out.push_part(tag);
                     out.push_str("}:");
                 }
                 out.push_str(&self.policy);
                 if let Some(route) = route {
                     out.push_str(route);
                 }
-                out.push(':');
+                out.push(b':');
             }
         }
-        push_part(&mut out, identity);
-        out
+        out.push_part(identity);
+        out.into_string()
     }
 }
 
@@ -244,6 +268,94 @@ mod tests {
         // Runs between escaped bytes are copied whole, an escape at either end included.
         assert_eq!(key("rl", None, "u", None, b" a%b "), "rl:u:%20a%25b%20");
         assert_eq!(key("rl", None, "u", None, b"Bearer x"), "rl:u:Bearer%20x");
+    }
+
+    /// SPEC K2 and K3 written the plain way, one byte at a time.
+    fn reference_part(bytes: &[u8], route: bool) -> String {
+        let mut out = String::new();
+        for &b in bytes {
+            let visible = (0x21..=0x7e).contains(&b);
+            let special = matches!(b, b'%' | b'{' | b'}') || (route && matches!(b, b':' | b'@'));
+            if visible && !special {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        if !route && out.len() > MAX_PART {
+            let digest = Sha256::digest(bytes);
+            let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+            return format!("%h{hex}");
+        }
+        out
+    }
+
+    #[test]
+    fn keys_match_the_rule_written_byte_by_byte() {
+        // A small deterministic generator: lengths around the K3 bound, bytes from
+        // every class (plain, escaped, >= 0x80, route-only specials).
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let alphabet: Vec<u8> = b"aZ09-_.:@%{} ~"
+            .iter()
+            .copied()
+            .chain([0, 0x7f, 0x80, 0xc3, 0xff])
+            .collect();
+        for _ in 0..3000 {
+            let len = usize::try_from(next() % 140).unwrap();
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| match next() % 3 {
+                    0 => u8::try_from(next() % 256).unwrap(),
+                    _ => alphabet[usize::try_from(next()).unwrap() % alphabet.len()],
+                })
+                .collect();
+            assert_eq!(
+                key("rl", None, "p", None, &bytes),
+                format!("rl:p:{}", reference_part(&bytes, false)),
+                "{bytes:?}"
+            );
+            assert_eq!(
+                key("rl", Some(&bytes), "p", None, b"x"),
+                if bytes.is_empty() {
+                    "rl:p:x".to_owned()
+                } else {
+                    format!("rl:{{{}}}:p:x", reference_part(&bytes, false))
+                },
+                "{bytes:?}"
+            );
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                assert_eq!(
+                    route_segment(text),
+                    format!("@{}", reference_part(&bytes, true)),
+                    "{text:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_fixed_identity_has_its_key_built_once_and_the_same() {
+        let head = Head::new("rl", "all").with_fixed(Some(b"every one"));
+        assert_eq!(head.key(None, None, b"every one"), "rl:all:every%20one");
+        // Another identity, a tag or a route is built as any other key.
+        assert_eq!(head.key(None, None, b"other"), "rl:all:other");
+        assert_eq!(
+            head.key(Some(b"t"), None, b"every one"),
+            "rl:{t}:all:every%20one"
+        );
+        assert_eq!(
+            head.key(None, Some("@GET%20/x"), b"every one"),
+            "rl:all@GET%20/x:every%20one"
+        );
+        assert_eq!(
+            head.key(Some(b""), None, b"every one"),
+            "rl:all:every%20one"
+        );
     }
 
     #[test]

@@ -614,7 +614,7 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
                 shadow_log: LogLimiter::new(),
                 invalid_log: LogLimiter::new(),
                 lease_log: LogLimiter::new(),
-                head: Head::new(&self.prefix, &p.name),
+                head: Head::new(&self.prefix, &p.name).with_fixed(p.key.fixed_identity()),
                 fixed: fixed.map(|l| (l, num(l.capacity), num(l.rate))),
                 cost: p.fixed_cost().map(|c| (c, num(c))),
                 header: PolicyHeader::new(&p.name, fixed)

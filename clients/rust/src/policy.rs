@@ -264,6 +264,14 @@ impl Key {
         }
     }
 
+    /// A [`Key::fixed`]'s identity.
+    pub(crate) fn fixed_identity(&self) -> Option<&[u8]> {
+        match &self.0 {
+            KeyKind::Fixed(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn is_async(&self) -> bool {
         matches!(self.0, KeyKind::Async(_))
     }
