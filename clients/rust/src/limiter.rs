@@ -883,6 +883,19 @@ impl Check {
         }
     }
 
+    /// A refusal (SPEC H, P): the 429 problem and the headers of `decision`, nothing
+    /// charged to refund, no lease.
+    fn too_many_requests(decision: Decision, headers: Option<RateLimitHeaders>) -> Check {
+        let body = problem::too_many_requests(&decision);
+        Check {
+            decision,
+            headers,
+            problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
+            refund: RefundHandle::default(),
+            lease: LeaseHandle::default(),
+        }
+    }
+
     /// The response status: the problem's, else 200 (the handler decides).
     pub fn status(&self) -> StatusCode {
         self.problem.as_ref().map_or(StatusCode::OK, |(s, _)| *s)
@@ -1036,14 +1049,7 @@ impl<S: Store> Inner<S> {
                     let decision = *decision;
                     let headers =
                         rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
-                    let body = problem::too_many_requests(&decision);
-                    return Check {
-                        decision,
-                        headers,
-                        problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
-                        refund: RefundHandle::default(),
-                        lease: LeaseHandle::default(),
-                    };
+                    return Check::too_many_requests(decision, headers);
                 }
             };
 
@@ -1095,14 +1101,7 @@ impl<S: Store> Inner<S> {
             drop(probe);
             let headers = self.headers(&decision, &order);
             if decision.outcome == Outcome::Limited {
-                let body = problem::too_many_requests(&decision);
-                return Check {
-                    decision,
-                    headers,
-                    problem: Some((StatusCode::TOO_MANY_REQUESTS, body)),
-                    refund: RefundHandle::default(),
-                    lease: LeaseHandle::default(),
-                };
+                return Check::too_many_requests(decision, headers);
             }
             // SPEC N1, N6: a granted lease is the decision's; the gauge goes up (M2).
             let lease = match (acquired, &plan.in_flight) {
