@@ -176,33 +176,39 @@ KINDS = {
 }
 
 
-def run(server: RedisServer, kind: str, workers: int, ops: int, sha: str,
-        load_cpu: int | None) -> dict:
+def measure(server: RedisServer, target, make_args, workers: int, total: int,
+            commands: list[str]) -> dict:
+    """Runs `workers` processes of `target(*make_args(i, queue))` against a flushed server
+    with reset stats; per operation of `total`: the server's CPU and user time (us), the
+    `commands`' INFO commandstats usec, and the throughput."""
     with RespClient(server.port) as ctl:
         ctl.call("FLUSHALL")
         ctl.call("CONFIG", "RESETSTAT")
         cpu0, user0 = server.cpu_seconds(), server.user_seconds()
         q: mp.Queue = mp.Queue()
         t0 = time.perf_counter()
-        procs = [mp.Process(target=worker, args=(server.port, kind, i, ops, sha, load_cpu, q))
-                 for i in range(workers)]
+        procs = [mp.Process(target=target, args=make_args(i, q)) for i in range(workers)]
         for p in procs:
             p.start()
         for p in procs:
             p.join()
             if p.exitcode != 0:
-                raise SetupError(f"{kind} worker failed")
+                raise SetupError(f"{target.__name__} {make_args(0, q)[1]!r} failed")
         wall = time.perf_counter() - t0
         cpu, user = server.cpu_seconds() - cpu0, server.user_seconds() - user0
         stats = ctl.info("commandstats")
-    total = workers * ops
     usec = 0.0
-    for name in KINDS[kind][1]:
-        entry = stats.get(f"cmdstat_{name}", "")
-        m = re.search(r"usec=(\d+)", entry)
+    for name in commands:
+        m = re.search(r"usec=(\d+)", stats.get(f"cmdstat_{name}", ""))
         usec += int(m.group(1)) if m else 0
     return {"ops_per_s": total / wall, "cpu_us": cpu / total * 1e6,
             "user_us": user / total * 1e6, "usec": usec / total}
+
+
+def run(server: RedisServer, kind: str, workers: int, ops: int, sha: str,
+        load_cpu: int | None) -> dict:
+    return measure(server, worker, lambda i, q: (server.port, kind, i, ops, sha, load_cpu, q),
+                   workers, workers * ops, KINDS[kind][1])
 
 
 def bytes_per_lease(server: RedisServer, sha: str) -> list[tuple[int, int, int]]:

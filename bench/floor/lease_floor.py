@@ -19,7 +19,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -105,27 +104,8 @@ def worker(port: int, kind: str, index: int, ops: int, batch: int, sha: str,
 
 def measure(server: RedisServer, kind: str, workers: int, ops: int, batch: int, sha: str,
             cpu: int | None) -> dict[str, float]:
-    with RespClient(server.port) as ctl:
-        ctl.call("FLUSHALL")
-        ctl.call("CONFIG", "RESETSTAT")
-        cpu0, user0 = server.cpu_seconds(), server.user_seconds()
-        q: mp.Queue = mp.Queue()
-        procs = [mp.Process(target=worker, args=(server.port, kind, i, ops, batch, sha, cpu, q))
-                 for i in range(workers)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-            if p.exitcode != 0:
-                raise SetupError(f"{kind} worker failed")
-        used, user = server.cpu_seconds() - cpu0, server.user_seconds() - user0
-        stats = ctl.info("commandstats")
-    total = workers * ops
-    usec = 0
-    for name in KINDS[kind][1]:
-        m = re.search(r"usec=(\d+)", stats.get(f"cmdstat_{name}", ""))
-        usec += int(m.group(1)) if m else 0
-    return {"cpu": used / total * 1e6, "user": user / total * 1e6, "usec": usec / total}
+    return L.measure(server, worker, lambda i, q: (server.port, kind, i, ops, batch, sha, cpu, q),
+                     workers, workers * ops, KINDS[kind][1])
 
 
 def main() -> int:
@@ -156,7 +136,7 @@ def main() -> int:
                         runs.setdefault((mode, kind), []).append(
                             measure(server, kind, args.workers, ops, batch, sha, load_cpu))
                 print(f"round {r + 1}: " + ", ".join(
-                    f"{m[:4]} {k} {runs[(m, k)][-1]['cpu']:.2f}" for m, _, _ in modes for k in KINDS),
+                    f"{m[:4]} {k} {runs[(m, k)][-1]['cpu_us']:.2f}" for m, _, _ in modes for k in KINDS),
                     file=sys.stderr, flush=True)
 
     def med(mode: str, kind: str, key: str) -> float:
@@ -182,8 +162,8 @@ def main() -> int:
                    "(median, range) |"), "|---|---:|---:|---:|---|"]
         peer = runs[(mode, "semaphore")]
         for kind, (label, _) in KINDS.items():
-            ratios = sorted(a["cpu"] / b["cpu"] for a, b in zip(runs[(mode, kind)], peer))
-            lines.append(f"| {label} | {med(mode, kind, 'cpu'):.2f} | {med(mode, kind, 'user'):.2f} | "
+            ratios = sorted(a["cpu_us"] / b["cpu_us"] for a, b in zip(runs[(mode, kind)], peer))
+            lines.append(f"| {label} | {med(mode, kind, 'cpu_us'):.2f} | {med(mode, kind, 'user_us'):.2f} | "
                          f"{med(mode, kind, 'usec'):.2f} | {statistics.median(ratios):.2f}x "
                          f"({ratios[0]:.2f}-{ratios[-1]:.2f}) |")
         lines.append("")
