@@ -54,16 +54,29 @@ static int zrel(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return RedisModule_ReplyWithLongLong(ctx, deleted);
 }
 
+/* The key's counter, or NULL when the key holds anything else (or nothing). */
+static inline Count *count_of(RedisModuleKey *key) {
+    return RedisModule_ModuleTypeGetType(key) == CountType ? RedisModule_ModuleTypeGetValue(key) : NULL;
+}
+
+/* The same, an empty key given a counter at 0 first; NULL for another type. */
+static inline Count *count_or_new(RedisModuleKey *key) {
+    if (RedisModule_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) {
+        Count *c = RedisModule_Alloc(sizeof *c);
+        c->n = 0;
+        RedisModule_ModuleTypeSetValue(key, CountType, c);
+        return c;
+    }
+    return count_of(key);
+}
+
 static int nacq(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     long long at;
     if (RedisModule_StringToLongLong(argv[2], &at) != REDISMODULE_OK) return RedisModule_ReplyWithError(ctx, "ERR bad number");
     RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    int t = RedisModule_KeyType(key);
-    Count *c;
-    if (t == REDISMODULE_KEYTYPE_EMPTY) { c = RedisModule_Alloc(sizeof *c); c->n = 0; RedisModule_ModuleTypeSetValue(key, CountType, c); }
-    else if (RedisModule_ModuleTypeGetType(key) == CountType) c = RedisModule_ModuleTypeGetValue(key);
-    else { RedisModule_CloseKey(key); return RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); }
+    Count *c = count_or_new(key);
+    if (!c) { RedisModule_CloseKey(key); return RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); }
     c->n++;
     RedisModule_SetAbsExpire(key, at);
     RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "floor.nacq", argv[1]);
@@ -75,8 +88,8 @@ static int nacq(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 static int nrel(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    if (RedisModule_ModuleTypeGetType(key) != CountType) { RedisModule_CloseKey(key); return RedisModule_ReplyWithLongLong(ctx, 0); }
-    Count *c = RedisModule_ModuleTypeGetValue(key);
+    Count *c = count_of(key);
+    if (!c) { RedisModule_CloseKey(key); return RedisModule_ReplyWithLongLong(ctx, 0); }
     long long n = --c->n;
     if (n <= 0) RedisModule_DeleteKey(key);
     RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "floor.nrel", argv[1]);
@@ -91,11 +104,8 @@ static int nrel(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 static int macq(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    int t = RedisModule_KeyType(key);
-    Count *c;
-    if (t == REDISMODULE_KEYTYPE_EMPTY) { c = RedisModule_Alloc(sizeof *c); c->n = 0; RedisModule_ModuleTypeSetValue(key, CountType, c); }
-    else if (RedisModule_ModuleTypeGetType(key) == CountType) c = RedisModule_ModuleTypeGetValue(key);
-    else { RedisModule_CloseKey(key); return RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); }
+    Count *c = count_or_new(key);
+    if (!c) { RedisModule_CloseKey(key); return RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); }
     c->n++;
     RedisModule_Replicate(ctx, "FLOOR.NSET", "sl", argv[1], c->n);
     RedisModule_CloseKey(key);
@@ -105,8 +115,8 @@ static int macq(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 static int mrel(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    if (RedisModule_ModuleTypeGetType(key) != CountType) { RedisModule_CloseKey(key); return RedisModule_ReplyWithLongLong(ctx, 0); }
-    Count *c = RedisModule_ModuleTypeGetValue(key);
+    Count *c = count_of(key);
+    if (!c) { RedisModule_CloseKey(key); return RedisModule_ReplyWithLongLong(ctx, 0); }
     if (--c->n <= 0) RedisModule_DeleteKey(key);
     RedisModule_ReplicateVerbatim(ctx);
     RedisModule_CloseKey(key);
