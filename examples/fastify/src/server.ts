@@ -26,14 +26,18 @@ const connected = redis.connect().catch(() => undefined);
 await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
 
 const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs, startDegraded });
+// the plugins register their policies with the limiters as the app loads (SPEC U3 reads them)
+await app.ready();
 try {
-  // SPEC U1, U2: no module, no permission, or (without REDIS_TB_START_DEGRADED=1) an
-  // unreachable Redis stops the app here with one line
+  // SPEC U1-U4: no module, no permission, a Redis Cluster that would refuse the API's
+  // calls, or (without REDIS_TB_START_DEGRADED=1) an unreachable Redis stops the app here
+  // with one line and exit status 3 (what uvicorn and gunicorn give a failed start)
   await limiter.startup();
   await strict.startup();
 } catch (err) {
   console.error(err instanceof Error ? err.message : String(err));
-  process.exit(1);
+  redis.destroy();
+  process.exit(3);
 }
 
 const address = await app.listen({ port: Number(process.env.PORT ?? 3000), host: process.env.HOST ?? '127.0.0.1' });
