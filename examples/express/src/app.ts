@@ -176,7 +176,8 @@ export function buildApp(config: AppConfig) {
     const query = streamQuery(req.query as Record<string, unknown>);
     if ('bad' in query) {
       // answered before any hold or event (the limiter's check, which ran first, counts it)
-      res.status(400).type('application/problem+json').send(badQueryBody(query.bad));
+      const body = badQueryBody(query.bad);
+      res.status(400).set({ 'Content-Type': 'application/problem+json', 'Content-Length': String(Buffer.byteLength(body)) }).end(body);
       return;
     }
     const decision = res.locals.rateLimit;

@@ -4,7 +4,7 @@
  * only then is X-Forwarded-For read), REDIS_TB_TIMEOUT_MS (the bound on each Redis call,
  * default 50), PORT (default 3000; 0 picks a free one), HOST
  * (default 127.0.0.1), REDIS_TB_START_DEGRADED=1 (start even when Redis is unreachable,
- * failing open; by default that stops the start).
+ * failing open; by default that stops the start with exit status 3).
  */
 import { createClient } from 'redis';
 import { buildApp } from './app.js';

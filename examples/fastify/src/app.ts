@@ -128,7 +128,8 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
       const query = streamQuery(request.query);
       if ('bad' in query) {
         // answered before any hold or event (the limiter's check, which ran first, counts it)
-        return reply.code(400).type('application/problem+json').send(badQueryBody(query.bad));
+        // a Buffer: Fastify adds no charset to the manifest's content type
+        return reply.code(400).type('application/problem+json').send(Buffer.from(badQueryBody(query.bad)));
       }
       const decision = request.rateLimit;
       let hold: Hold | null = null;
