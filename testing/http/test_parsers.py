@@ -1,13 +1,15 @@
-"""The suite's own parsers: the structured-field list subset (SPEC H1) and the Prometheus
-text format. Each case is one a wrong parser would get wrong."""
+"""The suite's own parsers: the structured-field list subset (SPEC H1), the Prometheus
+text format, and RESP2 replies. Each case is one a wrong parser
+would get wrong."""
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
 
-from tbhttp import prom, sf
+from tbhttp import prom, resp, sf
 
 
 def test_sf_the_spec_examples() -> None:
@@ -85,3 +87,26 @@ def test_prom_samples_labels_escapes() -> None:
 def test_prom_refuses_malformed(bad: str) -> None:
     with pytest.raises(ValueError):
         prom.parse(bad)
+
+
+def test_resp_replies_nested_nil_and_errors() -> None:
+    def read(data: bytes) -> resp.Reply:
+        return resp.read(io.BufferedReader(io.BytesIO(data)))
+
+    # TB.HOLD's: an integer, bulk strings, a nil id (refused)
+    assert read(b"*5\r\n:0\r\n$3\r\n-10\r\n$1\r\n2\r\n$3\r\n3.5\r\n$-1\r\n") == [0, b"-10", b"2", b"3.5", None]
+    assert read(b"*2\r\n*1\r\n:1\r\n*0\r\n") == [[1], []]
+    assert read(b"+OK\r\n") == "OK"
+    err = read(b"-ERR the bucket has 100 outstanding holds\r\n")
+    assert isinstance(err, resp.Error) and err == "ERR the bucket has 100 outstanding holds"
+    assert read(b"$4\r\na\r\nb\r\n") == b"a\r\nb"  # a bulk string is read by length, not by line
+    assert read(b"*-1\r\n") is None
+    with pytest.raises(ConnectionError):
+        read(b"*2\r\n:1\r\n")
+    with pytest.raises(ConnectionError):
+        read(b"$10\r\nshort\r\n")
+
+
+def test_resp_encodes_bulk_strings() -> None:
+    assert resp.encode("TB.PEEK", "k", 1000, 0.5) == b"*4\r\n$7\r\nTB.PEEK\r\n$1\r\nk\r\n$4\r\n1000\r\n$3\r\n0.5\r\n"
+    assert resp.encode("SET", "k", "a b\r\n") == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\na b\r\n\r\n"
