@@ -1,5 +1,5 @@
 """The suite's own parsers: the structured-field list subset (SPEC H1), the Prometheus
-text format, and RESP2 replies. Each case is one a wrong parser
+text format, RESP2 replies and /proc/net/tcp's queues. Each case is one a wrong parser
 would get wrong."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from tbhttp import prom, resp, sf
+from tbhttp import prom, resp, sf, tcpq
 
 
 def test_sf_the_spec_examples() -> None:
@@ -110,3 +110,19 @@ def test_resp_replies_nested_nil_and_errors() -> None:
 def test_resp_encodes_bulk_strings() -> None:
     assert resp.encode("TB.PEEK", "k", 1000, 0.5) == b"*4\r\n$7\r\nTB.PEEK\r\n$1\r\nk\r\n$4\r\n1000\r\n$3\r\n0.5\r\n"
     assert resp.encode("SET", "k", "a b\r\n") == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\na b\r\n\r\n"
+
+
+TCP_TABLE = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0200007F:D431 01 0001ABCD:00000000 01:00000014 00000000     0        0 2 1 0 20 4 30 10 -1
+   2: 0200007F:D431 0100007F:1F90 01 00000000:000015C8 00:00000000 00000000     0        0 3 1 0 20 4 30 10 -1
+"""
+
+
+def test_tcp_queues_by_both_endpoints() -> None:
+    server, client = ("127.0.0.1", 8080), ("127.0.0.2", 54321)
+    assert tcpq.queues(server, client, TCP_TABLE) == (0x1ABCD, 0)  # not the listener's line
+    assert tcpq.queues(client, server, TCP_TABLE) == (0, 0x15C8)
+    with pytest.raises(LookupError):
+        tcpq.queues(server, ("127.0.0.3", 54321), TCP_TABLE)
