@@ -539,7 +539,7 @@ def test_redis_down_login_fail_closed(stack: Stack) -> None:
 # -- in-flight and settled-later: GET /stream ------------------------------------------
 
 
-def stream_path(**q: int) -> str:
+def stream_path(**q: int | str) -> str:
     base = STREAM["path"].split("?")[0]
     query = {**STREAM["stream"]["query"], **q}
     return base + "?" + "&".join(f"{k}={v}" for k, v in query.items())
