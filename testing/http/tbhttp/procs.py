@@ -33,6 +33,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it) is free too: a cluster node
+    refuses a port above 55535."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port > 55535:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bus:
+                try:
+                    bus.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+
+
 class Process:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -94,7 +111,7 @@ class RedisServer(Process):
             raise RuntimeError(f"{MODULE} is missing: build it with `cargo build --release` or set REDIS_TB_MODULE")
         self.module = module
         self.cluster = cluster
-        self.port = free_port()
+        self.port = free_cluster_port() if cluster else free_port()
 
     @property
     def url(self) -> str:
@@ -119,8 +136,11 @@ class RedisServer(Process):
                 return self
             except _Exited:
                 # the port may still be held right after a stop: try again until the deadline
+                # (a cluster node, which is never restarted, on another pair of ports)
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server exited at start:\n{self.output()}") from None
+                if self.cluster:
+                    self.port = free_cluster_port()
                 time.sleep(0.2)
 
     def _wait_ping(self, deadline: float) -> None:
