@@ -351,8 +351,11 @@ def test_stream_hold_table_full(stack: Stack) -> None:
     'tokens' with P1's body and Retry-After (G2), never a stream without a hold."""
     ip = stack.fresh_ip()
     capacity, rate = limit("tokens")
+    # each at the price of a place (SPEC G1: a hold costs at least capacity / 100): the
+    # table is full whether the module charges tiny holds that much or refuses them
+    place = capacity / HOLD_TABLE
     for i in range(HOLD_TABLE):
-        reply: Any = stack.redis.call("TB.HOLD", key("tokens", ip), repr(capacity), repr(rate), "1", "60000")
+        reply: Any = stack.redis.call("TB.HOLD", key("tokens", ip), repr(capacity), repr(rate), repr(place), "60000")
         assert isinstance(reply, list) and reply[0] == 1, (i, reply)
     r = stack.call("GET", stream_path(tokens=1), ip=ip)
     assert r.status == 429, f"a stream past a full hold table:\n{r.describe()}"
