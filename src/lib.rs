@@ -519,14 +519,14 @@ fn init_module(
     let api = match binding::api::resolve() {
         Ok(api) => api,
         Err(missing) => {
-            log_warning(&format!("tb: this server lacks {missing}; not loading"));
+            binding::log::warning(&format!("tb: this server lacks {missing}; not loading"));
             return false;
         }
     };
     let loaded = match load_arguments(api, argv, argc) {
         Ok(loaded) => loaded,
         Err(why) => {
-            log_warning(&format!("tb: {why}; not loading"));
+            binding::log::warning(&format!("tb: {why}; not loading"));
             return false;
         }
     };
@@ -536,7 +536,7 @@ fn init_module(
     match binding::random::os_seed() {
         Ok(seed) => commands::set_id_seed(seed),
         Err(why) => {
-            log_warning(&format!(
+            binding::log::warning(&format!(
                 "tb: {why}; not loading (lease and hold ids need it)"
             ));
             return false;
@@ -601,7 +601,7 @@ fn register(
         )
     };
     if created != OK {
-        log_warning(&format!(
+        binding::log::warning(&format!(
             "tb: could not register {name:?} (is another module, such as redis-cell, already serving that name?)"
         ));
         return false;
@@ -609,7 +609,7 @@ fn register(
     // Without its key spec a command would run on keys of other cluster slots and past ACL
     // key patterns: refuse to load instead.
     if !set_command_info(ctx, api, def, name) {
-        log_warning(&format!("tb: could not declare the keys of {name:?}"));
+        binding::log::warning(&format!("tb: could not declare the keys of {name:?}"));
         return false;
     }
     set_acl_categories(ctx, api, def, name, own_category);
@@ -757,7 +757,7 @@ fn add_acl_category(ctx: *mut RedisModuleCtx, api: &binding::api::Api) -> bool {
     // SAFETY: called during load, as the API requires; the name is a static C string.
     let ok = unsafe { add(ctx, ACL_CATEGORY.as_ptr()) } == OK;
     if !ok {
-        log_warning("tb: could not add the ratelimit ACL category");
+        binding::log::warning("tb: could not add the ratelimit ACL category");
     }
     ok
 }
@@ -788,7 +788,7 @@ fn set_acl_categories(
     };
     // SAFETY: valid command; static C string.
     if unsafe { set(command, categories.as_ptr()) } != OK {
-        log_warning(&format!("tb: could not set ACL categories of {name:?}"));
+        binding::log::warning(&format!("tb: could not set ACL categories of {name:?}"));
     }
 }
 
@@ -818,24 +818,3 @@ const VERSION_C: &CStr =
         Ok(v) => v,
         Err(_) => c"unknown",
     };
-
-/// Logs a warning to the Redis log (used on paths that should never run).
-pub(crate) fn log_warning(message: &str) {
-    // SAFETY: the pointer was filled by RedisModule_Init (None before it: then we cannot
-    // log); reading it copies the value.
-    let Some(log) = (unsafe { raw::RedisModule_Log }) else {
-        return;
-    };
-    let mut text = message.as_bytes().to_vec();
-    text.retain(|&b| b != 0);
-    text.push(0);
-    // SAFETY: a NULL context is allowed; "%s" with one NUL-terminated argument.
-    unsafe {
-        log(
-            std::ptr::null_mut(),
-            c"warning".as_ptr(),
-            c"%s".as_ptr(),
-            text.as_ptr(),
-        )
-    };
-}

@@ -5,11 +5,13 @@
 //!   bucket / window hash; `Key::effect` notifies and replicates every write
 //! - `store_log`: the LOG window's sorted set
 //! - `store_lease`: the in-flight limit's sorted set of leases
+//! - `log`: warnings to the Redis log
 //! - `random`: the OS's randomness that keys the lease and hold ids
 //! - `reply`: RESP2 / RESP3 replies and error replies
 //! - `stats`: the per-command counters of `INFO tb`
 
 pub mod api;
+pub mod log;
 pub mod random;
 pub mod reply;
 pub mod stats;

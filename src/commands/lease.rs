@@ -15,7 +15,7 @@ use crate::error::{LeaseError, TbError};
 use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
 use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
 
-use super::{Call, Clock, next_id, open_parts, store};
+use super::{Call, Clock, next_id, open_parts, store_parts};
 
 /// The server's clock in whole microseconds.
 pub(crate) fn server_micros() -> u64 {
@@ -190,17 +190,7 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
             None
         }
     };
-    clock.round(&mut total);
-    let texts: Vec<_> = each
-        .iter_mut()
-        .map(|d| {
-            clock.round(d);
-            format_f64(d.remaining)
-        })
-        .collect();
-    for (((bucket, part), d), text) in buckets.iter().zip(&parts).zip(&each).zip(&texts) {
-        store(bucket, part.stored, d, text, &clock);
-    }
+    let texts = store_parts(&buckets, &parts, &mut total, &mut each, &clock);
     drop(buckets);
     drop(leases);
 

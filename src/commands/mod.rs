@@ -73,7 +73,7 @@ pub fn dispatch(
         }
         Err(_) => {
             stats.record(Outcome::Error);
-            crate::log_warning(&format!("{name:?}: caught a panic; replied an error"));
+            crate::binding::log::warning(&format!("{name:?}: caught a panic; replied an error"));
             reply::error(api, ctx, TbError::Internal, "")
         }
     }
@@ -323,6 +323,31 @@ pub fn open_parts<'a>(
         })
         .collect::<Result<Vec<_>, TbError>>()?;
     Ok((buckets, parts))
+}
+
+/// The writes of an all-or-nothing call (TB.MTAKE, TB.ACQUIRE ... TAKE) once
+/// `bucket::take_all` has decided: the aggregate and each decision rounded to the clock,
+/// each bucket stored (none when the call was refused: no decision carries a state), and
+/// the per-bucket `remaining` texts the reply writes.
+pub fn store_parts(
+    buckets: &[BucketKey],
+    parts: &[Part],
+    total: &mut Decision,
+    each: &mut [Decision],
+    clock: &Clock,
+) -> Vec<NumText> {
+    clock.round(total);
+    let texts: Vec<NumText> = each
+        .iter_mut()
+        .map(|d| {
+            clock.round(d);
+            format_f64(d.remaining)
+        })
+        .collect();
+    for (((bucket, part), d), text) in buckets.iter().zip(parts).zip(each.iter()).zip(&texts) {
+        store(bucket, part.stored, d, text, clock);
+    }
+    texts
 }
 
 /// Stores a decision's new state, if it has one: only the fields whose value changed (a

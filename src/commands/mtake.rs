@@ -8,7 +8,7 @@ use crate::binding::stats::Outcome;
 use crate::error::TbError;
 use crate::parse::args::{has_duplicates, mtake_layout, parse_now, parse_triples};
 
-use super::{Call, Clock, open_parts, store};
+use super::{Call, Clock, open_parts, store_parts};
 
 pub fn run(call: &Call) -> Result<Outcome, TbError> {
     if call.argv.len() < 6 {
@@ -39,17 +39,7 @@ pub fn run(call: &Call) -> Result<Outcome, TbError> {
 
     let (buckets, parts) = open_parts(call, keys, &limits)?;
     let (mut total, mut each) = bucket::take_all(&parts, clock.now());
-    clock.round(&mut total);
-    let texts: Vec<_> = each
-        .iter_mut()
-        .map(|d| {
-            clock.round(d);
-            format_f64(d.remaining)
-        })
-        .collect();
-    for (((bucket, part), d), text) in buckets.iter().zip(&parts).zip(&each).zip(&texts) {
-        store(bucket, part.stored, d, text, &clock);
-    }
+    let texts = store_parts(&buckets, &parts, &mut total, &mut each, &clock);
     drop(buckets);
 
     let reply = call.reply();
