@@ -11,7 +11,7 @@ export type {
 export {
   Decision, type DecisionView, type Hold, type Lease, type Outcome, type PolicyResult, type SettleTarget, type Settlement,
 } from './decision.js';
-export { DenyCache, type DenyCacheOptions } from './denycache.js';
+export { DenyCache, type DenyCacheOptions } from './denyCache.js';
 export {
   PROBLEM_TYPE, SF_INT_MAX, badRequestProblem, bodyNumber, crossSlotProblem, decisionHeaders, invalidInputProblem, legacyHeaders, problem,
   policyWindow, quota, ratelimit, ratelimitPolicy, remainingUnits, resetSeconds, respond, retryAfterHeader, retryAfterSeconds,
@@ -20,7 +20,7 @@ export {
 export {
   ClientIpConfig, formatAddress, formatNetwork, parseAddress, parseNetwork, parsePeer, parseV4Int, type ClientIp,
   type ClientIpOptions,
-} from './ip.js';
+} from './address.js';
 export { bucketKey, boundedPart, escapePart, type Bytes } from './keys.js';
 export { Deadlines } from './deadline.js';
 export {
@@ -33,6 +33,6 @@ export {
   validPolicyName, type CostFunc, type KeyFunc, type KeySource, type AnyLimit, type LimitFunc, type LimitKind, type LimitLike, type PerOptions, type WindowModeName,
   type PolicyOptions,
 } from './policy.js';
-export { RedisTbStore, type ClientRateLimitInfo, type RedisTbStoreOptions, type StoreInitOptions } from './store.js';
+export { RedisTbStore, type ClientRateLimitInfo, type RedisTbStoreOptions, type StoreInitOptions } from './rateLimitStore.js';
 export { Scheduler, type SchedulerOptions } from './scheduler.js';
 export type { RefundOn } from './adapter.js';

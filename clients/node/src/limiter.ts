@@ -19,12 +19,12 @@ import { Deadlines } from './deadline.js';
 import {
   Decision, type DecisionOps, type Lease, type PolicyResult, type SettleTarget,
 } from './decision.js';
-import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denycache.js';
+import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denyCache.js';
 import { RedisTbError, RedisTbTimeoutError, StoreUnavailableError, UnexpectedReplyError } from './errors.js';
 import { type HeaderOptions, type LegacyReset, type Response, decisionHeaders, respond } from './headers.js';
 import { holdOps, takeHold } from './hold.js';
 import { leaseOps } from './lease.js';
-import { ClientIpConfig } from './ip.js';
+import { ClientIpConfig } from './address.js';
 import { type Bytes, boundedPart, escapePart, joinKey } from './keys.js';
 import type { LimiterMetrics } from './metrics.js';
 import type { LimiterParts } from './parts.js';
@@ -36,26 +36,14 @@ import { RateLog } from './ratelog.js';
 import type { AcquireReply, Bucket, MultiReply, TbReply } from './replies.js';
 import { describeError, startup } from './startup.js';
 import { type LimiterStats, newStats } from './stats.js';
+import { type Clock, systemClock } from './clock.js';
 
 export type { LimiterStats } from './stats.js';
+export { type Clock, systemClock } from './clock.js';
 
 export interface Logger {
   warn(message: string): void;
 }
-
-/** SPEC T1: the limiter's time source; tests replace it. */
-export interface Clock {
-  /** monotonic milliseconds (deny cache, breaker, log rate) */
-  monotonicMs(): number;
-  /** milliseconds since the Unix epoch (the legacy `X-RateLimit-Reset`, SPEC H4) */
-  wallMs(): number;
-}
-
-/** The system's clocks: `performance.now()` and `Date.now()`. */
-export const systemClock: Clock = Object.freeze({
-  monotonicMs: () => performance.now(),
-  wallMs: () => Date.now(),
-});
 
 /** SPEC C4 */
 const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
