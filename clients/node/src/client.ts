@@ -5,10 +5,10 @@
  */
 import { ModuleNotLoadedError, RedisTbError, UnexpectedReplyError, isReplyError } from './errors.js';
 import {
-  type Bucket, type MultiReply, type ReserveReply, type TbReply, type ThrottleReply, type WindowMode,
+  type Charge, type MultiReply, type Reservation, type Reply, type Throttle, type WindowMode,
   mtakeArgs, parseMultiReply, parseReply, parseReserveReply, parseThrottleReply, peekArgs,
   refundArgs, reserveArgs, takeArgs, throttleArgs, windowArgs, acquireArgs, holdArgs, settleArgs, parseAcquireReply,
-  parseLeaseReply, parseHoldReply, parseSettleReply, arg, num, type AcquireReply, type LeaseReply, type HoldReply, type SettleReply,
+  parseLeaseReply, parseHoldReply, parseSettleReply, arg, num, type Acquired, type LeaseReply, type HoldReply, type SettleReply,
 } from './replies.js';
 
 /** `(args) => reply`: e.g. `(args) => redis.sendCommand(args)`. */
@@ -161,44 +161,44 @@ export class TbClient {
     });
   }
 
-  take(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<TbReply> {
+  take(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<Reply> {
     return this.send(takeArgs(key, capacity, rate, n, opts.now)).then(parseReply);
   }
 
-  async mtake(buckets: readonly Bucket[], opts: NowOption = {}): Promise<MultiReply> {
+  async mtake(buckets: readonly Charge[], opts: NowOption = {}): Promise<MultiReply> {
     return parseMultiReply(await this.send(mtakeArgs(buckets, opts.now)), buckets.length);
   }
 
   async reserve(
     key: string, capacity: number, rate: number, n: number, maxWait: number, opts: NowOption = {},
-  ): Promise<ReserveReply> {
+  ): Promise<Reservation> {
     return parseReserveReply(await this.send(reserveArgs(key, capacity, rate, n, maxWait, opts.now)));
   }
 
-  async peek(key: string, capacity: number, rate: number, opts: NowOption = {}): Promise<TbReply> {
+  async peek(key: string, capacity: number, rate: number, opts: NowOption = {}): Promise<Reply> {
     return parseReply(await this.send(peekArgs(key, capacity, rate, opts.now)));
   }
 
-  async refund(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<TbReply> {
+  async refund(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<Reply> {
     return parseReply(await this.send(refundArgs(key, capacity, rate, n, opts.now)));
   }
 
   /** TB.REFUND on each bucket, sent together (pipelined by the client, no transaction). */
-  async refundMany(buckets: readonly Bucket[], opts: NowOption = {}): Promise<TbReply[]> {
+  async refundMany(buckets: readonly Charge[], opts: NowOption = {}): Promise<Reply[]> {
     const replies = await Promise.all(
-      buckets.map((b) => this.send(refundArgs(b.key, b.capacity, b.rate, b.n ?? 1, opts.now))),
+      buckets.map((b) => this.send(refundArgs(b.key, b.capacity, b.rate, b.cost ?? 1, opts.now))),
     );
     return replies.map(parseReply);
   }
 
   async window(
     key: string, limit: number, windowSeconds: number, n = 1, opts: NowOption & { mode?: WindowMode } = {},
-  ): Promise<TbReply> {
+  ): Promise<Reply> {
     return parseReply(await this.send(windowArgs(key, limit, windowSeconds, n, opts.now, opts.mode)));
   }
 
   /** SPEC N2: TB.ACQUIRE, with TAKE when `buckets` are given (all or nothing). */
-  async acquire(key: string, limit: number, leaseMs: number, buckets: readonly Bucket[] = []): Promise<AcquireReply> {
+  async acquire(key: string, limit: number, leaseMs: number, buckets: readonly Charge[] = []): Promise<Acquired> {
     return parseAcquireReply(await this.send(acquireArgs(key, limit, leaseMs, buckets)), buckets.length);
   }
 
@@ -234,7 +234,7 @@ export class TbClient {
 
   async throttle(
     key: string, maxBurst: number, countPerPeriod: number, period: number, quantity = 1,
-  ): Promise<ThrottleReply> {
+  ): Promise<Throttle> {
     return parseThrottleReply(await this.send(throttleArgs(key, maxBurst, countPerPeriod, period, quantity)));
   }
 

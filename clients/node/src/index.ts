@@ -6,7 +6,7 @@ export {
   UnexpectedReplyError,
 } from './errors.js';
 export type {
-  AcquireReply, Bucket, HoldReply, LeaseReply, MultiReply, ReserveReply, SettleReply, TbReply, ThrottleReply, WindowMode,
+  Acquired, Charge, HoldReply, LeaseReply, MultiReply, Reservation, SettleReply, Reply, Throttle, WindowMode,
 } from './replies.js';
 export {
   Decision, type DecisionView, type Hold, type Lease, type Outcome, type PolicyResult, type SettleTarget, type Settlement,

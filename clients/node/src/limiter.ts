@@ -33,7 +33,7 @@ import {
   checkPolicyKinds, validCost, validLimit,
 } from './policy.js';
 import { RateLog } from './ratelog.js';
-import type { AcquireReply, Bucket, MultiReply, TbReply } from './replies.js';
+import type { Acquired, Charge, MultiReply, Reply } from './replies.js';
 import { describeError, startup } from './startup.js';
 import { type LimiterStats, newStats } from './stats.js';
 import { type Clock, systemClock } from './clock.js';
@@ -507,7 +507,7 @@ export class RateLimiter<Req = AnyRequest> {
     const pass = this.breaker.enter(this.clock.monotonicMs());
     if (pass === null) return this.degraded(undefined);
     let reply: MultiReply;
-    let acquired: AcquireReply | null = null;
+    let acquired: Acquired | null = null;
     // SPEC L4: one policy is TB.TAKE (its reply is the aggregate), several one TB.MTAKE; a
     // window is TB.WINDOW (W2); an in-flight policy makes it one TB.ACQUIRE (N2)
     const single = plans.length === 1;
@@ -517,8 +517,8 @@ export class RateLimiter<Req = AnyRequest> {
     const started = this.metrics ? performance.now() : 0; // the call's duration is only for metrics
     try {
       if (slot) {
-        const buckets: Bucket[] = plans.filter((pl) => pl !== slot)
-          .map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, n: pl.cost }));
+        const buckets: Charge[] = plans.filter((pl) => pl !== slot)
+          .map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost }));
         const a = await this.deadlines.bound(this.client.acquire(slot.key, slot.capacity, slot.inFlight!.leaseMs, buckets), command, signal);
         acquired = a;
         reply = {
@@ -527,18 +527,18 @@ export class RateLimiter<Req = AnyRequest> {
       } else if (win) {
         // SPEC W2: on the server's clock
         const pl = plans[0]!;
-        const r: TbReply = await this.deadlines.bound(
+        const r: Reply = await this.deadlines.bound(
           this.client.window(pl.key, win.limit, win.seconds, pl.cost, { mode: win.mode === 'fixed' ? 'FIXED' : 'SLIDING' }), command, signal,
         );
         reply = { ...r, keys: [r] };
       } else if (single) {
         const pl = plans[0]!;
-        const r: TbReply = await this.deadlines.bound(
+        const r: Reply = await this.deadlines.bound(
           this.client.take(pl.key, pl.capacity, pl.rate, pl.cost, { now: this.redisNow?.() }), command, signal,
         );
         reply = { allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter, resetAfter: r.resetAfter, keys: [r] };
       } else {
-        const buckets: Bucket[] = plans.map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, n: pl.cost }));
+        const buckets: Charge[] = plans.map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost }));
         reply = await this.deadlines.bound(this.client.mtake(buckets, { now: this.redisNow?.() }), command, signal);
       }
     } catch (err) {
@@ -604,7 +604,7 @@ export class RateLimiter<Req = AnyRequest> {
     return new Decision({ outcome: 'limited', allowed: false, results, fromCache: true });
   }
 
-  private decide(plans: Plan[], reply: MultiReply, acquired: AcquireReply | null): Decision {
+  private decide(plans: Plan[], reply: MultiReply, acquired: Acquired | null): Decision {
     let k = 0;
     let slot: Plan | undefined;
     const results: PolicyResult[] = plans.map((pl) => {
@@ -771,7 +771,7 @@ export class RateLimiter<Req = AnyRequest> {
     try {
       await this.deadlines.bound(
         this.client.refundMany(
-          charged.map((r) => ({ key: r.key, capacity: r.capacity, rate: r.rate, n: r.cost })), { now: this.redisNow?.() },
+          charged.map((r) => ({ key: r.key, capacity: r.capacity, rate: r.rate, cost: r.cost })), { now: this.redisNow?.() },
         ),
         'TB.REFUND',
       );

@@ -1,4 +1,4 @@
-/** What the limiter reports to a metrics backend (`PromMetrics` in `redis-tb/prometheus`). */
+/** What the limiter reports to a metrics backend (`PrometheusMetrics` in `redis-tb/prometheus`). */
 export interface LimiterMetrics {
   /** +1 per applied policy of an allowed, charged request */
   allowed(limiter: string, policy: string): void;

@@ -1,6 +1,6 @@
 /**
  * Per-policy metrics through prom-client (an optional peer dependency):
- * `new RateLimiter(redis, { metrics: new PromMetrics({ registry }) })`.
+ * `new RateLimiter(redis, { metrics: new PrometheusMetrics({ registry }) })`.
  * Labels `limiter` and `policy` only, never a client identity (SPEC M1).
  */
 import { Counter, Gauge, Histogram, type Registry, register as globalRegistry } from 'prom-client';
@@ -8,7 +8,7 @@ import type { LimiterMetrics } from './metrics.js';
 
 export const CALL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
 
-export interface PromMetricsOptions {
+export interface PrometheusMetricsOptions {
   /** default: prom-client's global registry */
   registry?: Registry;
 }
@@ -16,7 +16,7 @@ export interface PromMetricsOptions {
 type PolicyCounter = Counter<'limiter' | 'policy'>;
 type LimiterCounter = Counter<'limiter'>;
 
-export class PromMetrics implements LimiterMetrics {
+export class PrometheusMetrics implements LimiterMetrics {
   readonly registry: Registry;
   private readonly allowedTotal: PolicyCounter;
   private readonly limitedTotal: PolicyCounter;
@@ -32,7 +32,7 @@ export class PromMetrics implements LimiterMetrics {
   private readonly degradedTotal: LimiterCounter;
   private readonly callDuration: Histogram<'limiter'>;
 
-  constructor(options: PromMetricsOptions = {}) {
+  constructor(options: PrometheusMetricsOptions = {}) {
     const registry = options.registry ?? globalRegistry;
     this.registry = registry;
     const policyCounter = (name: string, help: string): PolicyCounter =>
@@ -108,4 +108,4 @@ export class PromMetrics implements LimiterMetrics {
   }
 }
 
-export default PromMetrics;
+export default PrometheusMetrics;

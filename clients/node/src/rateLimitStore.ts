@@ -18,7 +18,7 @@
  * refuses the skip options in that mode.
  */
 import { type RedisLike, type SendCommand, TbClient } from './client.js';
-import type { TbReply } from './replies.js';
+import type { Reply } from './replies.js';
 
 export interface RedisTbStoreOptions {
   /** a node-redis / ioredis client or a TbClient */
@@ -87,7 +87,7 @@ export class RedisTbStore {
     if (this.initError) throw this.initError;
   }
 
-  private hits(r: TbReply): number {
+  private hits(r: Reply): number {
     const used = this.limit - r.remaining;
     return Math.min(this.limit, Math.max(0, Math.ceil(used - 1e-9)));
   }

@@ -2,7 +2,7 @@
 import { UnexpectedReplyError } from './errors.js';
 
 /** One bucket's answer: `[allowed, remaining, retry_after, reset_after]`. */
-export interface TbReply {
+export interface Reply {
   /** Whether the tokens were taken (TB.MTAKE per key: this bucket alone had enough). */
   allowed: boolean;
   /** Tokens left after this call (negative while TB.RESERVE debt is outstanding). */
@@ -14,17 +14,17 @@ export interface TbReply {
 }
 
 /** TB.MTAKE: the aggregate, then one reply per key in key order. */
-export interface MultiReply extends TbReply {
-  keys: TbReply[];
+export interface MultiReply extends Reply {
+  keys: Reply[];
 }
 
 /** TB.RESERVE: when allowed, `wait` is the time to wait before going ahead (0 when refused). */
-export interface ReserveReply extends TbReply {
+export interface Reservation extends Reply {
   wait: number;
 }
 
 /** TB.THROTTLE (CL.THROTTLE's five integers). */
-export interface ThrottleReply {
+export interface Throttle {
   allowed: boolean;
   /** CL.THROTTLE's first field: 1 = limited. */
   limited: boolean;
@@ -37,13 +37,16 @@ export interface ThrottleReply {
   resetAfter: number;
 }
 
-/** One key of a TB.MTAKE / refund: the key, its shape and the tokens to take. */
-export interface Bucket {
+/**
+ * SPEC "Names": one key of an all-or-nothing call (TB.MTAKE, TB.ACQUIRE ... TAKE) or of a
+ * refund: the key, its bucket's shape and the tokens it is charged.
+ */
+export interface Charge {
   key: string;
   capacity: number;
   rate: number;
   /** tokens; default 1 */
-  n?: number;
+  cost?: number;
 }
 
 export type WindowMode = 'FIXED' | 'SLIDING' | 'LOG';
@@ -59,7 +62,7 @@ export function num(value: unknown): number {
   return out;
 }
 
-export function parseReply(raw: unknown): TbReply {
+export function parseReply(raw: unknown): Reply {
   if (!Array.isArray(raw) || raw.length !== 4) {
     throw new UnexpectedReplyError(`expected a 4-element TB reply, got ${JSON.stringify(raw)}`);
   }
@@ -82,12 +85,12 @@ export function parseMultiReply(raw: unknown, numkeys: number): MultiReply {
   return { ...parseReply(raw.slice(0, 4)), keys: perKey.map(parseReply) };
 }
 
-export function parseReserveReply(raw: unknown): ReserveReply {
+export function parseReserveReply(raw: unknown): Reservation {
   const r = parseReply(raw);
   return { ...r, wait: r.allowed ? r.retryAfter : 0 };
 }
 
-export function parseThrottleReply(raw: unknown): ThrottleReply {
+export function parseThrottleReply(raw: unknown): Throttle {
   if (!Array.isArray(raw) || raw.length !== 5) {
     throw new UnexpectedReplyError(`expected a 5-element TB.THROTTLE reply, got ${JSON.stringify(raw)}`);
   }
@@ -117,11 +120,11 @@ export function takeArgs(key: string, capacity: number, rate: number, n: number,
   return ['TB.TAKE', key, arg(capacity), arg(rate), arg(n), ...nowArgs(now)];
 }
 
-export function mtakeArgs(buckets: readonly Bucket[], now?: number): string[] {
+export function mtakeArgs(buckets: readonly Charge[], now?: number): string[] {
   if (buckets.length === 0) throw new RangeError('mtake needs at least one bucket');
   const out = ['TB.MTAKE', String(buckets.length)];
   for (const b of buckets) out.push(b.key);
-  for (const b of buckets) out.push(arg(b.capacity), arg(b.rate), arg(b.n ?? 1));
+  for (const b of buckets) out.push(arg(b.capacity), arg(b.rate), arg(b.cost ?? 1));
   return out.concat(nowArgs(now));
 }
 
@@ -152,7 +155,7 @@ export function throttleArgs(
 }
 
 /** TB.ACQUIRE: `[granted, in_flight, id or null, ms]`, then with TAKE the aggregate and one reply per bucket. */
-export interface AcquireReply {
+export interface Acquired {
   granted: boolean;
   inFlight: number;
   /** the lease id (16 hex digits), null when refused */
@@ -171,7 +174,7 @@ export interface LeaseReply {
 }
 
 /** TB.HOLD: TB.TAKE's four fields and the hold id (null when refused). */
-export interface HoldReply extends TbReply {
+export interface HoldReply extends Reply {
   id: string | null;
 }
 
@@ -195,7 +198,7 @@ function takeParts(aggregate: unknown, perKey: unknown): unknown[] {
   return [...(aggregate as unknown[]), perKey];
 }
 
-export function parseAcquireReply(raw: unknown, numkeys: number): AcquireReply {
+export function parseAcquireReply(raw: unknown, numkeys: number): Acquired {
   const want = numkeys ? 6 : 4;
   if (!Array.isArray(raw) || raw.length !== want) {
     throw new UnexpectedReplyError(`expected a ${want}-element TB.ACQUIRE reply, got ${JSON.stringify(raw)}`);
@@ -235,12 +238,12 @@ export function parseSettleReply(raw: unknown): SettleReply {
 }
 
 /** SPEC N2: `TB.ACQUIRE key n lease_ms`, with `TAKE numkeys keys... capacity rate cost...` when buckets apply. */
-export function acquireArgs(key: string, limit: number, leaseMs: number, buckets: readonly Bucket[] = []): string[] {
+export function acquireArgs(key: string, limit: number, leaseMs: number, buckets: readonly Charge[] = []): string[] {
   const out = ['TB.ACQUIRE', key, arg(limit), arg(leaseMs)];
   if (buckets.length) {
     out.push('TAKE', String(buckets.length));
     for (const b of buckets) out.push(b.key);
-    for (const b of buckets) out.push(arg(b.capacity), arg(b.rate), arg(b.n ?? 1));
+    for (const b of buckets) out.push(arg(b.capacity), arg(b.rate), arg(b.cost ?? 1));
   }
   return out;
 }

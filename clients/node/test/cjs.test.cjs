@@ -13,7 +13,7 @@ test('require() loads the CommonJS build of every entry point', () => {
   assert.equal(typeof require('redis-tb/express').rateLimit, 'function');
   assert.equal(typeof require('redis-tb/fastify').fastifyRateLimit, 'function');
   assert.equal(typeof require('redis-tb/fastify').default, 'function');
-  assert.equal(typeof require('redis-tb/prometheus').PromMetrics, 'function');
+  assert.equal(typeof require('redis-tb/prometheus').PrometheusMetrics, 'function');
 });
 
 test('require()d client against a real server, errors typed', async () => {

@@ -52,15 +52,15 @@ for (const [name, make] of makers) {
     });
 
     test('mtake: all or nothing, per-key replies', async () => {
-      const buckets = [
-        { key: k('m:ip'), capacity: 20, rate: 2, n: 1 },
+      const charges = [
+        { key: k('m:ip'), capacity: 20, rate: 2, cost: 1 },
         { key: k('m:user'), capacity: 100, rate: 100 / 3600 },
-        { key: k('m:orders'), capacity: 5, rate: 0.1, n: 1 },
+        { key: k('m:orders'), capacity: 5, rate: 0.1, cost: 1 },
       ];
-      const ok = await tb.mtake(buckets, { now: NOW });
+      const ok = await tb.mtake(charges, { now: NOW });
       assert.equal(ok.allowed, true);
       assert.deepEqual(ok.keys.map((r) => r.remaining), [19, 99, 4]);
-      const refused = await tb.mtake(buckets.map((b, i) => (i === 2 ? { ...b, n: 5 } : b)), { now: NOW });
+      const refused = await tb.mtake(charges.map((b, i) => (i === 2 ? { ...b, cost: 5 } : b)), { now: NOW });
       assert.equal(refused.allowed, false);
       assert.equal(refused.retryAfter, 10);
       assert.deepEqual(refused.keys.map((r) => [r.allowed, r.remaining]), [[true, 19], [true, 99], [false, 4]]);
@@ -81,7 +81,7 @@ for (const [name, make] of makers) {
       await tb.take(k('r'), 5, 1, 4, { now: NOW });
       const r = await tb.refund(k('r'), 5, 1, 2, { now: NOW });
       assert.deepEqual(r, { allowed: true, remaining: 3, retryAfter: 0, resetAfter: 2 });
-      const many = await tb.refundMany([{ key: k('r'), capacity: 5, rate: 1, n: 1 }, { key: k('r2'), capacity: 5, rate: 1 }], { now: NOW });
+      const many = await tb.refundMany([{ key: k('r'), capacity: 5, rate: 1, cost: 1 }, { key: k('r2'), capacity: 5, rate: 1 }], { now: NOW });
       assert.deepEqual(many.map((x) => x.remaining), [4, 5]);
       const p = await tb.peek(k('r'), 5, 1, { now: NOW });
       assert.equal(p.remaining, 4);

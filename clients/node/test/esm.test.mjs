@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import * as tbLib from 'redis-tb';
 import expressDefault, { rateLimit } from 'redis-tb/express';
 import fastifyDefault, { fastifyRateLimit } from 'redis-tb/fastify';
-import { PromMetrics } from 'redis-tb/prometheus';
+import { PrometheusMetrics } from 'redis-tb/prometheus';
 
 test('import loads the ESM build of every entry point', () => {
   assert.match(import.meta.resolve('redis-tb'), /dist\/esm\/index\.js$/);
@@ -14,7 +14,7 @@ test('import loads the ESM build of every entry point', () => {
   }
   assert.equal(expressDefault, rateLimit);
   assert.equal(fastifyDefault, fastifyRateLimit);
-  assert.equal(typeof PromMetrics, 'function');
+  assert.equal(typeof PrometheusMetrics, 'function');
   // both builds exist side by side; each is complete on its own
   const require = createRequire(import.meta.url);
   assert.notEqual(require('redis-tb').TbClient, tbLib.TbClient);

@@ -8,7 +8,7 @@ import {
   ClientIpConfig, Limit, Policy, RateLimiter, TbClient, perMinute, perSecond, tiered,
 } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
-import { PromMetrics } from 'redis-tb/prometheus';
+import { PrometheusMetrics } from 'redis-tb/prometheus';
 import { CLIENTS, RedisServer, checkCalls, closeClient, commandCalls, memoryLogger, nodeRedisV4, request, sleep } from './helpers.mjs';
 import { listenExpress, scrape, sfItems } from './http-helpers.mjs';
 
@@ -285,7 +285,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   test('shadow policy refuses: the request goes on, nothing is charged, headers leave it out', async () => {
     const log = memoryLogger();
     const registry = new Registry();
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: log, metrics: new PromMetrics({ registry }), name: 'api' });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: log, metrics: new PrometheusMetrics({ registry }), name: 'api' });
     http = await listenExpress(buildApp(limiter, {
       policies: [perMinute('ip', 10), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
       exclude: ['GET /metrics'],
@@ -343,7 +343,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
 
   test('metrics: limited, refunded, store errors and degraded, parsed from /metrics', async () => {
     const registry = new Registry();
-    const metrics = new PromMetrics({ registry });
+    const metrics = new PrometheusMetrics({ registry });
     const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), metrics, name: 'api' });
     http = await listenExpress(buildApp(limiter, { policies: [perMinute('ip', 2), perMinute('user', 5)], exclude: ['GET /metrics'], refundOn: [500] }, { metricsRegistry: registry }));
     await request(`${http.url}/fail`);
@@ -351,7 +351,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
     await request(`${http.url}/items/1`);
     assert.equal((await request(`${http.url}/items/1`)).status, 429);
     const downRegistry = new Registry();
-    const broken = new RateLimiter(async () => { throw new Error('connection refused'); }, { logger: memoryLogger(), metrics: new PromMetrics({ registry: downRegistry }), name: 'down' });
+    const broken = new RateLimiter(async () => { throw new Error('connection refused'); }, { logger: memoryLogger(), metrics: new PrometheusMetrics({ registry: downRegistry }), name: 'down' });
     await broken.check({ request: {}, peer: '127.0.0.1', header: () => [], route: null }, [perMinute('ip', 2)]);
     const m = scrape((await request(`${http.url}/metrics`)).body);
     assert.equal(m['redis_tb_allowed_total{limiter=api,policy=ip}'], 3);
@@ -371,7 +371,7 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
 
   test('deny cache: refusals answered locally, counting down, no Redis call', async () => {
     const registry = new Registry();
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), denyCache: { maxEntries: 100 }, metrics: new PromMetrics({ registry }), name: 'dc' });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), denyCache: { maxEntries: 100 }, metrics: new PrometheusMetrics({ registry }), name: 'dc' });
     // capacity 3, refilled at 0.1 per s: a refused cost of 3 waits about 30 s; cost from a header
     http = await listenExpress(buildApp(limiter, {
       policies: [new Policy({ name: 'ip', limit: new Limit(3, 0.1), cost: (req) => Number(req.get('x-cost') ?? 3) }), perMinute('wide', 100)],

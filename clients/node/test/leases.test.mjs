@@ -9,7 +9,7 @@ import express from 'express';
 import Fastify from 'fastify';
 import { Registry } from 'prom-client';
 import { Limit, Policy, RateLimiter, TbClient } from 'redis-tb';
-import { PromMetrics } from 'redis-tb/prometheus';
+import { PrometheusMetrics } from 'redis-tb/prometheus';
 import { rateLimit, sendHoldRefusal as expressHoldRefusal } from 'redis-tb/express';
 import { fastifyRateLimit, sendHoldRefusal as fastifyHoldRefusal } from 'redis-tb/fastify';
 import { RedisServer, closeClient, memoryLogger, nodeRedis, request, sleep } from './helpers.mjs';
@@ -197,7 +197,7 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
 
     const start = async (leaseSeconds = 30, maxDuration = 300) => {
       registry = new Registry();
-      limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PromMetrics({ registry }) });
+      limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PrometheusMetrics({ registry }) });
       web = await listen(limiter, gates, leaseSeconds, maxDuration);
     };
     const inFlight = async () => (await tb.peekLeases(SLOT_KEY)).inFlight;
@@ -354,7 +354,7 @@ test('a lease lost before its release counts redis_tb_leases_expired_total (SPEC
     const tb = new TbClient(redis);
     await tb.send(['FLUSHALL']);
     const registry = new Registry();
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PromMetrics({ registry }) });
+    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PrometheusMetrics({ registry }) });
     const policy = new Policy({ name: 'conc', limit: Limit.inFlight(1) });
     const d = await limiter.check({ request: {}, peer: '127.0.0.1', header: () => [], route: 'GET /x' }, [policy]);
     assert.ok(d.lease);

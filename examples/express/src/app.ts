@@ -25,7 +25,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { Registry } from 'prom-client';
 import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
 import { rateLimit, sendHoldRefusal } from 'redis-tb/express';
-import { PromMetrics } from 'redis-tb/prometheus';
+import { PrometheusMetrics } from 'redis-tb/prometheus';
 import { badQueryBody, streamQuery, writeEvents } from './stream.js';
 
 export interface AppConfig {
@@ -100,7 +100,7 @@ function slowDown(res: Response): boolean {
 
 export function buildApp(config: AppConfig) {
   const registry = new Registry();
-  const metrics = new PromMetrics({ registry });
+  const metrics = new PrometheusMetrics({ registry });
   const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
   const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.

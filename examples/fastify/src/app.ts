@@ -25,7 +25,7 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
 import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
 import { fastifyRateLimit, sendHoldRefusal } from 'redis-tb/fastify';
-import { PromMetrics } from 'redis-tb/prometheus';
+import { PrometheusMetrics } from 'redis-tb/prometheus';
 import { badQueryBody, pause, streamQuery } from './stream.js';
 
 export interface AppConfig {
@@ -77,7 +77,7 @@ function searchCost(request: FastifyRequest): number {
 
 export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: RateLimiter<FastifyRequest>; strict: RateLimiter<FastifyRequest> } {
   const registry = new Registry();
-  const metrics = new PromMetrics({ registry });
+  const metrics = new PrometheusMetrics({ registry });
   const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
   const limiter = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.

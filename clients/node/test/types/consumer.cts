@@ -1,9 +1,9 @@
 // Compiled (not run) by `npm run typecheck`: the declarations as a CommonJS consumer sees them.
-import { RateLimiter, TbClient, type TbReply } from 'redis-tb';
+import { RateLimiter, TbClient, type Reply } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
 
 declare const send: (args: string[]) => Promise<unknown>;
-export async function use(): Promise<TbReply> {
+export async function use(): Promise<Reply> {
   const limiter = new RateLimiter(new TbClient(send));
   void rateLimit(limiter, { policies: [] });
   return new TbClient(send).take('k', 1, 1);

@@ -4,23 +4,23 @@ import type { Request } from 'express';
 import Fastify, { type FastifyRequest } from 'fastify';
 import express from 'express';
 import {
-  type Decision, type MultiReply, type TbReply, type ThrottleReply, Limit, Policy, RateLimiter, RedisTbError,
+  type Decision, type MultiReply, type Reply, type Throttle, Limit, Policy, RateLimiter, RedisTbError,
   RedisTbStore, Scheduler, TbClient, perMinute, tiered,
 } from 'redis-tb';
 import { rateLimit } from 'redis-tb/express';
 import { fastifyRateLimit } from 'redis-tb/fastify';
-import { PromMetrics } from 'redis-tb/prometheus';
+import { PrometheusMetrics } from 'redis-tb/prometheus';
 
 declare const send: (args: string[]) => Promise<unknown>;
 const tb = new TbClient(send, { server: 'h:1' });
 export async function use(): Promise<void> {
-  const r: TbReply = await tb.take('k', 10, 1);
+  const r: Reply = await tb.take('k', 10, 1);
   const m: MultiReply = await tb.mtake([{ key: 'a', capacity: 1, rate: 1 }]);
-  const t: ThrottleReply = await tb.throttle('k', 1, 1, 1);
+  const t: Throttle = await tb.throttle('k', 1, 1, 1);
   const allowed: boolean = r.allowed && m.keys[0]!.allowed && t.allowed;
   void allowed;
   try { await tb.peek('k', 1, 1); } catch (err) { if (err instanceof RedisTbError) { const c: string = err.command; void c; } }
-  const limiter = new RateLimiter<Request>(tb, { metrics: new PromMetrics(), denyCache: { maxEntries: 10 } });
+  const limiter = new RateLimiter<Request>(tb, { metrics: new PrometheusMetrics(), denyCache: { maxEntries: 10 } });
   const policies = [
     perMinute<Request>('ip', 10),
     new Policy<Request>({ name: 'u', limit: new Limit(1, 1), key: (req) => req.get('x-user') ?? null, shadow: true }),
