@@ -1,7 +1,17 @@
-/** What the limiter decided for one request, as handlers see it (SPEC D, N, G). */
-import type { Response } from './headers.js';
-import { type LeaseOps, LeaseRun } from './lease.js';
+/**
+ * What the limiter decided for one request, as handlers see it (SPEC D1-D4), with the
+ * parts a handler uses later: its refund (F1, F2), its lease (N4-N7) and its holds (G1-G5),
+ * whose calls the limiter attaches; and the shape of the response an adapter sends.
+ */
 import type { LimitKind } from './policy.js';
+
+/** What an adapter sends for a decision: `body` null means the request goes on to the handler. */
+export interface Response {
+  status: number;
+  headers: Array<[string, string]>;
+  /** the problem body's compact JSON text (SPEC P6), or null */
+  body: string | null;
+}
 
 /** SPEC D1 */
 export type Outcome = 'allowed' | 'limited' | 'store_error' | 'not_limited' | 'invalid_input' | 'bad_request';
@@ -55,8 +65,13 @@ export interface DecisionView {
   readonly lease: Lease | null;
   /** SPEC G1: take a hold of `estimate` on a settleLater policy (ttl in seconds, default 60) */
   hold(policy: string, estimate: number, ttl?: number): Promise<Hold>;
-  /** SPEC N4, G5: the response ended: release the lease (once; later calls do nothing), stop renewing holds */
-  finish(): Promise<void>;
+  /**
+   * SPEC N4, G5: the response ended: release the lease (once; later calls do nothing), stop
+   * renewing holds; with the status the handler answered, F2's automatic refund first
+   */
+  finish(status?: number): Promise<void>;
+  /** SPEC F2: the handler answered `status`: the automatic refund's promise, or null when none is due */
+  autoRefund(status: number): Promise<boolean> | null;
   /** SPEC N5, N7: renew the lease now (or end the request past its max_duration); false when nothing was renewed */
   renew(): Promise<boolean>;
   /** SPEC N5, N7: renew the lease every lease / 2 (an unref'd timer) until {@link finish} or max_duration */
@@ -126,11 +141,17 @@ export interface RunningHold extends Hold {
   stop(): void;
 }
 
-/** The limiter's side of a decision's lease and holds (SPEC N4-N7, G1). */
-export interface DecisionOps extends LeaseOps {
-  /** G1 */
-  hold(target: SettleTarget, estimate: number, ttl: number): Promise<RunningHold>;
+/** A decision's lease while its response runs (SPEC N4-N7: lease.ts's LeaseRun). */
+export interface LeaseHandle {
+  readonly timedOut: boolean;
+  readonly signal: AbortSignal;
+  finish(): Promise<void>;
+  renew(): Promise<boolean>;
+  keepAlive(tick: () => Promise<boolean>): void;
 }
+
+/** SPEC G1: the limiter's TB.HOLD for a decision's settleLater policy (hold.ts). */
+export type TakeHold = (target: SettleTarget, estimate: number, ttl: number) => Promise<RunningHold>;
 
 /** A signal never aborted (a decision without a lease). */
 const NEVER = new AbortController().signal;
@@ -150,9 +171,8 @@ export interface DecisionInit {
   culprit?: string | null;
   crossSlot?: readonly string[] | null;
   lease?: Lease | null;
-  leaseMs?: number;
-  /** SPEC N7 */
-  maxDurationMs?: number;
+  /** SPEC F2: the statuses whose responses are refunded automatically */
+  refundOn?: ((status: number) => boolean) | null;
 }
 
 /**
@@ -181,10 +201,9 @@ export class Decision implements DecisionView {
   /** SPEC N6 */
   readonly lease: Lease | null;
   private readonly refunder: Refunder | undefined;
-  private readonly leaseMs: number;
-  private readonly maxDurationMs: number;
-  private run: LeaseRun | null = null;
-  private ops: DecisionOps | null = null;
+  private readonly refundOn: ((status: number) => boolean) | null;
+  private run: LeaseHandle | null = null;
+  private takeHold: TakeHold | null = null;
   private settleTargets: ReadonlyMap<string, SettleTarget> | null = null;
   /** SPEC G5: the holds taken on this decision, renewed until the response ends */
   private holds: RunningHold[] | null = null;
@@ -202,18 +221,14 @@ export class Decision implements DecisionView {
     this.culprit = init.culprit ?? null;
     this.crossSlot = init.crossSlot ?? null;
     this.lease = init.lease ?? null;
-    this.leaseMs = init.leaseMs ?? 0;
-    this.maxDurationMs = init.maxDurationMs ?? 300_000;
+    this.refundOn = init.refundOn ?? null;
   }
 
-  /**
-   * The limiter attaches its lease and hold operations, and the settleLater targets
-   * (SPEC G1); a lease's max_duration (N7) counts from here, its grant.
-   */
-  attach(ops: DecisionOps, settle: ReadonlyMap<string, SettleTarget> | null): this {
-    this.ops = ops;
+  /** The limiter attaches the run of the lease (SPEC N4-N7), its TB.HOLD and the settleLater targets (G1). */
+  attach(run: LeaseHandle | null, takeHold: TakeHold, settle: ReadonlyMap<string, SettleTarget> | null): this {
+    this.run = run;
+    this.takeHold = takeHold;
     this.settleTargets = settle;
-    if (this.lease !== null && this.run === null) this.run = new LeaseRun(this.lease, this.leaseMs, this.maxDurationMs, ops);
     return this;
   }
 
@@ -240,7 +255,7 @@ export class Decision implements DecisionView {
    */
   async hold(policy: string, estimate: number, ttl = 60): Promise<Hold> {
     const target = this.settleTargets?.get(policy);
-    if (target === undefined || this.ops === null) {
+    if (target === undefined || this.takeHold === null) {
       throw new RangeError(`'${String(policy)}' is not a settleLater policy of this check (or it was skipped for this request)`);
     }
     if (!(typeof estimate === 'number' && estimate > 0 && estimate <= 2 ** 53)) {
@@ -249,7 +264,7 @@ export class Decision implements DecisionView {
     if (!(typeof ttl === 'number' && Number.isFinite(ttl) && ttl > 0 && Math.ceil(ttl * 1000) <= 31536000000)) {
       throw new RangeError(`policy '${policy}': a hold's ttl must be > 0 and <= 31536000 seconds, got ${String(ttl)}`);
     }
-    const hold = await this.ops.hold(target, estimate, ttl);
+    const hold = await this.takeHold(target, estimate, ttl);
     // SPEC G5: renewed while the request runs (not once its response ended)
     if (!this.finished && !this.timedOut) {
       (this.holds ??= []).push(hold);
@@ -263,9 +278,19 @@ export class Decision implements DecisionView {
    * ends exactly once, and the holds taken on this decision are no longer renewed. Later
    * calls (and calls without a lease) do nothing.
    */
-  finish(): Promise<void> {
+  async finish(status?: number): Promise<void> {
+    if (status !== undefined) await this.autoRefund(status);
     this.stopHolds();
-    return this.run === null ? Promise.resolve() : this.run.finish();
+    if (this.run !== null) await this.run.finish();
+  }
+
+  /**
+   * SPEC F2: the handler answered `status`: when the limiter's `refundOn` lists it and this
+   * request was charged and not refunded yet, the refund's promise; else null (nothing to do).
+   */
+  autoRefund(status: number): Promise<boolean> | null {
+    if (this.refundOn === null || !this.charged || this.refunded || !this.refundOn(status)) return null;
+    return this.refund();
   }
 
   /** SPEC N5, N7: one tick of the lease's renewal timer (every lease / 2, and at max_duration). */

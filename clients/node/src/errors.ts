@@ -133,3 +133,9 @@ export function isReplyError(err: unknown): err is Error {
   }
   return REPLY_ERROR_NAMES.has(err.name);
 }
+
+/** An error as one log line's reason: `Name: message` (the client library's own words). */
+export function describeError(err: unknown): string {
+  if (err instanceof Error) return err.message ? `${err.name}: ${err.message}` : err.name;
+  return String(err);
+}

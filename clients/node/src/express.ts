@@ -13,7 +13,7 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredicate } from './adapter.js';
 import type { Decision, DecisionView, Hold } from './decision.js';
-import { PROBLEM_TYPE } from './headers.js';
+import { PROBLEM_TYPE } from './problem.js';
 import type { RateLimiter } from './limiter.js';
 import type { Policy } from './policy.js';
 

@@ -3,13 +3,12 @@
  * ttl / 2 while its request runs (G5), settled once with TB.SETTLE and a bounded max_wait
  * (G3). Every call goes through the limiter's breaker like a check's (B2, B3).
  */
-import type { Hold, PolicyResult, SettleTarget, Settlement } from './decision.js';
+import type { Hold, PolicyResult, Response, SettleTarget, Settlement } from './decision.js';
 import { StoreUnavailableError } from './errors.js';
-import type { Response } from './headers.js';
-import type { LimiterParts } from './parts.js';
 import { RateLog } from './ratelog.js';
 import type { HoldReply, SettleReply } from './replies.js';
 import { RenewalTimer } from './renewal.js';
+import type { GuardedStore } from './store.js';
 
 /** The limiter's side of a hold: its calls (through the breaker), counters and 429. */
 export interface HoldOps {
@@ -136,27 +135,27 @@ export async function takeHold(ops: HoldOps, target: SettleTarget, estimate: num
 }
 
 /** The limiter's hold calls and counters (SPEC G1, G3, G5, G6, M2); `refusal` is its 429. */
-export function holdOps(parts: LimiterParts, refusal: (result: PolicyResult) => Response): HoldOps {
-  const { client, stats } = parts;
+export function holdOps(store: GuardedStore, refusal: (result: PolicyResult) => Response): HoldOps {
+  const { stats } = store;
   const lostLog = new RateLog();
   return {
     refusal,
     /** SPEC G1, G6: TB.HOLD; a refusal (a full hold table included) is a reply, not an error. */
     async take(target, estimate, ttlMs) {
-      const r = await parts.guard('TB.HOLD', () => client.hold(target.key, target.capacity, target.rate, estimate, ttlMs));
+      const r = await store.call('TB.HOLD', (s) => s.hold(target.key, target.capacity, target.rate, estimate, ttlMs));
       if (r.allowed) stats.holds += 1;
       return r;
     },
     /** SPEC G5: TB.RENEW key id ttl_ms; false: the hold was lost; null: failed or not sent. */
     async renew(target, id, ttlMs, live) {
-      const r = await parts.guard('TB.RENEW', () => client.renew(target.key, id, ttlMs)).catch(() => undefined);
+      const r = await store.call('TB.RENEW', (s) => s.renew(target.key, id, ttlMs)).catch(() => undefined);
       if (r === undefined) return null;
       if (!r.ok && live()) {
         stats.holdsLost += 1;
-        parts.metrics?.holdLost?.(parts.name, target.policy);
-        const count = lostLog.note(target.policy, parts.now());
+        store.metrics?.holdLost?.(store.name, target.policy);
+        const count = lostLog.note(target.policy, store.clock.monotonicMs());
         if (count) {
-          parts.logger.warn(
+          store.logger.warn(
             `redis-tb: a hold of policy '${target.policy}' was lost before it was settled (a renewal found it gone; ${count} since the last line): its settlement sends nothing`,
           );
         }
@@ -165,8 +164,8 @@ export function holdOps(parts: LimiterParts, refusal: (result: PolicyResult) => 
     },
     /** SPEC G3: TB.SETTLE with max_wait = capacity / rate (an excess leaves at most one bucket of debt). */
     async settle(target, id, actual) {
-      const out = await parts.guard(
-        'TB.SETTLE', () => client.settle(target.key, target.capacity, target.rate, id, actual, target.capacity / target.rate),
+      const out = await store.call(
+        'TB.SETTLE', (s) => s.settle(target.key, target.capacity, target.rate, id, actual, target.capacity / target.rate),
       );
       if (out.settled) stats.settlements += 1;
       return out;

@@ -13,10 +13,13 @@ export {
 } from './decision.js';
 export { DenyCache, type DenyCacheOptions } from './denyCache.js';
 export {
-  PROBLEM_TYPE, SF_INT_MAX, badRequestProblem, bodyNumber, crossSlotProblem, decisionHeaders, invalidInputProblem, legacyHeaders, problem,
-  policyWindow, quota, ratelimit, ratelimitPolicy, remainingUnits, resetSeconds, respond, retryAfterHeader, retryAfterSeconds,
-  storeErrorProblem, windowSeconds, type HeaderOptions, type LegacyReset, type ProblemBody, type Response,
+  SF_INT_MAX, decisionHeaders, legacyHeaders, policyWindow, quota, ratelimit, ratelimitPolicy, remainingUnits, resetSeconds,
+  retryAfterHeader, retryAfterSeconds, windowSeconds, type HeaderOptions, type LegacyReset,
 } from './headers.js';
+export {
+  PROBLEM_TYPE, badRequestProblem, bodyNumber, crossSlotProblem, invalidInputProblem, problem, respond, storeErrorProblem,
+  type ProblemBody, type Response,
+} from './problem.js';
 export {
   ClientIpConfig, formatAddress, formatNetwork, parseAddress, parseNetwork, parsePeer, parseV4Int, type ClientIp,
   type ClientIpOptions,

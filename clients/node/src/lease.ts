@@ -3,10 +3,10 @@
  * every lease / 2, ended exactly once (released when the response ends, or at the
  * request's max_duration, whichever comes first), lost when a renewal finds it gone.
  */
-import type { Lease } from './decision.js';
-import type { LimiterParts } from './parts.js';
+import type { Lease, LeaseHandle } from './decision.js';
 import { RateLog } from './ratelog.js';
 import { RenewalTimer } from './renewal.js';
+import type { GuardedStore } from './store.js';
 
 /** The limiter's side of a lease (its calls, counters and clock). */
 export interface LeaseOps {
@@ -31,7 +31,7 @@ export function maxDurationReason(policy: string, ms: number): DOMException {
   return new DOMException(`in-flight policy '${policy}': the request ran for its max_duration of ${ms} ms`, 'TimeoutError');
 }
 
-export class LeaseRun {
+export class LeaseRun implements LeaseHandle {
   private state: State = 'held';
   private renewing = false;
   private timer: RenewalTimer | null = null;
@@ -110,16 +110,17 @@ export class LeaseRun {
 }
 
 /** The limiter's lease calls and counters (SPEC N4, N5, N7, M2). */
-export function leaseOps(parts: LimiterParts): LeaseOps {
-  const { client, stats, logger } = parts;
+export function leaseOps(store: GuardedStore): LeaseOps {
+  const { stats, logger } = store;
+  const now = (): number => store.clock.monotonicMs();
   const expiredLog = new RateLog();
   const timeoutLog = new RateLog();
 
   /** SPEC M2, N5: counted, logged at most once a second per policy. */
   const expired = (lease: Lease, how: string): void => {
     stats.leasesExpired += 1;
-    parts.metrics?.leaseExpired?.(parts.name, lease.policy);
-    const count = expiredLog.note(lease.policy, parts.now());
+    store.metrics?.leaseExpired?.(store.name, lease.policy);
+    const count = expiredLog.note(lease.policy, now());
     if (count) {
       logger.warn(
         `redis-tb: a lease of in-flight policy '${lease.policy}' expired before its response ended (${how}; ${count} since the last line): renew it sooner or give it a longer lease`,
@@ -128,19 +129,19 @@ export function leaseOps(parts: LimiterParts): LeaseOps {
   };
 
   return {
-    now: parts.now,
+    now,
     /** SPEC N4: the response ended: TB.RELEASE once (not when lost, nor while the breaker is open). */
     async end(lease, lost) {
       // SPEC M2: down when the lease ends, whatever the answer
       stats.leasesInFlight -= 1;
-      parts.metrics?.leaseEnded?.(parts.name, lease.policy);
+      store.metrics?.leaseEnded?.(store.name, lease.policy);
       if (lost) return;
-      const r = await parts.guard('TB.RELEASE', () => client.release(lease.key, lease.id)).catch(() => undefined);
+      const r = await store.call('TB.RELEASE', (s) => s.release(lease.key, lease.id)).catch(() => undefined);
       if (r !== undefined && !r.ok) expired(lease, 'its release found it gone');
     },
     /** SPEC N5: TB.RENEW; false: the lease was lost; null: the call failed or was not sent. */
     async renew(lease, leaseMs, live) {
-      const r = await parts.guard('TB.RENEW', () => client.renew(lease.key, lease.id, leaseMs)).catch(() => undefined);
+      const r = await store.call('TB.RENEW', (s) => s.renew(lease.key, lease.id, leaseMs)).catch(() => undefined);
       if (r === undefined) return null;
       if (!r.ok && live()) expired(lease, 'a renewal found it gone');
       return r.ok;
@@ -148,8 +149,8 @@ export function leaseOps(parts: LimiterParts): LeaseOps {
     /** SPEC M2, N7: counted, logged at most once a second per policy. */
     timedOut(lease) {
       stats.leasesTimedOut += 1;
-      parts.metrics?.leaseTimedOut?.(parts.name, lease.policy);
-      const count = timeoutLog.note(lease.policy, parts.now());
+      store.metrics?.leaseTimedOut?.(store.name, lease.policy);
+      const count = timeoutLog.note(lease.policy, now());
       if (count) {
         logger.warn(
           `redis-tb: a request of in-flight policy '${lease.policy}' ran for its max_duration: its lease is released and its response ended (${count} since the last line)`,

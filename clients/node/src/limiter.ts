@@ -12,38 +12,34 @@
  * - SPEC T1: every rule that reads time reads `clock` (monotonic for R and B, wall for H4);
  * - one log line per second at most, and counters in `limiter.stats`.
  */
-import { performance } from 'node:perf_hooks';
-import { Breaker } from './breaker.js';
 import { type RedisLike, TbClient } from './client.js';
-import { Deadlines } from './deadline.js';
 import {
-  Decision, type DecisionOps, type Lease, type PolicyResult, type SettleTarget,
+  Decision, type Lease, type PolicyResult, type Response, type SettleTarget, type TakeHold,
 } from './decision.js';
 import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denyCache.js';
-import { RedisTbError, RedisTbTimeoutError, StoreUnavailableError, UnexpectedReplyError } from './errors.js';
-import { type HeaderOptions, type LegacyReset, type Response, decisionHeaders, respond } from './headers.js';
+import { StoreUnavailableError } from './errors.js';
+import { type HeaderOptions, type LegacyReset, decisionHeaders } from './headers.js';
+import { respond } from './problem.js';
 import { holdOps, takeHold } from './hold.js';
-import { leaseOps } from './lease.js';
+import { type LeaseOps, LeaseRun, leaseOps } from './lease.js';
 import { ClientIpConfig } from './address.js';
 import { type Bytes, boundedPart, escapePart, joinKey } from './keys.js';
 import type { LimiterMetrics } from './metrics.js';
-import type { LimiterParts } from './parts.js';
 import {
   type AnyRequest, InFlightLimit, Limit, type LimitKind, type LimitLike, type Policy, WindowLimit, checkDistinctNames,
   checkPolicyKinds, validCost, validLimit,
 } from './policy.js';
 import { RateLog } from './ratelog.js';
 import type { Acquired, Charge, MultiReply, Reply } from './replies.js';
-import { describeError, startup } from './startup.js';
+import { startup } from './startup.js';
+import { GuardedStore, type Logger, isCrossSlot } from './store.js';
 import { type LimiterStats, newStats } from './stats.js';
 import { type Clock, systemClock } from './clock.js';
 
 export type { LimiterStats } from './stats.js';
 export { type Clock, systemClock } from './clock.js';
 
-export interface Logger {
-  warn(message: string): void;
-}
+export type { Logger } from './store.js';
 
 /** SPEC C4 */
 const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -177,12 +173,12 @@ export class RateLimiter<Req = AnyRequest> {
   readonly redisNow: (() => number) | undefined;
   readonly startDegraded: boolean;
   readonly stats: LimiterStats = newStats();
-  /** SPEC B1-B3: one breaker for every call of this limiter */
-  private readonly breaker: Breaker;
-  /** SPEC N4-N7, G1-G6: the calls of leases and holds, through {@link guard} */
-  private readonly decisionOps: DecisionOps;
-  private lastLog = -Infinity;
-  private unlogged = 0;
+  /** SPEC B1-B5, L5: every call of this limiter (checks, refunds, leases, holds) */
+  private readonly store: GuardedStore;
+  /** SPEC N4-N7: the calls and counters of leases */
+  private readonly leaseOps: LeaseOps;
+  /** SPEC G1-G6: TB.HOLD and the hold's calls */
+  private readonly takeHold: TakeHold;
   /** SPEC S2, L3, N5, N7, G5: one line a second per policy (K6: per limiter) */
   private readonly shadowLog = new RateLog();
   private readonly invalidLog = new RateLog();
@@ -191,8 +187,6 @@ export class RateLimiter<Req = AnyRequest> {
   private readonly policySets: (readonly Policy<Req>[])[] = [];
   /** routes as they appear in keys (SPEC K2), escaped once per route */
   private readonly routeParts = new Map<string, string>();
-  /** the timeouts of this limiter's Redis calls (one timer for all of them) */
-  private readonly deadlines: Deadlines;
   private readonly headerOpts: HeaderOptions;
   private readonly refunder = (d: Decision): Promise<boolean> => this.refund(d);
 
@@ -229,15 +223,13 @@ export class RateLimiter<Req = AnyRequest> {
     this.clock = options.clock ?? systemClock;
     this.redisNow = options.redisNow;
     this.startDegraded = options.startDegraded ?? false;
-    this.breaker = new Breaker(this.cooldownMs);
-    this.deadlines = new Deadlines(this.timeoutMs);
-    const parts: LimiterParts = {
-      name: this.name, client: this.client, stats: this.stats, metrics: this.metrics, logger: this.logger,
-      now: () => this.clock.monotonicMs(),
-      guard: (command, send) => this.guard(command, send),
-    };
-    const holds = holdOps(parts, (result) => this.respond(Decision.fromResults([result])));
-    this.decisionOps = { ...leaseOps(parts), hold: (target, estimate, ttl) => takeHold(holds, target, estimate, ttl) };
+    this.store = new GuardedStore(this.client, {
+      name: this.name, failOpen: this.failOpen, timeoutMs: this.timeoutMs, cooldownMs: this.cooldownMs,
+      stats: this.stats, metrics: this.metrics, logger: this.logger, clock: this.clock,
+    });
+    const holds = holdOps(this.store, (result) => this.respond(Decision.fromResults([result])));
+    this.leaseOps = leaseOps(this.store);
+    this.takeHold = (target, estimate, ttl) => takeHold(holds, target, estimate, ttl);
     this.headerOpts = Object.freeze({ legacyHeaders: this.legacyHeaders, legacyReset: this.legacyReset });
   }
 
@@ -462,11 +454,11 @@ export class RateLimiter<Req = AnyRequest> {
       (settle ??= new Map()).set(pl.policy.name, { policy: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate });
     }
     if (settle !== null) plans = all.filter((pl) => !pl.settleLater);
-    const decision = await this.checkPlans(plans, ctx);
-    return settle === null && decision.lease === null ? decision : decision.attach(this.decisionOps, settle);
+    const decision = await this.checkPlans(plans, ctx, settle);
+    return settle === null || decision.lease !== null ? decision : decision.attach(null, this.takeHold, settle);
   }
 
-  private async checkPlans(plans: Plan[], ctx: RequestContext<Req>): Promise<Decision> {
+  private async checkPlans(plans: Plan[], ctx: RequestContext<Req>, settle: Map<string, SettleTarget> | null): Promise<Decision> {
     if (!plans.length) return new Decision({ outcome: 'not_limited', allowed: true });
     checkPlanKinds(plans);
     this.stats.checks += 1;
@@ -475,20 +467,20 @@ export class RateLimiter<Req = AnyRequest> {
       const cached = this.fromDenyCache(plans, now);
       if (cached) return cached;
       // SPEC R6: while the breaker is open no probe is claimed (the entries stay as they are)
-      if (this.breaker.mayCall(now)) {
+      if (this.store.mayCall(now)) {
         // SPEC R4, single flight: this request is the one probe of every expired entry it
         // found; the others are refused by fromDenyCache until the answer ends the probes.
         const probes = this.claimProbes(plans, now);
         if (probes.length) {
           try {
-            return await this.call(plans, ctx.signal);
+            return await this.call(plans, ctx.signal, settle);
           } finally {
             for (const pr of probes) this.denyCache.endProbe(pr);
           }
         }
       }
     }
-    return this.call(plans, ctx.signal);
+    return this.call(plans, ctx.signal, settle);
   }
 
   private claimProbes(plans: Plan[], now: number): DenyProbe[] {
@@ -502,10 +494,8 @@ export class RateLimiter<Req = AnyRequest> {
     return probes;
   }
 
-  /** One TB.TAKE / TB.MTAKE (unless the breaker is open, SPEC B2). */
-  private async call(plans: Plan[], signal: AbortSignal | undefined): Promise<Decision> {
-    const pass = this.breaker.enter(this.clock.monotonicMs());
-    if (pass === null) return this.degraded(undefined);
+  /** One TB.TAKE / TB.MTAKE / TB.WINDOW / TB.ACQUIRE through the guarded call (unless the breaker is open, SPEC B2). */
+  private async call(plans: Plan[], signal: AbortSignal | undefined, settle: Map<string, SettleTarget> | null): Promise<Decision> {
     let reply: MultiReply;
     let acquired: Acquired | null = null;
     // SPEC L4: one policy is TB.TAKE (its reply is the aggregate), several one TB.MTAKE; a
@@ -514,12 +504,11 @@ export class RateLimiter<Req = AnyRequest> {
     const slot = plans.find((pl) => pl.kind === 'in_flight');
     const win = single && plans[0]!.window ? plans[0]!.window : undefined;
     const command = slot ? 'TB.ACQUIRE' : win ? 'TB.WINDOW' : single ? 'TB.TAKE' : 'TB.MTAKE';
-    const started = this.metrics ? performance.now() : 0; // the call's duration is only for metrics
     try {
       if (slot) {
-        const buckets: Charge[] = plans.filter((pl) => pl !== slot)
+        const charges: Charge[] = plans.filter((pl) => pl !== slot)
           .map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost }));
-        const a = await this.deadlines.bound(this.client.acquire(slot.key, slot.capacity, slot.inFlight!.leaseMs, buckets), command, signal);
+        const a = await this.store.call(command, (s) => s.acquire(slot.key, slot.capacity, slot.inFlight!.leaseMs, charges), signal);
         acquired = a;
         reply = {
           allowed: a.granted, remaining: 0, retryAfter: 0, resetAfter: 0, keys: a.take ? a.take.keys : [],
@@ -527,33 +516,27 @@ export class RateLimiter<Req = AnyRequest> {
       } else if (win) {
         // SPEC W2: on the server's clock
         const pl = plans[0]!;
-        const r: Reply = await this.deadlines.bound(
-          this.client.window(pl.key, win.limit, win.seconds, pl.cost, { mode: win.mode === 'fixed' ? 'FIXED' : 'SLIDING' }), command, signal,
+        const r: Reply = await this.store.call(
+          command, (s) => s.window(pl.key, win.limit, win.seconds, pl.cost, { mode: win.mode === 'fixed' ? 'FIXED' : 'SLIDING' }), signal,
         );
         reply = { ...r, keys: [r] };
       } else if (single) {
         const pl = plans[0]!;
-        const r: Reply = await this.deadlines.bound(
-          this.client.take(pl.key, pl.capacity, pl.rate, pl.cost, { now: this.redisNow?.() }), command, signal,
-        );
+        const r: Reply = await this.store.call(command, (s) => s.take(pl.key, pl.capacity, pl.rate, pl.cost, { now: this.redisNow?.() }), signal);
         reply = { allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter, resetAfter: r.resetAfter, keys: [r] };
       } else {
-        const buckets: Charge[] = plans.map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost }));
-        reply = await this.deadlines.bound(this.client.mtake(buckets, { now: this.redisNow?.() }), command, signal);
+        const charges: Charge[] = plans.map((pl) => ({ key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost }));
+        reply = await this.store.call(command, (s) => s.mtake(charges, { now: this.redisNow?.() }), signal);
       }
     } catch (err) {
       if (signal?.aborted) throw err; // cancelled: not a store error
-      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+      // SPEC B2: kept from Redis by the open breaker: the failure mode, nothing sent
+      if (err instanceof StoreUnavailableError) return this.degraded(undefined);
       // SPEC K6, L5: a configuration error, never the failure mode; the breaker untouched
       if (isCrossSlot(err)) return this.crossSlot(plans);
-      this.failed(err, command);
       return this.degraded(err);
-    } finally {
-      this.breaker.leave(pass);
     }
-    this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
-    this.breaker.answered(); // SPEC B3: success closes the breaker
-    return this.decide(plans, reply, acquired);
+    return this.decide(plans, reply, acquired, settle);
   }
 
   /**
@@ -604,7 +587,7 @@ export class RateLimiter<Req = AnyRequest> {
     return new Decision({ outcome: 'limited', allowed: false, results, fromCache: true });
   }
 
-  private decide(plans: Plan[], reply: MultiReply, acquired: Acquired | null): Decision {
+  private decide(plans: Plan[], reply: MultiReply, acquired: Acquired | null, settle: Map<string, SettleTarget> | null): Decision {
     let k = 0;
     let slot: Plan | undefined;
     const results: PolicyResult[] = plans.map((pl) => {
@@ -638,12 +621,11 @@ export class RateLimiter<Req = AnyRequest> {
         this.stats.leasesInFlight += 1;
         this.metrics?.leaseGranted?.(this.name, slot.policy.name);
       }
-      const d = new Decision({
-        outcome: 'allowed', allowed: true, results, charged: true, refunder: this.refunder,
-        lease, leaseMs: slot?.inFlight?.leaseMs ?? 0, maxDurationMs: slot?.inFlight?.maxDurationMs,
-      });
+      const d = new Decision({ outcome: 'allowed', allowed: true, results, charged: true, refunder: this.refunder, lease });
+      if (lease === null) return d;
       // SPEC N7: the request's max_duration counts from here, its grant
-      return lease === null ? d : d.attach(this.decisionOps, null);
+      const run = new LeaseRun(lease, slot!.inFlight!.leaseMs, slot!.inFlight!.maxDurationMs, this.leaseOps);
+      return d.attach(run, this.takeHold, settle);
     }
     const decision = Decision.fromResults(results);
     const shadowRefused = decision.shadowLimited;
@@ -706,85 +688,19 @@ export class RateLimiter<Req = AnyRequest> {
     return new Decision({ outcome: 'store_error', allowed: this.failOpen, error });
   }
 
-  /** SPEC B1, B5: a failed call; a connection error or a timeout opens the breaker, an error reply does not. */
-  private failed(err: unknown, what: string): void {
-    this.stats.storeErrors += 1;
-    this.metrics?.storeError(this.name);
-    const unknown = err instanceof RedisTbError && err.serverMessage.toLowerCase().includes('unknown command');
-    const opens = !(err instanceof RedisTbError || err instanceof UnexpectedReplyError);
-    const now = this.clock.monotonicMs();
-    if (opens) this.breaker.open(now);
-    if (now - this.lastLog < 1000) {
-      this.unlogged += 1;
-      return;
-    }
-    let reason = err instanceof RedisTbTimeoutError ? `no answer within ${this.timeoutMs} ms` : describeError(err);
-    if (unknown) reason += ' (is the redis-tb module loaded?)';
-    this.logger.warn(
-      `redis-tb: ${what} on ${this.client.server} failed (${reason}); ` +
-        `failing ${this.failOpen ? 'open: requests pass unlimited' : 'closed: requests get 503'}` +
-        `${opens ? `, Redis skipped for ${this.cooldownMs / 1000} s` : ''}; ` +
-        `store errors so far: ${this.stats.storeErrors}${this.unlogged ? ` (${this.unlogged} not logged)` : ''}`,
-    );
-    this.lastLog = now;
-    this.unlogged = 0;
-  }
-
-  // -- leases (SPEC N4, N5) and holds (SPEC G) -------------------------------------
-
-  /**
-   * SPEC B2, B3, L5: one call of a lease or a hold through the breaker, like a check's:
-   * sent only while the breaker is closed or as the one probe after the cool-down, bounded
-   * by the timeout, made once. A failure is counted (B1, B5) and rethrown; a call the
-   * breaker keeps from Redis rejects with {@link StoreUnavailableError}, nothing sent and
-   * nothing counted.
-   */
-  private async guard<T>(command: string, send: () => Promise<T>): Promise<T> {
-    const pass = this.breaker.enter(this.clock.monotonicMs());
-    if (pass === null) throw new StoreUnavailableError(command, this.client.server);
-    const started = this.metrics ? performance.now() : 0;
-    try {
-      const out = await this.deadlines.bound(send(), command);
-      this.breaker.answered();
-      return out;
-    } catch (err) {
-      this.failed(err, command);
-      throw err;
-    } finally {
-      this.breaker.leave(pass);
-      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
-    }
-  }
-
   /** SPEC F1, B2, B3, R8: TB.REFUND now on every bucket the request was charged on. */
   private async refund(decision: Decision): Promise<boolean> {
     // SPEC F3: window and in-flight policies are never refunded
     const charged = decision.results.filter((r): r is PolicyResult & { rate: number } => r.cost > 0 && r.kind === undefined && r.rate !== null);
     if (!charged.length) return false;
-    // SPEC B3: after the cool-down a refund may be the probe
-    const pass = this.breaker.enter(this.clock.monotonicMs());
-    if (pass === null) {
-      this.stats.refundErrors += 1;
-      return false;
-    }
-    const started = performance.now();
+    const charges: Charge[] = charged.map((r) => ({ key: r.key, capacity: r.capacity, rate: r.rate, cost: r.cost }));
     try {
-      await this.deadlines.bound(
-        this.client.refundMany(
-          charged.map((r) => ({ key: r.key, capacity: r.capacity, rate: r.rate, cost: r.cost })), { now: this.redisNow?.() },
-        ),
-        'TB.REFUND',
-      );
-    } catch (err) {
-      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+      // SPEC B3: after the cool-down a refund may be the probe; B2: while open, nothing is sent
+      await this.store.call('TB.REFUND', (s) => s.refundMany(charges, { now: this.redisNow?.() }));
+    } catch {
       this.stats.refundErrors += 1;
-      this.failed(err, 'TB.REFUND');
       return false;
-    } finally {
-      this.breaker.leave(pass);
     }
-    this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
-    this.breaker.answered();
     this.stats.refunds += 1;
     for (const r of charged) {
       this.metrics?.refunded(this.name, r.name);
@@ -816,9 +732,4 @@ function checkKeys(out: Plan[]): Plan[] {
     }
   }
   return out;
-}
-
-/** SPEC K6, L5: Redis refused a call whose keys are in different cluster slots. */
-function isCrossSlot(err: unknown): boolean {
-  return err instanceof RedisTbError && /^CROSSSLOT\b/.test(err.serverMessage);
 }

@@ -7,7 +7,7 @@
 import type { TbClient } from './client.js';
 import { boundOnce } from './deadline.js';
 import {
-  ClusterKeysError, ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError,
+  ClusterKeysError, ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, describeError,
 } from './errors.js';
 
 /** What the checks read of a limiter. */
@@ -20,11 +20,6 @@ export interface StartupTarget {
   readonly logger: { warn(message: string): void };
   /** the policy lists the limiter checks (each adapter's), in registration order */
   readonly policySets: readonly (readonly { name: string; settleLater: boolean }[])[];
-}
-
-export function describeError(err: unknown): string {
-  if (err instanceof Error) return err.message ? `${err.name}: ${err.message}` : err.name;
-  return String(err);
 }
 
 /**
