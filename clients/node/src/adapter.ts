@@ -1,22 +1,13 @@
-/** Shared bits of the framework adapters. */
+/**
+ * What every HTTP adapter shares: a request's header lines for the core, the rate-limit
+ * header lists of two limiters joined (SPEC H1), and the end of the response that ends
+ * the request's lease and stops its holds' renewals (N4, N7, G5). No scope rule is here:
+ * the limiter applies them (L1).
+ */
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Decision } from './decision.js';
-import { RouteSet } from './policy.js';
 
-export type RefundOn = readonly number[] | ((status: number) => boolean);
-
-export function refundPredicate(refundOn: RefundOn | undefined): ((status: number) => boolean) | null {
-  if (refundOn === undefined) return null;
-  if (typeof refundOn === 'function') return refundOn;
-  const set = new Set(refundOn);
-  return set.size ? (status) => set.has(status) : null;
-}
-
-/** SPEC L1, K5: routes never limited (`'METHOD /template'` or `'* /template'`). */
-export function excludeSet(exclude: string | readonly string[] | undefined): RouteSet {
-  return new RouteSet(exclude ?? []);
-}
-
+/** The lines of a header (lower-case name) as the core reads them, in the order received (SPEC A3, I2). */
 export function headerLines(headers: IncomingHttpHeaders, name: string): string[] {
   const v = headers[name];
   if (v === undefined) return [];
@@ -52,4 +43,24 @@ export function holdLeaseUntilDone(res: ServerResponse, decision: Decision): voi
   res.once('finish', done);
   res.once('close', done);
   if (decision.lease !== null) decision.signal.addEventListener('abort', onTimeout, { once: true });
+}
+
+const LISTS = new Set(['ratelimit-policy', 'ratelimit']);
+
+/**
+ * SPEC H1: an earlier limiter's structured-field lists (already on the response, read with
+ * `before`) joined with this one's items: two limiters on one route (the API's and a
+ * login's own) list every enforced policy that checked the request, the outer one's first.
+ */
+export function joinedLists(before: (name: string) => unknown, headers: Array<[string, string]>): Array<[string, string]> {
+  let out = headers;
+  for (let i = 0; i < headers.length; i++) {
+    const [k, v] = headers[i]!;
+    if (!LISTS.has(k.toLowerCase())) continue;
+    const earlier = before(k);
+    if (typeof earlier !== 'string' || earlier === '') continue;
+    if (out === headers) out = headers.slice();
+    out[i] = [k, `${earlier}, ${v}`];
+  }
+  return out;
 }

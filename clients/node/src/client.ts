@@ -1,5 +1,7 @@
 /**
- * TbClient: typed calls of every TB.* command over the Redis client you already have
+ * TbClient (SPEC "Names"): typed calls of all twelve module commands (TB.TAKE, MTAKE,
+ * RESERVE, PEEK with its LEASES and HOLDS forms, REFUND, THROTTLE, WINDOW, ACQUIRE with
+ * TAKE, RELEASE, RENEW, HOLD, SETTLE) over the Redis client you already have
  * (node-redis v4/v5, ioredis) or a `sendCommand`-style function. It never opens a
  * connection of its own.
  */
@@ -207,7 +209,7 @@ export class TbClient {
     return parseLeaseReply(await this.send(['TB.RELEASE', key, id]), 'TB.RELEASE');
   }
 
-  /** SPEC N5: TB.RENEW `[renewed, in_flight, ms]`. */
+  /** SPEC N5, G5: TB.RENEW of a lease, or of a hold on a bucket (`ms` its ttl): `[renewed, in_flight, ms]`. */
   async renew(key: string, id: string, leaseMs: number): Promise<LeaseReply> {
     return parseLeaseReply(await this.send(['TB.RENEW', key, id, arg(leaseMs)]), 'TB.RENEW');
   }
@@ -217,6 +219,13 @@ export class TbClient {
     const raw = await this.send(['TB.PEEK', key, 'LEASES']);
     if (!Array.isArray(raw) || raw.length !== 2) throw new UnexpectedReplyError(`expected a 2-element TB.PEEK LEASES reply, got ${JSON.stringify(raw)}`);
     return { inFlight: num(raw[0]), ms: num(raw[1]) };
+  }
+
+  /** TB.PEEK key HOLDS: a bucket's live holds, the sum they charged, and the ms until the earliest expires (0 when none). */
+  async peekHolds(key: string): Promise<{ holds: number; amount: number; ms: number }> {
+    const raw = await this.send(['TB.PEEK', key, 'HOLDS']);
+    if (!Array.isArray(raw) || raw.length !== 3) throw new UnexpectedReplyError(`expected a 3-element TB.PEEK HOLDS reply, got ${JSON.stringify(raw)}`);
+    return { holds: num(raw[0]), amount: num(raw[1]), ms: num(raw[2]) };
   }
 
   /** SPEC G1: TB.HOLD. */

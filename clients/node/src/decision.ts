@@ -72,6 +72,8 @@ export interface DecisionView {
   finish(status?: number): Promise<void>;
   /** SPEC F2: the handler answered `status`: the automatic refund's promise, or null when none is due */
   autoRefund(status: number): Promise<boolean> | null;
+  /** SPEC F2: whether this request may be refunded automatically (charged, and the limiter has `refundOn`) */
+  readonly autoRefunds: boolean;
   /** SPEC N5, N7: renew the lease now (or end the request past its max_duration); false when nothing was renewed */
   renew(): Promise<boolean>;
   /** SPEC N5, N7: renew the lease every lease / 2 (an unref'd timer) until {@link finish} or max_duration */
@@ -282,6 +284,11 @@ export class Decision implements DecisionView {
     if (status !== undefined) await this.autoRefund(status);
     this.stopHolds();
     if (this.run !== null) await this.run.finish();
+  }
+
+  /** SPEC F2: whether this request may be refunded automatically (charged, and the limiter has `refundOn`). */
+  get autoRefunds(): boolean {
+    return this.refundOn !== null && this.charged;
   }
 
   /**

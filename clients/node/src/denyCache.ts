@@ -20,7 +20,13 @@
  * Bounded: at most `maxEntries` entries. When full, the entry with the earliest deny-until
  * goes: expired entries first, then the one that expires soonest (as in Python). A binary
  * heap of (deny-until, key) with lazy deletion: O(log n) per insert, O(1) per lookup.
+ *
+ * The limiter asks it with a request's plans ({@link DenyCache.refusal},
+ * {@link DenyCache.claimProbes}) and tells it Redis's answers
+ * ({@link DenyCache.rememberRefusals}, {@link DenyCache.rememberSpent}).
  */
+import type { PolicyResult } from './decision.js';
+import type { Plan } from './plan.js';
 
 export interface DenyCacheOptions {
   /** the size cap (entries), e.g. 10_000 */
@@ -115,6 +121,74 @@ export class DenyCache {
   giveBack(probe: DenyProbe): void {
     const e = this.entries.get(probe.key);
     if (e === probe.entry && e.probingSince === probe.since) e.probingSince = undefined;
+  }
+
+  /**
+   * SPEC R2, R3, R4, H6: the cached refusals of a request's plans at `now`, one result per
+   * cached violated policy (r=0, the wait to deny-until, the reset), or null: ask Redis.
+   * Shadow policies always reach Redis; in-flight refusals are never cached (R10).
+   */
+  refusal(plans: readonly Plan[], now: number): PolicyResult[] | null {
+    let results: PolicyResult[] | null = null;
+    for (const pl of plans) {
+      if (pl.shadow || pl.kind === 'in_flight') continue;
+      const e = this.lookup(pl.key, pl.capacity, pl.rate, pl.cost, now);
+      if (!e) continue;
+      (results ??= []).push({
+        name: pl.policy.name, key: pl.key, capacity: pl.capacity, rate: pl.rate, cost: pl.cost,
+        ...(pl.window ? { kind: 'window' as const, window: pl.window.seconds } : {}),
+        allowed: false, remaining: 0,
+        // 0 while the entry's probe is waiting for Redis (Retry-After: 1)
+        retryAfter: Math.max(0, e.denyUntil - now) / 1000,
+        resetAfter: Math.max(0, (e.resetAt - now) / 1000),
+        shadow: false,
+      });
+    }
+    return results;
+  }
+
+  /**
+   * SPEC R4, single flight: the request that finds expired entries is the one probe of each
+   * (the others are refused by {@link refusal} until the answer ends the probes: {@link endProbe}).
+   */
+  claimProbes(plans: readonly Plan[], now: number): DenyProbe[] {
+    const probes: DenyProbe[] = [];
+    for (const pl of plans) {
+      if (pl.shadow || pl.kind === 'in_flight') continue; // SPEC R10
+      const pr = this.claimProbe(pl.key, pl.capacity, pl.rate, pl.cost, now);
+      if (pr) probes.push(pr);
+    }
+    return probes;
+  }
+
+  /** SPEC R1, R10: Redis refused: each enforced violated bucket or window with a wait, until then. */
+  rememberRefusals(results: readonly PolicyResult[], now: number): void {
+    for (const r of results) {
+      if (r.allowed || r.shadow || !(r.retryAfter > 0) || r.rate === null || r.kind === 'in_flight') continue;
+      this.remember(r.key, {
+        policy: r.name, capacity: r.capacity, rate: r.rate, cost: r.cost,
+        denyUntil: now + r.retryAfter * 1000, resetAt: now + Math.max(0, r.resetAfter) * 1000,
+      }, now);
+    }
+  }
+
+  /**
+   * SPEC R5: Redis admitted the request: every charged (enforced) bucket it left with fewer
+   * tokens than this request's cost would refuse a request of that cost (or more) until
+   * (cost - remaining) / rate has passed, absent refunds, so cache exactly that refusal.
+   * A bucket left with enough tokens caches nothing; a probe admitted with enough left
+   * still removes its entry (`endProbe`). Buckets only (W3, R10).
+   */
+  rememberSpent(results: readonly PolicyResult[], now: number): void {
+    for (const r of results) {
+      if (r.shadow || r.kind !== undefined || r.rate === null || !(r.cost > 0) || !(r.remaining < r.cost)) continue;
+      const wait = (r.cost - r.remaining) / r.rate;
+      if (!(wait > 0 && Number.isFinite(wait))) continue;
+      this.remember(r.key, {
+        policy: r.name, capacity: r.capacity, rate: r.rate, cost: r.cost,
+        denyUntil: now + wait * 1000, resetAt: now + Math.max(0, r.resetAfter) * 1000,
+      }, now);
+    }
   }
 
   remember(key: string, entry: DenyEntry, now: number): void {

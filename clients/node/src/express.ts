@@ -1,5 +1,8 @@
 /**
- * Express middleware: `app.use(rateLimit(limiter, { policies }))`.
+ * Express middleware: `app.use(rateLimit(limiter))`. Thin: it turns a request into the
+ * core's inputs (peer, header lines, the route template Express will run, its method) and
+ * the decision into a response; the limiter owns its policies and applies every scope
+ * rule (SPEC L1: routes, exclude, limitUnmatched).
  *
  * `app.use` middleware runs before Express routes the request, so `req.route` is not set
  * yet: the middleware resolves the route the way the router will, walking the app's
@@ -11,21 +14,10 @@
  * put on a route (`app.get(path, mw, handler)`); a request is checked once.
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredicate } from './adapter.js';
+import { headerLines, holdLeaseUntilDone, joinedLists } from './adapter.js';
 import type { Decision, DecisionView, Hold } from './decision.js';
 import { PROBLEM_TYPE } from './problem.js';
 import type { RateLimiter } from './limiter.js';
-import type { Policy } from './policy.js';
-
-export interface ExpressRateLimitOptions {
-  policies: readonly Policy<Request>[];
-  /** limit requests that match no route (only route-less policies apply); default false */
-  limitUnmatched?: boolean;
-  /** `'METHOD /template'` routes never limited, e.g. `['GET /healthz']` */
-  exclude?: string | readonly string[];
-  /** status codes (or a predicate) whose responses are refunded automatically, e.g. 5xx */
-  refundOn?: RefundOn;
-}
 
 interface RouteLike {
   path?: unknown;
@@ -149,26 +141,6 @@ export function routeTemplate(req: Request): string | null {
   return template === null ? null : `${req.method.toUpperCase()} ${template}`;
 }
 
-const LISTS = new Set(['ratelimit-policy', 'ratelimit']);
-
-/**
- * An earlier middleware instance's structured-field lists joined with this one's items
- * (two limiters on one route, e.g. the API's and a login's own: SPEC H1 lists every
- * enforced policy that checked the request).
- */
-function joined(res: Response, headers: Array<[string, string]>): Array<[string, string]> {
-  let out = headers;
-  for (let i = 0; i < headers.length; i++) {
-    const [k, v] = headers[i]!;
-    if (!LISTS.has(k.toLowerCase())) continue;
-    const before = res.getHeader(k);
-    if (typeof before !== 'string' || before === '') continue;
-    if (out === headers) out = headers.slice();
-    out[i] = [k, `${before}, ${v}`];
-  }
-  return out;
-}
-
 function sendProblem(res: Response, status: number, payload: string, headers: Array<[string, string]>): void {
   res.statusCode = status;
   for (const [k, v] of headers) res.setHeader(k, v);
@@ -186,16 +158,10 @@ declare global {
   }
 }
 
-/** The Express middleware. The decision is `res.locals.rateLimit`. */
-export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLimitOptions): RequestHandler {
-  // SPEC C1, C10, C11; U3: startup() reads the policies the limiter checks
-  limiter.register(options.policies);
-  const policies = [...options.policies];
-  const limitUnmatched = options.limitUnmatched ?? false;
-  const exclude = excludeSet(options.exclude);
-  const refundOn = refundPredicate(options.refundOn);
+/** The Express middleware of `limiter`. The decision is `res.locals.rateLimit`. */
+export function rateLimit(limiter: RateLimiter<Request>): RequestHandler {
   // This middleware instance checks a request once, however often it is on its path
-  // (app-wide and on the route); another instance (other policies) checks it again.
+  // (app-wide and on the route); another instance (another limiter) checks it again.
   const CHECKED = Symbol('redis-tb.express.checked');
 
   return async function redisTbRateLimit(req: Request, res: Response, next: NextFunction): Promise<void> {
@@ -205,40 +171,34 @@ export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLim
       return;
     }
     marked[CHECKED] = true;
-    const route = routeTemplate(req);
-    if ((route === null && !limitUnmatched) || (route !== null && exclude.has(route))) {
-      next();
-      return;
-    }
     let decision: Decision;
     try {
-      decision = await limiter.check(
-        { request: req, peer: req.socket.remoteAddress, header: (name) => headerLines(req.headers, name), route },
-        policies,
-      );
+      decision = await limiter.check({
+        request: req, peer: req.socket.remoteAddress, header: (name) => headerLines(req.headers, name), route: routeTemplate(req),
+      });
     } catch (err) {
       next(err);
       return;
     }
     res.locals.rateLimit = decision;
     const out = limiter.respond(decision);
+    const before = (name: string): unknown => res.getHeader(name);
     if (out.body !== null) {
-      sendProblem(res, out.status, out.body, out.status === 429 ? joined(res, out.headers) : out.headers);
+      sendProblem(res, out.status, out.body, out.status === 429 ? joinedLists(before, out.headers) : out.headers);
       return;
     }
-    for (const [k, v] of joined(res, out.headers)) res.setHeader(k, v);
+    for (const [k, v] of joinedLists(before, out.headers)) res.setHeader(k, v);
     // SPEC N4, N5: the lease lives until the response is finished
     holdLeaseUntilDone(res, decision);
-    if (refundOn && decision.charged) {
-      // Settle the automatic refund before the response completes: a client that has the
-      // response sees the bucket refunded.
+    if (decision.autoRefunds) {
+      // SPEC F2: the automatic refund is settled before the response completes: a client
+      // that has the response sees the bucket refunded.
       const end = res.end as (...args: unknown[]) => Response;
       (res as unknown as { end: (...args: unknown[]) => Response }).end = function endAfterRefund(...args: unknown[]): Response {
-        if (refundOn(res.statusCode) && !decision.refunded) {
-          void decision.refund().finally(() => end.apply(res, args));
-          return res;
-        }
-        return end.apply(res, args);
+        const refunding = decision.autoRefund(res.statusCode);
+        if (refunding === null) return end.apply(res, args);
+        void refunding.finally(() => end.apply(res, args));
+        return res;
       };
     }
     next();

@@ -1,11 +1,12 @@
 /**
  * Fastify plugin (fastify-plugin: its hooks apply to the whole app):
- * `await app.register(fastifyRateLimit, { limiter, policies })`.
- *
- * `onRequest` checks the request against `request.routeOptions.url` (the route's
- * template, e.g. `/items/:id`) and `request.method`; requests matching no route
- * (404) are not limited unless `limitUnmatched`. `onSend` settles the automatic
- * refund (`refundOn`) before the response goes out. The decision is `request.rateLimit`.
+ * `await app.register(fastifyRateLimit, { limiter })`. Thin: `onRequest` hands the limiter
+ * the request's peer, header lines and route (`request.routeOptions.url`, the route's
+ * template such as `/items/:id`, with `request.method`; null for a request that matched no
+ * route, a 404) and sends the decision's response; the limiter owns its policies and
+ * applies every scope rule (SPEC L1: routes, exclude, limitUnmatched). `onSend` settles
+ * the automatic refund (the limiter's `refundOn`, F2) before the response goes out. The
+ * decision is `request.rateLimit`.
  *
  * Registered more than once (the root and a child context, e.g. a stricter limiter on a
  * route group), the registrations compose: a request of the child's routes is checked by
@@ -13,19 +14,18 @@
  * `onRequest` hooks), and refused if either refuses. A refusal ends the request there:
  * a later registration is not consulted and charges nothing, but an earlier one that
  * admitted the request has charged its buckets (two registrations are two TB calls, not
- * one all-or-nothing TB.MTAKE: put layers that must be all or nothing in one
- * registration's `policies`). The `RateLimit-Policy` / `RateLimit` items of every
- * registration that checked the request are listed together; `request.rateLimit` is the
- * decision of the last one that checked it (the refusing one when refused); each
- * registration's `refundOn` refunds its own decision.
+ * one all-or-nothing TB.MTAKE: put layers that must be all or nothing in one limiter's
+ * `policies`). The `RateLimit-Policy` / `RateLimit` items of every registration that
+ * checked the request are listed together; `request.rateLimit` is the decision of the
+ * last one that checked it (the refusing one when refused); each registration's decision
+ * is refunded by its own limiter's `refundOn`.
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredicate } from './adapter.js';
+import { headerLines, holdLeaseUntilDone, joinedLists } from './adapter.js';
 import type { Decision, DecisionView, Hold } from './decision.js';
-import { PROBLEM_TYPE } from './problem.js';
 import type { RateLimiter } from './limiter.js';
-import type { Policy } from './policy.js';
+import { PROBLEM_TYPE } from './problem.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -36,10 +36,6 @@ declare module 'fastify' {
 
 export interface FastifyRateLimitOptions {
   limiter: RateLimiter<FastifyRequest>;
-  policies: readonly Policy<FastifyRequest>[];
-  limitUnmatched?: boolean;
-  exclude?: string | readonly string[];
-  refundOn?: RefundOn;
 }
 
 function sendProblem(reply: FastifyReply, status: number, payload: string, headers: Array<[string, string]>): FastifyReply {
@@ -47,31 +43,8 @@ function sendProblem(reply: FastifyReply, status: number, payload: string, heade
   return reply.code(status).type(PROBLEM_TYPE).send(Buffer.from(payload));
 }
 
-const LISTS = new Set(['ratelimit-policy', 'ratelimit']);
-
-/** An earlier registration's structured-field lists joined with this one's items. */
-function joined(reply: FastifyReply, headers: Array<[string, string]>): Array<[string, string]> {
-  let out = headers;
-  for (let i = 0; i < headers.length; i++) {
-    const [k, v] = headers[i]!;
-    if (!LISTS.has(k.toLowerCase())) continue;
-    const before = reply.getHeader(k);
-    if (typeof before !== 'string' || before === '') continue;
-    if (out === headers) out = headers.slice();
-    out[i] = [k, `${before}, ${v}`];
-  }
-  return out;
-}
-
 const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options) => {
   const { limiter } = options;
-  // SPEC C1, C10, C11; U3: startup() reads the policies the limiter checks
-  limiter.register(options.policies);
-  const policies = [...options.policies];
-  const limitUnmatched = options.limitUnmatched ?? false;
-  const exclude = excludeSet(options.exclude);
-  const refundOn = refundPredicate(options.refundOn);
-
   // a second registration (a child context) shares the decorator the first one added
   if (!app.hasRequestDecorator('rateLimit')) app.decorateRequest('rateLimit', null);
   // this registration's own decision (request.rateLimit is the last registration's)
@@ -79,35 +52,30 @@ const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options)
 
   app.addHook('onRequest', async (request, reply) => {
     const url = request.routeOptions.url;
-    const route = url === undefined ? null : `${request.method.toUpperCase()} ${url}`;
-    if ((route === null && !limitUnmatched) || (route !== null && exclude.has(route))) return;
-    const decision = await limiter.check(
-      {
-        request,
-        peer: request.raw.socket.remoteAddress,
-        header: (name) => headerLines(request.headers, name),
-        route,
-      },
-      policies,
-    );
+    const decision = await limiter.check({
+      request,
+      peer: request.raw.socket.remoteAddress,
+      header: (name) => headerLines(request.headers, name),
+      route: url === undefined ? null : `${request.method.toUpperCase()} ${url}`,
+    });
     request.rateLimit = decision;
     (request as unknown as Record<symbol, Decision>)[OWN] = decision;
     const out = limiter.respond(decision);
-    if (out.body !== null) return sendProblem(reply, out.status, out.body, out.status === 429 ? joined(reply, out.headers) : out.headers);
-    for (const [k, v] of joined(reply, out.headers)) reply.header(k, v);
+    const before = (name: string): unknown => reply.getHeader(name);
+    if (out.body !== null) return sendProblem(reply, out.status, out.body, out.status === 429 ? joinedLists(before, out.headers) : out.headers);
+    for (const [k, v] of joinedLists(before, out.headers)) reply.header(k, v);
     // SPEC N4, N5: the lease lives until the raw response is finished (reply.send of a
     // stream included), the client goes away, or the error response of onError is sent
     holdLeaseUntilDone(reply.raw, decision);
     return undefined;
   });
 
-  if (refundOn) {
-    app.addHook('onSend', async (request, reply, payload) => {
-      const d = (request as unknown as Record<symbol, Decision | undefined>)[OWN];
-      if (d && d.charged && !d.refunded && refundOn(reply.statusCode)) await d.refund();
-      return payload;
-    });
-  }
+  // SPEC F2: the automatic refund, before the response goes out
+  if (limiter.autoRefunds) app.addHook('onSend', async (request, reply, payload) => {
+    const refunding = (request as unknown as Record<symbol, Decision | undefined>)[OWN]?.autoRefund(reply.statusCode);
+    if (refunding) await refunding;
+    return payload;
+  });
 };
 
 /**

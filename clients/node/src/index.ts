@@ -24,10 +24,10 @@ export {
   ClientIpConfig, formatAddress, formatNetwork, parseAddress, parseNetwork, parsePeer, parseV4Int, type ClientIp,
   type ClientIpOptions,
 } from './address.js';
-export { bucketKey, boundedPart, escapePart, type Bytes } from './keys.js';
+export { bucketKey, boundedPart, escapePart, headerIdentity, type Bytes } from './keys.js';
 export { Deadlines } from './deadline.js';
 export {
-  RateLimiter, headerIdentity, systemClock, validPrefix, type Clock, type LimiterStats, type Logger,
+  RateLimiter, systemClock, validPrefix, type RefundOn, type Clock, type LimiterStats, type Logger,
   type RateLimiterOptions, type RequestContext,
 } from './limiter.js';
 export type { LimiterMetrics } from './metrics.js';
@@ -38,4 +38,4 @@ export {
 } from './policy.js';
 export { RedisTbStore, type ClientRateLimitInfo, type RedisTbStoreOptions, type StoreInitOptions } from './rateLimitStore.js';
 export { Scheduler, type SchedulerOptions } from './scheduler.js';
-export type { RefundOn } from './adapter.js';
+export type { Store } from './store.js';

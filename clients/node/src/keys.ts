@@ -1,5 +1,6 @@
 /**
- * The one key builder (SPEC K1-K5): every path that makes a bucket key (the limiter, its
+ * The identity of a header (SPEC I2: {@link headerIdentity}) and the one key builder
+ * (SPEC K1-K5): every path that makes a bucket key (the limiter, its
  * refunds, the deny cache, `RateLimiter.key`) goes through {@link bucketKey}.
  *
  * `<prefix>:` then `{<tag>}:` (a non-empty tag, SPEC K4), `<policy>`, `@<route>` (a
@@ -96,3 +97,36 @@ export function bucketKey(
     boundedPart(identity, bytes),
   );
 }
+
+/** SPEC I2: control bytes (0x00-0x08, 0x0A-0x1F, 0x7F); a tab is kept */
+function hasControlByte(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if ((c < 0x20 && c !== 0x09) || c === 0x7f) return true;
+  }
+  return false;
+}
+
+/** SPEC I2: optional white space (space, tab) trimmed at both ends. */
+function trimOws(s: string): string {
+  let a = 0;
+  let b = s.length;
+  while (a < b && (s.charCodeAt(a) === 0x20 || s.charCodeAt(a) === 0x09)) a++;
+  while (b > a && (s.charCodeAt(b - 1) === 0x20 || s.charCodeAt(b - 1) === 0x09)) b--;
+  return a === 0 && b === s.length ? s : s.slice(a, b);
+}
+
+/**
+ * SPEC I2: the identity of `Key.header`: the lines joined with ', ', trimmed; null when
+ * absent or empty (the policy is skipped); `BAD` when a line holds a control byte.
+ */
+export function headerIdentity(lines: readonly string[]): string | null | typeof BAD {
+  if (lines.length === 0) return null;
+  const joined = lines.length === 1 ? lines[0]! : lines.join(', ');
+  if (hasControlByte(joined)) return BAD;
+  const v = trimOws(joined);
+  return v === '' ? null : v;
+}
+
+/** {@link headerIdentity}: a control byte */
+export const BAD: unique symbol = Symbol('redis-tb.bad-request');

@@ -18,22 +18,17 @@ export interface StartupTarget {
   readonly startDegraded: boolean;
   readonly hashTag: unknown;
   readonly logger: { warn(message: string): void };
-  /** the policy lists the limiter checks (each adapter's), in registration order */
-  readonly policySets: readonly (readonly { name: string; settleLater: boolean }[])[];
+  /** the limiter's policies, in policy order */
+  readonly policies: readonly { name: string; settleLater: boolean }[];
 }
 
 /**
  * SPEC K6: the policies of a limiter that can send several keys in one call (two or more
- * that are not settleLater in one policy list), in policy order; empty when none can.
+ * that are not settleLater), in policy order; empty when it cannot.
  */
 export function severalKeys(target: StartupTarget): string[] {
-  const out: string[] = [];
-  for (const set of target.policySets) {
-    const called = set.filter((p) => !p.settleLater);
-    if (called.length < 2) continue;
-    for (const p of called) if (!out.includes(p.name)) out.push(p.name);
-  }
-  return out;
+  const called = target.policies.filter((p) => !p.settleLater).map((p) => p.name);
+  return called.length < 2 ? [] : called;
 }
 
 /** `HELLO`'s `mode` field, whether the client handed the reply as a map, an object or RESP2's flat list. */

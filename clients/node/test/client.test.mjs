@@ -112,6 +112,54 @@ for (const [name, make] of makers) {
       assert.equal(t2.retryAfter, 2);
     });
 
+    test('acquire (alone and with TAKE), renew, release and peek LEASES: typed replies', async () => {
+      const key = k('conc');
+      const first = await tb.acquire(key, 1, 60000);
+      assert.equal(first.granted, true);
+      assert.match(first.id, /^[0-9a-f]{16}$/);
+      assert.deepEqual([first.inFlight, first.take], [1, null]);
+      assert.ok(Math.abs(first.ms - 60000) <= 5, `the lease's ms: ${first.ms}`);
+      const leases = await tb.peekLeases(key);
+      assert.equal(leases.inFlight, 1);
+      assert.ok(leases.ms > 0 && leases.ms <= first.ms, `ms until the lease expires: ${leases.ms}`);
+      const full = await tb.acquire(key, 1, 60000, [{ key: k('conc:b'), capacity: 5, rate: 1, cost: 1 }]);
+      assert.equal(full.granted, false);
+      assert.equal(full.id, null);
+      assert.ok(full.ms > 0 && full.ms <= 60005, `refused: the wait until the earliest lease expires: ${full.ms}`);
+      assert.equal(full.take.keys.length, 1);
+      const renewed = await tb.renew(key, first.id, 30000);
+      assert.deepEqual([renewed.ok, renewed.inFlight], [true, 1]);
+      assert.ok(Math.abs(renewed.ms - 30000) <= 5, `the renewed lease's ms: ${renewed.ms}`);
+      const released = await tb.release(key, first.id);
+      assert.deepEqual([released.ok, released.inFlight], [true, 0]);
+      assert.equal((await tb.release(key, first.id)).ok, false, 'a second release finds nothing');
+      const both = await tb.acquire(key, 1, 60000, [{ key: k('conc:b'), capacity: 5, rate: 1, cost: 2 }]);
+      assert.equal(both.granted, true);
+      assert.deepEqual(both.take.keys.map((r) => [r.allowed, r.remaining]), [[true, 3]]);
+    });
+
+    test('hold, renew a hold, peek HOLDS and settle: typed replies', async () => {
+      const key = k('llm');
+      const none = await tb.peekHolds(key);
+      // (the module may write the sum of no hold as -0)
+      assert.ok(none.holds === 0 && none.amount === 0 && none.ms === 0, JSON.stringify(none));
+      const h = await tb.hold(key, 1000, 1, 300, 60000);
+      assert.equal(h.allowed, true);
+      assert.match(h.id, /^[0-9a-f]{16}$/);
+      assert.ok(Math.abs(h.remaining - 700) < 0.01);
+      const peek = await tb.peekHolds(key);
+      assert.deepEqual([peek.holds, peek.amount], [1, 300]);
+      assert.ok(peek.ms > 0 && peek.ms <= 60005, `ms until the hold expires: ${peek.ms}`);
+      const renewed = await tb.renew(key, h.id, 90000);
+      assert.equal(renewed.ok, true);
+      const s = await tb.settle(key, 1000, 1, h.id, 100, 1000);
+      assert.equal(s.settled, true);
+      assert.equal(s.charged, -200);
+      assert.equal((await tb.settle(key, 1000, 1, h.id, 100)).settled, false, 'settling twice changes nothing');
+      const after = await tb.peekHolds(key);
+      assert.ok(after.holds === 0 && after.amount === 0 && after.ms === 0, JSON.stringify(after));
+    });
+
     test('module errors come back as RedisTbError naming the command', async () => {
       await assert.rejects(tb.take(k('e'), 0, 1), (err) => {
         assert.ok(err instanceof RedisTbError);
@@ -156,7 +204,7 @@ describe('startup check', () => {
       try {
         const expected = `redis-tb module not loaded on 127.0.0.1:${bare.port}: load libredis_tb.so with loadmodule`;
         await assert.rejects(new TbClient(c).checkModule(), (err) => err instanceof ModuleNotLoadedError && err.message === expected);
-        const limiter = new RateLimiter(c, { logger: memoryLogger() });
+        const limiter = new RateLimiter(c, { policies: [], logger: memoryLogger() });
         await assert.rejects(limiter.startup(), { message: expected });
         await assert.rejects(limiter.checkModule(), ModuleNotLoadedError);
       } finally {
@@ -175,7 +223,7 @@ describe('startup check', () => {
     try {
       assert.notEqual(c.status, 'ready', 'the test needs a client that is not connected yet');
       const log = memoryLogger();
-      const limiter = new RateLimiter(c, { logger: log });
+      const limiter = new RateLimiter(c, { policies: [], logger: log });
       await assert.rejects(limiter.startup(), (err) => err instanceof ModuleNotLoadedError
         && err.message === `redis-tb module not loaded on 127.0.0.1:${bare.port}: load libredis_tb.so with loadmodule`);
       assert.deepEqual(log.lines, []);
@@ -189,7 +237,7 @@ describe('startup check', () => {
     const c = new Redis({ host: '127.0.0.1', port: bare.port, enableOfflineQueue: false, lazyConnect: true, maxRetriesPerRequest: 0 });
     c.on('error', () => {});
     try {
-      await assert.rejects(new RateLimiter(c, { logger: memoryLogger() }).startup(), ModuleNotLoadedError);
+      await assert.rejects(new RateLimiter(c, { policies: [], logger: memoryLogger() }).startup(), ModuleNotLoadedError);
     } finally {
       c.disconnect();
     }
@@ -204,7 +252,7 @@ describe('startup check', () => {
       const c = new Redis({ host: '127.0.0.1', port: bare.port, username: user, password: 'pw', enableOfflineQueue: false, maxRetriesPerRequest: 0 });
       c.on('error', () => {});
       try {
-        await assert.rejects(new RateLimiter(c, { logger: memoryLogger() }).startup(), (err) => err instanceof NoPermissionError
+        await assert.rejects(new RateLimiter(c, { policies: [], logger: memoryLogger() }).startup(), (err) => err instanceof NoPermissionError
           && err.message === `redis-tb: user cannot run COMMAND INFO on 127.0.0.1:${bare.port}: grant +command|info (see docs/operations.md)`);
       } finally {
         c.disconnect();
@@ -223,7 +271,7 @@ describe('startup check', () => {
       c.on('error', () => {});
       try {
         const log = memoryLogger();
-        const limiter = new RateLimiter(c, { logger: log, failOpen: false });
+        const limiter = new RateLimiter(c, { policies: [], logger: log, failOpen: false });
         await assert.rejects(limiter.startup(), (err) => err instanceof RedisUnreachableError && !err.message.includes('\n')
           && new RegExp(`^redis-tb: cannot reach Redis at 127\\.0\\.0\\.1:${port} \\(.*ECONNREFUSED.*\\): start it, or set startDegraded to start failing open$`).test(err.message));
         assert.deepEqual(log.lines, []);
@@ -239,7 +287,7 @@ describe('startup check', () => {
     const io = new Redis({ host: '127.0.0.1', port, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
     io.on('error', () => {});
     const log = memoryLogger();
-    const limiter = new RateLimiter(io, { logger: log, failOpen: false, startDegraded: true });
+    const limiter = new RateLimiter(io, { policies: [], logger: log, failOpen: false, startDegraded: true });
     await limiter.startup();
     // SPEC U2, U4: the same words in every language, whatever the failure mode
     assert.deepEqual(log.lines, [`redis-tb: Redis at 127.0.0.1:${port} unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)`]);

@@ -45,7 +45,7 @@ async function clusterServer(dir, port) {
 
 async function serve(limiter) {
   const app = express();
-  app.use(rateLimit(limiter, { policies: apiPolicies() }));
+  app.use(rateLimit(limiter));
   app.get('/x', (req, res) => { res.json({ ok: true }); });
   return listenExpress(app);
 }
@@ -67,14 +67,13 @@ describe('on a Redis Cluster (SPEC K6, U3)', () => {
 
   test('HELLO says cluster: a limiter sending several keys without a tag function fails its start with U3\'s line', async () => {
     const log = memoryLogger();
-    const limiter = new RateLimiter(redis, { name: 'api', logger: log });
-    limiter.register(apiPolicies());
+    const limiter = new RateLimiter(redis, { policies: apiPolicies(), name: 'api', logger: log });
     await assert.rejects(limiter.startup(), (err) => err instanceof ClusterKeysError && err.message === U3_LINE);
     assert.deepEqual(log.lines, []);
   });
 
   test('with a tag function it starts and limits: the keys of one call share the tag\'s slot', async () => {
-    const limiter = new RateLimiter(redis, { name: 'api', logger: memoryLogger(), hashTag: (req) => req.get('x-user') ?? 'anonymous' });
+    const limiter = new RateLimiter(redis, { policies: apiPolicies(), name: 'api', logger: memoryLogger(), hashTag: (req) => req.get('x-user') ?? 'anonymous' });
     const web = await serve(limiter);
     try {
       await limiter.startup();
@@ -99,7 +98,7 @@ describe('on a Redis Cluster (SPEC K6, U3)', () => {
     client.on('error', () => {});
     const connecting = client.connect().catch(() => undefined);
     const log = memoryLogger();
-    const limiter = new RateLimiter(client, { name: 'api', logger: log, startDegraded: true, timeoutMs: 2000 });
+    const limiter = new RateLimiter(client, { policies: apiPolicies(), name: 'api', logger: log, startDegraded: true, timeoutMs: 2000 });
     const web = await serve(limiter);
     let late;
     try {

@@ -37,8 +37,13 @@ describe('deny cache single flight', () => {
   beforeEach(async () => {
     await tb.send(['FLUSHALL']);
     t = NOW;
-    limiter = new RateLimiter(redis, { timeoutMs: TIMEOUT_MS, redisNow: () => t, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+    limiter = limiterOf(policy);
   });
+
+  /** A limiter of one policy, with the deny cache, on the test's clock. */
+  function limiterOf(p) {
+    return new RateLimiter(redis, { policies: [p], timeoutMs: TIMEOUT_MS, redisNow: () => t, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+  }
 
   /** The cached refusal's wait is over (the entry stays, expired). */
   function expire() {
@@ -53,9 +58,9 @@ describe('deny cache single flight', () => {
    */
   async function refusedAndExpired() {
     const calls0 = await checkCalls(redis);
-    assert.equal((await limiter.check(ctx, [policy])).outcome, 'allowed');
+    assert.equal((await limiter.check(ctx)).outcome, 'allowed');
     assert.equal(limiter.denyCache.size, 1);
-    const refused = await limiter.check(ctx, [policy]);
+    const refused = await limiter.check(ctx);
     assert.equal(refused.outcome, 'limited');
     assert.equal(refused.fromCache, true);
     assert.equal(await checkCalls(redis), calls0 + 1);
@@ -66,7 +71,7 @@ describe('deny cache single flight', () => {
     await refusedAndExpired();
     const calls0 = await checkCalls(redis);
     const hits0 = limiter.stats.denyCacheHits;
-    const decisions = await Promise.all(Array.from({ length: 20 }, () => limiter.check(ctx, [policy])));
+    const decisions = await Promise.all(Array.from({ length: 20 }, () => limiter.check(ctx)));
     assert.equal(await checkCalls(redis), calls0 + 1, 'exactly one Redis call');
     const fromRedis = decisions.filter((d) => !d.fromCache);
     const fromCache = decisions.filter((d) => d.fromCache);
@@ -81,7 +86,7 @@ describe('deny cache single flight', () => {
       assert.deepEqual(d.violated, ['ip']);
     }
     // the refusal renewed the entry: the next request is a cache hit counting down again
-    const next = await limiter.check(ctx, [policy]);
+    const next = await limiter.check(ctx);
     assert.equal(next.fromCache, true);
     assert.ok(next.retryAfter > 0);
     assert.equal(await checkCalls(redis), calls0 + 1);
@@ -90,20 +95,21 @@ describe('deny cache single flight', () => {
   test('probe admitted with enough tokens left: the entry is gone, and the cache admitted nothing itself', async () => {
     // capacity 3, cost 1: the third admission spends the last token and caches a refusal
     const wide = new Policy({ name: 'ip', limit: new Limit(3, 0.01) });
-    for (let i = 0; i < 3; i++) assert.equal((await limiter.check(ctx, [wide])).outcome, 'allowed');
+    limiter = limiterOf(wide);
+    for (let i = 0; i < 3; i++) assert.equal((await limiter.check(ctx)).outcome, 'allowed');
     const e = limiter.denyCache.lookup(KEY, 3, 0.01, 1, performance.now());
     assert.ok(e, 'the last token spent: refusal cached');
     e.denyUntil = performance.now() - 1;
     t = NOW + 300; // Redis has refilled the bucket (3 tokens)
     const calls0 = await checkCalls(redis);
-    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.check(ctx, [wide])));
+    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.check(ctx)));
     assert.equal(await checkCalls(redis), calls0 + 1);
     assert.equal(decisions.filter((d) => d.allowed).length, 1, 'only the probe, admitted by Redis');
     assert.equal(decisions.find((d) => d.allowed).remaining, 2);
     assert.ok(decisions.filter((d) => !d.allowed).every((d) => d.fromCache && d.retryAfter === 0));
     assert.equal(limiter.denyCache.size, 0, 'admitted with 2 >= 1 tokens left: entry removed');
     // no entry: the next request goes to Redis (admitted, one token left: still nothing cached)
-    const next = await limiter.check(ctx, [wide]);
+    const next = await limiter.check(ctx);
     assert.equal(next.fromCache, false);
     assert.equal(next.outcome, 'allowed');
     assert.equal(limiter.denyCache.size, 0);
@@ -117,7 +123,7 @@ describe('deny cache single flight', () => {
     t = NOW + 100; // Redis has refilled the bucket (1 token)
     const calls0 = await checkCalls(redis);
     const before = performance.now();
-    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.check(ctx, [policy])));
+    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.check(ctx)));
     const after = performance.now();
     assert.equal(await checkCalls(redis), calls0 + 1);
     const admitted = decisions.filter((d) => d.allowed);
@@ -132,7 +138,7 @@ describe('deny cache single flight', () => {
     assert.ok(e.denyUntil >= before + 100_000 && e.denyUntil <= after + 100_000, `${e.denyUntil - before}`);
     assert.equal(limiter.denyCache.size, 1);
     // the next request is a cache hit counting down from 100 s; Redis is not called
-    const next = await limiter.check(ctx, [policy]);
+    const next = await limiter.check(ctx);
     assert.equal(next.fromCache, true);
     assert.ok(next.retryAfter > 99 && next.retryAfter <= 100, `${next.retryAfter}`);
     assert.equal(await checkCalls(redis), calls0 + 1);
@@ -146,7 +152,7 @@ describe('deny cache single flight', () => {
     await refusedAndExpired();
     await server.stop();
     try {
-      const d = await limiter.check(ctx, [policy]);
+      const d = await limiter.check(ctx);
       assert.equal(d.outcome, 'store_error');
       assert.equal(limiter.denyCache.size, 0);
     } finally {
@@ -166,7 +172,7 @@ describe('deny cache single flight', () => {
     const lost = limiter.denyCache.claimProbe(KEY, 1, 0.01, 1, performance.now());
     assert.ok(lost);
     const calls0 = await checkCalls(redis);
-    const hit = await limiter.check(ctx, [policy]);
+    const hit = await limiter.check(ctx);
     assert.equal(hit.fromCache, true);
     assert.equal(hit.retryAfter, 0);
     assert.equal(await checkCalls(redis), calls0);
@@ -175,18 +181,18 @@ describe('deny cache single flight', () => {
     assert.ok(lostLongAgo, 'a stale mark can be claimed again');
     lostLongAgo.entry.probingSince = performance.now() - stale - 1; // as if claimed 2x timeout + 1 ms ago
     lostLongAgo.since = lostLongAgo.entry.probingSince;
-    const probe = await limiter.check(ctx, [policy]);
+    const probe = await limiter.check(ctx);
     assert.equal(probe.fromCache, false, 'went to Redis');
     assert.equal(await checkCalls(redis), calls0 + 1);
     assert.equal(probe.outcome, 'limited');
     // the late answer of the lost probe does not remove the renewed entry
     limiter.denyCache.endProbe(lostLongAgo);
-    assert.equal((await limiter.check(ctx, [policy])).fromCache, true);
+    assert.equal((await limiter.check(ctx)).fromCache, true);
   });
 
   test('over HTTP, 16 connections after expiry: one Redis call, every other 429 from the cache with the cache-hit headers and body', async () => {
     const app = express();
-    app.use(rateLimit(limiter, { policies: [policy] }));
+    app.use(rateLimit(limiter));
     app.get('/x', (req, res) => res.send('ok'));
     const http = await listenExpress(app);
     try {
@@ -225,14 +231,15 @@ describe('deny cache single flight', () => {
     // capacity 5 refilled at 0.1 per s, cost 2: 5 -> 3 -> 1 token; 1 < 2, so Redis would
     // refuse a cost of 2 for (2 - 1) / 0.1 = 10 s (the clock is the limiter's: exact)
     const costly = new Policy({ name: 'ip', limit: new Limit(5, 0.1), cost: 2 });
+    limiter = limiterOf(costly);
     const app = express();
-    app.use(rateLimit(limiter, { policies: [costly] }));
+    app.use(rateLimit(limiter));
     app.get('/x', (req, res) => res.send('ok'));
     const http = await listenExpress(app);
     // the same policy without a cache, on the same clock: what Redis answers
-    const plain = new RateLimiter(redis, { timeoutMs: TIMEOUT_MS, redisNow: () => t, logger: memoryLogger() });
+    const plain = new RateLimiter(redis, { policies: [costly], timeoutMs: TIMEOUT_MS, redisNow: () => t, logger: memoryLogger() });
     const plainApp = express();
-    plainApp.use(rateLimit(plain, { policies: [costly] }));
+    plainApp.use(rateLimit(plain));
     plainApp.get('/x', (req, res) => res.send('ok'));
     const plainHttp = await listenExpress(plainApp);
     try {

@@ -19,10 +19,10 @@ const fixedClock = () => NOW;
 // mode. The 50 ms default itself is tested in limiter.test.mjs with a paused server.
 const ANSWER_TIMEOUT_MS = 5000;
 
-function buildApp(limiter, options, { metricsRegistry, expressLib = express } = {}) {
+function buildApp(limiter, { metricsRegistry, expressLib = express } = {}) {
   const app = expressLib();
   app.set('env', 'test'); // the default error handler does not print the thrown test error
-  app.use(rateLimit(limiter, options));
+  app.use(rateLimit(limiter));
   const summary = (res) => {
     const d = res.locals.rateLimit;
     return d ? { outcome: d.outcome, shadowLimited: d.shadowLimited, violated: d.violated } : null;
@@ -64,8 +64,8 @@ for (const [clientName, makeClient] of CLIENTS) {
     afterEach(async () => { await http?.close(); http = undefined; });
 
     const start = async (limiterOpts, mwOpts, extra) => {
-      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), ...limiterOpts });
-      http = await listenExpress(buildApp(limiter, mwOpts, extra));
+      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), ...limiterOpts, ...mwOpts });
+      http = await listenExpress(buildApp(limiter, extra));
       return limiter;
     };
 
@@ -182,7 +182,7 @@ for (const [clientName, makeClient] of CLIENTS) {
       await request(`${http.url}/items/1`);
       const keys = (await tb.send(['KEYS', 'api:*'])).map(String).sort();
       assert.deepEqual(keys, ['api:ip:127.0.0.1', 'api:item@GET%20/items/%3Aid:127.0.0.1', 'api:{u42}:ip:127.0.0.1', 'api:{u42}:item@GET%20/items/%3Aid:127.0.0.1']);
-      const limiter = new RateLimiter(redis);
+      const limiter = new RateLimiter(redis, { policies: [] });
       // SPEC K1, K2: the one key builder, escaping route braces and the tag's
       assert.equal(limiter.key('p', 'id', { route: 'GET /items/{id}', tag: 't' }), 'rl:{t}:p@GET%20/items/%7Bid%7D:id');
       assert.equal(limiter.key('p', 'a b', { tag: '{x}' }), 'rl:{%7Bx%7D}:p:a%20b');
@@ -197,8 +197,8 @@ for (const [clientName, makeClient] of CLIENTS) {
     });
 
     test('the middleware on a route too: a request is checked once', async () => {
-      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
-      const mw = rateLimit(limiter, { policies: [perMinute('ip', 10)] });
+      const limiter = new RateLimiter(redis, { policies: [perMinute('ip', 10)], timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
+      const mw = rateLimit(limiter);
       const app = express();
       app.use(mw);
       app.get('/once/:id', mw, (req, res) => res.json({ ok: true }));
@@ -285,11 +285,9 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   test('shadow policy refuses: the request goes on, nothing is charged, headers leave it out', async () => {
     const log = memoryLogger();
     const registry = new Registry();
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: log, metrics: new PrometheusMetrics({ registry }), name: 'api' });
-    http = await listenExpress(buildApp(limiter, {
-      policies: [perMinute('ip', 10), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
-      exclude: ['GET /metrics'],
-    }, { metricsRegistry: registry }));
+    const limiter = new RateLimiter(redis, { policies: [perMinute('ip', 10), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
+      exclude: ['GET /metrics'], timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: log, metrics: new PrometheusMetrics({ registry }), name: 'api' });
+    http = await listenExpress(buildApp(limiter, { metricsRegistry: registry }));
     const a = await request(`${http.url}/items/1`);
     assert.deepEqual(sfItems(a.headers['ratelimit-policy']), [['ip', { q: 10, w: 60 }]]);
     assert.deepEqual(a.json, { outcome: 'allowed', shadowLimited: [], violated: [] });
@@ -313,10 +311,8 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   });
 
   test('enforced policy refuses next to a passing shadow one: 429 names only the enforced', async () => {
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
-    http = await listenExpress(buildApp(limiter, {
-      policies: [perMinute('ip', 1), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })],
-    }));
+    const limiter = new RateLimiter(redis, { policies: [perMinute('ip', 1), new Policy({ name: 'beta', limit: new Limit(1, 1 / 60), shadow: true })], timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
+    http = await listenExpress(buildApp(limiter));
     await request(`${http.url}/items/1`);
     const r = await request(`${http.url}/items/1`);
     assert.equal(r.status, 429);
@@ -327,8 +323,8 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
 
   test('limiter-wide shadow: never a 429, no headers; moving to enforced is configuration only', async () => {
     const policies = [perMinute('ip', 1)];
-    const shadow = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), shadow: true });
-    http = await listenExpress(buildApp(shadow, { policies }));
+    const shadow = new RateLimiter(redis, { policies, timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), shadow: true });
+    http = await listenExpress(buildApp(shadow));
     const codes = [];
     for (let i = 0; i < 3; i++) codes.push((await request(`${http.url}/items/1`)).status);
     assert.deepEqual(codes, [200, 200, 200]);
@@ -336,23 +332,23 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
     assert.equal(last.headers['ratelimit'], undefined);
     assert.deepEqual(last.json.shadowLimited, ['ip']);
     await http.close();
-    const enforced = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
-    http = await listenExpress(buildApp(enforced, { policies }));
+    const enforced = new RateLimiter(redis, { policies, timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
+    http = await listenExpress(buildApp(enforced));
     assert.equal((await request(`${http.url}/items/1`)).status, 429, 'the same bucket, now enforced');
   });
 
   test('metrics: limited, refunded, store errors and degraded, parsed from /metrics', async () => {
     const registry = new Registry();
     const metrics = new PrometheusMetrics({ registry });
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), metrics, name: 'api' });
-    http = await listenExpress(buildApp(limiter, { policies: [perMinute('ip', 2), perMinute('user', 5)], exclude: ['GET /metrics'], refundOn: [500] }, { metricsRegistry: registry }));
+    const limiter = new RateLimiter(redis, { policies: [perMinute('ip', 2), perMinute('user', 5)], exclude: ['GET /metrics'], refundOn: [500], timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), metrics, name: 'api' });
+    http = await listenExpress(buildApp(limiter, { metricsRegistry: registry }));
     await request(`${http.url}/fail`);
     await request(`${http.url}/items/1`);
     await request(`${http.url}/items/1`);
     assert.equal((await request(`${http.url}/items/1`)).status, 429);
     const downRegistry = new Registry();
-    const broken = new RateLimiter(async () => { throw new Error('connection refused'); }, { logger: memoryLogger(), metrics: new PrometheusMetrics({ registry: downRegistry }), name: 'down' });
-    await broken.check({ request: {}, peer: '127.0.0.1', header: () => [], route: null }, [perMinute('ip', 2)]);
+    const broken = new RateLimiter(async () => { throw new Error('connection refused'); }, { policies: [perMinute('ip', 2)], logger: memoryLogger(), metrics: new PrometheusMetrics({ registry: downRegistry }), name: 'down' });
+    await broken.check({ request: {}, peer: '127.0.0.1', header: () => [], route: 'GET /x' });
     const m = scrape((await request(`${http.url}/metrics`)).body);
     assert.equal(m['redis_tb_allowed_total{limiter=api,policy=ip}'], 3);
     assert.equal(m['redis_tb_allowed_total{limiter=api,policy=user}'], 3);
@@ -371,11 +367,9 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
 
   test('deny cache: refusals answered locally, counting down, no Redis call', async () => {
     const registry = new Registry();
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), denyCache: { maxEntries: 100 }, metrics: new PrometheusMetrics({ registry }), name: 'dc' });
+    const limiter = new RateLimiter(redis, { policies: [new Policy({ name: 'ip', limit: new Limit(3, 0.1), cost: (req) => Number(req.get('x-cost') ?? 3) }), perMinute('wide', 100)], timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), denyCache: { maxEntries: 100 }, metrics: new PrometheusMetrics({ registry }), name: 'dc' });
     // capacity 3, refilled at 0.1 per s: a refused cost of 3 waits about 30 s; cost from a header
-    http = await listenExpress(buildApp(limiter, {
-      policies: [new Policy({ name: 'ip', limit: new Limit(3, 0.1), cost: (req) => Number(req.get('x-cost') ?? 3) }), perMinute('wide', 100)],
-    }, { metricsRegistry: registry }));
+    http = await listenExpress(buildApp(limiter, { metricsRegistry: registry }));
     assert.equal((await request(`${http.url}/items/1`)).status, 200);
     // that admission spent all 3 tokens of 'ip': Redis would refuse a cost of 3 for 30 s,
     // and that refusal is cached
@@ -412,12 +406,12 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
 
   test('deny cache: a refund by another instance is not seen; a refund through this one drops the entry', async () => {
     const policy = new Policy({ name: 'ip', limit: new Limit(2, 0.01), cost: (req) => Number(req.get('x-cost') ?? 2) });
-    const a = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
-    const b = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger() });
-    http = await listenExpress(buildApp(a, { policies: [policy] }));
-    const httpB = await listenExpress(buildApp(b, { policies: [policy] }));
+    const a = new RateLimiter(redis, { policies: [policy], timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+    const b = new RateLimiter(redis, { policies: [policy], timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger() });
+    http = await listenExpress(buildApp(a));
+    const httpB = await listenExpress(buildApp(b));
     try {
-      const admitted = await b.check({ request: { get: () => undefined }, peer: '127.0.0.1', header: () => [], route: 'GET /items/:id' }, [new Policy({ name: 'ip', limit: new Limit(2, 0.01), cost: 2 })]);
+      const admitted = await b.check({ request: { get: () => undefined }, peer: '127.0.0.1', header: () => [], route: 'GET /items/:id' });
       assert.equal(admitted.outcome, 'allowed');
       assert.equal((await request(`${http.url}/items/1`)).status, 429, 'A: refused by Redis, cached');
       assert.equal(await admitted.refund(), true, 'B refunds: Redis has the tokens again');
@@ -436,9 +430,9 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   });
 
   test('an IPv6 TCP peer is grouped by /64', async (t) => {
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
+    const limiter = new RateLimiter(redis, { policies: [perMinute('ip', 10)], timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
     try {
-      http = await listenExpress(buildApp(limiter, { policies: [perMinute('ip', 10)] }), '::1');
+      http = await listenExpress(buildApp(limiter), '::1');
     } catch (err) {
       t.skip(`no IPv6 loopback here: ${err.message}`);
       return;
@@ -449,8 +443,8 @@ describe('express: shadow mode, metrics, deny cache (node-redis)', () => {
   });
 
   test('deny cache never holds shadow refusals', async () => {
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
-    http = await listenExpress(buildApp(limiter, { policies: [new Policy({ name: 'beta', limit: new Limit(1, 0.01), shadow: true })] }));
+    const limiter = new RateLimiter(redis, { policies: [new Policy({ name: 'beta', limit: new Limit(1, 0.01), shadow: true })], timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), denyCache: { maxEntries: 10 } });
+    http = await listenExpress(buildApp(limiter));
     const calls = await checkCalls(redis);
     for (let i = 0; i < 3; i++) assert.equal((await request(`${http.url}/items/1`)).status, 200);
     assert.equal(await checkCalls(redis), calls + 3);
@@ -463,13 +457,13 @@ for (const [clientName, makeClient] of [...CLIENTS, ['node-redis v4', nodeRedisV
     const own = await new RedisServer().start();
     const redis = await makeClient(own.port);
     const openLog = memoryLogger();
+    const policies = [perSecond('ip', 100)];
     // a 3 s cool-down, so that the burst below stays inside it on a loaded machine (the 1 s
     // default is tested in limiter.test.mjs)
-    const open = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, cooldownMs: 3000, logger: openLog });
-    const closed = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), failOpen: false });
-    const policies = [perSecond('ip', 100)];
-    const httpOpen = await listenExpress(buildApp(open, { policies }));
-    const httpClosed = await listenExpress(buildApp(closed, { policies }));
+    const open = new RateLimiter(redis, { policies, timeoutMs: ANSWER_TIMEOUT_MS, cooldownMs: 3000, logger: openLog });
+    const closed = new RateLimiter(redis, { policies, timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), failOpen: false });
+    const httpOpen = await listenExpress(buildApp(open));
+    const httpClosed = await listenExpress(buildApp(closed));
     try {
       assert.ok((await request(`${httpOpen.url}/items/1`)).headers['ratelimit']);
       await own.kill();
@@ -518,15 +512,13 @@ test('Express 4: the route template from app._router, mount parameters put back'
   const redis = await CLIENTS[1][1](server.port);
   const tb = new TbClient(redis);
   await tb.send(['FLUSHALL']);
-  const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
-  const http = await listenExpress(buildApp(limiter, {
-    policies: [
+  const limiter = new RateLimiter(redis, { policies: [
       perMinute('item', 3, { routes: ['GET /items/:id'], perRoute: true }),
       perMinute('posts', 3, { routes: ['GET /users/:uid/posts/:pid'], perRoute: true }),
       perMinute('fail', 5, { routes: ['GET /fail', 'GET /throw'] }),
     ],
-    refundOn: [500],
-  }, { expressLib: express4 }));
+    refundOn: [500], timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() });
+  const http = await listenExpress(buildApp(limiter, { expressLib: express4 }));
   try {
     const a = await request(`${http.url}/items/1`);
     assert.deepEqual(sfItems(a.headers['ratelimit']), [['item', { r: 2, t: 20 }]]);

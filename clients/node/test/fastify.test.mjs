@@ -14,9 +14,9 @@ const fixedClock = () => NOW;
 // mode. The 50 ms default itself is tested in limiter.test.mjs with a paused server.
 const ANSWER_TIMEOUT_MS = 5000;
 
-async function buildApp(limiter, options) {
+async function buildApp(limiter) {
   const app = Fastify();
-  await app.register(fastifyRateLimit, { limiter, ...options });
+  await app.register(fastifyRateLimit, { limiter });
   const summary = (request) => {
     const d = request.rateLimit;
     return d ? { outcome: d.outcome, shadowLimited: d.shadowLimited, violated: d.violated } : null;
@@ -55,8 +55,8 @@ for (const [clientName, makeClient] of CLIENTS) {
     afterEach(async () => { await http?.close(); http = undefined; });
 
     const start = async (limiterOpts, pluginOpts) => {
-      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), ...limiterOpts });
-      http = await listenFastify(await buildApp(limiter, pluginOpts));
+      const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger(), ...limiterOpts, ...pluginOpts });
+      http = await listenFastify(await buildApp(limiter));
       return limiter;
     };
 
@@ -149,14 +149,14 @@ test('fastify: registered at the root and again in a child context, the two limi
   try {
     await tb.send(['FLUSHALL']);
     const opts = { timeoutMs: ANSWER_TIMEOUT_MS, redisNow: fixedClock, logger: memoryLogger() };
-    const wide = new RateLimiter(redis, { ...opts, prefix: 'wide' });
-    const strict = new RateLimiter(redis, { ...opts, prefix: 'strict' });
+    const wide = new RateLimiter(redis, { ...opts, prefix: 'wide', policies: [perMinute('ip', 3)] });
+    const strict = new RateLimiter(redis, { ...opts, prefix: 'strict', policies: [perMinute('admin', 2)], refundOn: [500] });
     const app = Fastify();
     // the root: 3 per minute on every route; the /admin group: 2 per minute more, refunding 5xx
-    await app.register(fastifyRateLimit, { limiter: wide, policies: [perMinute('ip', 3)] });
+    await app.register(fastifyRateLimit, { limiter: wide });
     app.get('/items/:id', async (request) => ({ outcome: request.rateLimit?.outcome }));
     await app.register(async (admin) => {
-      await admin.register(fastifyRateLimit, { limiter: strict, policies: [perMinute('admin', 2)], refundOn: [500] });
+      await admin.register(fastifyRateLimit, { limiter: strict });
       admin.get('/stats', async (request) => ({ outcome: request.rateLimit?.outcome }));
       admin.get('/fail', async (request, reply) => reply.code(500).send({}));
     }, { prefix: '/admin' });
@@ -202,10 +202,10 @@ test('fastify: registered at the root and again in a child context, the two limi
 test('fastify fail-open and fail-closed with Redis killed and restarted', async () => {
   const own = await new RedisServer().start();
   const redis = await CLIENTS[1][1](own.port);
-  const open = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger() });
-  const closed = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), failOpen: false });
-  const httpOpen = await listenFastify(await buildApp(open, { policies: [perSecond('ip', 100)] }));
-  const httpClosed = await listenFastify(await buildApp(closed, { policies: [perSecond('ip', 100)] }));
+  const open = new RateLimiter(redis, { policies: [perSecond('ip', 100)], timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger() });
+  const closed = new RateLimiter(redis, { policies: [perSecond('ip', 100)], timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), failOpen: false });
+  const httpOpen = await listenFastify(await buildApp(open));
+  const httpClosed = await listenFastify(await buildApp(closed));
   try {
     await own.kill();
     const o = await request(`${httpOpen.url}/items/1`);

@@ -148,7 +148,7 @@ describe('headers: byte-identical to the library serialization', () => {
   });
 
   test('the whole header list of decisions, shadow policies left out', () => {
-    const limiter = new RateLimiter(async () => null, { legacyHeaders: true, legacyReset: 'delta' });
+    const limiter = new RateLimiter(async () => null, { policies: [], legacyHeaders: true, legacyReset: 'delta' });
     const r = (name, extra) => ({ name, key: `rl:${name}:x`, capacity: 10, rate: 1, cost: 1, allowed: true, remaining: 9, retryAfter: 0, resetAfter: 1, shadow: false, ...extra });
     const allowed = new Decision({ outcome: 'allowed', allowed: true, results: [r('ip'), r('beta', { shadow: true, remaining: 0 }), r('user', { capacity: 100, rate: 100 / 3600, remaining: 99.5, resetAfter: 35.2 })] });
     assert.deepEqual(limiter.headers(allowed), [
@@ -234,10 +234,10 @@ describe('deadlines: one timer for the limiter\'s calls', () => {
     let sent = 0;
     const hang = () => { sent += 1; return new Promise(() => {}); };
     const lines = [];
-    const limiter = new RateLimiter(hang, { logger: { warn: (l) => lines.push(l) } });
+    const limiter = new RateLimiter(hang, { policies: [perMinute('ip', 10)], logger: { warn: (l) => lines.push(l) } });
     const ctx = { request: {}, peer: '198.51.100.7', header: () => [], route: 'GET /x' };
     const t0 = performance.now();
-    const d = await limiter.check(ctx, [perMinute('ip', 10)]);
+    const d = await limiter.check(ctx);
     assert.ok(performance.now() - t0 >= 49);
     assert.equal(d.outcome, 'store_error');
     assert.ok(d.error instanceof RedisTbTimeoutError);

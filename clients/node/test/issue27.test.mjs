@@ -49,15 +49,18 @@ before(async () => {
   redis = await nodeRedis(server.port);
   tb = new TbClient(redis);
   log = memoryLogger();
-  limiter = new RateLimiter(redis, { timeoutMs: 5000, logger: log, hashTag: (req) => req.get('x-tag') ?? null });
-  app = express();
-  app.use(rateLimit(limiter, {
+  limiter = new RateLimiter(redis, {
+    timeoutMs: 5000,
+    logger: log,
+    hashTag: (req) => req.get('x-tag') ?? null,
     policies: [
       perMinute('key', 100, { key: Key.header('x-api-key'), routes: ['GET /h'] }),
       new Policy({ name: 'export', limit: Limit.perMinute(10), routes: ['GET /export'], cost: (req) => Number(req.get('x-cost') ?? 1) }),
       perMinute('p', 10, { key: (req) => req.get('x-user') ?? null, perRoute: true, routes: ['* /items/:id', 'GET /items/'] }),
     ],
-  }));
+  });
+  app = express();
+  app.use(rateLimit(limiter));
   app.get('/h', (req, res) => res.send('ok'));
   app.get('/export', (req, res) => res.send('ok'));
   app.get('/items/', (req, res) => res.send('ok'));

@@ -83,9 +83,9 @@ function policies(leaseSeconds, maxDuration) {
   ];
 }
 
-async function expressApp(limiter, gates, leaseSeconds, maxDuration) {
+async function expressApp(limiter, gates) {
   const app = express();
-  app.use(rateLimit(limiter, { policies: policies(leaseSeconds, maxDuration) }));
+  app.use(rateLimit(limiter));
   app.get('/stream', async (req, res) => {
     res.setHeader('content-type', 'text/plain');
     res.write('first\n');
@@ -121,9 +121,9 @@ async function expressApp(limiter, gates, leaseSeconds, maxDuration) {
   return listenExpress(app);
 }
 
-async function fastifyApp(limiter, gates, leaseSeconds, maxDuration) {
+async function fastifyApp(limiter, gates) {
   const app = Fastify();
-  await app.register(fastifyRateLimit, { limiter, policies: policies(leaseSeconds, maxDuration) });
+  await app.register(fastifyRateLimit, { limiter });
   app.get('/stream', async (request, reply) => {
     const body = new PassThrough();
     body.write('first\n');
@@ -197,8 +197,10 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
 
     const start = async (leaseSeconds = 30, maxDuration = 300) => {
       registry = new Registry();
-      limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PrometheusMetrics({ registry }) });
-      web = await listen(limiter, gates, leaseSeconds, maxDuration);
+      limiter = new RateLimiter(redis, {
+        policies: policies(leaseSeconds, maxDuration), timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PrometheusMetrics({ registry }),
+      });
+      web = await listen(limiter, gates);
     };
     const inFlight = async () => (await tb.peekLeases(SLOT_KEY)).inFlight;
     const gauge = async () => scrape(await registry.metrics())['redis_tb_leases_in_flight{limiter=default,policy=conc}'];
@@ -354,9 +356,9 @@ test('a lease lost before its release counts redis_tb_leases_expired_total (SPEC
     const tb = new TbClient(redis);
     await tb.send(['FLUSHALL']);
     const registry = new Registry();
-    const limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PrometheusMetrics({ registry }) });
     const policy = new Policy({ name: 'conc', limit: Limit.inFlight(1) });
-    const d = await limiter.check({ request: {}, peer: '127.0.0.1', header: () => [], route: 'GET /x' }, [policy]);
+    const limiter = new RateLimiter(redis, { policies: [policy], timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PrometheusMetrics({ registry }) });
+    const d = await limiter.check({ request: {}, peer: '127.0.0.1', header: () => [], route: 'GET /x' });
     assert.ok(d.lease);
     // the lease goes (a failover that lost it, say): the release answers 0
     await tb.send(['DEL', d.lease.key]);

@@ -17,16 +17,15 @@ for (const [name, make] of CLIENTS) {
     const admin = await make(server.port);
     try {
       const log = memoryLogger();
-      const limiter = new RateLimiter(redis, { logger: log });
+      const limiter = new RateLimiter(redis, { policies: [perMinute('ip', 10)], logger: log });
       assert.deepEqual([limiter.timeoutMs, limiter.cooldownMs, limiter.failOpen], [50, 1000, true]);
-      const policies = [perMinute('ip', 10)];
       const calls0 = await checkCalls(admin);
       await (name === 'ioredis' ? admin.call('CLIENT', 'PAUSE', '1500', 'ALL') : admin.sendCommand(['CLIENT', 'PAUSE', '1500', 'ALL']));
-      const d = await limiter.check(ctx, policies);
+      const d = await limiter.check(ctx);
       assert.equal(d.outcome, 'store_error');
       assert.equal(d.allowed, true);
       assert.ok(d.error instanceof RedisTbTimeoutError);
-      const skipped = await limiter.check(ctx, policies);
+      const skipped = await limiter.check(ctx);
       assert.equal(skipped.outcome, 'store_error');
       assert.equal(skipped.error, undefined, 'skipped during the cool-down: no call made');
       assert.deepEqual([limiter.stats.storeErrors, limiter.stats.degraded], [1, 2]);
@@ -36,7 +35,7 @@ for (const [name, make] of CLIENTS) {
       const until = Date.now() + 10_000;
       do {
         await sleep(200);
-        back = await limiter.check(ctx, policies);
+        back = await limiter.check(ctx);
       } while (back.outcome !== 'allowed' && Date.now() < until);
       assert.equal(back.outcome, 'allowed');
       assert.equal(back.results[0].key, 'rl:ip:198.51.100.7');
@@ -54,11 +53,11 @@ test('an error reply concerns one request: no cool-down', async () => {
   const redis = await CLIENTS[0][1](server.port);
   try {
     await redis.sendCommand(['SET', 'rl:ip:198.51.100.7', 'not a hash']);
-    const limiter = new RateLimiter(redis, { logger: memoryLogger(), timeoutMs: 5000 });
-    const d = await limiter.check(ctx, [perMinute('ip', 10)]);
+    const limiter = new RateLimiter(redis, { policies: [perMinute('ip', 10)], logger: memoryLogger(), timeoutMs: 5000 });
+    const d = await limiter.check(ctx);
     assert.equal(d.outcome, 'store_error');
     assert.match(String(d.error), /TB\.TAKE: WRONGTYPE/);
-    const other = await limiter.check({ ...ctx, peer: '198.51.100.8' }, [perMinute('ip', 10)]);
+    const other = await limiter.check({ ...ctx, peer: '198.51.100.8' });
     assert.equal(other.outcome, 'allowed', 'the next request goes to Redis at once');
   } finally {
     await closeClient(redis);

@@ -129,10 +129,10 @@ describe('holds while the breaker is open (SPEC B2, G1)', () => {
       if (args[0] === 'TB.HOLD') return [1, '900', '0', '360', '11e70fc6b3c562ab'];
       return [1, '9', '0', '1'];
     };
-    const limiter = new RateLimiter(send, { logger: { warn() {} }, clock: { monotonicMs: () => t, wallMs: () => t } });
     const policies = [perMinute('ip', 10), new Policy({ name: 'tokens', limit: Limit.perHour(1000), settleLater: true })];
+    const limiter = new RateLimiter(send, { policies, logger: { warn() {} }, clock: { monotonicMs: () => t, wallMs: () => t } });
     const ctx = { request: {}, peer: '203.0.113.9', header: () => [], route: 'GET /x' };
-    const d = await limiter.check(ctx, policies);
+    const d = await limiter.check(ctx);
     assert.equal(d.outcome, 'store_error');
     await assert.rejects(d.hold('tokens', 100), StoreUnavailableError);
     assert.deepEqual(sent, ['TB.TAKE'], 'the hold was not sent while the breaker is open');

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
 import {
   ClientIpConfig, Decision, Key, Limit, Policy, RateLimiter, TbClient, bodyNumber, bucketKey, checkDistinctNames, checkPolicyKinds, quota,
-  remainingUnits, resetSeconds, respond, retryAfterSeconds, windowSeconds,
+  remainingUnits, resetSeconds, respond, retryAfterSeconds, tiered, windowSeconds,
 } from 'redis-tb';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -65,7 +65,7 @@ const anyLimit = new Limit(1, 1);
 const nullSend = async () => { throw new Error('no Redis in config cases'); };
 
 const CONFIG_SETTINGS = {
-  prefix: (v) => new RateLimiter(nullSend, { prefix: v }),
+  prefix: (v) => new RateLimiter(nullSend, { policies: [], prefix: v }),
   policy_name: (v) => new Policy({ name: v, limit: anyLimit }),
   policy_names: (v) => checkDistinctNames(v.map((name) => new Policy({ name, limit: anyLimit }))),
   limit: (v) => new Limit(num(v.capacity), num(v.rate)),
@@ -82,6 +82,24 @@ const CONFIG_SETTINGS = {
     return { limit: limit.limit, lease_ms: limit.leaseMs, max_duration_ms: limit.maxDurationMs };
   },
   policy_kinds: (v) => checkPolicyKinds(v.map((kind, i) => kindPolicy(kind, `p${i}`))),
+  // SPEC C7: the limiter's settings
+  timeout_ms: (v) => new RateLimiter(nullSend, { policies: [], timeoutMs: num(v) }),
+  cooldown_ms: (v) => new RateLimiter(nullSend, { policies: [], cooldownMs: num(v) }),
+  deny_cache_max_entries: (v) => new RateLimiter(nullSend, { policies: [], denyCache: { maxEntries: num(v) } }),
+  // SPEC W1: Limit.windowPer<Unit>(n, mode)
+  window_helper: (v) => {
+    const helper = WINDOW_HELPERS[v.unit];
+    assert.ok(helper, `unknown window unit ${v.unit}`);
+    const w = 'mode' in v ? helper(num(v.n), v.mode) : helper(num(v.n));
+    return { limit: w.limit, seconds: w.seconds, mode: w.mode };
+  },
+};
+
+const WINDOW_HELPERS = {
+  second: (n, mode) => Limit.windowPerSecond(n, mode),
+  minute: (n, mode) => Limit.windowPerMinute(n, mode),
+  hour: (n, mode) => Limit.windowPerHour(n, mode),
+  day: (n, mode) => Limit.windowPerDay(n, mode),
 };
 
 /** One policy of a kind of SPEC C10. */
@@ -203,9 +221,12 @@ function keySource(k) {
   throw new Error(`unknown key kind ${k.kind}`);
 }
 
-const POLICY_FIELDS = new Set(['name', 'capacity', 'rate', 'cost', 'shadow', 'key', 'window', 'in_flight', 'settle_later']);
-const LIMITER_FIELDS = new Set(['policies', 'fail_open', 'timeout_ms', 'cooldown_ms', 'deny_cache']);
-const STEP_FIELDS = new Set(['at_ms', 'redis', 'expect', 'reply', 'error']);
+const POLICY_FIELDS = new Set([
+  'name', 'capacity', 'rate', 'cost', 'shadow', 'key', 'window', 'in_flight', 'settle_later', 'routes', 'per_route', 'tiers', 'default_tier',
+]);
+const LIMITER_FIELDS = new Set(['policies', 'fail_open', 'timeout_ms', 'cooldown_ms', 'deny_cache', 'exclude', 'limit_unmatched', 'refund_on']);
+const CHECK_FIELDS = new Set(['peer', 'headers', 'cost', 'limit', 'tier', 'route']);
+const STEP_FIELDS = new Set(['at_ms', 'redis', 'expect', 'reply', 'error', 'status']);
 const IN_FLIGHT_FIELDS = new Set(['limit', 'lease_ms', 'max_duration_ms']);
 
 /** An unknown field fails the runner (clients/vectors/README.md). */
@@ -214,10 +235,16 @@ function knownFields(id, what, obj, known) {
   assert.deepEqual(unknown, [], `${id}: unknown ${what} field(s)`);
 }
 
+/** SPEC L1, K5: a policy's routes and per-route key. */
+function scopeOf(p) {
+  return { ...(p.routes !== undefined ? { routes: p.routes } : {}), perRoute: p.per_route ?? false };
+}
+
 function buildPolicies(spec, steps) {
   return spec.map((p) => {
     const hasCostFn = typeof p.cost === 'object' || steps.some((s) => s.check?.cost?.[p.name] !== undefined);
-    const hasLimitFn = steps.some((s) => s.check?.limit?.[p.name] !== undefined);
+    const hasLimitFn = steps.some((s) => s.check?.limit !== undefined && p.name in s.check.limit);
+    const common = { name: p.name, shadow: p.shadow ?? false, key: keySource(p.key), ...scopeOf(p) };
     if (p.window || p.in_flight) {
       if (p.in_flight) knownFields(p.name, 'in_flight', p.in_flight, IN_FLIGHT_FIELDS);
       const limit = p.window
@@ -225,27 +252,31 @@ function buildPolicies(spec, steps) {
         : Limit.inFlight(p.in_flight.limit, p.in_flight.lease_ms / 1000, (p.in_flight.max_duration_ms ?? 300000) / 1000);
       assert.ok(!hasLimitFn, `policy ${p.name}: a limit function on a window or in-flight policy`);
       return new Policy({
-        name: p.name, shadow: p.shadow ?? false, key: keySource(p.key), limit,
+        ...common, limit,
         ...(p.cost !== undefined || hasCostFn
           ? { cost: hasCostFn ? async (req) => num(req.cost?.[p.name] ?? p.cost ?? 1) : num(p.cost) } : {}),
       });
     }
-    const base = new Limit(num(p.capacity), num(p.rate));
     const staticCost = typeof p.cost === 'object' ? num(p.cost.invalid) : (p.cost ?? 1);
+    const cost = hasCostFn ? async (req) => (req.cost?.[p.name] !== undefined ? num(req.cost[p.name]) : staticCost) : staticCost;
+    if (p.tiers) {
+      // SPEC L2: tiered(name, {tier: Limit}, tier function, default)
+      const tiers = Object.fromEntries(Object.entries(p.tiers).map(([t, l]) => [t, new Limit(num(l.capacity), num(l.rate))]));
+      const { name, ...opts } = common;
+      return tiered(name, tiers, (req) => req.tier?.[p.name] ?? null, { ...opts, cost, default: p.default_tier });
+    }
+    const base = new Limit(num(p.capacity), num(p.rate));
     return new Policy({
-      name: p.name,
-      shadow: p.shadow ?? false,
+      ...common,
       settleLater: p.settle_later ?? false,
-      key: keySource(p.key),
       limit: hasLimitFn
         ? async (req) => {
           const l = req.limit?.[p.name];
+          if (l === null) return null; // SPEC L2: nothing skips the policy
           return l === undefined ? base : { capacity: num(l.capacity), rate: num(l.rate) };
         }
         : base,
-      cost: hasCostFn
-        ? async (req) => (req.cost?.[p.name] !== undefined ? num(req.cost[p.name]) : staticCost)
-        : staticCost,
+      cost,
     });
   });
 }
@@ -256,6 +287,22 @@ const STAT_NAMES = {
   invalid_inputs: 'invalidInputs', leases_in_flight: 'leasesInFlight', leases_expired: 'leasesExpired',
   leases_timed_out: 'leasesTimedOut', holds: 'holds', holds_lost: 'holdsLost', settlements: 'settlements',
 };
+
+const RESULT_FIELDS = {
+  name: 'name', key: 'key', capacity: 'capacity', rate: 'rate', cost: 'cost', allowed: 'allowed', remaining: 'remaining',
+  retry_after: 'retryAfter', reset_after: 'resetAfter', shadow: 'shadow',
+};
+
+/** SPEC D2: one result per applied policy, in order, each listed field compared (numbers numerically). */
+function checkResults(id, results, expected) {
+  assert.equal(results.length, expected.length, `${id}: results: ${results.map((r) => r.name).join(', ')}`);
+  expected.forEach((want, i) => {
+    for (const [k, v] of Object.entries(want)) {
+      assert.ok(RESULT_FIELDS[k], `${id}: unknown result field ${k}`);
+      assert.equal(results[i][RESULT_FIELDS[k]], v, `${id}: results[${i}].${k}`);
+    }
+  });
+}
 
 function checkDecision(id, limiter, decision, expect) {
   const res = limiter.respond(decision);
@@ -269,15 +316,20 @@ function checkDecision(id, limiter, decision, expect) {
       case 'body': assert.equal(res.body, v, `${id}: body`); break;
       case 'violated': assert.deepEqual(decision.violated, v, `${id}: violated`); break;
       case 'shadow_limited': assert.deepEqual([...decision.shadowLimited], v, `${id}: shadow_limited`); break;
+      case 'results': checkResults(id, decision.results, v); break;
       case 'lease': assert.deepEqual(decision.lease === null ? null : { ...decision.lease }, v, `${id}: lease`); break;
       default: assert.fail(`${id}: unknown expectation ${k}`);
     }
   }
 }
 
-/** A limiter of a case's configuration over the script, with the case's clock. */
-function caseLimiter(cfg, script, clock) {
+/** A limiter of a case's configuration (its policies, SPEC L1's scope, F2) over the script, with the case's clock. */
+function caseLimiter(cfg, policies, script, clock) {
   return new RateLimiter(script.send, {
+    policies,
+    ...(cfg.exclude !== undefined ? { exclude: cfg.exclude } : {}),
+    limitUnmatched: cfg.limit_unmatched ?? false,
+    ...(cfg.refund_on !== undefined ? { refundOn: cfg.refund_on } : {}),
     clock,
     logger: silent,
     failOpen: cfg.fail_open ?? true,
@@ -322,8 +374,7 @@ async function runLimiter(c) {
   knownFields(c.id, 'limiter', c.limiter, LIMITER_FIELDS);
   for (const p of c.limiter.policies) knownFields(c.id, 'policy', p, POLICY_FIELDS);
   for (const st of c.steps) knownFields(c.id, 'step', st, new Set([...STEP_FIELDS, ...STEP_KINDS]));
-  const limiter = caseLimiter(c.limiter, script, clock);
-  const policies = buildPolicies(c.limiter.policies, c.steps);
+  const limiter = caseLimiter(c.limiter, buildPolicies(c.limiter.policies, c.steps), script, clock);
   const decisions = [];
   const holds = [];
   const pending = new Map(); // held call's name -> { promise, controller, kind: 'check' | 'hold', index }
@@ -336,16 +387,18 @@ async function runLimiter(c) {
       t = step.at_ms;
       if (step.check) {
         const chk = step.check;
+        knownFields(c.id, 'check', chk, CHECK_FIELDS);
         const headers = chk.headers ?? {};
         const controller = new AbortController();
         script.expect(step.redis ?? []);
         const promise = limiter.check({
-          request: { cost: chk.cost, limit: chk.limit },
+          request: { cost: chk.cost, limit: chk.limit, tier: chk.tier },
           peer: chk.peer,
           header: (name) => headers[name] ?? [],
-          route: 'GET /vector',
+          // absent: a route no policy lists and no exclude names
+          route: 'route' in chk ? chk.route : 'GET /vector',
           signal: controller.signal,
-        }, policies);
+        });
         const hold = (step.redis ?? []).find((r) => r.hold)?.hold;
         if (hold !== undefined) {
           promise.catch(() => {}); // checked at its release (or cancelled)
@@ -395,7 +448,7 @@ async function runLimiter(c) {
         const decision = await decisions[step.finish];
         assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${step.finish} has no decision`);
         script.expect(step.redis ?? []);
-        await decision.finish();
+        await decision.finish(step.status);
         script.verify(c.id, what);
         for (const [k, v] of Object.entries(step.expect ?? {})) {
           assert.ok(STAT_NAMES[k], `${c.id}: ${what}: unknown counter ${k}`);
@@ -490,12 +543,13 @@ async function runKey(c) {
     assert.equal(bucketKey(c.prefix, c.tag, c.policy, c.route, c.identity), c.expect.key, `${c.id}: bucketKey`);
   }
   const script = new Script();
-  const limiter = new RateLimiter(script.send, {
-    prefix: c.prefix, logger: silent, hashTag: () => c.tag, clock: { monotonicMs: () => 0, wallMs: () => WALL_ZERO },
-  });
   const policy = new Policy({ name: c.policy, limit: new Limit(2, 1), key: () => c.identity, perRoute: c.route !== null });
+  const limiter = new RateLimiter(script.send, {
+    policies: [policy], limitUnmatched: true, prefix: c.prefix, logger: silent, hashTag: () => c.tag,
+    clock: { monotonicMs: () => 0, wallMs: () => WALL_ZERO },
+  });
   script.expect(skip ? [] : [{ call: ['TB.TAKE', c.expect.key, 2, 1, 1], reply: [1, 1, 0, 1] }]);
-  const d = await limiter.check({ request: {}, peer: '203.0.113.9', header: () => [], route: c.route }, [policy]);
+  const d = await limiter.check({ request: {}, peer: '203.0.113.9', header: () => [], route: c.route });
   script.verify(c.id, 'limiter key');
   assert.equal(d.outcome, skip ? 'not_limited' : 'allowed', `${c.id}: outcome`);
 }
@@ -503,12 +557,12 @@ async function runKey(c) {
 /** header_identity.json: Key.header through the limiter (SPEC I2 + K). */
 async function runHeaderIdentity(c) {
   const script = new Script();
-  const limiter = new RateLimiter(script.send, { logger: silent, clock: { monotonicMs: () => 0, wallMs: () => WALL_ZERO } });
   const policy = new Policy({ name: 'key', limit: new Limit(2, 1), key: Key.header(c.header) });
+  const limiter = new RateLimiter(script.send, { policies: [policy], logger: silent, clock: { monotonicMs: () => 0, wallMs: () => WALL_ZERO } });
   const e = c.expect;
   script.expect(e.key ? [{ call: ['TB.TAKE', e.key, 2, 1, 1], reply: [1, 1, 0, 1] }] : []);
   const d = await limiter.check(
-    { request: {}, peer: '203.0.113.9', header: (name) => (name === c.header ? c.lines : []), route: 'GET /h' }, [policy],
+    { request: {}, peer: '203.0.113.9', header: (name) => (name === c.header ? c.lines : []), route: 'GET /h' },
   );
   script.verify(c.id, 'header identity');
   if (e.key) assert.equal(d.outcome, 'allowed', `${c.id}: outcome`);
@@ -577,13 +631,13 @@ async function runStartup(c, form) {
   const logged = [];
   const cfg = c.limiter;
   const limiter = new RateLimiter(new TbClient(script.send, { server: '127.0.0.1:6379' }), {
+    // the policies the limiter checks (SPEC U3 reads them)
+    policies: buildPolicies(cfg.policies, []),
     name: cfg.name,
     logger: { warn: (line) => logged.push(line) },
     startDegraded: cfg.start_degraded ?? false,
     ...(cfg.tag ? { hashTag: () => 'tag' } : {}),
   });
-  // the policies an adapter would check with this limiter (SPEC U3 reads them)
-  limiter.register(buildPolicies(cfg.policies, []));
   script.expect(c.redis.map((r) => (r.call[0] === 'HELLO' && 'reply' in r ? { ...r, reply: undefined, raw: helloReply(r.reply, form) } : r)));
   let error = null;
   try {

@@ -1,7 +1,7 @@
 /**
  * An API rate-limited with redis-tb (npm `redis-tb`, Express middleware `redis-tb/express`):
  *
- * - layered policies checked in ONE TB.MTAKE per request (all or nothing: a refusal by
+ * - layered policies, owned by the limiter, checked in ONE TB.MTAKE per request (all or nothing: a refusal by
  *   one layer spends nothing on the others): per client address (10 per second), per user
  *   by plan tier (per hour: free 100, pro 5000, internal unlimited), and an endpoint
  *   policy on `POST /orders` (5 per minute per user);
@@ -102,18 +102,21 @@ export function buildApp(config: AppConfig) {
   const registry = new Registry();
   const metrics = new PrometheusMetrics({ registry });
   const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
-  const limiter = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
+  const limiter = new RateLimiter<Request>(config.redis, {
+    policies: POLICIES,
+    exclude: ['GET /healthz', 'GET /metrics'],
+    refundOn: (status) => status >= 500, // our own failures do not count against callers
+    clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+  });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
-  const strict = new RateLimiter<Request>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
+  const strict = new RateLimiter<Request>(config.redis, {
+    policies: LOGIN_POLICIES, clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+  });
 
   const app = express();
   app.disable('x-powered-by');
 
-  app.use(rateLimit(limiter, {
-    policies: POLICIES,
-    exclude: ['GET /healthz', 'GET /metrics'],
-    refundOn: (status) => status >= 500, // our own failures do not count against callers
-  }));
+  app.use(rateLimit(limiter));
   // Bodies are parsed after the limiter: a refused request is not read.
   app.use(express.json());
 
@@ -127,7 +130,7 @@ export function buildApp(config: AppConfig) {
 
   // The login: its own fail-closed limiter (the 'login' window), put on the route, after
   // the API-wide middleware (its 'ip'): both lists are in the headers.
-  app.post('/login', rateLimit(strict, { policies: LOGIN_POLICIES }), (req: Request, res: Response) => {
+  app.post('/login', rateLimit(strict), (req: Request, res: Response) => {
     const decision = res.locals.rateLimit;
     const login = decision?.results.find((r) => r.name === 'login');
     res.json({ ok: true, attempts_left: login === undefined ? null : Math.floor(login.remaining) });

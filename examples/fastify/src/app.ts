@@ -79,9 +79,15 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
   const registry = new Registry();
   const metrics = new PrometheusMetrics({ registry });
   const clientIp = new ClientIpConfig({ trustedProxies: config.trustedProxies ?? [] });
-  const limiter = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
+  const limiter = new RateLimiter<FastifyRequest>(config.redis, {
+    policies: POLICIES,
+    refundOn: (status) => status >= 500, // our own failures do not count against callers
+    clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+  });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
-  const strict = new RateLimiter<FastifyRequest>(config.redis, { clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded });
+  const strict = new RateLimiter<FastifyRequest>(config.redis, {
+    policies: LOGIN_POLICIES, clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+  });
 
   const app = Fastify();
 
@@ -94,7 +100,7 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
 
   // The API: its own context, so the plugin's hooks cover these routes only.
   app.register(async (api) => {
-    await api.register(fastifyRateLimit, { limiter, policies: POLICIES, refundOn: (status) => status >= 500 });
+    await api.register(fastifyRateLimit, { limiter });
 
     api.get<{ Params: { id: string } }>('/items/:id', async (request) => {
       // The decision in a handler: tell a client running low to slow down.
@@ -166,7 +172,7 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
     // The login: a child context with the fail-closed limiter (the API's hooks run first:
     // its 'ip', then the 'login' window; both lists are in the headers).
     await api.register(async (auth) => {
-      await auth.register(fastifyRateLimit, { limiter: strict, policies: LOGIN_POLICIES });
+      await auth.register(fastifyRateLimit, { limiter: strict });
       auth.post('/login', async (request) => {
         const login = request.rateLimit?.results.find((r) => r.name === 'login');
         return { ok: true, attempts_left: login === undefined ? null : Math.floor(login.remaining) };

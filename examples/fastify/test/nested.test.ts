@@ -19,13 +19,13 @@ before(async () => {
   server = await RedisServer.start();
   redis = await createClient({ url: server.url }).connect();
   // timeouts: these tests check answers, not speed (the 50 ms default is tested in clients/node)
-  const root = new RateLimiter(redis, { prefix: 'root', timeoutMs: 5000 });
-  const group = new RateLimiter(redis, { prefix: 'group', timeoutMs: 5000 });
+  const root = new RateLimiter(redis, { policies: [perMinute('ip', 3)], prefix: 'root', timeoutMs: 5000 });
+  const group = new RateLimiter(redis, { policies: [perMinute('admin', 2)], prefix: 'group', timeoutMs: 5000 });
   app = Fastify();
-  await app.register(fastifyRateLimit, { limiter: root, policies: [perMinute('ip', 3)] });
+  await app.register(fastifyRateLimit, { limiter: root });
   app.get('/open', async () => ({ ok: true }));
   await app.register(async (admin) => {
-    await admin.register(fastifyRateLimit, { limiter: group, policies: [perMinute('admin', 2)] });
+    await admin.register(fastifyRateLimit, { limiter: group });
     admin.get('/stats', async (request) => ({ outcome: request.rateLimit?.outcome }));
   }, { prefix: '/admin' });
   base = await app.listen({ host: '127.0.0.1', port: 0 });

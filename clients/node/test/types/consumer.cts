@@ -4,7 +4,7 @@ import { rateLimit } from 'redis-tb/express';
 
 declare const send: (args: string[]) => Promise<unknown>;
 export async function use(): Promise<Reply> {
-  const limiter = new RateLimiter(new TbClient(send));
-  void rateLimit(limiter, { policies: [] });
+  const limiter = new RateLimiter(new TbClient(send), { policies: [] });
+  void rateLimit(limiter);
   return new TbClient(send).take('k', 1, 1);
 }

@@ -20,18 +20,18 @@ export async function use(): Promise<void> {
   const allowed: boolean = r.allowed && m.keys[0]!.allowed && t.allowed;
   void allowed;
   try { await tb.peek('k', 1, 1); } catch (err) { if (err instanceof RedisTbError) { const c: string = err.command; void c; } }
-  const limiter = new RateLimiter<Request>(tb, { metrics: new PrometheusMetrics(), denyCache: { maxEntries: 10 } });
   const policies = [
     perMinute<Request>('ip', 10),
     new Policy<Request>({ name: 'u', limit: new Limit(1, 1), key: (req) => req.get('x-user') ?? null, shadow: true }),
     tiered<Request>('plan', { free: Limit.perMinute(1) }, (req) => req.get('x-plan'), { default: 'free' }),
   ];
-  const mw = rateLimit(limiter, { policies, refundOn: [500] });
+  const limiter = new RateLimiter<Request>(tb, { policies, refundOn: [500], metrics: new PrometheusMetrics(), denyCache: { maxEntries: 10 } });
+  const mw = rateLimit(limiter);
   void mw;
   void fastifyRateLimit;
-  const fl = new RateLimiter<FastifyRequest>(tb);
+  const fl = new RateLimiter<FastifyRequest>(tb, { policies: [perMinute<FastifyRequest>('ip', 1)], refundOn: (s) => s >= 500 });
   const app = Fastify();
-  await app.register(fastifyRateLimit, { limiter: fl, policies: [perMinute<FastifyRequest>('ip', 1)], refundOn: (s) => s >= 500 });
+  await app.register(fastifyRateLimit, { limiter: fl });
   app.get('/', async (request) => {
     const refunded: boolean | undefined = await request.rateLimit?.refund();
     return { refunded, shadow: request.rateLimit?.shadowLimited };
@@ -42,7 +42,7 @@ export async function use(): Promise<void> {
     const ok: boolean | undefined = await res.locals.rateLimit?.refund();
     res.json({ ok, outcome: res.locals.rateLimit?.outcome });
   });
-  const d: Decision = await limiter.check({ request: {} as Request, peer: '::1', header: () => [], route: null }, policies);
+  const d: Decision = await limiter.check({ request: {} as Request, peer: '::1', header: () => [], route: null });
   const names: string[] = d.shadowLimited.concat(d.violated);
   void names;
   new RedisTbStore({ sendCommand: send, mode: 'LOG' });
