@@ -11,6 +11,7 @@ async views. Both take the same options and the same metrics object.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import weakref
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from ..deny_cache import DenyCache
 from ..limiter import BaseLimiter, RateLimiter, SyncRateLimiter
 from ..metrics import Metrics, PrometheusMetrics
 from ..policy import Policy, check_policy_kinds
+from ..renewal import AsyncTimers, ThreadTimers
 from .conf import Config, parse_config
 
 __all__ = [
@@ -114,7 +116,7 @@ class RequestDecision:
     def __init__(self, decision: Decision, is_async: bool) -> None:
         self.decision = decision
         self._parts: tuple[tuple[Decision, bool], ...] = ((decision, is_async),)
-        self._renewers: list[Any] = []
+        self._renewers: list[AsyncTimers | ThreadTimers] = []
 
     def merged(self, other: Decision, is_async: bool) -> RequestDecision:
         out = RequestDecision(self.decision.merged(other), is_async)
@@ -132,33 +134,33 @@ class RequestDecision:
                 return d.lease
         return None
 
-    def start_renewing(self) -> None:
-        """SPEC N5: renew each lease every lease / 2 until :meth:`finish` (a thread
-        for a sync-path decision, a task on the event loop for an async one)."""
+    @property
+    def timed_out(self) -> bool:
+        """SPEC N7: the request reached its in-flight policy's max_duration (its lease
+        released): the response is being ended."""
+        return any(d.timed_out for d, _ in self._parts)
+
+    def start_renewing(self, on_timeout: Callable[[], object] | None = None) -> None:
+        """SPEC N5, N7, G5: renew each lease every lease / 2, and each hold taken on the
+        request every ttl / 2, until :meth:`finish` (a thread for a sync-path decision,
+        tasks on the event loop for an async one); at a lease's max_duration
+        ``on_timeout()`` ends the response."""
         for d, was_async in self._parts:
-            if not d.lease_active or any(r[0] is d for r in self._renewers):
+            if (d.lease is None and not d._holdable) or any(r.decision is d for r in self._renewers):
                 continue
-            period = d.lease_seconds / 2
-            if was_async:
-                self._renewers.append((d, asyncio.get_running_loop().create_task(_renew_every(d, period))))
-            else:
-                stop = threading.Event()
-                t = threading.Thread(target=_renew_sync_every, args=(d, period, stop), daemon=True, name="redis-tb-renew")
-                t.start()
-                self._renewers.append((d, stop))
+            timers = AsyncTimers(d, on_timeout) if was_async else ThreadTimers(d, on_timeout)
+            self._renewers.append(timers.start())
 
     def _stop_renewing(self) -> None:
-        for _, r in self._renewers:
-            if isinstance(r, threading.Event):
-                r.set()
-            else:
-                r.get_loop().call_soon_threadsafe(r.cancel)
+        for r in self._renewers:
+            r.stop()
 
     def finish(self) -> None:
-        """SPEC N4: the response is over: stop renewing and release the lease once
-        (from sync code; later calls do nothing)."""
+        """SPEC N4: the response is over: stop renewing (the lease and the holds) and
+        release the lease once (from sync code; later calls do nothing)."""
         self._stop_renewing()
         for d, was_async in self._parts:
+            d.end_holds()
             if d.lease is None:
                 continue
             if was_async:
@@ -172,6 +174,7 @@ class RequestDecision:
         """:meth:`finish` from async code."""
         self._stop_renewing()
         for d, was_async in self._parts:
+            d.end_holds()
             if d.lease is None:
                 continue
             if was_async:
@@ -296,21 +299,6 @@ class RequestDecision:
         return repr(self.decision)
 
 
-async def _renew_every(d: Decision, period: float) -> None:
-    while True:
-        await asyncio.sleep(period)
-        if not d.lease_active:
-            return
-        await d.renew()
-
-
-def _renew_sync_every(d: Decision, period: float, stop: threading.Event) -> None:
-    while not stop.wait(period):
-        if not d.lease_active:
-            return
-        d.renew_sync()
-
-
 def hold_rejection(hold: Hold) -> HttpResponse | None:
     """SPEC G2: the ready 429 of a refused hold (H1-H3's headers of its policy, P1's
     body), or None when it was taken: ``return`` it from the view."""
@@ -320,11 +308,35 @@ def hold_rejection(hold: Hold) -> HttpResponse | None:
     return HttpResponse(body, status=status, headers=dict(headers))
 
 
+def _ender(request: HttpRequest, is_async: bool) -> Callable[[], object]:
+    """SPEC N7: how the adapter ends a request at its lease's max_duration. On the
+    async path the request's task is cancelled (Django's ASGI handler then sends
+    nothing more, and the server closes a response it saw start); under gunicorn the
+    connection is shut down (a write to a client that reads nothing fails at once,
+    a response not yet started is never sent); elsewhere a streamed body stops at its
+    next chunk."""
+    if is_async:
+        task = asyncio.current_task()  # the request's own task
+        assert task is not None
+        return task.cancel
+    sock = request.META.get("gunicorn.socket")
+
+    def shut() -> None:
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # gone already
+
+    return shut
+
+
 def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
-    """SPEC N4 for a response that has a lease: a streamed response releases it
-    after its last chunk (or when it is closed: a client gone mid-stream); True
-    when the caller is to release it now (the whole body is there)."""
-    if rd.lease is None:
+    """SPEC N4, G5 for a response that has a lease or holds to renew: a streamed
+    response ends them after its last chunk (or when it is closed: a client gone
+    mid-stream, or its max_duration reached, N7); True when the caller is to end
+    them now (the whole body is there)."""
+    if rd.lease is None and not rd._renewers:
         return False
     response._resource_closers.append(rd.finish)  # type: ignore[attr-defined]  # the server closes every response
     if not isinstance(response, StreamingHttpResponse):
@@ -337,6 +349,8 @@ def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
         async def aiter_then_end() -> Any:
             try:
                 async for chunk in content:
+                    if rd.timed_out:  # SPEC N7: the response ends
+                        return
                     yield chunk
             finally:
                 try:
@@ -350,9 +364,16 @@ def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
 
         def iter_then_end() -> Any:
             try:
-                yield from content
+                for chunk in content:
+                    if rd.timed_out:  # SPEC N7: the response ends
+                        return
+                    yield chunk
             finally:
-                rd.finish()
+                try:
+                    if hasattr(content, "close"):
+                        content.close()  # the view's generator (its finally settles its holds)
+                finally:
+                    rd.finish()
 
         response.streaming_content = iter_then_end()
     return False
@@ -437,6 +458,7 @@ class DjangoRateLimit:
             "metrics": self._metrics_for(label),
             "deny_cache": self.deny_cache,
             "start_degraded": c.start_degraded,
+            "name": label or c.name,
         }
 
     def sync_limiter(self, fail_open: bool | None = None, label: str | None = None) -> SyncRateLimiter:
@@ -468,14 +490,16 @@ class DjangoRateLimit:
         return found
 
     def startup(self) -> None:
-        """The module check (SPEC U1, U2): raises StartupError (ModuleNotLoadedError
+        """The startup checks (SPEC U1-U3): raises StartupError (ModuleNotLoadedError
         when Redis answers without the module) in one line; an unreachable Redis too,
-        unless ``START_DEGRADED`` (then one line is logged). On its own connection with
-        at least 1 s to answer (as the async path's startup allows), so a loaded
-        machine's slow first reply does not pass for an unreachable Redis."""
+        unless ``START_DEGRADED`` (then one line is logged); and on Redis Cluster when
+        the configured policies go several in one call and there is no HASH_TAG (K6).
+        On its own connection with at least 1 s to answer (as the async path's startup
+        allows), so a loaded machine's slow first reply does not pass for an
+        unreachable Redis."""
         client = Client.from_url(self.config.url, timeout=max(self.config.timeout, 1.0))
         try:
-            SyncRateLimiter(client, **self.options()).startup()
+            SyncRateLimiter(client, **self.options()).startup(self.policies)
         finally:
             client.close()
 
@@ -562,8 +586,8 @@ class DjangoRateLimit:
         else:  # nothing earlier, or the middleware's placeholder (no policy applied)
             current = RequestDecision(decision, is_async)
         setattr(request, ATTR, current)
-        if decision.lease is not None:
-            current.start_renewing()  # SPEC N5
+        if decision.lease is not None or decision._holdable:
+            current.start_renewing(_ender(request, is_async))  # SPEC N5, N7, G5
         return None
 
     def add_headers(self, response: HttpResponseBase, decision: RequestDecision, limiter: BaseLimiter) -> None:
