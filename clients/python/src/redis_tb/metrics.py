@@ -32,7 +32,8 @@ name) only, never a client identity: cardinality stays bounded by configuration.
                                                          0 (G5)
 =======================================================  ===========================
 
-``prometheus_client`` is an optional dependency (``pip install 'redis-tb[prometheus]'``)
+``prometheus_client`` is an optional dependency (the ``prometheus`` extra: ``pip install
+'./clients/python[prometheus]'`` from a checkout, or the wheel of ``dist/`` with it)
 imported only when :class:`PrometheusMetrics` is built. Without ``metrics=`` a limiter
 makes no metric calls at all.
 """
