@@ -1,5 +1,5 @@
 """SPEC N7 through redis_tb.django under real servers (gunicorn for WSGI, uvicorn for
-ASGI; djangolease with a 1.5 s max_duration) and a real redis-server with the module: a
+ASGI; djangolease with a 3 s max_duration) and a real redis-server with the module: a
 request holds its slot for at most its in-flight policy's max_duration after its grant,
 whatever its client does; at the deadline its lease is released (once, counted in
 leases_timed_out) and its response ended (WSGI: gunicorn's connection shut down; ASGI:
@@ -21,7 +21,7 @@ from test_django_leases import in_flight, wait_for
 from test_max_duration import drained_to_eof
 
 HERE = Path(__file__).parent
-MAX_DURATION = 1.5
+MAX_DURATION = 3.0
 
 
 @pytest.fixture(scope="module", params=["wsgi", "asgi"])
@@ -55,13 +55,13 @@ def timed_out(http: httpx.Client) -> int:
 def test_a_client_that_reads_nothing_is_cut_off_at_max_duration(server: Gunicorn | Uvicorn, http: httpx.Client, redis_server: RedisServer) -> None:
     before = timed_out(http)
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sent = time.monotonic()  # before the grant
         sock.sendall(b"GET /flood HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-        granted = time.monotonic()
         assert in_flight(redis_server) == 1
         wait_for("the slot of a client that reads nothing outlived max_duration",
                  lambda: in_flight(redis_server) == 0, seconds=MAX_DURATION + 5)
-        assert time.monotonic() - granted >= MAX_DURATION - 0.2, "released before max_duration"
+        assert time.monotonic() - sent >= MAX_DURATION, "released before max_duration"
         assert timed_out(http) == before + 1
         assert drained_to_eof(sock, 10), "the server kept the stream going past max_duration"
     # the slot is free for the next request
@@ -77,6 +77,6 @@ def test_a_response_not_started_at_max_duration_is_never_sent(server: Gunicorn |
             got: str | None = f"{r.status_code} {r.text}"
         except httpx.HTTPError:  # WSGI: the connection was shut down, no response at all
             got = None
-    assert time.monotonic() - started >= MAX_DURATION - 0.2
+    assert time.monotonic() - started >= MAX_DURATION
     assert got is None or ("done" not in got and not got.startswith("200")), got
     wait_for("the lease of a request ended at max_duration was kept", lambda: in_flight(redis_server) == 0)

@@ -1,4 +1,4 @@
-"""SPEC N7 through a real HTTP server (uvicorn, lease_app.py with a 1.5 s max_duration)
+"""SPEC N7 through a real HTTP server (uvicorn, lease_app.py with a 3 s max_duration)
 and a real redis-server with the module: a request holds its slot for at most its
 in-flight policy's max_duration after its grant, whatever its client does; at the
 deadline its lease is released (once, counted in leases_timed_out) and its response
@@ -19,7 +19,7 @@ from test_leases import in_flight, stats, wait_for
 
 HERE = Path(__file__).parent
 LEASE = 0.4
-MAX_DURATION = 1.5
+MAX_DURATION = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +57,15 @@ def drained_to_eof(sock: socket.socket, seconds: float) -> bool:
 def test_a_client_that_reads_nothing_is_cut_off_at_max_duration(server: Uvicorn, http: httpx.Client, redis_server: RedisServer) -> None:
     before = stats(http)["leases_timed_out"]
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sent = time.monotonic()  # before the grant
         sock.sendall(b"GET /flood HTTP/1.1\r\nHost: x\r\n\r\n")
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-        granted = time.monotonic()
         assert in_flight(redis_server) == 1
         # the client reads nothing more: its writer waits on the full socket, and the
         # lease would be renewed for as long as the connection stays open
         wait_for("the slot of a client that reads nothing outlived max_duration",
                  lambda: in_flight(redis_server) == 0, seconds=MAX_DURATION + 5)
-        assert time.monotonic() - granted >= MAX_DURATION - 0.2, "released before max_duration"
+        assert time.monotonic() - sent >= MAX_DURATION, "released before max_duration"
         # released by N7, once: counted, and the slot is free for the next request
         assert stats(http)["leases_timed_out"] == before + 1
         assert http.get("/hold", params={"estimate": 1, "actual": 1}).status_code == 200
@@ -77,7 +77,7 @@ def test_a_response_not_started_at_max_duration_is_never_sent(http: httpx.Client
     started = time.monotonic()
     with httpx.Client(base_url=server.url, timeout=10) as other:
         r = other.get("/slow")  # waits for /open, which never comes in time
-    assert time.monotonic() - started >= MAX_DURATION - 0.2
+    assert time.monotonic() - started >= MAX_DURATION
     # the handler's 200 was never sent: uvicorn answers an app that sent nothing itself
     assert r.status_code != 200 and "done" not in r.text, r.text
     assert in_flight(redis_server) == 0

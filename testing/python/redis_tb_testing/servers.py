@@ -102,7 +102,12 @@ class RedisServer(Process):
         if self.module:
             args += ["--loadmodule", str(MODULE)]
         if self.cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.logdir / "nodes.conf")]
+            # the bus port on a free port of its own: port + 10000 (the default) may be taken,
+            # or above 65535
+            args += [
+                "--cluster-enabled", "yes", "--cluster-config-file", str(self.logdir / "nodes.conf"),
+                "--cluster-port", str(free_port()),
+            ]
         self.proc = subprocess.Popen(args, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
         _wait_port(self.port, self.proc, "redis-server", self.log)
         if self.cluster:
