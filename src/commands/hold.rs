@@ -12,8 +12,8 @@ use crate::binding::store::{Access, BucketKey};
 use crate::error::{Field, LeaseError, TbError};
 use crate::parse::lease::{parse_hold, parse_settle};
 
-use super::lease::{next_id, server_micros};
-use super::{Call, Clock, store};
+use super::lease::server_micros;
+use super::{Call, Clock, next_id, store};
 
 /// The bucket's stored holds (none when the field is missing).
 fn read_holds(bucket: &BucketKey) -> Result<Vec<Hold>, TbError> {
@@ -73,9 +73,9 @@ pub fn hold(call: &Call) -> Result<Outcome, TbError> {
     if live.len() >= MAX_HOLDS {
         return Err(TbError::Lease(LeaseError::TooManyHolds));
     }
-    let mut id = next_id();
+    let mut id = next_id()?;
     while live.iter().any(|h| h.id == id) {
-        id = next_id();
+        id = next_id()?;
     }
     let (mut d, made) = hold::hold(args.limit, args.estimate, args.ttl_ms, id, now_us, stored);
     clock.round(&mut d);

@@ -3,12 +3,10 @@
 //! only (no `now` argument: a client clock can neither extend nor steal a lease). Every
 //! writing call first reclaims the expired leases; the math is `algo::lease`.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
 use redis_module::raw::RedisModuleString;
 
 use crate::algo::bucket::{self, Limit};
-use crate::algo::lease::{self, ID_STEP, mix};
+use crate::algo::lease;
 use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
 use crate::binding::store::{Access, OwnedString, string_bytes};
@@ -17,7 +15,7 @@ use crate::error::{LeaseError, TbError};
 use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
 use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
 
-use super::{Call, Clock, open_parts, store};
+use super::{Call, Clock, next_id, open_parts, store};
 
 /// The server's clock in whole microseconds.
 pub(crate) fn server_micros() -> u64 {
@@ -25,29 +23,6 @@ pub(crate) fn server_micros() -> u64 {
         Clock::Server { micros } => micros,
         Clock::Client { server_micros, .. } => server_micros,
     }
-}
-
-/// The id counter (`lease::mix` of it is the next id), seeded from the kernel's random
-/// source on first use, so a promoted replica's ids are independent of its old master's.
-static ID_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-pub(crate) fn next_id() -> u64 {
-    let mut c = ID_COUNTER.load(Relaxed);
-    if c == 0 {
-        let mut seed = [0u8; 8];
-        // SAFETY: getrandom writes at most seed.len() bytes into the buffer we pass.
-        let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
-        c = u64::from_ne_bytes(seed);
-        if got != 8 {
-            // No random source: the clock and the pid still differ between servers.
-            c = server_micros() ^ (u64::from(std::process::id()) << 40);
-        }
-        c |= 1;
-    }
-    // Commands run one at a time (main thread), so a plain load and store is enough.
-    let next = c.wrapping_add(ID_STEP);
-    ID_COUNTER.store(if next == 0 { 1 } else { next }, Relaxed);
-    mix(c)
 }
 
 /// Opens the key for writing and reads what every writing call needs: the expired
@@ -211,7 +186,7 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
         Some(expiry) => {
             let mut added = None;
             for _ in 0..4 {
-                let member = lease::member(next_id());
+                let member = lease::member(next_id()?);
                 if leases.put(&leases.string(&member), expiry, lease_ms, false) {
                     added = Some(member);
                     break;
