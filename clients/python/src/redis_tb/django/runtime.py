@@ -418,17 +418,19 @@ class DjangoRateLimit:
             found = limiters[key] = RateLimiter(client, **self.options(fail_open, label))
         return found
 
-    def startup(self) -> None:
+    def startup(self, policies: Sequence[Policy] | None = None) -> None:
         """The startup checks (SPEC U1-U3): raises StartupError (ModuleNotLoadedError
         when Redis answers without the module) in one line; an unreachable Redis too,
         unless ``START_DEGRADED`` (then one line is logged); and on Redis Cluster when
-        the configured policies go several in one call and there is no HASH_TAG (K6).
+        ``policies`` (default: the configured ones; the app passes those of its calls,
+        :func:`~redis_tb.django.calls.call_policies`) go several in one call and there
+        is no HASH_TAG (K6).
         On its own connection with at least 1 s to answer (as the async path's startup
         allows), so a loaded machine's slow first reply does not pass for an
         unreachable Redis."""
         client = Client.from_url(self.config.url, timeout=max(self.config.timeout, 1.0))
         try:
-            SyncRateLimiter(client, **self.options()).startup(self.policies)
+            SyncRateLimiter(client, **self.options()).startup(self.policies if policies is None else policies)
         finally:
             client.close()
 
