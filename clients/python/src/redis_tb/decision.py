@@ -388,13 +388,14 @@ class Decision:
         out._limiter = self._limiter or other._limiter
         out._holdable = {**other._holdable, **self._holdable}
         # SPEC G5: one book of holds for the parts and the merged decision, so that the
-        # adapter that watches the first part renews (and stops) holds taken on either
-        book = self._hold_book()
-        if other._holds is not None and other._holds is not book:
-            book.taken.extend(other._holds.taken)
-            if book.on_take is None:
-                book.on_take = other._holds.on_take
-        other._holds = out._holds = book
+        # adapter that watches a part renews (and stops) holds taken on any of them
+        if self._holds is not None or other._holds is not None:
+            book = self._hold_book()
+            if other._holds is not None and other._holds is not book:
+                book.taken.extend(other._holds.taken)
+                if book.on_take is None:
+                    book.on_take = other._holds.on_take
+            other._holds = out._holds = book
         owner = self if (self._lease_owner or self).lease is not None else other
         out.lease = owner.lease
         out._lease_owner = owner._lease_owner or owner
