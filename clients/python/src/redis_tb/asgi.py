@@ -2,7 +2,9 @@
 
 Pure ASGI rather than ``BaseHTTPMiddleware``: responses stream through untouched
 (the headers are added to ``http.response.start``), background tasks and
-contextvars behave, and there is no extra task per request.
+contextvars behave, and there is no extra task per request (but for a request with a
+lease or a settle_later policy: its app runs in a task of its own beside the timers that
+renew the lease and the holds, so that max_duration can end it, SPEC N7).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from .client import StartupError
 from .decision import Decision, Hold
 from .keys import ClientIpKey, FixedKey, HeaderKey
 from .limiter import BaseLimiter, RateLimiter
-from .renewal import AsyncTimers
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, check_policy_names, route_set
+from .renewal import AsyncTimers
 
 __all__ = ["HoldRefused", "RateLimitMiddleware", "hold_rejection", "route_template"]
 
