@@ -168,11 +168,17 @@ fn release_renew_and_their_defined_answers_for_ids_not_held() {
     assert_eq!(renew(&mut c, "k", &a, "1000"), vec![0, 1, 0]);
     assert_eq!(fingerprint(&mut c, &["k"]), before);
     assert!(watch_survives(&s, &["k"], &["TB.RELEASE", "k", a.as_str()]));
-    // The last release removes the key.
+    // The last release leaves the marker alone, living out the key's TTL (no later than
+    // the released lease's own expiry and slack); the next grant finds it made.
+    let ttl_before = c.q("PEXPIRETIME k").int();
     assert_eq!(release(&mut c, "k", &b), vec![1, 0]);
-    assert_eq!(c.q("EXISTS k").int(), 0);
+    assert_eq!(all_members(&mut c, "k"), vec![(MARKER.to_string(), -1)]);
+    assert_eq!(c.q("PEXPIRETIME k").int(), ttl_before);
+    assert_eq!(peek(&mut c, "k"), vec![0, 0]);
     assert_eq!(release(&mut c, "k", &b), vec![0, 0]);
-    assert_eq!(c.q("EXISTS k").int(), 0);
+    let again = acquire(&mut c, "k", "2", "1000").id.unwrap();
+    assert_eq!(members(&mut c, "k").len(), 1);
+    assert_eq!(release(&mut c, "k", &again), vec![1, 0]);
 }
 
 #[test]
@@ -207,7 +213,7 @@ fn the_earliest_lease_and_a_later_one_are_released_and_renewed_alike() {
     assert_eq!(release(&mut c, "k", &ids[0]), vec![0, 1]);
     assert_eq!(members(&mut c, "k").len(), 1);
     assert_eq!(release(&mut c, "k", &ids[2]), vec![1, 0]);
-    assert_eq!(c.q("EXISTS k").int(), 0);
+    assert_eq!(members(&mut c, "k"), vec![]);
 }
 
 #[test]
@@ -257,7 +263,8 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
             (&["k", "-1", "100"], LIMIT_ERR),
             (&["k", "x", "100"], LIMIT_ERR),
             (&["k", "1", "0"], MS_ERR),
-            (&["k", "1", "1e3"], MS_ERR),
+            (&["k", "1", "1500.5"], MS_ERR),
+            (&["k", "1", "1e-3"], MS_ERR),
             (&["k", "1", "31536000001"], MS_ERR),
             (&["k", "1"], &arity("tb.acquire")),
             (&["k", "1", "1", "1"], TAKE_SYNTAX),
@@ -331,9 +338,17 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
             (&["k", &id, "0"], MS_ERR),
             (&["k", &id], &arity("tb.renew")),
             (&["log", &id, "100"], NOT_LEASES),
-            (&["bucket", &id, "100"], WRONGTYPE),
+            (&["str", &id, "100"], WRONGTYPE),
+            (
+                &["user", &id, "100"],
+                "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged",
+            ),
         ],
     );
+    // A bucket's hash is TB.RENEW's too (its holds): this id is none of them, nothing changes.
+    let before = fingerprint(&mut c, &keys);
+    assert_eq!(renew(&mut c, "bucket", &id, "100"), vec![0, 0, 0]);
+    assert_eq!(fingerprint(&mut c, &keys), before);
     assert_errors_change_nothing(
         &mut c,
         &["TB.PEEK"],
@@ -363,8 +378,8 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
         ],
     );
     assert_eq!(members(&mut c, "k").len(), 1);
-    // 24 cases, one of them wrong arity, which Redis refuses before the module runs.
-    assert_eq!(tb_counters(&mut c, "acquire")[3], 23);
+    // 25 cases, one of them wrong arity, which Redis refuses before the module runs.
+    assert_eq!(tb_counters(&mut c, "acquire")[3], 24);
 }
 
 #[test]
@@ -817,13 +832,11 @@ fn a_sorted_set_the_module_did_not_make_is_never_written_whatever_its_first_memb
         &far,
         "carol",
     ]);
-    // The marker, but not first: someone else's member sorts before it.
+    // The marker's name at another score: not the module's marker.
     c.cmd(&[
         "ZADD",
         "forged",
-        "-5",
-        "zed",
-        "-1",
+        "5",
         MARKER,
         &live,
         "lease:0000000000000003",
@@ -866,8 +879,8 @@ fn a_sorted_set_the_module_did_not_make_is_never_written_whatever_its_first_memb
 }
 
 /// A key of leases written before the marker existed (every member a lease) is adopted:
-/// read whole once, then marked by its next write, replicated with it; the marker goes
-/// with the last lease, so the key does too.
+/// read whole once, then marked by its next write, replicated with it; the marker stays
+/// when the last lease goes, until the key's TTL.
 #[test]
 fn a_set_of_leases_from_before_the_marker_is_adopted_and_marked_by_its_next_write() {
     let master = start_master();
@@ -893,11 +906,7 @@ fn a_set_of_leases_from_before_the_marker_is_adopted_and_marked_by_its_next_writ
     assert_eq!(m.len(), 2, "{m:?}");
     assert_eq!(release(&mut c, "old", "00000000000000aa"), vec![1, 1]);
     assert_eq!(release(&mut c, "old", &id), vec![1, 0]);
-    assert_eq!(
-        c.cmd(&["EXISTS", "old"]).int(),
-        0,
-        "the marker goes with the last lease"
-    );
+    assert_eq!(all_members(&mut c, "old"), vec![(MARKER.to_string(), -1)]);
     c.q("SET marker 1");
     let got = stream.until_marker("marker");
     assert!(
@@ -909,12 +918,7 @@ fn a_set_of_leases_from_before_the_marker_is_adopted_and_marked_by_its_next_writ
         "{got:?}"
     );
     assert!(
-        got.contains(&vec![
-            "ZREM".into(),
-            "old".into(),
-            format!("lease:{id}"),
-            MARKER.into()
-        ]),
+        got.contains(&vec!["ZREM".into(), "old".into(), format!("lease:{id}")]),
         "{got:?}"
     );
     assert_replicas_hold_the_masters_bytes(&mut c, &[(&replica, "replica without the module")]);
@@ -1015,4 +1019,125 @@ fn ids_predicted_from_ones_own_by_the_old_inversion_are_never_held() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), ids.len());
+}
+
+/// Issue 39 L9: refused for want of a slot, TB.ACQUIRE ... TAKE's aggregate reported the
+/// buckets as if charged (remaining 3 where they held 4) while its per-bucket arrays showed
+/// them as they stood. Both now say the same: each bucket as it stands, and the aggregate
+/// of those (the docs: whether the buckets alone had enough).
+#[test]
+fn a_slot_refusal_reports_the_aggregate_of_the_buckets_as_they_stand() {
+    let s = Server::start();
+    let mut c = s.conn();
+    c.cmd(&["TB.TAKE", "{u}b1", "5", "0.000000001", "1"]); // holds 4
+    c.cmd(&["TB.TAKE", "{u}b2", "5", "0.000000001", "2"]); // holds 3
+    assert!(acquire(&mut c, "{u}jobs", "1", "60000").granted);
+    let before = fingerprint(&mut c, &["{u}b1", "{u}b2", "{u}jobs"]);
+    let r = c.cmd(&[
+        "TB.ACQUIRE",
+        "{u}jobs",
+        "1",
+        "60000",
+        "TAKE",
+        "2",
+        "{u}b1",
+        "{u}b2",
+        "5",
+        "0.000000001",
+        "1",
+        "5",
+        "0.000000001",
+        "1",
+    ]);
+    let a = r.array();
+    assert_eq!(
+        (a[0].int(), a[1].int(), &a[2]),
+        (0, 1, &Reply::Nil),
+        "{r:?}"
+    );
+    let total: Vec<f64> = a[4].array().iter().map(Reply::num).collect();
+    let each: Vec<Vec<f64>> = a[5]
+        .array()
+        .iter()
+        .map(|d| d.array().iter().map(Reply::num).collect())
+        .collect();
+    // As they stand: 4 and 3 (the per-bucket arrays) ...
+    assert!((each[0][1] - 4.0).abs() < 1e-6, "{r:?}");
+    assert!((each[1][1] - 3.0).abs() < 1e-6, "{r:?}");
+    // ... and the aggregate is theirs: allowed alone, the smallest remaining, no wait, the
+    // longest reset.
+    assert_eq!(total[0], 1.0, "{r:?}");
+    assert_eq!(total[1], each[1][1], "{r:?}");
+    assert_eq!(total[2], 0.0, "{r:?}");
+    assert_eq!(total[3], each[0][3].max(each[1][3]), "{r:?}");
+    assert_eq!(fingerprint(&mut c, &["{u}b1", "{u}b2", "{u}jobs"]), before);
+}
+
+/// Issue 39 L8: one TB.ACQUIRE with 100,000 TAKE buckets held the server 1.3 s. TB.MTAKE
+/// and TB.ACQUIRE ... TAKE take at most 64 buckets; more is an error naming the bound,
+/// and nothing is written.
+#[test]
+fn one_call_takes_at_most_64_buckets() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for (n, ok) in [(64usize, true), (65, false), (100_000, false)] {
+        let keys: Vec<String> = (0..n).map(|i| format!("{{t}}b{i}")).collect();
+        let mut mtake = vec!["TB.MTAKE".to_string(), n.to_string()];
+        mtake.extend(keys.iter().cloned());
+        let mut acq = vec![
+            "TB.ACQUIRE".to_string(),
+            "{t}jobs".into(),
+            "5".into(),
+            "60000".into(),
+            "TAKE".into(),
+            n.to_string(),
+        ];
+        acq.extend(keys.iter().cloned());
+        for _ in 0..n {
+            for v in ["10", "1", "1"] {
+                mtake.push(v.into());
+                acq.push(v.into());
+            }
+        }
+        for args in [&mtake, &acq] {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let r = c.cmd(&refs);
+            if ok {
+                assert!(matches!(r, Reply::Array(_)), "{n}: {r:?}");
+            } else {
+                assert_eq!(
+                    r,
+                    Reply::Error(
+                        "ERR numkeys must be at most 64 (the buckets one call may take)".into()
+                    ),
+                    "{n}"
+                );
+            }
+        }
+        if !ok {
+            assert_eq!(c.cmd(&["EXISTS", "{t}b64"]).int(), 0);
+        }
+    }
+}
+
+/// Issue 39 "whole number": `1e3` and `1.0` are numbers of the documented grammar, and a
+/// whole one is accepted wherever a whole number is asked for; `1.5` is not whole.
+#[test]
+fn whole_numbers_in_any_spelling_of_the_number_grammar() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let a = acquire(&mut c, "k", "2e0", "3e4");
+    assert!(a.granted && (29_999..=30_001).contains(&a.ms), "{a:?}");
+    let id = a.id.unwrap();
+    assert_eq!(renew(&mut c, "k", &id, "60000.0")[0], 1);
+    let r = c.cmd(&["TB.HOLD", "h", "10", "1", "1", "6e4"]);
+    assert_eq!(r.array()[0].int(), 1);
+    assert_eq!(
+        c.cmd(&["TB.ACQUIRE", "k", "1.5", "1000"]),
+        Reply::Error(LIMIT_ERR.into())
+    );
+    assert_eq!(
+        c.cmd(&["TB.ACQUIRE", "k", "2", "1e-3"]),
+        Reply::Error(MS_ERR.into())
+    );
 }

@@ -8,6 +8,8 @@
 //! leases are reclaimed first on every writing call, so the count a call decides on is
 //! the live count.
 
+use crate::algo::bucket::{self, Decision, Part};
+
 /// The largest `limit` accepted: it bounds the leases one key can hold (and so its memory
 /// and the work of one call's reclaim) to 10,000 members.
 pub const MAX_LIMIT: u64 = 10_000;
@@ -18,7 +20,7 @@ pub const MEMBER_PREFIX: &[u8] = b"lease:";
 /// A member's length: the prefix and 16 hex digits.
 pub const MEMBER_LEN: usize = 22;
 /// The member that marks a sorted set as TB.ACQUIRE's own, written with the key's first
-/// lease and removed with its last: a sorted set without it is not one this module made,
+/// lease and kept until the key expires: a sorted set without it is not one this module made,
 /// and is never written (a user's set whose lowest member merely looks like a lease
 /// included). It is not a lease (`is_member` is false), so it never counts.
 pub const MARKER: &[u8] = b"redis-tb:leases";
@@ -89,6 +91,40 @@ pub fn acquire(limit: u64, lease_ms: u64, live: u64, earliest: &[u64], now_us: u
         expiry_ms: None,
         ms: refused_wait(limit, live, earliest, now),
     }
+}
+
+/// TB.ACQUIRE ... TAKE at `now_us` (`now` the same instant in seconds): the slot
+/// (`acquire`) and every bucket (`bucket::take_all`), all or nothing. A bucket short
+/// refuses the slot too (its `ms` is 0: the buckets' wait is the aggregate's); a slot
+/// refused charges no bucket, and then every bucket is reported as it stands and the
+/// aggregate is theirs (whether the buckets alone had enough), so the aggregate and the
+/// per-bucket decisions always agree.
+pub fn acquire_with_buckets(
+    limit: u64,
+    lease_ms: u64,
+    live: u64,
+    earliest: &[u64],
+    now_us: u64,
+    now: f64,
+    parts: &[Part],
+) -> (Acquire, Decision, Vec<Decision>) {
+    let mut slot = acquire(limit, lease_ms, live, earliest, now_us);
+    let (mut total, mut each) = bucket::take_all(parts, now);
+    if !total.allowed && slot.granted {
+        slot = Acquire {
+            granted: false,
+            in_flight: live,
+            expiry_ms: None,
+            ms: 0,
+        };
+    }
+    if !slot.granted && total.allowed {
+        for (d, p) in each.iter_mut().zip(parts) {
+            *d = bucket::report(p.limit, p.n, now, p.stored);
+        }
+        total = bucket::aggregate(&each);
+    }
+    (slot, total, each)
 }
 
 /// How many of the earliest live expiries `acquire` needs when `live` are held: the one

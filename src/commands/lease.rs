@@ -5,11 +5,11 @@
 
 use redis_module::raw::RedisModuleString;
 
-use crate::algo::bucket::{self, Limit};
+use crate::algo::bucket::Limit;
 use crate::algo::lease;
 use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
-use crate::binding::store::{Access, OwnedString, string_bytes};
+use crate::binding::store::{Access, Key, OwnedString, string_bytes};
 use crate::binding::store_lease::{Front, LeaseKey};
 use crate::error::{LeaseError, TbError};
 use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
@@ -81,7 +81,7 @@ fn parse_take_part<'a>(call: &Call<'a>) -> Result<TakePart<'a>, TbError> {
     }
     let numkeys = call.bytes(5).ok_or(syntax)?;
     let layout = mtake_layout(numkeys, call.argv.len().saturating_sub(6)).map_err(|e| match e {
-        TbError::NumKeysNotPositive => e,
+        TbError::NumKeysNotPositive | TbError::TooManyKeys => e,
         _ => syntax,
     })?;
     if layout.has_now {
@@ -158,27 +158,16 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     })?;
     let (expired, mut earliest) = (front.expired, front.live);
     earliest.truncate(usize::try_from(lease::needed_earliest(limit, live)).unwrap_or(0));
-    let mut decision = lease::acquire(limit, lease_ms, live, &earliest, now_us);
     let (buckets, parts) = open_parts(call, &bucket_keys, &limits)?;
-    let now = clock.now();
-    let (mut total, mut each) = bucket::take_all(&parts, now);
-    if !total.allowed && decision.granted {
-        // A bucket is short: no slot either.
-        decision = lease::Acquire {
-            granted: false,
-            in_flight: live,
-            expiry_ms: None,
-            ms: 0,
-        };
-    }
-    if !decision.granted {
-        // The slot is refused: no bucket is charged; each is reported as it stands.
-        for (d, p) in each.iter_mut().zip(&parts) {
-            if d.new_state.is_some() {
-                *d = bucket::report(p.limit, p.n, now, p.stored);
-            }
-        }
-    }
+    let (decision, mut total, mut each) = lease::acquire_with_buckets(
+        limit,
+        lease_ms,
+        live,
+        &earliest,
+        now_us,
+        clock.now(),
+        &parts,
+    );
     leases.remove(&expired, None);
     // A fresh id not on the key already (ZADD NX; a collision is a 2^-64 event, and the
     // next draw differs).
@@ -260,7 +249,8 @@ pub fn release(call: &Call) -> Result<Outcome, TbError> {
     Ok(Outcome::of(held))
 }
 
-/// TB.RENEW key lease_id lease_ms -> [renewed, in_flight, ms].
+/// TB.RENEW key lease_id lease_ms -> [renewed, in_flight, ms]; on a bucket's hash, the
+/// hold of that id (`hold::renew`).
 pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<2>()?;
     let [id, lease_ms] = raw;
@@ -271,7 +261,13 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     let lease_ms = parse_lease_ms(lease_ms)?;
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
-    let (leases, front, live) = open_reclaiming(call, key, now_ms, |_| 0)?;
+    let (leases, front, live) = match open_reclaiming(call, key, now_ms, |_| 0) {
+        // A bucket's hash: the id is a hold's (TB.HOLD), renewed on the bucket.
+        Err(TbError::WrongType) if Key::holds_hash(call.api, call.ctx, key) => {
+            return super::hold::renew(call, key, id, lease_ms, now_us);
+        }
+        opened => opened?,
+    };
     let expired = front.expired;
     let (member, current) = live_lease(&leases, front.first_live, id, now_ms)?;
     let renewed = lease::renew(current, lease_ms, now_us);
