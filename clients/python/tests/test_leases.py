@@ -178,3 +178,15 @@ def test_a_stream_that_outlives_its_hold_ttl_settles_its_actual_cost(http: httpx
     peek = redis_server.cli("TB.PEEK", "rl:tokens:127.0.0.1", "1000", "1e-9").split()
     assert float(peek[1]) == pytest.approx(700, abs=1e-3)
     assert stats(http)["holds_lost"] == 0
+
+
+def test_a_full_hold_table_is_a_429_never_a_store_error(http: httpx.Client, redis_server: RedisServer) -> None:
+    """SPEC G6: the module's 100 live holds on the 'tokens' bucket (made directly, at the
+    price of a place, capacity / 100): the handler's hold is refused, a ready 429 naming
+    'tokens' with a Retry-After, not a StoreError (a 500 from this app)."""
+    for _ in range(100):
+        assert redis_server.cli("TB.HOLD", "rl:tokens:127.0.0.1", "1000", "1e-9", "10", "60000").split()[0] == "1"
+    r = http.get("/hold", params={"estimate": 1, "actual": 1})
+    assert r.status_code == 429, r.text
+    assert r.json()["violated_policies"] == ["tokens"] and r.headers["retry-after"]
+    assert stats(http)["store_errors"] == 0
