@@ -7,8 +7,8 @@ use crate::hold::Hold;
 use crate::lease::{LeaseHandle, Renewal};
 
 /// Renews `lease` every `lease / 2` until it ends, is lost or times out (the tick at the
-/// deadline releases it and fires its time-out signal). `None` without a lease or outside
-/// a tokio runtime.
+/// deadline releases it and fires its time-out signal, which ends the response's body).
+/// `None` without a lease or outside a tokio runtime.
 pub(crate) fn spawn_lease_renewal(lease: LeaseHandle) -> Option<tokio::task::JoinHandle<()>> {
     lease.next_tick()?;
     let rt = tokio::runtime::Handle::try_current().ok()?;

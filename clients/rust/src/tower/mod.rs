@@ -95,6 +95,11 @@ impl<S: Store> RateLimitLayer<S> {
         &self.limiter
     }
 
+    /// The limiter's startup check (SPEC U3, K6): see [`RateLimiter::startup`].
+    pub async fn startup(&self) -> Result<(), crate::Error> {
+        self.limiter.startup().await
+    }
+
     /// The limiter's counters.
     pub fn stats(&self) -> Stats {
         self.limiter.stats()
