@@ -754,7 +754,6 @@ async fn slow_hold(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the module's TB.RENEW on a hold (issue 39, module side): not on main yet"]
 async fn a_stream_that_outlives_its_holds_ttl_still_settles_its_actual_cost() -> TestResult {
     let redis = RedisServer::start()?;
     let client = TbClient::start(&redis.url(), timeouts()).await?;
