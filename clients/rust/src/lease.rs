@@ -329,11 +329,19 @@ impl LeaseHandle {
                 return Renewal::NotRenewed;
             };
             s.store.timed_out(s.policy);
-            s.timed_out.fire();
             if let Some(scope) = &self.scope {
                 scope.end();
             }
-            release.await;
+            // The release first, then the response's end: ending it drops the adapter's
+            // guard, which aborts the timer's task. On a runtime the release is a task of
+            // its own, so that no abort (the client leaving at this moment) loses it.
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    let _ = rt.spawn(release).await;
+                }
+                Err(_) => release.await,
+            }
+            s.timed_out.fire();
             return Renewal::TimedOut;
         }
         let r = s
