@@ -97,6 +97,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 pub unsafe extern "C" fn RedisModule_OnUnload(_ctx: *mut RedisModuleCtx) -> c_int {
     if let Some(api) = binding::api::api() {
         binding::store::deinit(api);
+        binding::store_lease::deinit(api);
     }
     OK
 }
@@ -542,6 +543,7 @@ fn init_module(
         }
     }
     binding::store::init(api);
+    binding::store_lease::init(api);
     // Keys are opened for writing, but only a take that writes modifies one: signal WATCH
     // and client-side caching ourselves, once for a key we wrote (store.rs), instead of
     // Redis doing it on every close (a denied take or a query would abort transactions

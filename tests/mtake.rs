@@ -15,6 +15,7 @@ use common::{
 
 const ARITY: &str = "ERR wrong number of arguments for 'tb.mtake' command";
 const NUMKEYS: &str = "ERR numkeys must be a positive integer";
+const TOO_MANY: &str = "ERR numkeys must be at most 64 (the buckets one call may take)";
 const COUNT: &str = "ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now";
 const DUPLICATE: &str = "ERR tb.mtake got the same key more than once";
 
@@ -580,15 +581,16 @@ fn bad_arguments_get_the_spec_errors_in_check_order_and_change_nothing() {
             COUNT,
         ),
         (&["TB.MTAKE", "5", "a", "b", "10", "1", "1"], COUNT),
-        (&["TB.MTAKE", "1000000", "k", "10", "1", "1"], COUNT),
-        // 4 x numkeys wraps to 4 modulo 2^64: the count must not overflow into a match.
+        (&["TB.MTAKE", "65", "k", "10", "1", "1"], TOO_MANY),
+        (&["TB.MTAKE", "1000000", "k", "10", "1", "1"], TOO_MANY),
+        // 4 x numkeys wraps to 4 modulo 2^64: the count never gets as far as a match.
         (
             &["TB.MTAKE", "4611686018427387905", "k", "10", "1", "1"],
-            COUNT,
+            TOO_MANY,
         ),
         (
             &["TB.MTAKE", "9223372036854775807", "k", "10", "1", "1"],
-            COUNT,
+            TOO_MANY,
         ),
         // A count of 3 + 4 numkeys means a now: here "b" is the first capacity.
         (
@@ -1040,16 +1042,20 @@ fn mtake_runs_inside_multi_and_from_lua() {
 }
 
 #[test]
-fn mtake_takes_a_hundred_keys_in_one_call() {
+fn mtake_takes_up_to_64_keys_in_one_call() {
     let s = Server::start();
     let mut c = s.conn();
-    let names: Vec<String> = (0..100).map(|i| format!("rl:{{u}}:{i}")).collect();
+    let names: Vec<String> = (0..65).map(|i| format!("rl:{{u}}:{i}")).collect();
     let buckets: Vec<Bucket> = names.iter().map(|k| (k.as_str(), "10", "1", "1")).collect();
-    let m = c.mtake(&buckets, Some(T0));
-    assert!(m.allowed && m.keys.len() == 100, "{m:?}");
-    assert_eq!(c.q("DBSIZE").int(), 100);
-    let r = c.cmd(&mtake_args(&buckets[..99], None));
-    assert_eq!(MTake::from_reply(&r).keys.len(), 99);
+    let m = c.mtake(&buckets[..64], Some(T0));
+    assert!(m.allowed && m.keys.len() == 64, "{m:?}");
+    assert_eq!(c.q("DBSIZE").int(), 64);
+    let r = c.cmd(&mtake_args(&buckets[..63], None));
+    assert_eq!(MTake::from_reply(&r).keys.len(), 63);
+    // 65: the bound on one call's work, nothing written.
+    let r = c.cmd(&mtake_args(&buckets, None));
+    assert_eq!(r, Reply::Error(TOO_MANY.into()));
+    assert_eq!(c.q("DBSIZE").int(), 64);
 }
 
 #[test]

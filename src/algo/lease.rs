@@ -20,7 +20,7 @@ pub const MEMBER_PREFIX: &[u8] = b"lease:";
 /// A member's length: the prefix and 16 hex digits.
 pub const MEMBER_LEN: usize = 22;
 /// The member that marks a sorted set as TB.ACQUIRE's own, written with the key's first
-/// lease and removed with its last: a sorted set without it is not one this module made,
+/// lease and kept until the key expires: a sorted set without it is not one this module made,
 /// and is never written (a user's set whose lowest member merely looks like a lease
 /// included). It is not a lease (`is_member` is false), so it never counts.
 pub const MARKER: &[u8] = b"redis-tb:leases";
