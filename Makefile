@@ -129,17 +129,17 @@ fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release --lib fuzz_
 
 bench: build
-	python3 bench/bench.py
-	python3 bench/leases.py
-	python3 bench/leases_callgrind.py --out bench/results/leases-callgrind.md
+	python3 bench/commands/bench.py
+	python3 bench/commands/leases.py
+	python3 bench/commands/leases_callgrind.py --out bench/results/leases-callgrind.md
 
 # In-flight limits and holds (issue 25): TB.ACQUIRE + TB.RELEASE against redis-semaphore
 # (installed by npm into ~/.cache/redis-tb), the combined call, hold + settle, bytes per
 # lease (writes bench/results/leases.md); then the server's instructions per acquire +
 # release against redis-semaphore's under callgrind (bench/results/leases-callgrind.md).
 bench-leases: build
-	python3 bench/leases.py
-	python3 bench/leases_callgrind.py --out bench/results/leases-callgrind.md
+	python3 bench/commands/leases.py
+	python3 bench/commands/leases_callgrind.py --out bench/results/leases-callgrind.md
 
 # SLIDING against LOG on the same synthetic traffic: share of requests decided differently
 # and the error of the estimated rate (deterministic; writes bench/results/window-accuracy.md).
@@ -163,7 +163,7 @@ bench-floor-leases: build
 # LOG against the notes' script with a `now` that advances 1 ms per request (redis-cli --pipe),
 # where the script's ZADD inserts as LOG's does (bench/results/log-advancing.md).
 bench-log-advancing: build
-	python3 bench/log_advancing.py
+	python3 bench/commands/log_advancing.py
 
 # The integration suite once with every server under valgrind memcheck, on Redis built with
 # MALLOC=libc (scripts/servers.sh redis-libc, built once and cached): a leak is invisible
