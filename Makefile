@@ -9,24 +9,31 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client test-http bench-accuracy lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
 help:
 	@echo "make          build $(MODULE)"
+	@echo "make build    the same"
 	@echo "make run      build, then start redis-server on redis.conf.example (port 6379, PORT=... for another; with the CL.THROTTLE alias)"
+	@echo "make deps     install what a fresh Debian machine lacks (redis-server, libclang, python3-venv, Node.js 20+); every build runs it"
+	@echo "make clean    cargo clean"
+	@echo "make help     this list"
 	@echo "make dist     every release artifact in dist/ with SHA256SUMS (modules for x86_64 and aarch64 on glibc 2.17, wheel, sdist, npm tarball, crate)"
 	@echo "make test-dist  make dist, then each artifact installed outside the repository and its README quick-start run (aarch64 under qemu)"
 	@echo "make test     the whole test suite (unit, property, integration against a real redis-server), then make test-examples"
 	@echo "make test-examples  the integrations end to end: Python (FastAPI, Flask/slowapi, Django, shell), Rust (axum), Node (Express, Fastify)"
-	@echo "make lint     cargo fmt --check and clippy -D warnings, then make lint-node"
+	@echo "make test-python  the Python package (clients/python, with the shared vectors) and the FastAPI, Flask, slowapi, Django and shell examples"
+	@echo "make lint-python  ruff and mypy --strict over the Python package, its tests, examples, test harness and benchmarks"
+	@echo "make lint     cargo fmt --check and clippy -D warnings, then make lint-node and make lint-python"
+	@echo "make fmt      cargo fmt (the formatting make lint checks)"
 	@echo "make test-node  the Node package (clients/node, with the shared vectors) and the Express and Fastify examples"
 	@echo "make lint-node  tsc --noEmit (strict) over the Node package and examples, and no eslint-disable comments"
 	@echo "make test-rust-client  the Rust client crate (vectors included, with and without axum) and the axum example"
 	@echo "make test-http  one black-box HTTP suite over every example of examples/manifest.json (testing/http)"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
-	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make bench    every command against HSET, PING, the Lua scripts and redis-cell 0.5.0, then make bench-leases (bench/README.md; writes bench/results/)"
 	@echo "make bench-leases  TB.ACQUIRE/RELEASE vs redis-semaphore, combined call, hold+settle, bytes per lease"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
@@ -42,8 +49,6 @@ deps:
 
 build: deps
 	cargo build --release
-
-$(MODULE): build
 
 run: build
 	$(REDIS_SERVER) redis.conf.example --port $(PORT)
@@ -94,12 +99,8 @@ test-rust-client: build
 # examples/manifest.json built (npm ci + build, cargo build), started on a free port against
 # its own redis-server with the module, and driven over real HTTP from the manifest; an
 # example's listed deviations are xfail(strict=True) checks.
-.PHONY: test-http
 test-http: build
 	testing/http/run-tests.sh
-
-unit:
-	cargo test --release --lib
 
 lint:
 	cargo fmt --all --check
@@ -129,17 +130,17 @@ fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release --lib fuzz_
 
 bench: build
-	python3 bench/bench.py
-	python3 bench/leases.py
-	python3 bench/leases_callgrind.py --out bench/results/leases-callgrind.md
+	python3 bench/commands/bench.py
+	python3 bench/commands/leases.py
+	python3 bench/commands/leases_callgrind.py --out bench/results/leases-callgrind.md
 
 # In-flight limits and holds (issue 25): TB.ACQUIRE + TB.RELEASE against redis-semaphore
 # (installed by npm into ~/.cache/redis-tb), the combined call, hold + settle, bytes per
 # lease (writes bench/results/leases.md); then the server's instructions per acquire +
 # release against redis-semaphore's under callgrind (bench/results/leases-callgrind.md).
 bench-leases: build
-	python3 bench/leases.py
-	python3 bench/leases_callgrind.py --out bench/results/leases-callgrind.md
+	python3 bench/commands/leases.py
+	python3 bench/commands/leases_callgrind.py --out bench/results/leases-callgrind.md
 
 # SLIDING against LOG on the same synthetic traffic: share of requests decided differently
 # and the error of the estimated rate (deterministic; writes bench/results/window-accuracy.md).
@@ -163,7 +164,7 @@ bench-floor-leases: build
 # LOG against the notes' script with a `now` that advances 1 ms per request (redis-cli --pipe),
 # where the script's ZADD inserts as LOG's does (bench/results/log-advancing.md).
 bench-log-advancing: build
-	python3 bench/log_advancing.py
+	python3 bench/commands/log_advancing.py
 
 # The integration suite once with every server under valgrind memcheck, on Redis built with
 # MALLOC=libc (scripts/servers.sh redis-libc, built once and cached): a leak is invisible

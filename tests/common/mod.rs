@@ -1061,9 +1061,9 @@ pub const LUA_SEED: &str = r#"
         return {0, tostring(tokens)}
     "#;
 
-/// The benchmark's Lua token bucket (bench/token_bucket.lua), with TB.TAKE's semantics and
-/// reply: `EVAL LUA_BENCH 1 key capacity rate n [now]`.
-pub const LUA_BENCH: &str = include_str!("../../bench/token_bucket.lua");
+/// The benchmark's Lua token bucket (bench/commands/token_bucket.lua), with TB.TAKE's
+/// semantics and reply: `EVAL LUA_BENCH 1 key capacity rate n [now]`.
+pub const LUA_BENCH: &str = include_str!("../../bench/commands/token_bucket.lua");
 
 /// A cluster-enabled server with the module, and its cluster bus port. The bus port is
 /// given explicitly: the default (port + 10000) overflows for ports above 55535, which

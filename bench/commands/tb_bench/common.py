@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent.parent
-REPO_ROOT = BENCH_DIR.parent
+# bench/commands/, where this package and the scripts it measures against live
+COMMANDS_DIR = Path(__file__).resolve().parent.parent
+REPO_ROOT = COMMANDS_DIR.parents[1]
+# Every benchmark's reports, whichever question it answers (bench/README.md)
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
 DEFAULT_MODULE = REPO_ROOT / "target" / "release" / "libredis_tb.so"
-LUA_SCRIPT = BENCH_DIR / "token_bucket.lua"
+LUA_SCRIPT = COMMANDS_DIR / "token_bucket.lua"
 # The design notes' own token-bucket script is read from the notes themselves at run time
 # (never copied into the repository): ../shared/seeds/000_*.txt beside the checkout, or
 # the folder REDIS_TB_SEEDS names.
@@ -16,7 +19,7 @@ SEEDS_DIR = Path(os.environ.get("REDIS_TB_SEEDS", REPO_ROOT.parent / "shared" / 
 # The design notes' fixed window counter (INCR + EXPIRE on the first hit) as a script
 # (issue 11); the notes give it as two commands, so the script is ours. Their sliding log
 # script is read from the notes (`seed_log_script`).
-WINDOW_FIXED_SCRIPT = BENCH_DIR / "window_fixed.lua"
+WINDOW_FIXED_SCRIPT = COMMANDS_DIR / "window_fixed.lua"
 
 
 class SetupError(Exception):

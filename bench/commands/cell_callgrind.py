@@ -2,7 +2,7 @@
 """Where a call's server instructions go: CL.THROTTLE (redis-cell 0.5.0) against TB.TAKE
 and TB.THROTTLE (issue 18), counted by callgrind instead of timed.
 
-    python3 bench/cell_callgrind.py [--keys 20000] [--calls 40000] [--out FILE]
+    python3 bench/commands/cell_callgrind.py [--keys 20000] [--calls 40000] [--out FILE]
 
 One redis-server runs under `valgrind --tool=callgrind` with this module and redis-cell
 loaded (as `make bench` loads them). For each workload: FLUSHALL, its keys prepared as
@@ -266,7 +266,7 @@ def main(argv: list[str]) -> int:
     flags = "".join(f" --{f.replace('_', '-')}" for f in ("small", "layered", "cache_sim",
                                                            "take_only")
                     if getattr(a, f))
-    lines = [f"callgrind, server instructions per call: `python3 bench/cell_callgrind.py "
+    lines = [f"callgrind, server instructions per call: `python3 bench/commands/cell_callgrind.py "
              f"--keys {a.keys} --calls {n}{flags}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); redis-cell: "
              f"{cell.how if cell else 'not loaded'}; -c 50 -P 16, {n:,} calls over {a.keys:,} prepared keys per "

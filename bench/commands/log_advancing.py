@@ -47,7 +47,7 @@ from tb_bench.common import seed_log_script  # noqa: E402
 from tb_bench.resp import RespClient  # noqa: E402
 from tb_bench.server import RedisServer, cpu_pinning  # noqa: E402
 
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 LIMIT, WINDOW_S = 100, 60
 T0_MS = 1_764_456_000_000  # the first warm-up request; one request per millisecond on
 WARMUP = WINDOW_S * 1000   # one window of requests before timing
@@ -169,7 +169,7 @@ def render(results, rounds: int, requests: int, version: str, server_bin: str) -
     lines = [
         "# TB.WINDOW LOG vs the notes' sliding log script, on an advancing clock",
         "",
-        f"`make bench-log-advancing` (bench/log_advancing.py), git {git}, "
+        f"`make bench-log-advancing` (bench/commands/log_advancing.py), git {git}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {server_bin} {version}, "
         f"{rounds} rounds of {requests:,} timed requests per side and scenario, one "
         "request per millisecond of `now`, limit 100 per 60 s window, through one "

@@ -242,7 +242,7 @@ def side_by_side(cfg, info, runs, wl, summary, memory, skipped) -> list[str]:
          "(RedisModule_ReplicateVerbatim: the command as sent, recomputed by replicas on "
          "their own clock) and keeps one string per key; TB.* replicates its exact effects "
          "(HSET, and PEXPIREAT when the expiry moves) into a hash. What else 0.5.0 does "
-         "differently is in bench/results/redis-cell-0.5.0.md (bench/cell_facts.py).",
+         "differently is in bench/results/redis-cell-0.5.0.md (bench/commands/cell_facts.py).",
          "- One server holds both modules; every workload below runs in the same "
          "interleaved rounds as the rest, at -c 50 and -P 16 and -P 1. *vs redis-cell* "
          "and *CPU vs redis-cell* are medians of per-round ratios against CL.THROTTLE on "
@@ -254,7 +254,7 @@ def side_by_side(cfg, info, runs, wl, summary, memory, skipped) -> list[str]:
          f"the same fixed `now` ({FIXED_NOW}).",
          "- The seed's own script is the design notes' own script, read from ../shared/seeds/000_*.txt at run time (never copied into the repository): "
          "HMGET, HMSET of Lua numbers, EXPIRE on every allowed call, an integer "
-         "reply; *Lua EVALSHA (now)* is bench/token_bucket.lua, the heavier script with "
+         "reply; *Lua EVALSHA (now)* is bench/commands/token_bucket.lua, the heavier script with "
          "TB.TAKE's exact semantics. Before timing, the seed's script and TB.TAKE (now) "
          "were checked to admit alike and store the same numbers on each shape's calls"
          + (", and TB.THROTTLE to answer them as CL.THROTTLE does." if any(
@@ -360,7 +360,7 @@ def window_section(cfg, info, runs, wl, summary, skipped) -> list[str]:
          "mid-run; the previous window's count is then 0). FIXED runs with `now` only: its "
          "key expires with its window, and a run on the server clock that straddled the top "
          "of an hour would lose keys mid-run.",
-         f"- **The notes' INCR+EXPIRE** (bench/window_fixed.lua, `EVALSHA sha 1 key "
+         f"- **The notes' INCR+EXPIRE** (bench/commands/window_fixed.lua, `EVALSHA sha 1 key "
          f"{CAPACITY} {WIN_LONG}`): the window is part of the key name in the notes "
          "(rate:{user}:{window}), so with one window per run the key is just tb:N. Prepared "
          f"by the script's first call (count 1, EXPIRE {WIN_LONG}) and `INCRBY key "
@@ -510,7 +510,7 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
           "per call / buckets per call. TB.TAKE and the Lua script serve one bucket per "
           "call, so against TB.MTAKE (3 keys) their rows stand for serving a 3-bucket "
           "request as three TB.TAKE calls (pipelined at -P 16) or as three EVALSHA of "
-          "bench/token_bucket.lua in a row (the notes' way). Ratios are medians of "
+          "bench/commands/token_bucket.lua in a row (the notes' way). Ratios are medians of "
           "per-round ratios (row / peer): above 1 for buckets/s and below 1 for CPU per "
           "bucket mean the row beats its peer.", ""]
     for p in PIPELINES:
@@ -605,7 +605,7 @@ def write_report(out_dir: Path, cfg, info, pin_note, server_argv, wl, summary, r
               "keeps keys alive but makes every take push time-to-full 1000 s further, past the "
               "module's TTL margin, so nearly every call re-sets and replicates the expiry: that "
               "regime is the *fresh buckets* workload, shown for information and not graded.",
-              "- The Lua script (bench/token_bucket.lua) runs with the same explicit `now` as "
+              "- The Lua script (bench/commands/token_bucket.lua) runs with the same explicit `now` as "
               "TB.TAKE (now) and was checked to give the same answers and store the same fields "
               "before timing. Unlike the module it sets the TTL on every allowed call, which is "
               "how such scripts are usually written.",

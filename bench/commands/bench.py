@@ -4,7 +4,7 @@ the ceiling (PING), the usual alternative (the same token bucket as a Lua script
 peer users would pick (redis-cell's CL.THROTTLE, issue 12), and TB.WINDOW's three modes
 against the design notes' window scripts (issue 11), on a server this script starts.
 
-Run from anywhere (paths are resolved from this file), normally as `python3 bench/bench.py`
+Run from anywhere (paths are resolved from this file), normally as `python3 bench/commands/bench.py`
 from the repository root (`make bench`). Python 3 standard library only.
 
 What it does, and why:
@@ -40,7 +40,7 @@ What it does, and why:
   PASS/FAIL exactly as measured. A workload whose command the loaded module lacks is
   skipped, said so, and its targets read NOT RUN.
 
-Where things are (bench/tb_bench/):
+Where things are (bench/commands/tb_bench/):
   workloads.py  WHAT is measured: parameters, the workload table, bucket shapes, memory
                 methods, targets
   peer.py       redis-cell: fetched, built and cached, or why not
@@ -73,7 +73,7 @@ Environment / flags (flags win):
                      layered (issue 18: one TB.MTAKE over three buckets vs three
                      CL.THROTTLE, in one round trip and in three); several comma-separated
                      (issue12,layered); default all: `make bench` runs every suite, then
-                     bench/cell_facts.py (redis-cell's behaviour, into <out>/redis-cell-facts.md). On the 2-core development machine
+                     bench/commands/cell_facts.py (redis-cell's behaviour, into <out>/redis-cell-facts.md). On the 2-core development machine
                      with other work running, issue11 alone took 8 min (5 rounds, 1.5 of
                      them memory), `--quick` 2 min, all suites `--quick` 3.3 min; all suites
                      at 5 rounds: roughly 20 min (estimated from those)

@@ -454,7 +454,7 @@ def check_windows(ctl: RespClient, shas: dict[str, str]) -> list[str]:
 def check_shape_scripts(ctl: RespClient, shas: dict[str, str]) -> None:
     """On each shape's calls (the prefill, then takes of 1, same `now`) the design notes'
     script and TB.TAKE admit alike, leave the same whole number of tokens (the script's
-    reply truncates to an integer) and store the same numbers; bench/token_bucket.lua
+    reply truncates to an integer) and store the same numbers; bench/commands/token_bucket.lua
     admits alike, leaves the same tokens and stores exactly the same fields (so its memory
     is TB.TAKE's). The waits are not compared: the module may compute them from absolute
     times (an epoch's last bit, ~2.4e-7 s, apart from the script's)."""
@@ -470,7 +470,7 @@ def check_shape_scripts(ctl: RespClient, shas: dict[str, str]) -> None:
                                  f"take {n}: {tb} vs {seed}")
             if str(tb[0]) != str(lua_[0]) or not math.isclose(float(tb[1]), float(lua_[1]),
                                                               rel_tol=1e-12):
-                raise SetupError(f"TB.TAKE and bench/token_bucket.lua disagree on {shape.id} "
+                raise SetupError(f"TB.TAKE and bench/commands/token_bucket.lua disagree on {shape.id} "
                                  f"take {n}: {tb} vs {lua_}")
         a, b = _fields(ctl, keys["take"]), _fields(ctl, keys["seed"])
         if (a.keys() != b.keys()
@@ -478,7 +478,7 @@ def check_shape_scripts(ctl: RespClient, shas: dict[str, str]) -> None:
             raise SetupError(f"TB.TAKE and the seed's script store different buckets "
                              f"({shape.id}): {a} vs {b}")
         if _fields(ctl, keys["lua"]) != a:
-            raise SetupError(f"TB.TAKE and bench/token_bucket.lua store different fields "
+            raise SetupError(f"TB.TAKE and bench/commands/token_bucket.lua store different fields "
                              f"({shape.id}): {a} vs {_fields(ctl, keys['lua'])}")
 
 

@@ -3,11 +3,11 @@
 without the machine's noise): TB.ACQUIRE + TB.RELEASE against redis-semaphore's acquire
 script (EVALSHA) + its release (ZREM).
 
-    python3 bench/leases_callgrind.py [--ops 4000] [--batch 16] [--cache-sim] [--out FILE]
+    python3 bench/commands/leases_callgrind.py [--ops 4000] [--batch 16] [--cache-sim] [--out FILE]
 
 One redis-server under `valgrind --tool=callgrind` with the module loaded and the current
 redis-semaphore release's acquire script (read from the installed npm package by
-bench/leases.py's `semaphore_script`, never copied here). For each workload: FLUSHALL,
+bench/commands/leases.py's `semaphore_script`, never copied here). For each workload: FLUSHALL,
 `callgrind_control --zero`, then `--ops` acquire + release pairs over `--batch` keys, sent
 as a pipeline of `--batch` acquires, their replies read, then `--batch` releases (a
 release needs its acquire's id), `callgrind_control --dump`. The whole dump / ops is
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
          "first-level instruction-cache misses."),
     ] if a.cache_sim else []
     lines = [
-        f"`python3 bench/leases_callgrind.py --ops {a.ops} --batch {a.batch}"
+        f"`python3 bench/commands/leases_callgrind.py --ops {a.ops} --batch {a.batch}"
         f"{' --cache-sim' if a.cache_sim else ''}`: instructions per "
         "acquire + release pair, counted by callgrind (the same binary and inputs give the same counts).",
         "",

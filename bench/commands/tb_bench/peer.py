@@ -24,8 +24,8 @@ REDIS_CELL_MODULE overrides all this: a path to a libredis_cell.so to load as is
 `off` to run without the peer. Nothing here raises: a failure comes back as a message for
 the report, and the benchmark goes on without redis-cell.
 
-`python3 -m tb_bench.peer` (from bench/) builds or finds it and prints the .so's path
-(bench/floor/run.sh and bench/cell_facts.py use this).
+`python3 -m tb_bench.peer` (from bench/commands/) builds or finds it and prints the .so's path
+(bench/floor/run.sh and bench/commands/cell_facts.py use this).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 -- and its note on atomicity), as a script: the notes have the application send INCR and,
 -- when INCR returned 1, EXPIRE for the window's length, and suggest wrapping the pair in
 -- Lua so a crash between the two cannot leave a counter without a TTL. This is that
--- script and nothing more. A benchmark fixture: bench/bench.py loads it with SCRIPT LOAD
+-- script and nothing more. A benchmark fixture: bench/commands/bench.py loads it with SCRIPT LOAD
 -- and times it beside TB.WINDOW FIXED (issue 11).
 --
 --   EVALSHA <sha> 1 <key-of-this-window> <limit> <window-seconds>

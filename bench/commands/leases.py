@@ -40,12 +40,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tb_bench.common import REPO_ROOT, SetupError  # noqa: E402
+from tb_bench.common import RESULTS_DIR, SetupError  # noqa: E402
 from tb_bench.resp import RedisError, RespClient  # noqa: E402
 from tb_bench.server import RedisServer, cpu_pinning, ensure_module  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "redis-tb" / "redis-semaphore"
-RESULT = REPO_ROOT / "bench" / "results" / "leases.md"
+RESULT = RESULTS_DIR / "leases.md"
 KEYS_PER_WORKER = 16
 LIMIT = "1000"
 LEASE_MS = "60000"
@@ -280,7 +280,7 @@ def main() -> int:
     lines = [
         "# In-flight limits and holds: measurements",
         "",
-        f"`python3 bench/leases.py --ops {args.ops} --workers {args.workers} "
+        f"`python3 bench/commands/leases.py --ops {args.ops} --workers {args.workers} "
         f"--rounds {args.rounds} --pipelined-ops {pipelined_ops}` on Redis {redis_version}, "
         f"{pin_note}; redis-semaphore "
         f"{version} (npm, its acquire script read from the installed package). Each row: "

@@ -14,9 +14,9 @@ Placeholders, filled in by the runner:
                 one command get two independent numbers); `prepare` is run once per key
                 number with every occurrence replaced by that number, so it creates exactly
                 the keys the timed command can hit.
-  __lua_sha__   the SHA1 of bench/token_bucket.lua after SCRIPT LOAD.
+  __lua_sha__   the SHA1 of bench/commands/token_bucket.lua after SCRIPT LOAD.
   __seed_sha__  the SHA1 of the design notes' own script (read from ../shared/seeds at run time).
-  __wfixed_sha__, __wlog_sha__  the SHA1s of bench/window_fixed.lua and of the notes' sliding
+  __wfixed_sha__, __wlog_sha__  the SHA1s of bench/commands/window_fixed.lua and of the notes' sliding
                 log script (read from ../shared/seeds/002_*.txt at run time)
                 (the notes' fixed window counter and sliding window log, issue 11).
 
@@ -194,7 +194,7 @@ WORKLOADS: list[Workload] = [
              [hset(KEY), ["PEXPIRE", KEY, TYPICAL_TTL_MS]], peers=["hset"],
              note="the same HSET on keys given a TTL beforehand (HSET keeps it)"),
     Workload("lua", "Lua EVALSHA (now)", lua(KEY, TAKE_N), [lua(KEY, PREFILL_TAKE)],
-             note="bench/token_bucket.lua with the same explicit now; one bucket per call"),
+             note="bench/commands/token_bucket.lua with the same explicit now; one bucket per call"),
     Workload("tb_now", "TB.TAKE (now)", take(KEY, TAKE_N), [take(KEY, PREFILL_TAKE)],
              peers=["lua"], note="explicit, fixed now"),
     Workload("tb_clock", "TB.TAKE (server clock)", take(KEY, TAKE_N, now=None),
@@ -297,7 +297,7 @@ def issue12(shape: Shape) -> list[Workload]:
                       "same explicit now", **common),
         Workload(f"lua_{s}", f"Lua EVALSHA (now), {s}", lua(KEY, TAKE_N, c, r),
                  [lua(KEY, shape.prefill, c, r)], peers=[f"seed_{s}"], probe=tokens,
-                 note="bench/token_bucket.lua (TB.TAKE's exact semantics), same now",
+                 note="bench/commands/token_bucket.lua (TB.TAKE's exact semantics), same now",
                  **common),
     ]
 
@@ -307,7 +307,7 @@ WORKLOADS += [w for shape in SHAPES for w in issue12(shape)]
 
 # ---------------------------------------------------------------------------------------
 # Issue 11: TB.WINDOW's three modes, the design notes' two window scripts (EVALSHA of
-# bench/window_fixed.lua and the notes' own sliding log script) and TB.TAKE (the core suite's tb_now
+# bench/commands/window_fixed.lua and the notes' own sliding log script) and TB.TAKE (the core suite's tb_now
 # and tb_clock, declared as peers so they run in the same rounds), side by side.
 #
 # * FIXED and SLIDING: limit 1e9 per 3600 s window (a busy key of an hourly quota that no
@@ -432,7 +432,7 @@ WORKLOADS += [
              notes_fixed(KEY, WIN_BIG_LIMIT),
              [notes_fixed(KEY, WIN_BIG_LIMIT), ["INCRBY", KEY, str(int(WIN_PREFILL) - 1)]],
              probe=left_probe("redis.call('GET', KEYS[1])", KEY, WIN_BIG_LIMIT),
-             note="bench/window_fixed.lua: INCR, EXPIRE on the first hit; 1000 already "
+             note="bench/commands/window_fixed.lua: INCR, EXPIRE on the first hit; 1000 already "
                   "counted, so each call is one INCR", **_I11),
     Workload("notes_log", "Notes' ZSET log script (now)",
              notes_log(KEY, FIXED_NOW_MS, _LOG_WIN_MS, LOG_LIMIT), log_script_prepare(KEY),

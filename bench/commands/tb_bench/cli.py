@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import memory, peer, report, runner, stats
-from .common import (BENCH_DIR, LUA_SCRIPT, WINDOW_FIXED_SCRIPT,
+from .common import (LUA_SCRIPT, RESULTS_DIR, WINDOW_FIXED_SCRIPT,
                      SetupError, seed_log_script, seed_script)
 from .resp import RespClient
 from .server import RedisServer, cpu_pinning, ensure_module, machine_info
@@ -59,7 +59,7 @@ def parse_config(argv: list[str]) -> Config:
                     help="requests per unpipelined run")
     ap.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 100_000))
     ap.add_argument("--out", type=Path,
-                    default=Path(env.get("BENCH_OUT", BENCH_DIR / "results")))
+                    default=Path(env.get("BENCH_OUT", RESULTS_DIR)))
     ap.add_argument("--quick", action="store_true",
                     help="1 round, 100000/20000 requests: a smoke test")
     ap.add_argument("--only", default="",
@@ -225,11 +225,11 @@ def main(argv: list[str]) -> int:
     if cell is not None and cell.path is not None and not cfg.only:
         # Issue 18: what redis-cell does where the docs say it differs (a few seconds, its
         # own servers, after the timed runs so it cannot disturb them).
-        import cell_facts  # bench/cell_facts.py (bench/ is on sys.path: bench.py)
+        import cell_facts  # bench/commands/cell_facts.py (bench/commands/ is on sys.path: bench.py)
         facts = cfg.out / "redis-cell-facts.md"
-        print(f"redis-cell facts (bench/cell_facts.py) -> {facts}", file=sys.stderr)
+        print(f"redis-cell facts (bench/commands/cell_facts.py) -> {facts}", file=sys.stderr)
         if cell_facts.main(["--out", str(facts)]) != 0:
-            print("bench: warning: bench/cell_facts.py could not check redis-cell",
+            print("bench: warning: bench/commands/cell_facts.py could not check redis-cell",
                   file=sys.stderr)
     return 0
 

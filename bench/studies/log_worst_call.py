@@ -2,7 +2,7 @@
 """The worst single TB.WINDOW LOG calls under the cap on `limit` (10,000), timed on a
 real redis-server (docs/commands.md quotes the result).
 
-    python3 bench/log_worst_call.py [--limit 10000] [--runs 5]
+    python3 bench/studies/log_worst_call.py [--limit 10000] [--runs 5]
 
 (`--limit` above the cap needs a build with a larger `LOG_MAX_LIMIT`, as the 100,000 row
 of docs/commands.md was measured.)
@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# bench/commands: the shared harness (tb_bench)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "commands"))
 
 from tb_bench.resp import RespClient  # noqa: E402
 from tb_bench.server import _set_pdeathsig, ensure_module, free_port  # noqa: E402
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"`python3 bench/log_worst_call.py --limit {a.limit} --runs {a.runs}` "
+    print(f"`python3 bench/studies/log_worst_call.py --limit {a.limit} --runs {a.runs}` "
           f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); server-side duration "
           "(SLOWLOG) and used_memory change per call; MEMORY USAGE of the full key: "
           f"{usage:,} bytes.\n")

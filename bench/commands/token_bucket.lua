@@ -1,5 +1,5 @@
 -- A token bucket in Lua with the semantics of TB.TAKE, as the baseline the module is
--- benchmarked against (bench/bench.py loads it with SCRIPT LOAD and calls EVALSHA).
+-- benchmarked against (bench/commands/bench.py loads it with SCRIPT LOAD and calls EVALSHA).
 --
 --   EVALSHA <sha> 1 <key> <capacity> <rate> <n> [now]
 --
