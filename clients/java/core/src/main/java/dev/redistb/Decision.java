@@ -1,0 +1,291 @@
+package dev.redistb;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * What the limiter decided for one request, as handlers see it (SPEC D, N6, G1). {@link
+ * #allowed()} says whether the request goes on (for a store error: the failure mode).
+ * {@link #results()} has one entry per applied policy, in order (empty for a store error or
+ * when no policy applied; for a deny-cache hit, the cached violated policies only).
+ */
+public final class Decision {
+  /** The limiter's side of refunds and holds. */
+  interface Operations {
+    CompletableFuture<Boolean> refund(Decision decision);
+
+    CompletableFuture<Hold> hold(SettleTarget target, double estimate, double ttlSeconds);
+  }
+
+  private final Outcome outcome;
+  private final boolean allowed;
+  private final List<PolicyResult> results;
+  private final Throwable error;
+  private final List<String> shadowLimited;
+  private final boolean fromCache;
+  private final boolean charged;
+  private final String culprit;
+  private final Lease lease;
+  private final Map<String, SettleTarget> settleTargets;
+  private final Operations ops;
+  private final AtomicBoolean refunded = new AtomicBoolean();
+
+  private Decision(
+      Outcome outcome,
+      boolean allowed,
+      List<PolicyResult> results,
+      Throwable error,
+      List<String> shadowLimited,
+      boolean fromCache,
+      boolean charged,
+      String culprit,
+      Lease lease,
+      Map<String, SettleTarget> settleTargets,
+      Operations ops) {
+    this.outcome = outcome;
+    this.allowed = allowed;
+    this.results = List.copyOf(results);
+    this.error = error;
+    this.shadowLimited = List.copyOf(shadowLimited);
+    this.fromCache = fromCache;
+    this.charged = charged;
+    this.culprit = culprit;
+    this.lease = lease;
+    this.settleTargets = settleTargets == null ? Map.of() : Map.copyOf(settleTargets);
+    this.ops = ops;
+  }
+
+  /** No policy applied (L4). */
+  static Decision notLimited(Map<String, SettleTarget> settle, Operations ops) {
+    return new Decision(
+        Outcome.NOT_LIMITED, true, List.of(), null, List.of(), false, false, null, null, settle, ops);
+  }
+
+  /** I2 (bad_request) or L3 (invalid_input), naming the header or the policy. */
+  static Decision stopped(Outcome outcome, String culprit) {
+    return new Decision(
+        outcome, false, List.of(), null, List.of(), false, false, culprit, null, null, null);
+  }
+
+  /** B4: the failure mode decided. */
+  static Decision storeError(boolean failOpen, Throwable error) {
+    return new Decision(
+        Outcome.STORE_ERROR, failOpen, List.of(), error, List.of(), false, false, null, null, null,
+        null);
+  }
+
+  /** Redis admitted every policy: charged. */
+  static Decision admitted(
+      List<PolicyResult> results, Lease lease, Map<String, SettleTarget> settle, Operations ops) {
+    return new Decision(
+        Outcome.ALLOWED, true, results, null, List.of(), false, true, null, lease, settle, ops);
+  }
+
+  /**
+   * SPEC D1, D4, S2, S3: limited when an enforced policy refused, else allowed with nothing
+   * charged (only shadow policies refused).
+   */
+  static Decision refused(
+      List<PolicyResult> results, boolean fromCache, Map<String, SettleTarget> settle, Operations ops) {
+    boolean enforcedRefused = false;
+    List<String> shadow = new ArrayList<>();
+    for (PolicyResult r : results) {
+      if (r.allowed()) {
+        continue;
+      }
+      if (r.shadow()) {
+        shadow.add(r.name());
+      } else {
+        enforcedRefused = true;
+      }
+    }
+    if (enforcedRefused) {
+      return new Decision(
+          Outcome.LIMITED, false, results, null, shadow, fromCache, false, null, null, null, null);
+    }
+    return new Decision(
+        Outcome.ALLOWED, true, results, null, shadow, false, false, null, null, settle, ops);
+  }
+
+  /** A decision of per-policy results as they are (tests, the response vectors). */
+  public static Decision of(List<PolicyResult> results) {
+    boolean all = results.stream().allMatch(PolicyResult::allowed);
+    return all ? admitted(results, null, null, null) : refused(results, false, null, null);
+  }
+
+  public Outcome outcome() {
+    return outcome;
+  }
+
+  /** Whether the request goes on. */
+  public boolean allowed() {
+    return allowed;
+  }
+
+  public List<PolicyResult> results() {
+    return results;
+  }
+
+  /** The store error behind a {@code store_error} (null in the cool-down after one). */
+  public Throwable error() {
+    return error;
+  }
+
+  /** D4: the shadow policies that refused. */
+  public List<String> shadowLimited() {
+    return shadowLimited;
+  }
+
+  /** R2: refused by the local deny cache, without Redis. */
+  public boolean fromCache() {
+    return fromCache;
+  }
+
+  /** Whether tokens were taken for this request. */
+  public boolean charged() {
+    return charged;
+  }
+
+  /** invalid_input: the policy; bad_request: the header; else null. */
+  public String culprit() {
+    return culprit;
+  }
+
+  /** SPEC N6: this request's lease, null when none was taken. */
+  public Lease lease() {
+    return lease;
+  }
+
+  public boolean limited() {
+    return outcome == Outcome.LIMITED;
+  }
+
+  /** SPEC D4: the enforced policies that refused, in policy order. */
+  public List<String> violated() {
+    List<String> out = new ArrayList<>();
+    if (outcome == Outcome.LIMITED) {
+      for (PolicyResult r : results) {
+        if (!r.allowed() && !r.shadow()) {
+          out.add(r.name());
+        }
+      }
+    }
+    return out;
+  }
+
+  /** SPEC D3: the smallest remaining of the enforced policies; null when none applied. */
+  public Double remaining() {
+    Double out = null;
+    for (PolicyResult r : results) {
+      if (!r.shadow() && (out == null || r.remaining() < out)) {
+        out = r.remaining();
+      }
+    }
+    return out;
+  }
+
+  /** SPEC D3: the largest reset of the enforced policies; null when none applied. */
+  public Double resetAfter() {
+    Double out = null;
+    for (PolicyResult r : results) {
+      if (!r.shadow() && (out == null || r.resetAfter() > out)) {
+        out = r.resetAfter();
+      }
+    }
+    return out;
+  }
+
+  /**
+   * SPEC D3: the largest wait among the enforced violated policies; null when one of them
+   * can never pass, or none refused.
+   */
+  public Double retryAfter() {
+    if (outcome != Outcome.LIMITED) {
+      return null;
+    }
+    Double out = null;
+    for (PolicyResult r : results) {
+      if (r.allowed() || r.shadow()) {
+        continue;
+      }
+      if (r.retryAfter() < 0) {
+        return null;
+      }
+      if (out == null || r.retryAfter() > out) {
+        out = r.retryAfter();
+      }
+    }
+    return out;
+  }
+
+  /**
+   * SPEC F1: TB.REFUND now on every bucket this request was charged on; true when every
+   * refund succeeded. Once only; false (nothing sent) when nothing was charged. Never
+   * completes exceptionally for a store error (it is counted and logged).
+   */
+  public CompletableFuture<Boolean> refund() {
+    if (!charged || ops == null || outcome != Outcome.ALLOWED || !refunded.compareAndSet(false, true)) {
+      return CompletableFuture.completedFuture(false);
+    }
+    return ops.refund(this);
+  }
+
+  /** Whether {@link #refund()} was called (and sent) for this decision. */
+  public boolean refunded() {
+    return refunded.get();
+  }
+
+  /** SPEC G1: a hold of {@code estimate} on a settle_later policy for 60 s. */
+  public CompletableFuture<Hold> hold(String policy, double estimate) {
+    return hold(policy, estimate, 60);
+  }
+
+  /**
+   * SPEC G1: TB.HOLD {@code estimate} on the settle_later policy {@code policy}, its key and
+   * limit as this check resolved them, for {@code ttlSeconds}. Throws {@link
+   * IllegalArgumentException} (sending nothing) for an estimate that is not a cost > 0, a bad
+   * ttl, or a name that is not a settle_later policy of this check; a failed call (or one
+   * the open breaker keeps from Redis) completes with a {@code StoreException}.
+   */
+  public CompletableFuture<Hold> hold(String policy, double estimate, double ttlSeconds) {
+    SettleTarget target = settleTargets.get(policy);
+    if (target == null || ops == null) {
+      throw new IllegalArgumentException(
+          "'" + policy + "' is not a settle_later policy of this check (or it was skipped for this request)");
+    }
+    if (!(estimate > 0 && estimate <= Limit.MAX)) {
+      throw new IllegalArgumentException(
+          "policy '" + policy + "': a hold's estimate must be > 0 and <= 2^53, got " + estimate);
+    }
+    if (!(ttlSeconds > 0 && Math.ceil(ttlSeconds * 1000) <= 31536000000.0)) {
+      throw new IllegalArgumentException(
+          "policy '" + policy + "': a hold's ttl must be > 0 and <= 31536000 s, got " + ttlSeconds);
+    }
+    return ops.hold(target, estimate, ttlSeconds);
+  }
+
+  /** SPEC N4: the response ended; the lease (if any) is released once. */
+  public CompletableFuture<Void> finish() {
+    return lease == null ? CompletableFuture.completedFuture(null) : lease.finish();
+  }
+
+  /** SPEC N5: one renewal now; false when nothing was renewed. */
+  public CompletableFuture<Boolean> renew() {
+    return lease == null ? CompletableFuture.completedFuture(false) : lease.renew();
+  }
+
+  /** SPEC N5: renew every lease / 2 until {@link #finish()}. */
+  public void keepAlive() {
+    if (lease != null) {
+      lease.keepAlive();
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "Decision(" + outcome.wire() + ", allowed=" + allowed + ", " + results + ")";
+  }
+}

@@ -1,0 +1,567 @@
+package dev.redistb;
+
+import dev.redistb.store.Bucket;
+import dev.redistb.store.Store;
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.function.Consumer;
+import java.util.function.Function;
+import java.util.logging.Logger;
+
+/**
+ * A limiter (SPEC "Names"): its policies and settings, and the check of one request.
+ * Framework-neutral: an adapter hands {@link #check} a {@link RequestView} and sends {@link
+ * #respond}'s answer. A check, in order: the request's scope (L1), its plan (I, K, L2, L3,
+ * G1), the deny cache (R2-R4), one guarded call (L4, L5, B), the decision (D, N3, R1, R5).
+ */
+public final class RateLimiter {
+  private final String name;
+  private final String prefix;
+  private final boolean failOpen;
+  private final boolean startDegraded;
+  private final Headers.Options headerOptions;
+  private final Clock clock;
+  private final LimiterMetrics metrics;
+  private final Stats stats = new Stats();
+  private final RouteSet exclude;
+  private final boolean limitUnmatched;
+  private final boolean anyRoutes;
+  private final Planner planner;
+  private final DenyCache denyCache;
+  private final GuardedStore guarded;
+  private final Leases leases;
+  private final Holds holds;
+  private final RateLog log;
+  private final Decision.Operations ops;
+
+  private RateLimiter(Builder b) {
+    this.name = b.name;
+    this.prefix = b.prefix;
+    this.failOpen = b.failOpen;
+    this.startDegraded = b.startDegraded;
+    this.headerOptions = new Headers.Options(b.legacyHeaders, b.legacyReset);
+    this.clock = b.clock;
+    this.metrics = b.metrics;
+    this.exclude = new RouteSet(b.exclude);
+    this.limitUnmatched = b.limitUnmatched;
+    this.anyRoutes = b.policies.stream().anyMatch(p -> !p.hasRoutes());
+    this.log = new RateLog(b.clock, b.logger);
+    this.planner = new Planner(b.prefix, b.clientIp, b.hashTag, b.shadow, b.policies);
+    this.denyCache = b.denyCacheEntries == 0 ? null : new DenyCache(b.denyCacheEntries, 2.0 * b.timeoutMs);
+    this.guarded =
+        new GuardedStore(b.store, b.clock, b.timeoutMs, b.cooldownMs, stats, b.metrics, b.name, log, b.failOpen);
+    this.leases = new Leases(guarded, stats, b.metrics, b.name, log);
+    this.holds = new Holds(guarded, stats, this::respond);
+    this.ops =
+        new Decision.Operations() {
+          @Override
+          public CompletableFuture<Boolean> refund(Decision d) {
+            return refundCharged(d);
+          }
+
+          @Override
+          public CompletableFuture<Hold> hold(SettleTarget t, double estimate, double ttl) {
+            return holds.hold(t, estimate, ttl);
+          }
+        };
+  }
+
+  public static Builder builder(Store store) {
+    return new Builder(store);
+  }
+
+  // -- the check -------------------------------------------------------------------------
+
+  /** Checks one request against this limiter's policies in one call, all or nothing. */
+  public CompletableFuture<Decision> check(RequestView request) {
+    if (!inScope(request.route())) {
+      return CompletableFuture.completedFuture(Decision.notLimited(null, ops));
+    }
+    Plan plan = planner.plan(request, this::invalidInput);
+    if (plan.stop != null) {
+      stats.checks.increment();
+      return CompletableFuture.completedFuture(Decision.stopped(plan.stop, plan.culprit));
+    }
+    if (plan.parts.isEmpty()) {
+      return CompletableFuture.completedFuture(Decision.notLimited(plan.settle, ops));
+    }
+    stats.checks.increment();
+    double now = clock.monotonicMillis();
+    Decision cached = refusedFromCache(plan, now);
+    if (cached != null) {
+      return CompletableFuture.completedFuture(cached);
+    }
+    List<DenyCache.Probe> probes = claimProbes(plan, now);
+    CompletableFuture<Plan.Reply> call = plan.call(guarded);
+    if (!probes.isEmpty()) {
+      call.whenComplete((reply, err) -> endProbes(probes, err));
+    }
+    CompletableFuture<Decision> decision =
+        call.handle(
+            (reply, err) -> {
+              if (err == null) {
+                return decide(plan, reply);
+              }
+              if (GuardedStore.unwrap(err) instanceof CancellationException c) {
+                throw c;
+              }
+              return degraded(err);
+            });
+    // R4: a check cancelled while its call is out (the client went away) cancels the call
+    Futures.cancelWith(decision, call);
+    return decision;
+  }
+
+  /** SPEC L1: every route the limiter wraps (or the policies' own), never an excluded one. */
+  private boolean inScope(String route) {
+    if (route == null) {
+      return limitUnmatched;
+    }
+    return !exclude.contains(route);
+  }
+
+  /** SPEC L3: counted, logged at most once a second per policy, never the value. */
+  private Plan invalidInput(String policy) {
+    stats.invalidInputs.increment();
+    metrics.invalidInput(name, policy);
+    log.warn(
+        "invalid:" + policy,
+        n ->
+            "redis-tb: policy '"
+                + policy
+                + "' got an out-of-range cost or limit from the application; answering 500 ("
+                + n
+                + " since the last line)");
+    return Plan.stopped(Outcome.INVALID_INPUT, policy);
+  }
+
+  /** SPEC R2, R3, R4, H6: a refusal from the deny cache, or null. */
+  private Decision refusedFromCache(Plan plan, double now) {
+    if (denyCache == null) {
+      return null;
+    }
+    List<PolicyResult> results = null;
+    for (Plan.Part p : plan.parts) {
+      if (p.shadow() || p.kind() == LimitKind.IN_FLIGHT) {
+        continue; // shadow policies always reach Redis; R10
+      }
+      DenyCache.Entry e = denyCache.lookup(p.key(), p.capacity(), p.rate(), p.cost(), now);
+      if (e == null) {
+        continue;
+      }
+      // R3: deny_until - now; 1 while another check probes
+      double wait = now < e.denyUntil ? (e.denyUntil - now) / 1000 : 1;
+      if (results == null) {
+        results = new ArrayList<>();
+      }
+      results.add(
+          new PolicyResult(
+              p.name(), p.key(), p.capacity(), p.rate(), p.cost(), p.kind(), e.window, false, 0,
+              wait, Math.max(0, (e.resetAt - now) / 1000), false));
+    }
+    if (results == null) {
+      return null;
+    }
+    stats.limited.increment();
+    stats.denyCacheHits.increment();
+    for (PolicyResult r : results) {
+      metrics.denyCacheHit(name, r.name());
+      metrics.limited(name, r.name());
+    }
+    return Decision.refused(results, true, null, null);
+  }
+
+  /** SPEC R4: this check is the one probe of every expired entry it found. */
+  private List<DenyCache.Probe> claimProbes(Plan plan, double now) {
+    if (denyCache == null) {
+      return List.of();
+    }
+    List<DenyCache.Probe> out = new ArrayList<>();
+    for (Plan.Part p : plan.parts) {
+      if (p.shadow() || p.kind() == LimitKind.IN_FLIGHT) {
+        continue;
+      }
+      DenyCache.Probe pr = denyCache.claimProbe(p.key(), p.capacity(), p.rate(), p.cost(), now);
+      if (pr != null) {
+        out.add(pr);
+      }
+    }
+    return out;
+  }
+
+  /** R4: the answer ends the probes; R6: a probe the open breaker stopped gives its claim back. */
+  private void endProbes(List<DenyCache.Probe> probes, Throwable err) {
+    boolean notSent = err != null && GuardedStore.notSent(err);
+    for (DenyCache.Probe p : probes) {
+      if (notSent) {
+        denyCache.giveBack(p);
+      } else {
+        denyCache.endProbe(p);
+      }
+    }
+  }
+
+  /** SPEC D, N3, S2, R1, R5: the decision of a reply. */
+  private Decision decide(Plan plan, Plan.Reply reply) {
+    List<PolicyResult> results = plan.results(reply);
+    if (reply.allowed()) {
+      stats.allowed.increment();
+      for (PolicyResult r : results) {
+        metrics.allowed(name, r.name());
+      }
+      rememberSpent(results);
+      Lease lease = null;
+      if (reply.acquired() != null && reply.acquired().id() != null) {
+        Plan.Part slot = plan.parts.stream().filter(p -> p.kind() == LimitKind.IN_FLIGHT).findFirst().orElseThrow();
+        lease = leases.granted(slot.key(), reply.acquired().id(), slot.name(), ((InFlightLimit) slot.limit()).leaseMs());
+      }
+      return Decision.admitted(results, lease, plan.settle, ops);
+    }
+    Decision d = Decision.refused(results, false, plan.settle, ops);
+    if (!d.shadowLimited().isEmpty()) {
+      stats.shadowLimited.increment();
+      for (String s : d.shadowLimited()) {
+        shadowRefused(s);
+      }
+    }
+    if (!d.limited()) {
+      return d; // S2: only shadow policies refused; nothing was charged
+    }
+    stats.limited.increment();
+    double now = clock.monotonicMillis();
+    for (PolicyResult r : results) {
+      if (r.allowed() || r.shadow()) {
+        continue;
+      }
+      metrics.limited(name, r.name());
+      // R1: each enforced violated policy with a wait; R10: never an in-flight one
+      if (denyCache != null && r.retryAfter() > 0 && r.kind() != LimitKind.IN_FLIGHT) {
+        denyCache.remember(
+            r.key(),
+            new DenyCache.Entry(
+                r.name(), r.capacity(), r.rate(), r.cost(), now + r.retryAfter() * 1000,
+                now + Math.max(0, r.resetAfter()) * 1000, r.window()));
+      }
+    }
+    return d;
+  }
+
+  /** SPEC R5: an admission that left an enforced bucket below the cost caches the next refusal. */
+  private void rememberSpent(List<PolicyResult> results) {
+    if (denyCache == null) {
+      return;
+    }
+    double now = clock.monotonicMillis();
+    for (PolicyResult r : results) {
+      if (r.shadow() || r.kind() != LimitKind.BUCKET || !(r.cost() > 0) || !(r.remaining() < r.cost())) {
+        continue;
+      }
+      double wait = (r.cost() - r.remaining()) / r.rate();
+      if (wait > 0 && Double.isFinite(wait)) {
+        denyCache.remember(
+            r.key(),
+            new DenyCache.Entry(
+                r.name(), r.capacity(), r.rate(), r.cost(), now + wait * 1000,
+                now + Math.max(0, r.resetAfter()) * 1000, null));
+      }
+    }
+  }
+
+  /** SPEC S2: counted, logged at most once a second per policy. */
+  private void shadowRefused(String policy) {
+    metrics.shadowLimited(name, policy);
+    log.warn(
+        "shadow:" + policy,
+        n -> "redis-tb: shadow policy '" + policy + "' would have limited a request (" + n + " since the last line)");
+  }
+
+  /** SPEC B4, B5: the failure mode decides. */
+  private Decision degraded(Throwable err) {
+    stats.degraded.increment();
+    metrics.degraded(name);
+    return Decision.storeError(failOpen, GuardedStore.unwrap(err));
+  }
+
+  // -- refunds (SPEC F) ---------------------------------------------------------------------
+
+  /** F1, F3, B2, R8: TB.REFUND now on every bucket the request was charged on. */
+  private CompletableFuture<Boolean> refundCharged(Decision d) {
+    List<Bucket> buckets = new ArrayList<>();
+    List<PolicyResult> charged = new ArrayList<>();
+    for (PolicyResult r : d.results()) {
+      if (r.kind() == LimitKind.BUCKET && r.cost() > 0 && r.rate() != null) {
+        buckets.add(new Bucket(r.key(), r.capacity(), r.rate(), r.cost()));
+        charged.add(r);
+      }
+    }
+    if (buckets.isEmpty()) {
+      return CompletableFuture.completedFuture(false);
+    }
+    return guarded
+        .call("TB.REFUND", s -> s.refundAll(buckets))
+        .handle(
+            (replies, err) -> {
+              if (err != null) {
+                stats.refundErrors.increment();
+                return false;
+              }
+              stats.refunds.increment();
+              for (PolicyResult r : charged) {
+                metrics.refunded(name, r.name());
+                if (denyCache != null) {
+                  denyCache.drop(r.key());
+                }
+              }
+              return true;
+            });
+  }
+
+  // -- responses, keys, startup -----------------------------------------------------------
+
+  /** The status, headers and body an adapter sends for a decision of this limiter. */
+  public RateLimitResponse respond(Decision d) {
+    return Headers.respond(d, headerOptions, clock.wallMillis());
+  }
+
+  /** SPEC K1-K4: the key of {@code identity} under {@code policy} (the one key builder). */
+  public String key(String policy, String identity, String route, String tag) {
+    return Keys.key(prefix, tag, policy, route, identity);
+  }
+
+  /**
+   * SPEC U1, U2: {@code COMMAND INFO tb.take}; throws {@link StartupException} with one line
+   * naming the address when the module is missing, the user may not run COMMAND INFO, or
+   * Redis is unreachable (unless started degraded: then one line is logged).
+   */
+  public void startup() {
+    Startup.check(guarded.store(), Math.max(2000, guarded.timeoutMillis()), startDegraded, log::line);
+  }
+
+  public String name() {
+    return name;
+  }
+
+  public String prefix() {
+    return prefix;
+  }
+
+  public boolean failOpen() {
+    return failOpen;
+  }
+
+  public Stats stats() {
+    return stats;
+  }
+
+  public Store store() {
+    return guarded.store();
+  }
+
+  public Clock clock() {
+    return clock;
+  }
+
+  public List<Policy> policies() {
+    return planner.policies();
+  }
+
+  /** Whether some policy applies to every route (else only the listed routes are checked). */
+  public boolean coversEveryRoute() {
+    return anyRoutes;
+  }
+
+  /** The configuration of a limiter (SPEC C); {@link #build()} checks it. */
+  public static final class Builder {
+    private final Store store;
+    private String name = "default";
+    private String prefix = "rl";
+    private ClientIpConfig clientIp = ClientIpConfig.defaults();
+    private Function<RequestView, String> hashTag;
+    private boolean failOpen = true;
+    private long timeoutMs = 50;
+    private double cooldownMs = 1000;
+    private boolean startDegraded;
+    private boolean legacyHeaders;
+    private Headers.LegacyReset legacyReset = Headers.LegacyReset.UNIX;
+    private boolean shadow;
+    private int denyCacheEntries;
+    private LimiterMetrics metrics = LimiterMetrics.NONE;
+    private Consumer<String> logger = Logger.getLogger("redis_tb")::warning;
+    private Clock clock = Clock.SYSTEM;
+    private final List<Policy> policies = new ArrayList<>();
+    private final List<String> exclude = new ArrayList<>();
+    private boolean limitUnmatched;
+
+    private Builder(Store store) {
+      if (store == null) {
+        throw new ConfigException("a limiter needs a store");
+      }
+      this.store = store;
+    }
+
+    /** The {@code limiter} label of its metrics (M1), default {@code default}. */
+    public Builder name(String n) {
+      this.name = n;
+      return this;
+    }
+
+    /** SPEC C4: {@code [A-Za-z0-9_.:-]{1,64}}, default {@code rl}. */
+    public Builder prefix(String p) {
+      if (p == null || !p.matches("[A-Za-z0-9_.:-]{1,64}")) {
+        throw new ConfigException(
+            "prefix must match [A-Za-z0-9_.:-]{1,64} (no braces, spaces or control bytes), got '" + p + "'");
+      }
+      this.prefix = p;
+      return this;
+    }
+
+    public Builder clientIp(ClientIpConfig c) {
+      this.clientIp = c;
+      return this;
+    }
+
+    /** SPEC K4: the request's hash tag; null or empty is no tag. */
+    public Builder hashTag(Function<RequestView, String> fn) {
+      this.hashTag = fn;
+      return this;
+    }
+
+    /** SPEC B4: fail open (default) or closed (503). */
+    public Builder failOpen(boolean on) {
+      this.failOpen = on;
+      return this;
+    }
+
+    /** SPEC C7: > 0 ms, default 50. */
+    public Builder timeoutMillis(long ms) {
+      if (ms <= 0) {
+        throw new ConfigException("timeout must be > 0 ms, got " + ms);
+      }
+      this.timeoutMs = ms;
+      return this;
+    }
+
+    /** SPEC C7: >= 0 ms, default 1000. */
+    public Builder cooldownMillis(double ms) {
+      if (!(ms >= 0 && Double.isFinite(ms))) {
+        throw new ConfigException("cooldown must be >= 0 ms, got " + ms);
+      }
+      this.cooldownMs = ms;
+      return this;
+    }
+
+    /** SPEC U2: an unreachable Redis at startup logs one line instead of failing the start. */
+    public Builder startDegraded(boolean on) {
+      this.startDegraded = on;
+      return this;
+    }
+
+    /** SPEC H4 (off by default). */
+    public Builder legacyHeaders(boolean on, Headers.LegacyReset reset) {
+      this.legacyHeaders = on;
+      this.legacyReset = reset;
+      return this;
+    }
+
+    /** SPEC S1: the whole limiter in shadow. */
+    public Builder shadow(boolean on) {
+      this.shadow = on;
+      return this;
+    }
+
+    /** SPEC R, C7: the deny cache with at most {@code maxEntries} entries (>= 1). */
+    public Builder denyCache(int maxEntries) {
+      if (maxEntries < 1) {
+        throw new ConfigException("deny_cache.max_entries must be a whole number >= 1, got " + maxEntries);
+      }
+      this.denyCacheEntries = maxEntries;
+      return this;
+    }
+
+    public Builder metrics(LimiterMetrics m) {
+      this.metrics = m;
+      return this;
+    }
+
+    /** Where the limiter's warnings go (one line each, at most one a second per topic). */
+    public Builder logger(Consumer<String> l) {
+      this.logger = l;
+      return this;
+    }
+
+    /** SPEC T1 */
+    public Builder clock(Clock c) {
+      this.clock = c;
+      return this;
+    }
+
+    public Builder policy(Policy p) {
+      this.policies.add(p);
+      return this;
+    }
+
+    public Builder policy(Policy.Builder p) {
+      return policy(p.build());
+    }
+
+    public Builder policies(List<Policy> ps) {
+      this.policies.addAll(ps);
+      return this;
+    }
+
+    /** SPEC L1: routes never limited ({@code "GET /healthz"}). */
+    public Builder exclude(String... routes) {
+      this.exclude.addAll(List.of(routes));
+      return this;
+    }
+
+    /** SPEC L1: limit requests that match no route (only route-less policies apply). */
+    public Builder limitUnmatched(boolean on) {
+      this.limitUnmatched = on;
+      return this;
+    }
+
+    /** Checks C1 and C10 across the policies and builds the limiter. */
+    public RateLimiter build() {
+      checkPolicies(policies);
+      return new RateLimiter(this);
+    }
+  }
+
+  /** SPEC C1 (distinct names) and C10 (the kinds mix only as one call can check them). */
+  static void checkPolicies(List<Policy> policies) {
+    Set<String> names = new HashSet<>();
+    List<String> slots = new ArrayList<>();
+    List<String> windows = new ArrayList<>();
+    Set<LimitKind> seen = EnumSet.noneOf(LimitKind.class);
+    for (Policy p : policies) {
+      if (!names.add(p.name())) {
+        throw new ConfigException("policy names must be distinct within a limiter: '" + p.name() + "' twice");
+      }
+      seen.add(p.kind());
+      if (p.kind() == LimitKind.IN_FLIGHT) {
+        slots.add(p.name());
+      }
+      if (p.kind() == LimitKind.WINDOW) {
+        windows.add(p.name());
+      }
+    }
+    if (slots.size() > 1) {
+      throw new ConfigException("a limiter has at most one in-flight policy, got " + String.join(", ", slots));
+    }
+    if (!windows.isEmpty() && policies.size() > 1) {
+      List<String> all = new ArrayList<>();
+      policies.forEach(p -> all.add(p.name()));
+      throw new ConfigException(
+          "a window policy is the only policy of its limiter (put "
+              + String.join(", ", windows)
+              + " in a limiter of its own), got "
+              + String.join(", ", all));
+    }
+  }
+}
