@@ -26,9 +26,9 @@ public final class RedisServer implements AutoCloseable {
   private final Path dir;
   private Process process;
 
-  private RedisServer(boolean withModule) throws IOException {
+  private RedisServer(boolean withModule, int port) throws IOException {
     this.withModule = withModule;
-    this.port = freePort();
+    this.port = port;
     this.dir = Files.createTempDirectory("redis-tb-java-");
   }
 
@@ -39,7 +39,16 @@ public final class RedisServer implements AutoCloseable {
 
   public static RedisServer start(boolean withModule) {
     try {
-      RedisServer s = new RedisServer(withModule);
+      return startOn(freePort(), withModule);
+    } catch (IOException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** On a port of the caller's (one a store was pointed at before the server came up). */
+  public static RedisServer startOn(int port, boolean withModule) {
+    try {
+      RedisServer s = new RedisServer(withModule, port);
       s.launch();
       return s;
     } catch (IOException e) {
