@@ -7,8 +7,8 @@ import java.util.Locale;
 
 /**
  * Addresses and networks as bytes (SPEC A4, A5, A7, A8, A9, C5): strict text parsing (no name
- * lookup ever), IPv4-mapped IPv6 as IPv4, RFC 5952 text, masks, and the two forwarding
- * headers' entries.
+ * lookup ever), IPv4-mapped IPv6 as IPv4, RFC 5952 text, masks, and the two forwarding headers'
+ * entries.
  */
 final class Address {
   /** 4 bytes (IPv4) or 16 (IPv6). */
@@ -159,8 +159,8 @@ final class Address {
   }
 
   /**
-   * SPEC A4: an X-Forwarded-For entry: {@code 1.2.3.4}, {@code 1.2.3.4:80}, an IPv6
-   * address, {@code [v6]}, {@code [v6]:443}; null for anything else.
+   * SPEC A4: an X-Forwarded-For entry: {@code 1.2.3.4}, {@code 1.2.3.4:80}, an IPv6 address, {@code
+   * [v6]}, {@code [v6]:443}; null for anything else.
    */
   static Address parseEntry(String input) {
     String text = input.strip();
@@ -345,9 +345,9 @@ final class Address {
   }
 
   /**
-   * SPEC A5: the address of one RFC 7239 element's {@code for=} node; null when the element
-   * is malformed (a pair without =, no for= or more than one, a node that is not an address,
-   * an IPv6 address not quoted and bracketed).
+   * SPEC A5: the address of one RFC 7239 element's {@code for=} node; null when the element is
+   * malformed (a pair without =, no for= or more than one, a node that is not an address, an IPv6
+   * address not quoted and bracketed).
    */
   static Address forwardedFor(String element) {
     String node = null;

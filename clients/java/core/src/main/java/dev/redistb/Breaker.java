@@ -1,10 +1,9 @@
 package dev.redistb;
 
 /**
- * SPEC B1-B3: after a connection error or a timeout, Redis is left alone for the cool-down;
- * then exactly one call (a check, a refund, a release, a hold...) is the probe, across
- * threads, while the others keep the failure mode; success closes the breaker, failure
- * opens it again.
+ * SPEC B1-B3: after a connection error or a timeout, Redis is left alone for the cool-down; then
+ * exactly one call (a check, a refund, a release, a hold...) is the probe, across threads, while
+ * the others keep the failure mode; success closes the breaker, failure opens it again.
  */
 final class Breaker {
   /** What {@link #admit} allows. */
@@ -18,6 +17,7 @@ final class Breaker {
   }
 
   private final double cooldownMs;
+
   /** monotonic ms until which the breaker is open; NaN: closed */
   private double openUntil = Double.NaN;
 
@@ -44,7 +44,10 @@ final class Breaker {
     return Double.isNaN(openUntil);
   }
 
-  /** B3: an answer (a reply, an error reply included) closes nothing but a connection error; success closes. */
+  /**
+   * B3: an answer (a reply, an error reply included) closes nothing but a connection error; success
+   * closes.
+   */
   synchronized void succeeded(Pass pass) {
     openUntil = Double.NaN;
     if (pass == Pass.PROBE) {

@@ -6,9 +6,9 @@ import java.util.Locale;
 import java.util.function.Function;
 
 /**
- * How the client address is found (SPEC A, C5, C6): trusted proxies, the one forwarding
- * header walked ({@code x-forwarded-for} or {@code forwarded}), and the prefixes an address
- * is grouped under.
+ * How the client address is found (SPEC A, C5, C6): trusted proxies, the one forwarding header
+ * walked ({@code x-forwarded-for} or {@code forwarded}), and the prefixes an address is grouped
+ * under.
  */
 public final class ClientIpConfig {
   /** The walked header (SPEC C6). */
@@ -137,8 +137,8 @@ public final class ClientIpConfig {
   }
 
   /**
-   * SPEC C5: a trusted proxy, an address or CIDR; host bits masked; a range inside
-   * {@code ::ffff:0:0/96} unmapped. Anything else is a {@link ConfigException}.
+   * SPEC C5: a trusted proxy, an address or CIDR; host bits masked; a range inside {@code
+   * ::ffff:0:0/96} unmapped. Anything else is a {@link ConfigException}.
    */
   static Network parseNetwork(String text) {
     String t = text == null ? "" : text.strip();
@@ -223,7 +223,9 @@ public final class ClientIpConfig {
     for (int i = entries.size() - 1; i >= 0; i--) {
       String entry = entries.get(i);
       Address hop =
-          header == Header.X_FORWARDED_FOR ? Address.parseEntry(entry) : Address.forwardedFor(entry);
+          header == Header.X_FORWARDED_FOR
+              ? Address.parseEntry(entry)
+              : Address.forwardedFor(entry);
       if (hop == null) {
         return addr;
       }
@@ -245,8 +247,8 @@ public final class ClientIpConfig {
   }
 
   /**
-   * SPEC A: the address and identity of a request with this TCP peer ({@code null}: none)
-   * and the walked header's lines ({@code lines.apply(name)}, the lowercase name).
+   * SPEC A: the address and identity of a request with this TCP peer ({@code null}: none) and the
+   * walked header's lines ({@code lines.apply(name)}, the lowercase name).
    */
   public ClientIp resolve(String peer, Function<String, List<String>> lines) {
     Address a = clientAddress(peer, trusted.isEmpty() ? List.of() : lines.apply(header.wire()));

@@ -1,8 +1,8 @@
 package dev.redistb;
 
 /**
- * SPEC T1: the limiter's time source: a monotonic clock for the deny cache, the breaker and
- * log rates, a wall clock for H4's Unix reset. Tests replace it.
+ * SPEC T1: the limiter's time source: a monotonic clock for the deny cache, the breaker and log
+ * rates, a wall clock for H4's Unix reset. Tests replace it.
  */
 public interface Clock {
   /** Monotonic milliseconds (any origin). */

@@ -7,10 +7,10 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * What the limiter decided for one request, as handlers see it (SPEC D, N6, G1). {@link
- * #allowed()} says whether the request goes on (for a store error: the failure mode).
- * {@link #results()} has one entry per applied policy, in order (empty for a store error or
- * when no policy applied; for a deny-cache hit, the cached violated policies only).
+ * What the limiter decided for one request, as handlers see it (SPEC D, N6, G1). {@link #allowed()}
+ * says whether the request goes on (for a store error: the failure mode). {@link #results()} has
+ * one entry per applied policy, in order (empty for a store error or when no policy applied; for a
+ * deny-cache hit, the cached violated policies only).
  */
 public final class Decision {
   /** The limiter's side of refunds and holds. */
@@ -61,7 +61,17 @@ public final class Decision {
   /** No policy applied (L4). */
   static Decision notLimited(Map<String, SettleTarget> settle, Operations ops) {
     return new Decision(
-        Outcome.NOT_LIMITED, true, List.of(), null, List.of(), false, false, null, null, settle, ops);
+        Outcome.NOT_LIMITED,
+        true,
+        List.of(),
+        null,
+        List.of(),
+        false,
+        false,
+        null,
+        null,
+        settle,
+        ops);
   }
 
   /** I2 (bad_request) or L3 (invalid_input), naming the header or the policy. */
@@ -73,7 +83,16 @@ public final class Decision {
   /** B4: the failure mode decided. */
   static Decision storeError(boolean failOpen, Throwable error) {
     return new Decision(
-        Outcome.STORE_ERROR, failOpen, List.of(), error, List.of(), false, false, null, null, null,
+        Outcome.STORE_ERROR,
+        failOpen,
+        List.of(),
+        error,
+        List.of(),
+        false,
+        false,
+        null,
+        null,
+        null,
         null);
   }
 
@@ -85,11 +104,14 @@ public final class Decision {
   }
 
   /**
-   * SPEC D1, D4, S2, S3: limited when an enforced policy refused, else allowed with nothing
-   * charged (only shadow policies refused).
+   * SPEC D1, D4, S2, S3: limited when an enforced policy refused, else allowed with nothing charged
+   * (only shadow policies refused).
    */
   static Decision refused(
-      List<PolicyResult> results, boolean fromCache, Map<String, SettleTarget> settle, Operations ops) {
+      List<PolicyResult> results,
+      boolean fromCache,
+      Map<String, SettleTarget> settle,
+      Operations ops) {
     boolean enforcedRefused = false;
     List<String> shadow = new ArrayList<>();
     for (PolicyResult r : results) {
@@ -199,8 +221,8 @@ public final class Decision {
   }
 
   /**
-   * SPEC D3: the largest wait among the enforced violated policies; null when one of them
-   * can never pass, or none refused.
+   * SPEC D3: the largest wait among the enforced violated policies; null when one of them can never
+   * pass, or none refused.
    */
   public Double retryAfter() {
     if (outcome != Outcome.LIMITED) {
@@ -222,12 +244,15 @@ public final class Decision {
   }
 
   /**
-   * SPEC F1: TB.REFUND now on every bucket this request was charged on; true when every
-   * refund succeeded. Once only; false (nothing sent) when nothing was charged. Never
-   * completes exceptionally for a store error (it is counted and logged).
+   * SPEC F1: TB.REFUND now on every bucket this request was charged on; true when every refund
+   * succeeded. Once only; false (nothing sent) when nothing was charged. Never completes
+   * exceptionally for a store error (it is counted and logged).
    */
   public CompletableFuture<Boolean> refund() {
-    if (!charged || ops == null || outcome != Outcome.ALLOWED || !refunded.compareAndSet(false, true)) {
+    if (!charged
+        || ops == null
+        || outcome != Outcome.ALLOWED
+        || !refunded.compareAndSet(false, true)) {
       return CompletableFuture.completedFuture(false);
     }
     return ops.refund(this);
@@ -244,17 +269,19 @@ public final class Decision {
   }
 
   /**
-   * SPEC G1: TB.HOLD {@code estimate} on the settle_later policy {@code policy}, its key and
-   * limit as this check resolved them, for {@code ttlSeconds}. Throws {@link
-   * IllegalArgumentException} (sending nothing) for an estimate that is not a cost > 0, a bad
-   * ttl, or a name that is not a settle_later policy of this check; a failed call (or one
-   * the open breaker keeps from Redis) completes with a {@code StoreException}.
+   * SPEC G1: TB.HOLD {@code estimate} on the settle_later policy {@code policy}, its key and limit
+   * as this check resolved them, for {@code ttlSeconds}. Throws {@link IllegalArgumentException}
+   * (sending nothing) for an estimate that is not a cost > 0, a bad ttl, or a name that is not a
+   * settle_later policy of this check; a failed call (or one the open breaker keeps from Redis)
+   * completes with a {@code StoreException}.
    */
   public CompletableFuture<Hold> hold(String policy, double estimate, double ttlSeconds) {
     SettleTarget target = settleTargets.get(policy);
     if (target == null || ops == null) {
       throw new IllegalArgumentException(
-          "'" + policy + "' is not a settle_later policy of this check (or it was skipped for this request)");
+          "'"
+              + policy
+              + "' is not a settle_later policy of this check (or it was skipped for this request)");
     }
     if (!(estimate > 0 && estimate <= Limit.MAX)) {
       throw new IllegalArgumentException(

@@ -5,17 +5,16 @@ import java.util.Map;
 import java.util.PriorityQueue;
 
 /**
- * The local deny cache (SPEC R, off by default): after Redis refuses, each enforced violated
- * bucket is remembered until its wait has passed, and later checks it certainly covers (same
- * key, capacity and rate, a cost at least as large) are refused without Redis. It never
- * admits (R7).
+ * The local deny cache (SPEC R, off by default): after Redis refuses, each enforced violated bucket
+ * is remembered until its wait has passed, and later checks it certainly covers (same key, capacity
+ * and rate, a cost at least as large) are refused without Redis. It never admits (R7).
  *
- * <p>One probe at a time (R4): once an entry's deny-until has passed, the first check that
- * finds it claims it and goes to Redis; while that claim is fresh the others are refused
- * (retry after 0, Retry-After 1). A refusal renews the entry; an admission (unless R5 caches
- * again), a store error or a cancelled probe removes it; a claim older than {@code
- * probeStaleMs} (twice the timeout) is lost. Bounded (R9): when full, the entry that expires
- * soonest goes (expired ones first), a heap with lazy deletion.
+ * <p>One probe at a time (R4): once an entry's deny-until has passed, the first check that finds it
+ * claims it and goes to Redis; while that claim is fresh the others are refused (retry after 0,
+ * Retry-After 1). A refusal renews the entry; an admission (unless R5 caches again), a store error
+ * or a cancelled probe removes it; a claim older than {@code probeStaleMs} (twice the timeout) is
+ * lost. Bounded (R9): when full, the entry that expires soonest goes (expired ones first), a heap
+ * with lazy deletion.
  */
 public final class DenyCache {
   /** One remembered refusal, times on the limiter's monotonic clock (ms). */
@@ -27,10 +26,18 @@ public final class DenyCache {
     final double denyUntil;
     final double resetAt;
     final Double window;
+
     /** NaN: no probe out */
     double probingSince = Double.NaN;
 
-    Entry(String policy, double capacity, double rate, double cost, double denyUntil, double resetAt, Double window) {
+    Entry(
+        String policy,
+        double capacity,
+        double rate,
+        double cost,
+        double denyUntil,
+        double resetAt,
+        Double window) {
       this.policy = policy;
       this.capacity = capacity;
       this.rate = rate;
@@ -100,8 +107,8 @@ public final class DenyCache {
   }
 
   /**
-   * R4: the probe's answer arrived (or failed, or was cancelled): the probed entry goes,
-   * unless the answer renewed it already (a new entry).
+   * R4: the probe's answer arrived (or failed, or was cancelled): the probed entry goes, unless the
+   * answer renewed it already (a new entry).
    */
   synchronized void endProbe(Probe p) {
     Entry e = entries.get(p.key());

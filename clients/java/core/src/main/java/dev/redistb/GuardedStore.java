@@ -11,10 +11,10 @@ import java.util.concurrent.TimeoutException;
 import java.util.function.Function;
 
 /**
- * The one guarded store call every command of a limiter goes through (a check, a refund, a
- * release, a renewal, a hold, a settlement): the breaker (B2, B3: not sent while open, one
- * probe after the cool-down), the timeout (L5: the limiter's, once, never retried), the
- * counters and the call's duration (B5, M1), and the breaker's answer to a failure (B1).
+ * The one guarded store call every command of a limiter goes through (a check, a refund, a release,
+ * a renewal, a hold, a settlement): the breaker (B2, B3: not sent while open, one probe after the
+ * cool-down), the timeout (L5: the limiter's, once, never retried), the counters and the call's
+ * duration (B5, M1), and the breaker's answer to a failure (B1).
  */
 final class GuardedStore {
   private final Store store;
@@ -59,9 +59,9 @@ final class GuardedStore {
   }
 
   /**
-   * One command: {@code send} is called only when the breaker lets it through; the future
-   * completes with the reply, or a {@link StoreException} (kind UNAVAILABLE when nothing was
-   * sent, not counted). Cancelling the returned future abandons the call.
+   * One command: {@code send} is called only when the breaker lets it through; the future completes
+   * with the reply, or a {@link StoreException} (kind UNAVAILABLE when nothing was sent, not
+   * counted). Cancelling the returned future abandons the call.
    */
   <T> CompletableFuture<T> call(String command, Function<Store, CompletableFuture<T>> send) {
     Breaker.Pass pass = breaker.admit(clock.monotonicMillis());
@@ -116,7 +116,8 @@ final class GuardedStore {
 
   static Throwable unwrap(Throwable err) {
     Throwable t = err;
-    while ((t instanceof CompletionException || t instanceof ExecutionException) && t.getCause() != null) {
+    while ((t instanceof CompletionException || t instanceof ExecutionException)
+        && t.getCause() != null) {
       t = t.getCause();
     }
     return t;
@@ -157,7 +158,9 @@ final class GuardedStore {
 
   static String describe(Throwable t) {
     String m = t.getMessage();
-    return m == null || m.isEmpty() ? t.getClass().getSimpleName() : t.getClass().getSimpleName() + ": " + m;
+    return m == null || m.isEmpty()
+        ? t.getClass().getSimpleName()
+        : t.getClass().getSimpleName() + ": " + m;
   }
 
   /** Whether a store exception means nothing was sent (the breaker is open). */

@@ -81,8 +81,8 @@ public final class Headers {
   }
 
   /**
-   * Every rate-limit header of a decision (H1-H4), none when Redis (or the deny cache) was
-   * not consulted. {@code nowMs}: the wall clock, read for H4's Unix reset only.
+   * Every rate-limit header of a decision (H1-H4), none when Redis (or the deny cache) was not
+   * consulted. {@code nowMs}: the wall clock, read for H4's Unix reset only.
    */
   public static List<RateLimitResponse.Header> of(Decision d, Options opts, long nowMs) {
     List<RateLimitResponse.Header> out = new ArrayList<>(5);
@@ -120,7 +120,9 @@ public final class Headers {
         form == LegacyReset.DELTA
             ? Numbers.reset(tight.resetAfter())
             : (long) Math.ceil(nowMs / 1000.0 + Math.max(0, tight.resetAfter()));
-    out.add(new RateLimitResponse.Header("X-RateLimit-Limit", Long.toString(Numbers.quota(tight.capacity()))));
+    out.add(
+        new RateLimitResponse.Header(
+            "X-RateLimit-Limit", Long.toString(Numbers.quota(tight.capacity()))));
     out.add(
         new RateLimitResponse.Header(
             "X-RateLimit-Remaining", Long.toString(Numbers.remaining(tight.remaining()))));
@@ -128,8 +130,8 @@ public final class Headers {
   }
 
   /**
-   * H1: a second limiter's items joined to the first's in one field ({@code before} the
-   * outer limiter's value, or null).
+   * H1: a second limiter's items joined to the first's in one field ({@code before} the outer
+   * limiter's value, or null).
    */
   public static String join(String before, String after) {
     if (before == null || before.isEmpty()) {
@@ -150,7 +152,9 @@ public final class Headers {
       case STORE_ERROR:
         if (!d.allowed()) {
           return new RateLimitResponse(
-              503, List.of(new RateLimitResponse.Header(RETRY_AFTER, "1")), Problem.storeUnavailable());
+              503,
+              List.of(new RateLimitResponse.Header(RETRY_AFTER, "1")),
+              Problem.storeUnavailable());
         }
         return new RateLimitResponse(200, List.of(), null);
       default:

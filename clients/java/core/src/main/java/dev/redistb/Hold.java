@@ -4,8 +4,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * SPEC G2: a hold taken on a settle_later policy, settled later with the actual cost (G3).
- * A refused hold charged nothing; {@link #response()} is the 429 the adapters send for it.
+ * SPEC G2: a hold taken on a settle_later policy, settled later with the actual cost (G3). A
+ * refused hold charged nothing; {@link #response()} is the 429 the adapters send for it.
  */
 public final class Hold {
   private final PolicyResult result;
@@ -79,15 +79,18 @@ public final class Hold {
   }
 
   /**
-   * SPEC G3: TB.SETTLE with the actual cost. A second call (or a call on a refused hold)
-   * sends nothing and says {@code settled} false. Throws {@link IllegalArgumentException} for
-   * an actual that is not a cost (C3); a failed call completes with a {@code StoreException}
-   * (the hold then keeps its estimate charged until it expires).
+   * SPEC G3: TB.SETTLE with the actual cost. A second call (or a call on a refused hold) sends
+   * nothing and says {@code settled} false. Throws {@link IllegalArgumentException} for an actual
+   * that is not a cost (C3); a failed call completes with a {@code StoreException} (the hold then
+   * keeps its estimate charged until it expires).
    */
   public CompletableFuture<Settlement> settle(double actual) {
     if (!Limit.validCost(actual)) {
       throw new IllegalArgumentException(
-          "policy '" + policy() + "': a settlement's actual cost must be >= 0 and <= 2^53, got " + actual);
+          "policy '"
+              + policy()
+              + "': a settlement's actual cost must be >= 0 and <= 2^53, got "
+              + actual);
     }
     if (!allowed() || id == null || !settled.compareAndSet(false, true)) {
       return CompletableFuture.completedFuture(new Settlement(false, remaining(), 0, resetAfter()));

@@ -31,10 +31,23 @@ final class Holds {
               }
               PolicyResult result =
                   new PolicyResult(
-                      t.policy(), t.key(), t.capacity(), t.rate(), estimate, LimitKind.BUCKET, null,
-                      x.allowed(), x.remaining(), x.retryAfter(), x.resetAfter(), false);
+                      t.policy(),
+                      t.key(),
+                      t.capacity(),
+                      t.rate(),
+                      estimate,
+                      LimitKind.BUCKET,
+                      null,
+                      x.allowed(),
+                      x.remaining(),
+                      x.retryAfter(),
+                      x.resetAfter(),
+                      false);
               RateLimitResponse response =
-                  x.allowed() ? null : respond.apply(Decision.refused(java.util.List.of(result), false, null, null));
+                  x.allowed()
+                      ? null
+                      : respond.apply(
+                          Decision.refused(java.util.List.of(result), false, null, null));
               return new Hold(result, r.id(), estimate, response, t, this);
             });
   }
@@ -49,7 +62,8 @@ final class Holds {
               if (r.settled()) {
                 stats.settlements.increment();
               }
-              return new Settlement(r.settled(), r.remaining(), r.settled() ? r.charged() : 0, r.resetAfter());
+              return new Settlement(
+                  r.settled(), r.remaining(), r.settled() ? r.charged() : 0, r.resetAfter());
             });
   }
 }

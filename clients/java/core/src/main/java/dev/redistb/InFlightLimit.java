@@ -1,9 +1,9 @@
 package dev.redistb;
 
 /**
- * SPEC N1, C9: at most {@code limit} requests of a key in progress at once, each holding a
- * lease of {@code lease} seconds (whole milliseconds, rounded up), renewed while it runs
- * (N5) and released when its response ends (N4).
+ * SPEC N1, C9: at most {@code limit} requests of a key in progress at once, each holding a lease of
+ * {@code lease} seconds (whole milliseconds, rounded up), renewed while it runs (N5) and released
+ * when its response ends (N4).
  */
 public record InFlightLimit(long limit, double lease) implements AnyLimit {
   /** SPEC C9 */

@@ -3,8 +3,8 @@ package dev.redistb;
 import java.util.function.Function;
 
 /**
- * Where a policy's identity comes from (SPEC I1-I3): {@link #clientIp()} (the default),
- * {@link #header(String)}, {@link #fixed(String)}, {@link #fromFn(Function)}.
+ * Where a policy's identity comes from (SPEC I1-I3): {@link #clientIp()} (the default), {@link
+ * #header(String)}, {@link #fixed(String)}, {@link #fromFn(Function)}.
  */
 public sealed interface Key {
   /** The client's address (SPEC A), grouped by prefix. */

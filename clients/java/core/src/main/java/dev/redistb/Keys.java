@@ -5,13 +5,13 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 
 /**
- * The one key builder (SPEC K1-K5): every path that makes a bucket key (the limiter, its
- * refunds, the deny cache, {@link RateLimiter#key}) goes through it.
+ * The one key builder (SPEC K1-K5): every path that makes a bucket key (the limiter, its refunds,
+ * the deny cache, {@link RateLimiter#key}) goes through it.
  *
  * <p>{@code <prefix>:} then {@code {<tag>}:} (a non-empty tag, K4), {@code <policy>},
- * {@code @<route>} (a per-route policy), {@code :<identity>}. The tag, the route and the
- * identity are escaped (K2); an escaped identity or tag longer than 128 bytes is replaced by
- * {@code %h} and the first 32 hex digits of the SHA-256 of its unescaped bytes (K3).
+ * {@code @<route>} (a per-route policy), {@code :<identity>}. The tag, the route and the identity
+ * are escaped (K2); an escaped identity or tag longer than 128 bytes is replaced by {@code %h} and
+ * the first 32 hex digits of the SHA-256 of its unescaped bytes (K3).
  */
 public final class Keys {
   /** SPEC K3: the longest escaped identity or tag kept as it is. */
@@ -74,9 +74,9 @@ public final class Keys {
   }
 
   /**
-   * A header value as received: each char one byte (the servlet containers' ISO-8859-1), so
-   * a byte >= 0x80 stays that byte (SPEC I2). A char above 0xFF (an application string
-   * passed here by mistake) makes it UTF-8.
+   * A header value as received: each char one byte (the servlet containers' ISO-8859-1), so a byte
+   * >= 0x80 stays that byte (SPEC I2). A char above 0xFF (an application string passed here by
+   * mistake) makes it UTF-8.
    */
   static String headerPart(String s) {
     for (int i = 0; i < s.length(); i++) {
@@ -92,8 +92,12 @@ public final class Keys {
     return escape(route.getBytes(StandardCharsets.UTF_8), true);
   }
 
-  /** SPEC K1 from parts already escaped and bounded ({@code tagPart}, {@code routePart} may be null). */
-  static String join(String prefix, String tagPart, String policy, String routePart, String idPart) {
+  /**
+   * SPEC K1 from parts already escaped and bounded ({@code tagPart}, {@code routePart} may be
+   * null).
+   */
+  static String join(
+      String prefix, String tagPart, String policy, String routePart, String idPart) {
     StringBuilder out = new StringBuilder(prefix.length() + policy.length() + idPart.length() + 8);
     out.append(prefix).append(':');
     if (tagPart != null && !tagPart.isEmpty()) {
@@ -107,10 +111,11 @@ public final class Keys {
   }
 
   /**
-   * SPEC K1-K4: the key of one (tag, policy, route, identity) from an application's
-   * strings: {@code tag} null or empty is no tag, {@code route} null is not per-route.
+   * SPEC K1-K4: the key of one (tag, policy, route, identity) from an application's strings: {@code
+   * tag} null or empty is no tag, {@code route} null is not per-route.
    */
-  public static String key(String prefix, String tag, String policy, String route, String identity) {
+  public static String key(
+      String prefix, String tag, String policy, String route, String identity) {
     return join(
         prefix,
         tag == null || tag.isEmpty() ? null : part(tag),

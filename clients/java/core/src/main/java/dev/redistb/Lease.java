@@ -6,9 +6,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * One request's lease of an in-flight policy (SPEC N6: {@code key}, {@code id}, {@code
- * policy}): renewed while the request runs (N5) and ended exactly once when its response
- * is finished (N4).
+ * One request's lease of an in-flight policy (SPEC N6: {@code key}, {@code id}, {@code policy}):
+ * renewed while the request runs (N5) and ended exactly once when its response is finished (N4).
  */
 public final class Lease {
   private enum State {
@@ -56,8 +55,8 @@ public final class Lease {
   }
 
   /**
-   * SPEC N4: the response ended (sent, disconnected, raised or cancelled): TB.RELEASE once;
-   * later calls do nothing, and a lost lease sends nothing.
+   * SPEC N4: the response ended (sent, disconnected, raised or cancelled): TB.RELEASE once; later
+   * calls do nothing, and a lost lease sends nothing.
    */
   public CompletableFuture<Void> finish() {
     boolean lost;

@@ -6,8 +6,8 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 
 /**
- * The limiter's side of leases (SPEC N4, N5, M2): the release and the renewal through the
- * guarded store call, the gauge of leases held, and leases that ended without a release.
+ * The limiter's side of leases (SPEC N4, N5, M2): the release and the renewal through the guarded
+ * store call, the gauge of leases held, and leases that ended without a release.
  */
 final class Leases {
   private final GuardedStore guarded;

@@ -3,18 +3,17 @@ package dev.redistb;
 import dev.redistb.store.WindowMode;
 
 /**
- * A token bucket's shape (SPEC "Names"): {@code capacity} tokens (the burst), refilled at
- * {@code rate} tokens a second; and the factories of the other kinds ({@link #window},
- * {@link #inFlight}).
+ * A token bucket's shape (SPEC "Names"): {@code capacity} tokens (the burst), refilled at {@code
+ * rate} tokens a second; and the factories of the other kinds ({@link #window}, {@link #inFlight}).
  */
 public record Limit(double capacity, double rate) implements AnyLimit {
   /** 2^53, the module's bound on capacities, rates and costs. */
   public static final double MAX = 9007199254740992.0;
 
   /**
-   * SPEC C2 (capacity finite, > 0, <= 2^53; rate finite, >= 1e-9, <= 2^53), checked here:
-   * the factories and a policy's static limit use it; a limit function's answer may be out of
-   * range and is checked per request instead (L3), so {@code new Limit(...)} does not throw.
+   * SPEC C2 (capacity finite, > 0, <= 2^53; rate finite, >= 1e-9, <= 2^53), checked here: the
+   * factories and a policy's static limit use it; a limit function's answer may be out of range and
+   * is checked per request instead (L3), so {@code new Limit(...)} does not throw.
    */
   public static Limit checked(double capacity, double rate) {
     if (!validCapacity(capacity)) {

@@ -1,9 +1,9 @@
 package dev.redistb;
 
 /**
- * SPEC M1, M2: where a limiter's counters go (Prometheus through Micrometer in the Spring
- * starter). Labels are the limiter's name and the policy's: configuration, never a client
- * identity. Every method has a no-op default.
+ * SPEC M1, M2: where a limiter's counters go (Prometheus through Micrometer in the Spring starter).
+ * Labels are the limiter's name and the policy's: configuration, never a client identity. Every
+ * method has a no-op default.
  */
 public interface LimiterMetrics {
   LimiterMetrics NONE = new LimiterMetrics() {};

@@ -1,9 +1,6 @@
 package dev.redistb;
 
-/**
- * The integers of the headers (SPEC H2, H3) and the one number format of problem bodies
- * (P5).
- */
+/** The integers of the headers (SPEC H2, H3) and the one number format of problem bodies (P5). */
 public final class Numbers {
   /** The structured-field integer maximum (H2's clamp). */
   public static final long SF_MAX = 999_999_999_999_999L;
@@ -69,8 +66,8 @@ public final class Numbers {
   }
 
   /**
-   * P5: clamped to 0..=999999999999, rounded up to the millisecond (a product within 1e-9
-   * relative of a whole number of ms is that number), no exponent, no trailing zeros.
+   * P5: clamped to 0..=999999999999, rounded up to the millisecond (a product within 1e-9 relative
+   * of a whole number of ms is that number), no exponent, no trailing zeros.
    */
   public static String bodyNumber(double x) {
     double v = Double.isNaN(x) ? 0 : Math.min(Math.max(x, 0), BODY_MAX);

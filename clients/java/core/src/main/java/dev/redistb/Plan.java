@@ -10,9 +10,9 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 
 /**
- * The plan of one request (SPEC L4, W2, N2, G1): each applicable policy resolved to its key,
- * limit and cost; the settle_later ones set aside as hold targets; and the one call that
- * checks the rest (TB.TAKE, TB.MTAKE, TB.WINDOW or TB.ACQUIRE [TAKE]).
+ * The plan of one request (SPEC L4, W2, N2, G1): each applicable policy resolved to its key, limit
+ * and cost; the settle_later ones set aside as hold targets; and the one call that checks the rest
+ * (TB.TAKE, TB.MTAKE, TB.WINDOW or TB.ACQUIRE [TAKE]).
  */
 final class Plan {
   /**
@@ -26,7 +26,14 @@ final class Plan {
    * @param shadow the policy's or the limiter's shadow flag
    * @param limit the limit as resolved
    */
-  record Part(Policy policy, String key, double capacity, double rate, double cost, boolean shadow, AnyLimit limit) {
+  record Part(
+      Policy policy,
+      String key,
+      double capacity,
+      double rate,
+      double cost,
+      boolean shadow,
+      AnyLimit limit) {
     LimitKind kind() {
       return limit.kind();
     }
@@ -94,9 +101,9 @@ final class Plan {
   }
 
   /**
-   * L4: one policy is TB.TAKE (its reply the aggregate), several one TB.MTAKE in policy order;
-   * W2: a window is TB.WINDOW; N2: an in-flight part makes it TB.ACQUIRE, with TAKE and the
-   * buckets when any apply.
+   * L4: one policy is TB.TAKE (its reply the aggregate), several one TB.MTAKE in policy order; W2:
+   * a window is TB.WINDOW; N2: an in-flight part makes it TB.ACQUIRE, with TAKE and the buckets
+   * when any apply.
    */
   CompletableFuture<Reply> call(GuardedStore guarded) {
     Part slot = slot();
@@ -105,18 +112,23 @@ final class Plan {
       rest.remove(slot);
       InFlightLimit f = (InFlightLimit) slot.limit();
       return Futures.map(
-          guarded.call("TB.ACQUIRE", s -> s.acquire(slot.key(), f.limit(), f.leaseMs(), buckets(rest))),
+          guarded.call(
+              "TB.ACQUIRE", s -> s.acquire(slot.key(), f.limit(), f.leaseMs(), buckets(rest))),
           a -> new Reply(a.granted(), a.take() == null ? List.of() : a.take().keys(), a));
     }
     Part first = parts.get(0);
     if (parts.size() == 1 && first.limit() instanceof WindowLimit w) {
       return Futures.map(
-          guarded.call("TB.WINDOW", s -> s.window(first.key(), w.limit(), w.seconds(), first.cost(), null, w.mode())),
+          guarded.call(
+              "TB.WINDOW",
+              s -> s.window(first.key(), w.limit(), w.seconds(), first.cost(), null, w.mode())),
           r -> new Reply(r.allowed(), List.of(r), null));
     }
     if (parts.size() == 1) {
       return Futures.map(
-          guarded.call("TB.TAKE", s -> s.take(first.key(), first.capacity(), first.rate(), first.cost(), null)),
+          guarded.call(
+              "TB.TAKE",
+              s -> s.take(first.key(), first.capacity(), first.rate(), first.cost(), null)),
           r -> new Reply(r.allowed(), List.of(r), null));
     }
     return Futures.map(
@@ -137,16 +149,36 @@ final class Plan {
         double wait = free ? 0 : Math.max(0, a.ms()) / 1000.0;
         out.add(
             new PolicyResult(
-                p.name(), p.key(), n, null, 1, LimitKind.IN_FLIGHT, null, free,
-                Math.max(0, n - a.inFlight()), wait, wait, p.shadow()));
+                p.name(),
+                p.key(),
+                n,
+                null,
+                1,
+                LimitKind.IN_FLIGHT,
+                null,
+                free,
+                Math.max(0, n - a.inFlight()),
+                wait,
+                wait,
+                p.shadow()));
         continue;
       }
       TakeReply r = reply.buckets().get(k++);
       Double window = p.limit() instanceof WindowLimit w ? w.seconds() : null;
       out.add(
           new PolicyResult(
-              p.name(), p.key(), p.capacity(), p.rate(), p.cost(), p.kind(), window, r.allowed(),
-              r.remaining(), r.retryAfter(), r.resetAfter(), p.shadow()));
+              p.name(),
+              p.key(),
+              p.capacity(),
+              p.rate(),
+              p.cost(),
+              p.kind(),
+              window,
+              r.allowed(),
+              r.remaining(),
+              r.retryAfter(),
+              r.resetAfter(),
+              p.shadow()));
     }
     return out;
   }

@@ -8,9 +8,9 @@ import java.util.Map;
 import java.util.function.Function;
 
 /**
- * From a request to its {@link Plan} (SPEC I, K, L2, L3, G1): each applicable policy's
- * identity, key, limit and cost, in policy order; a header with a control byte (I2) or an
- * out-of-range cost or limit from the application (L3) stops it.
+ * From a request to its {@link Plan} (SPEC I, K, L2, L3, G1): each applicable policy's identity,
+ * key, limit and cost, in policy order; a header with a control byte (I2) or an out-of-range cost
+ * or limit from the application (L3) stops it.
  */
 final class Planner {
   private final String prefix;
@@ -18,12 +18,19 @@ final class Planner {
   private final Function<RequestView, String> hashTag;
   private final boolean shadow;
   private final List<Policy> policies;
+
   /** K2: per-route routes escaped once */
   private final Map<String, String> routeParts = new HashMap<>();
+
   /** I3: a fixed identity escaped once per policy */
   private final Map<String, String> fixedParts = new HashMap<>();
 
-  Planner(String prefix, ClientIpConfig clientIp, Function<RequestView, String> hashTag, boolean shadow, List<Policy> policies) {
+  Planner(
+      String prefix,
+      ClientIpConfig clientIp,
+      Function<RequestView, String> hashTag,
+      boolean shadow,
+      List<Policy> policies) {
     this.prefix = prefix;
     this.clientIp = clientIp;
     this.hashTag = hashTag;
@@ -68,8 +75,8 @@ final class Planner {
   static final String BAD = new String("bad request");
 
   /**
-   * SPEC I2: {@code Key.header}'s identity: the lines joined with ", ", trimmed; null when
-   * absent or empty (skipped); {@link #BAD} when a line holds a control byte.
+   * SPEC I2: {@code Key.header}'s identity: the lines joined with ", ", trimmed; null when absent
+   * or empty (skipped); {@link #BAD} when a line holds a control byte.
    */
   static String headerIdentity(List<String> lines) {
     if (lines.isEmpty()) {
@@ -160,7 +167,11 @@ final class Planner {
       for (int j = 0; j < i; j++) {
         if (parts.get(i).key().equals(parts.get(j).key())) {
           throw new IllegalStateException(
-              "policies " + parts.get(j).name() + " and " + parts.get(i).name() + " map to the same key");
+              "policies "
+                  + parts.get(j).name()
+                  + " and "
+                  + parts.get(i).name()
+                  + " map to the same key");
         }
       }
     }

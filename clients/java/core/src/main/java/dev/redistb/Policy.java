@@ -9,8 +9,8 @@ import java.util.function.Function;
 import java.util.function.ToDoubleFunction;
 
 /**
- * A named limit with a key (SPEC "Names"): whose bucket a request's identity picks, what it
- * costs, on which routes, enforced or in shadow, charged by the check or settled later.
+ * A named limit with a key (SPEC "Names"): whose bucket a request's identity picks, what it costs,
+ * on which routes, enforced or in shadow, charged by the check or settled later.
  */
 public final class Policy {
   private static final String NAME = "[a-z0-9_-]{1,64}";
@@ -73,9 +73,9 @@ public final class Policy {
   }
 
   /**
-   * Plan tiers (SPEC L2): {@code tier} names the caller's plan; an unknown or missing plan
-   * takes {@code defaultTier} (null: the policy is skipped); a plan mapped to null is not
-   * limited by this policy. The tiers are all of one kind (C10).
+   * Plan tiers (SPEC L2): {@code tier} names the caller's plan; an unknown or missing plan takes
+   * {@code defaultTier} (null: the policy is skipped); a plan mapped to null is not limited by this
+   * policy. The tiers are all of one kind (C10).
    */
   public static Builder tiered(
       String name,
@@ -84,7 +84,8 @@ public final class Policy {
       String defaultTier) {
     Map<String, AnyLimit> table = new LinkedHashMap<>(tiers);
     if (defaultTier != null && !table.containsKey(defaultTier)) {
-      throw new ConfigException("policy " + name + ": default tier '" + defaultTier + "' is not in the tiers");
+      throw new ConfigException(
+          "policy " + name + ": default tier '" + defaultTier + "' is not in the tiers");
     }
     Set<LimitKind> kinds = EnumSet.noneOf(LimitKind.class);
     for (AnyLimit l : table.values()) {
@@ -190,7 +191,9 @@ public final class Policy {
       return this;
     }
 
-    /** The routes it applies to ({@code "POST /orders"}, {@code "* /items"}); default every route. */
+    /**
+     * The routes it applies to ({@code "POST /orders"}, {@code "* /items"}); default every route.
+     */
     public Builder routes(String... rs) {
       return routes(List.of(rs));
     }
@@ -228,7 +231,11 @@ public final class Policy {
       }
       if (settleLater && kind != LimitKind.BUCKET) {
         throw new ConfigException(
-            "policy " + name + ": a settle_later policy needs a bucket limit, got a " + kind + " limit");
+            "policy "
+                + name
+                + ": a settle_later policy needs a bucket limit, got a "
+                + kind
+                + " limit");
       }
       return new Policy(this);
     }

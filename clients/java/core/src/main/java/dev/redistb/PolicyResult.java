@@ -1,8 +1,8 @@
 package dev.redistb;
 
 /**
- * One policy's part of a decision (SPEC D2): its bucket after this request (admitted) or as
- * it stands (refused).
+ * One policy's part of a decision (SPEC D2): its bucket after this request (admitted) or as it
+ * stands (refused).
  *
  * @param name the policy
  * @param key its key for this request

@@ -4,9 +4,9 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * The RFC 9457 problem bodies (SPEC P1-P6): compact JSON, keys in the SPEC's order, P5's
- * number format. Policy and header names are tokens ({@code [a-z0-9_-]}, header names), so
- * no string here needs JSON escaping beyond what {@link #quote} does.
+ * The RFC 9457 problem bodies (SPEC P1-P6): compact JSON, keys in the SPEC's order, P5's number
+ * format. Policy and header names are tokens ({@code [a-z0-9_-]}, header names), so no string here
+ * needs JSON escaping beyond what {@link #quote} does.
  */
 public final class Problem {
   private Problem() {}
@@ -36,8 +36,8 @@ public final class Problem {
   }
 
   /**
-   * P1, P2: a 429's body naming D4's violated policies and D3's wait (the same as the
-   * headers'); {@code retry_after} null with P2's detail when one can never pass.
+   * P1, P2: a 429's body naming D4's violated policies and D3's wait (the same as the headers');
+   * {@code retry_after} null with P2's detail when one can never pass.
    */
   public static String tooManyRequests(Decision d) {
     List<String> violated = d.violated();
@@ -65,7 +65,8 @@ public final class Problem {
       for (String n : violated) {
         names.append(names.length() == 0 ? "" : ", ").append('\'').append(n).append('\'');
       }
-      detail = "rate limit exceeded for " + names + ": retry after " + Numbers.retryAfter(wait) + " s";
+      detail =
+          "rate limit exceeded for " + names + ": retry after " + Numbers.retryAfter(wait) + " s";
       retry = Numbers.bodyNumber(wait);
     }
     StringBuilder list = new StringBuilder("[");
@@ -83,7 +84,8 @@ public final class Problem {
 
   /** P3: the 503 of a fail-closed limiter whose store failed. */
   public static String storeUnavailable() {
-    return head("Service Unavailable", 503, "the rate limiter's store is unavailable; retry shortly")
+    return head(
+            "Service Unavailable", 503, "the rate limiter's store is unavailable; retry shortly")
         + "}";
   }
 

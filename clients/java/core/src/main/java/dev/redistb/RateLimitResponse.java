@@ -3,8 +3,8 @@ package dev.redistb;
 import java.util.List;
 
 /**
- * What an adapter sends for a decision (SPEC H, P, B4): the status, the headers, and a
- * problem body; a null body means the request goes on to the handler (with the headers).
+ * What an adapter sends for a decision (SPEC H, P, B4): the status, the headers, and a problem
+ * body; a null body means the request goes on to the handler (with the headers).
  *
  * @param status 200 (go on), 429, 503 (fail-closed), 500 (L3), 400 (I2)
  * @param headers the rate-limit headers, in order

@@ -16,8 +16,8 @@ import java.util.logging.Logger;
 /**
  * A limiter (SPEC "Names"): its policies and settings, and the check of one request.
  * Framework-neutral: an adapter hands {@link #check} a {@link RequestView} and sends {@link
- * #respond}'s answer. A check, in order: the request's scope (L1), its plan (I, K, L2, L3,
- * G1), the deny cache (R2-R4), one guarded call (L4, L5, B), the decision (D, N3, R1, R5).
+ * #respond}'s answer. A check, in order: the request's scope (L1), its plan (I, K, L2, L3, G1), the
+ * deny cache (R2-R4), one guarded call (L4, L5, B), the decision (D, N3, R1, R5).
  */
 public final class RateLimiter {
   private final String name;
@@ -52,9 +52,11 @@ public final class RateLimiter {
     this.anyRoutes = b.policies.stream().anyMatch(p -> !p.hasRoutes());
     this.log = new RateLog(b.clock, b.logger);
     this.planner = new Planner(b.prefix, b.clientIp, b.hashTag, b.shadow, b.policies);
-    this.denyCache = b.denyCacheEntries == 0 ? null : new DenyCache(b.denyCacheEntries, 2.0 * b.timeoutMs);
+    this.denyCache =
+        b.denyCacheEntries == 0 ? null : new DenyCache(b.denyCacheEntries, 2.0 * b.timeoutMs);
     this.guarded =
-        new GuardedStore(b.store, b.clock, b.timeoutMs, b.cooldownMs, stats, b.metrics, b.name, log, b.failOpen);
+        new GuardedStore(
+            b.store, b.clock, b.timeoutMs, b.cooldownMs, stats, b.metrics, b.name, log, b.failOpen);
     this.leases = new Leases(guarded, stats, b.metrics, b.name, log);
     this.holds = new Holds(guarded, stats, this::respond);
     this.ops =
@@ -161,8 +163,18 @@ public final class RateLimiter {
       }
       results.add(
           new PolicyResult(
-              p.name(), p.key(), p.capacity(), p.rate(), p.cost(), p.kind(), e.window, false, 0,
-              wait, Math.max(0, (e.resetAt - now) / 1000), false));
+              p.name(),
+              p.key(),
+              p.capacity(),
+              p.rate(),
+              p.cost(),
+              p.kind(),
+              e.window,
+              false,
+              0,
+              wait,
+              Math.max(0, (e.resetAt - now) / 1000),
+              false));
     }
     if (results == null) {
       return null;
@@ -217,8 +229,17 @@ public final class RateLimiter {
       rememberSpent(results);
       Lease lease = null;
       if (reply.acquired() != null && reply.acquired().id() != null) {
-        Plan.Part slot = plan.parts.stream().filter(p -> p.kind() == LimitKind.IN_FLIGHT).findFirst().orElseThrow();
-        lease = leases.granted(slot.key(), reply.acquired().id(), slot.name(), ((InFlightLimit) slot.limit()).leaseMs());
+        Plan.Part slot =
+            plan.parts.stream()
+                .filter(p -> p.kind() == LimitKind.IN_FLIGHT)
+                .findFirst()
+                .orElseThrow();
+        lease =
+            leases.granted(
+                slot.key(),
+                reply.acquired().id(),
+                slot.name(),
+                ((InFlightLimit) slot.limit()).leaseMs());
       }
       return Decision.admitted(results, lease, plan.settle, ops);
     }
@@ -244,8 +265,13 @@ public final class RateLimiter {
         denyCache.remember(
             r.key(),
             new DenyCache.Entry(
-                r.name(), r.capacity(), r.rate(), r.cost(), now + r.retryAfter() * 1000,
-                now + Math.max(0, r.resetAfter()) * 1000, r.window()));
+                r.name(),
+                r.capacity(),
+                r.rate(),
+                r.cost(),
+                now + r.retryAfter() * 1000,
+                now + Math.max(0, r.resetAfter()) * 1000,
+                r.window()));
       }
     }
     return d;
@@ -258,7 +284,10 @@ public final class RateLimiter {
     }
     double now = clock.monotonicMillis();
     for (PolicyResult r : results) {
-      if (r.shadow() || r.kind() != LimitKind.BUCKET || !(r.cost() > 0) || !(r.remaining() < r.cost())) {
+      if (r.shadow()
+          || r.kind() != LimitKind.BUCKET
+          || !(r.cost() > 0)
+          || !(r.remaining() < r.cost())) {
         continue;
       }
       double wait = (r.cost() - r.remaining()) / r.rate();
@@ -266,8 +295,13 @@ public final class RateLimiter {
         denyCache.remember(
             r.key(),
             new DenyCache.Entry(
-                r.name(), r.capacity(), r.rate(), r.cost(), now + wait * 1000,
-                now + Math.max(0, r.resetAfter()) * 1000, null));
+                r.name(),
+                r.capacity(),
+                r.rate(),
+                r.cost(),
+                now + wait * 1000,
+                now + Math.max(0, r.resetAfter()) * 1000,
+                null));
       }
     }
   }
@@ -277,7 +311,12 @@ public final class RateLimiter {
     metrics.shadowLimited(name, policy);
     log.warn(
         "shadow:" + policy,
-        n -> "redis-tb: shadow policy '" + policy + "' would have limited a request (" + n + " since the last line)");
+        n ->
+            "redis-tb: shadow policy '"
+                + policy
+                + "' would have limited a request ("
+                + n
+                + " since the last line)");
   }
 
   /** SPEC B4, B5: the failure mode decides. */
@@ -334,12 +373,13 @@ public final class RateLimiter {
   }
 
   /**
-   * SPEC U1, U2: {@code COMMAND INFO tb.take}; throws {@link StartupException} with one line
-   * naming the address when the module is missing, the user may not run COMMAND INFO, or
-   * Redis is unreachable (unless started degraded: then one line is logged).
+   * SPEC U1, U2: {@code COMMAND INFO tb.take}; throws {@link StartupException} with one line naming
+   * the address when the module is missing, the user may not run COMMAND INFO, or Redis is
+   * unreachable (unless started degraded: then one line is logged).
    */
   public void startup() {
-    Startup.check(guarded.store(), Math.max(2000, guarded.timeoutMillis()), startDegraded, log::line);
+    Startup.check(
+        guarded.store(), Math.max(2000, guarded.timeoutMillis()), startDegraded, log::line);
   }
 
   public String name() {
@@ -414,7 +454,9 @@ public final class RateLimiter {
     public Builder prefix(String p) {
       if (p == null || !p.matches("[A-Za-z0-9_.:-]{1,64}")) {
         throw new ConfigException(
-            "prefix must match [A-Za-z0-9_.:-]{1,64} (no braces, spaces or control bytes), got '" + p + "'");
+            "prefix must match [A-Za-z0-9_.:-]{1,64} (no braces, spaces or control bytes), got '"
+                + p
+                + "'");
       }
       this.prefix = p;
       return this;
@@ -477,7 +519,8 @@ public final class RateLimiter {
     /** SPEC R, C7: the deny cache with at most {@code maxEntries} entries (>= 1). */
     public Builder denyCache(int maxEntries) {
       if (maxEntries < 1) {
-        throw new ConfigException("deny_cache.max_entries must be a whole number >= 1, got " + maxEntries);
+        throw new ConfigException(
+            "deny_cache.max_entries must be a whole number >= 1, got " + maxEntries);
       }
       this.denyCacheEntries = maxEntries;
       return this;
@@ -541,7 +584,8 @@ public final class RateLimiter {
     Set<LimitKind> seen = EnumSet.noneOf(LimitKind.class);
     for (Policy p : policies) {
       if (!names.add(p.name())) {
-        throw new ConfigException("policy names must be distinct within a limiter: '" + p.name() + "' twice");
+        throw new ConfigException(
+            "policy names must be distinct within a limiter: '" + p.name() + "' twice");
       }
       seen.add(p.kind());
       if (p.kind() == LimitKind.IN_FLIGHT) {
@@ -552,7 +596,8 @@ public final class RateLimiter {
       }
     }
     if (slots.size() > 1) {
-      throw new ConfigException("a limiter has at most one in-flight policy, got " + String.join(", ", slots));
+      throw new ConfigException(
+          "a limiter has at most one in-flight policy, got " + String.join(", ", slots));
     }
     if (!windows.isEmpty() && policies.size() > 1) {
       List<String> all = new ArrayList<>();

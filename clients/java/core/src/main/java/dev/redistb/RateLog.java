@@ -5,8 +5,8 @@ import java.util.Map;
 import java.util.function.Consumer;
 
 /**
- * One warning line a second at most per topic (SPEC B5, L3, S2, N5), on the limiter's clock,
- * saying how many were not logged since.
+ * One warning line a second at most per topic (SPEC B5, L3, S2, N5), on the limiter's clock, saying
+ * how many were not logged since.
  */
 final class RateLog {
   private final Clock clock;

@@ -3,9 +3,9 @@ package dev.redistb;
 import java.util.List;
 
 /**
- * What an adapter knows about one request, the limiter's only view of it: the framework's
- * request object (for key, cost, limit and tier functions), the TCP peer, the header lines
- * and the matched route template.
+ * What an adapter knows about one request, the limiter's only view of it: the framework's request
+ * object (for key, cost, limit and tier functions), the TCP peer, the header lines and the matched
+ * route template.
  */
 public interface RequestView {
   /** The framework's request (an {@code HttpServletRequest}, a {@code ServerWebExchange}, ...). */

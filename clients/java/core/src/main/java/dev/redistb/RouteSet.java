@@ -6,8 +6,8 @@ import java.util.Locale;
 import java.util.Set;
 
 /**
- * A set of routes (SPEC K5): {@code "METHOD /template"} (the method upper-cased) or
- * {@code "* /template"}, which matches every method.
+ * A set of routes (SPEC K5): {@code "METHOD /template"} (the method upper-cased) or {@code "*
+ * /template"}, which matches every method.
  */
 public final class RouteSet {
   private final Set<String> exact = new HashSet<>();

@@ -1,8 +1,6 @@
 package dev.redistb;
 
-/**
- * SPEC U1, U2: why a limiter cannot start, in one line naming the address and what to do.
- */
+/** SPEC U1, U2: why a limiter cannot start, in one line naming the address and what to do. */
 public final class StartupException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 

@@ -18,8 +18,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 
 /**
- * clients/vectors/limiter.json: a limiter built from the case's configuration, a clock the
- * steps set, a store answering from the script; per step the calls made and the result.
+ * clients/vectors/limiter.json: a limiter built from the case's configuration, a clock the steps
+ * set, a store answering from the script; per step the calls made and the result.
  */
 final class LimiterVectors {
   private static final String ROUTE = "GET /vectors";
@@ -68,18 +68,31 @@ final class LimiterVectors {
     Policy.Builder pb;
     if (p.has("window")) {
       JsonNode w = p.get("window");
-      pb = Policy.builder(name, WindowLimit.of(w.get("limit").asDouble(), w.get("seconds").asDouble(),
-          WindowMode.valueOf(w.path("mode").asText("sliding").toUpperCase(Locale.ROOT))));
+      pb =
+          Policy.builder(
+              name,
+              WindowLimit.of(
+                  w.get("limit").asDouble(),
+                  w.get("seconds").asDouble(),
+                  WindowMode.valueOf(w.path("mode").asText("sliding").toUpperCase(Locale.ROOT))));
     } else if (p.has("in_flight")) {
       JsonNode f = p.get("in_flight");
-      pb = Policy.builder(name, Limit.inFlight(f.get("limit").asLong(), f.get("lease_ms").asDouble() / 1000));
+      pb =
+          Policy.builder(
+              name, Limit.inFlight(f.get("limit").asLong(), f.get("lease_ms").asDouble() / 1000));
     } else {
       Limit fixed = Limit.checked(p.get("capacity").asDouble(), p.get("rate").asDouble());
       if (limitFns.contains(name)) {
-        pb = Policy.builder(name, req -> {
-          JsonNode l = ((TestRequest) req.request()).limits.get(name);
-          return l == null ? fixed : new Limit(TestRequest.number(l.get("capacity")), TestRequest.number(l.get("rate")));
-        });
+        pb =
+            Policy.builder(
+                name,
+                req -> {
+                  JsonNode l = ((TestRequest) req.request()).limits.get(name);
+                  return l == null
+                      ? fixed
+                      : new Limit(
+                          TestRequest.number(l.get("capacity")), TestRequest.number(l.get("rate")));
+                });
       } else {
         pb = Policy.builder(name, fixed);
       }
@@ -88,18 +101,20 @@ final class LimiterVectors {
     if (p.has("cost") && !p.has("in_flight")) {
       double fixedCost = TestRequest.number(p.get("cost"));
       if (costFns.contains(name)) {
-        pb.cost(req -> {
-          JsonNode v = ((TestRequest) req.request()).costs.get(name);
-          return v == null ? fixedCost : TestRequest.number(v);
-        });
+        pb.cost(
+            req -> {
+              JsonNode v = ((TestRequest) req.request()).costs.get(name);
+              return v == null ? fixedCost : TestRequest.number(v);
+            });
       } else {
         pb.cost(fixedCost);
       }
     } else if (costFns.contains(name)) {
-      pb.cost(req -> {
-        JsonNode v = ((TestRequest) req.request()).costs.get(name);
-        return v == null ? 1 : TestRequest.number(v);
-      });
+      pb.cost(
+          req -> {
+            JsonNode v = ((TestRequest) req.request()).costs.get(name);
+            return v == null ? 1 : TestRequest.number(v);
+          });
     }
     pb.shadow(p.path("shadow").asBoolean(false));
     JsonNode key = p.get("key");
@@ -157,7 +172,8 @@ final class LimiterVectors {
         takeHold(i, step, where);
       } else if (step.has("settle")) {
         JsonNode s = step.get("settle");
-        Settlement got = holds.get(s.get("hold").asInt()).settle(TestRequest.number(s.get("actual"))).join();
+        Settlement got =
+            holds.get(s.get("hold").asInt()).settle(TestRequest.number(s.get("actual"))).join();
         JsonNode e = step.get("expect");
         assertEquals(e.get("settled").asBoolean(), got.settled(), where);
         if (e.has("charged")) {
@@ -174,10 +190,14 @@ final class LimiterVectors {
     }
     if (c.has("expect_stats")) {
       Map<String, Long> stats = limiter.stats().asMap();
-      c.get("expect_stats").properties().forEach(e -> {
-        assertTrue(stats.containsKey(e.getKey()), id + ": no counter " + e.getKey());
-        assertEquals(e.getValue().asLong(), stats.get(e.getKey()), id + " stats." + e.getKey());
-      });
+      c.get("expect_stats")
+          .properties()
+          .forEach(
+              e -> {
+                assertTrue(stats.containsKey(e.getKey()), id + ": no counter " + e.getKey());
+                assertEquals(
+                    e.getValue().asLong(), stats.get(e.getKey()), id + " stats." + e.getKey());
+              });
     }
   }
 
@@ -249,7 +269,12 @@ final class LimiterVectors {
     String error = e.path("error").asText("");
     Hold hold;
     try {
-      hold = d.hold(h.get("policy").asText(), TestRequest.number(h.get("estimate")), h.get("ttl_ms").asDouble() / 1000).join();
+      hold =
+          d.hold(
+                  h.get("policy").asText(),
+                  TestRequest.number(h.get("estimate")),
+                  h.get("ttl_ms").asDouble() / 1000)
+              .join();
     } catch (IllegalArgumentException ex) {
       assertEquals("invalid_input", error, where + ": " + ex.getMessage());
       return;

@@ -12,7 +12,9 @@ final class ResponseVectors {
   private ResponseVectors() {}
 
   static LimitKind kind(JsonNode r) {
-    return r.has("kind") ? LimitKind.valueOf(r.get("kind").asText().toUpperCase(Locale.ROOT)) : LimitKind.BUCKET;
+    return r.has("kind")
+        ? LimitKind.valueOf(r.get("kind").asText().toUpperCase(Locale.ROOT))
+        : LimitKind.BUCKET;
   }
 
   static void check(JsonNode c) {
@@ -25,17 +27,26 @@ final class ResponseVectors {
       Double window = k == LimitKind.WINDOW ? Math.rint(r.get("capacity").asDouble() / rate) : null;
       results.add(
           new PolicyResult(
-              r.get("name").asText(), "rl:" + r.get("name").asText(), TestRequest.number(r.get("capacity")), rate,
-              TestRequest.number(r.get("cost")), k, window, r.get("allowed").asBoolean(),
-              TestRequest.number(r.get("remaining")), TestRequest.number(r.get("retry_after")),
-              TestRequest.number(r.get("reset_after")), r.get("shadow").asBoolean()));
+              r.get("name").asText(),
+              "rl:" + r.get("name").asText(),
+              TestRequest.number(r.get("capacity")),
+              rate,
+              TestRequest.number(r.get("cost")),
+              k,
+              window,
+              r.get("allowed").asBoolean(),
+              TestRequest.number(r.get("remaining")),
+              TestRequest.number(r.get("retry_after")),
+              TestRequest.number(r.get("reset_after")),
+              r.get("shadow").asBoolean()));
     }
     Decision d = Decision.of(results);
     JsonNode legacy = c.get("legacy");
     Headers.Options opts =
         legacy == null || legacy.isNull()
             ? Headers.Options.DEFAULT
-            : new Headers.Options(true, Headers.LegacyReset.valueOf(legacy.asText().toUpperCase(Locale.ROOT)));
+            : new Headers.Options(
+                true, Headers.LegacyReset.valueOf(legacy.asText().toUpperCase(Locale.ROOT)));
     long nowMs = (long) (c.get("now_unix").asDouble() * 1000);
     RateLimitResponse resp = Headers.respond(d, opts, nowMs);
     JsonNode e = c.get("expect");
@@ -70,6 +81,10 @@ final class ResponseVectors {
   static void assertHeaders(JsonNode want, RateLimitResponse resp, String id) {
     want.properties()
         .forEach(
-            h -> assertEquals(h.getValue().isNull() ? null : h.getValue().asText(), resp.header(h.getKey()), id + " " + h.getKey()));
+            h ->
+                assertEquals(
+                    h.getValue().isNull() ? null : h.getValue().asText(),
+                    resp.header(h.getKey()),
+                    id + " " + h.getKey()));
   }
 }

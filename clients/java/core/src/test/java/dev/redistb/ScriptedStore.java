@@ -15,10 +15,10 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 
 /**
- * A store that answers from a vector's script (clients/vectors/README.md): each call must be
- * the next one listed, compared exactly for names and keys and numerically for numbers, and
- * answered with its {@code reply}, {@code error}, {@code timeout}, {@code connection_error}, or
- * held until a later {@code release} step.
+ * A store that answers from a vector's script (clients/vectors/README.md): each call must be the
+ * next one listed, compared exactly for names and keys and numerically for numbers, and answered
+ * with its {@code reply}, {@code error}, {@code timeout}, {@code connection_error}, or held until a
+ * later {@code release} step.
  */
 final class ScriptedStore extends CommandStore {
   private final Deque<JsonNode> expected = new ArrayDeque<>();
@@ -80,7 +80,8 @@ final class ScriptedStore extends CommandStore {
       return CompletableFuture.completedFuture(raw(call.get("reply")));
     }
     if (call.has("error")) {
-      return CompletableFuture.failedFuture(StoreException.reply(command, call.get("error").asText()));
+      return CompletableFuture.failedFuture(
+          StoreException.reply(command, call.get("error").asText()));
     }
     if (call.path("timeout").asBoolean(false)) {
       return CompletableFuture.failedFuture(StoreException.timeout(command, 50));

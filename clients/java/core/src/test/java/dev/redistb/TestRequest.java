@@ -12,6 +12,7 @@ final class TestRequest implements RequestView {
   final String peer;
   final Map<String, List<String>> headers = new HashMap<>();
   final String route;
+
   /** per-policy answers of cost and limit functions for this request */
   final Map<String, JsonNode> costs = new HashMap<>();
 
@@ -29,7 +30,7 @@ final class TestRequest implements RequestView {
     JsonNode hs = check.get("headers");
     if (hs != null) {
       hs.properties()
-        .forEach(
+          .forEach(
               e -> {
                 List<String> lines = new ArrayList<>();
                 e.getValue().forEach(l -> lines.add(l.asText()));

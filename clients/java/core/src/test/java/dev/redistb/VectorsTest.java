@@ -27,8 +27,8 @@ import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.TestFactory;
 
 /**
- * Every file of clients/vectors (clients/vectors/README.md): a file without a handler, or a
- * case of a kind the handler does not know, fails; each case's id names its test.
+ * Every file of clients/vectors (clients/vectors/README.md): a file without a handler, or a case of
+ * a kind the handler does not know, fails; each case's id names its test.
  */
 class VectorsTest {
   static final ObjectMapper JSON = new ObjectMapper();
@@ -59,12 +59,17 @@ class VectorsTest {
       Consumer<JsonNode> handler = HANDLERS.get(name);
       List<DynamicTest> cases = new ArrayList<>();
       if (handler == null) {
-        cases.add(DynamicTest.dynamicTest(name, () -> fail("no handler for clients/vectors/" + f.getFileName())));
+        cases.add(
+            DynamicTest.dynamicTest(
+                name, () -> fail("no handler for clients/vectors/" + f.getFileName())));
       } else {
         for (JsonNode c : doc.get("cases")) {
           String id = c.get("id").asText();
           assertTrue(ids.add(id), "duplicate vector id " + id);
-          cases.add(DynamicTest.dynamicTest(id + " (" + c.get("rule").asText() + ") " + c.get("title").asText(), () -> handler.accept(c)));
+          cases.add(
+              DynamicTest.dynamicTest(
+                  id + " (" + c.get("rule").asText() + ") " + c.get("title").asText(),
+                  () -> handler.accept(c)));
         }
       }
       out.add(DynamicContainer.dynamicContainer(name, cases));
@@ -134,7 +139,12 @@ class VectorsTest {
       case "limit":
         build =
             () ->
-                Policy.builder("p", Limit.checked(TestRequest.number(v.get("capacity")), TestRequest.number(v.get("rate")))).build();
+                Policy.builder(
+                        "p",
+                        Limit.checked(
+                            TestRequest.number(v.get("capacity")),
+                            TestRequest.number(v.get("rate"))))
+                    .build();
         break;
       case "cost":
         build = () -> Policy.perSecond("p", 10).cost(TestRequest.number(v)).build();
@@ -159,17 +169,26 @@ class VectorsTest {
             () -> {
               WindowMode mode;
               try {
-                mode = WindowMode.valueOf(v.get("mode").asText().toUpperCase(java.util.Locale.ROOT));
+                mode =
+                    WindowMode.valueOf(v.get("mode").asText().toUpperCase(java.util.Locale.ROOT));
               } catch (IllegalArgumentException e) {
                 throw new ConfigException("unknown window mode " + v.get("mode"));
               }
-              Policy.builder("w", WindowLimit.of(TestRequest.number(v.get("limit")), TestRequest.number(v.get("seconds")), mode)).build();
+              Policy.builder(
+                      "w",
+                      WindowLimit.of(
+                          TestRequest.number(v.get("limit")),
+                          TestRequest.number(v.get("seconds")),
+                          mode))
+                  .build();
             };
         break;
       case "in_flight":
         build =
             () -> {
-              InFlightLimit f = InFlightLimit.of(TestRequest.number(v.get("limit")), TestRequest.number(v.get("lease")));
+              InFlightLimit f =
+                  InFlightLimit.of(
+                      TestRequest.number(v.get("limit")), TestRequest.number(v.get("lease")));
               Policy.Builder b = Policy.builder("conc", f);
               if (v.has("cost")) {
                 b.cost(TestRequest.number(v.get("cost")));
@@ -241,7 +260,8 @@ class VectorsTest {
     JsonNode e = c.get("expect");
     String id = c.get("id").asText();
     assertEquals(e.get("client").isNull() ? null : e.get("client").asText(), got.address(), id);
-    assertEquals(e.get("identity").isNull() ? null : e.get("identity").asText(), got.identity(), id);
+    assertEquals(
+        e.get("identity").isNull() ? null : e.get("identity").asText(), got.identity(), id);
   }
 
   // -- keys.json, header_identity.json: through a limiter's one call -----------------------
@@ -272,7 +292,14 @@ class VectorsTest {
     assertEquals(e.get("key").asText(), sent.get(1), id);
     assertEquals(e.get("key").asText(), d.results().get(0).key(), id);
     if (route == null) {
-      assertEquals(e.get("key").asText(), limiter.key(c.get("policy").asText(), identity.asText(), null, tag.isNull() ? null : tag.asText()), id);
+      assertEquals(
+          e.get("key").asText(),
+          limiter.key(
+              c.get("policy").asText(),
+              identity.asText(),
+              null,
+              tag.isNull() ? null : tag.asText()),
+          id);
     }
   }
 

@@ -24,7 +24,9 @@ import org.springframework.web.bind.annotation.RequestParam;
 import org.springframework.web.bind.annotation.RestController;
 import org.springframework.web.servlet.mvc.method.annotation.StreamingResponseBody;
 
-/** The demo's routes; {@code Decision} arguments are the main limiter's decision for the request. */
+/**
+ * The demo's routes; {@code Decision} arguments are the main limiter's decision for the request.
+ */
 @RestController
 class ApiController {
   private final PrometheusMeterRegistry prometheus;
@@ -58,7 +60,8 @@ class ApiController {
   }
 
   @PostMapping("/orders")
-  ResponseEntity<Map<String, Object>> order(@RequestBody Map<String, Object> body, Decision decision) {
+  ResponseEntity<Map<String, Object>> order(
+      @RequestBody Map<String, Object> body, Decision decision) {
     Object itemId = body.get("item_id");
     Object quantity = body.get("quantity");
     if (!(itemId instanceof Number) || !(quantity instanceof Number q) || q.doubleValue() <= 0) {
@@ -66,13 +69,18 @@ class ApiController {
       if (decision != null) {
         decision.refund().join();
       }
-      return ResponseEntity.unprocessableEntity().body(Map.of("error", "item_id and a positive quantity are required"));
+      return ResponseEntity.unprocessableEntity()
+          .body(Map.of("error", "item_id and a positive quantity are required"));
     }
-    return ResponseEntity.status(HttpStatus.CREATED).body(Map.of("item_id", itemId, "quantity", quantity));
+    return ResponseEntity.status(HttpStatus.CREATED)
+        .body(Map.of("item_id", itemId, "quantity", quantity));
   }
 
   @GetMapping("/search")
-  Map<String, Object> search(@RequestParam(defaultValue = "") String q, @RequestParam(defaultValue = "50") int size, Decision decision) {
+  Map<String, Object> search(
+      @RequestParam(defaultValue = "") String q,
+      @RequestParam(defaultValue = "50") int size,
+      Decision decision) {
     Map<String, Object> out = new LinkedHashMap<>();
     out.put("q", q);
     out.put("size", size);
@@ -82,8 +90,8 @@ class ApiController {
   }
 
   /**
-   * The login: its own limiter (a sliding window of 20 an hour, SPEC W: alone in its
-   * limiter) that fails CLOSED: Redis down, 503 rather than unlimited password guessing.
+   * The login: its own limiter (a sliding window of 20 an hour, SPEC W: alone in its limiter) that
+   * fails CLOSED: Redis down, 503 rather than unlimited password guessing.
    */
   @RateLimit(name = "login", limit = 20, window = "1h", limiter = "login", failOpen = false)
   @PostMapping("/login")
@@ -101,9 +109,9 @@ class ApiController {
   }
 
   /**
-   * An LLM proxy's stream (SSE): the check took a 'streams' slot (released when the response
-   * ends, a client that goes away included); the handler holds max_tokens on 'tokens' before
-   * it streams and settles the number of tokens it sent.
+   * An LLM proxy's stream (SSE): the check took a 'streams' slot (released when the response ends,
+   * a client that goes away included); the handler holds max_tokens on 'tokens' before it streams
+   * and settles the number of tokens it sent.
    */
   @GetMapping("/stream")
   ResponseEntity<StreamingResponseBody> stream(
@@ -149,7 +157,10 @@ class ApiController {
             }
           }
         };
-    return ResponseEntity.ok().contentType(MediaType.TEXT_EVENT_STREAM).header("Cache-Control", "no-cache").body(body);
+    return ResponseEntity.ok()
+        .contentType(MediaType.TEXT_EVENT_STREAM)
+        .header("Cache-Control", "no-cache")
+        .body(body);
   }
 
   private static void write(OutputStream out, String event) throws IOException {

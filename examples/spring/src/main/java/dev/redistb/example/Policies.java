@@ -10,8 +10,8 @@ import org.springframework.context.annotation.Configuration;
 import org.springframework.core.annotation.Order;
 
 /**
- * The API's policies beyond {@code ip} (application.properties): all of a request's policies
- * are checked in one call (TB.MTAKE, or TB.ACQUIRE ... TAKE on /stream), all or nothing.
+ * The API's policies beyond {@code ip} (application.properties): all of a request's policies are
+ * checked in one call (TB.MTAKE, or TB.ACQUIRE ... TAKE on /stream), all or nothing.
  */
 @Configuration(proxyBeanMethods = false)
 class Policies {
@@ -30,7 +30,11 @@ class Policies {
   @Bean
   @Order(1)
   Policy user() {
-    return Policy.tiered("user", Map.of("free", Limit.perHour(100), "pro", Limit.perHour(5000)), Accounts::plan, "free")
+    return Policy.tiered(
+            "user",
+            Map.of("free", Limit.perHour(100), "pro", Limit.perHour(5000)),
+            Accounts::plan,
+            "free")
         .key(Accounts::user)
         .build();
   }
@@ -52,7 +56,11 @@ class Policies {
   @Bean
   @Order(4)
   Policy searchStrict() {
-    return Policy.perMinute("search-strict", 20).cost(Policies::searchCost).routes("GET /search").shadow(true).build();
+    return Policy.perMinute("search-strict", 20)
+        .cost(Policies::searchCost)
+        .routes("GET /search")
+        .shadow(true)
+        .build();
   }
 
   /** At most 2 streams in progress per client address, a lease of 2 s (SPEC N). */

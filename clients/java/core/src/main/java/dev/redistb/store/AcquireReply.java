@@ -1,8 +1,8 @@
 package dev.redistb.store;
 
 /**
- * TB.ACQUIRE's reply, {@code [granted, in_flight, id or nil, ms]}, then with TAKE the
- * buckets' aggregate and their replies.
+ * TB.ACQUIRE's reply, {@code [granted, in_flight, id or nil, ms]}, then with TAKE the buckets'
+ * aggregate and their replies.
  *
  * @param granted whether a lease was taken
  * @param inFlight leases held on the key after the call

@@ -1,8 +1,8 @@
 package dev.redistb.store;
 
 /**
- * One bucket of an all-or-nothing call (TB.MTAKE, TB.ACQUIRE ... TAKE) or of a refund: its
- * key, its shape and the tokens to take.
+ * One bucket of an all-or-nothing call (TB.MTAKE, TB.ACQUIRE ... TAKE) or of a refund: its key, its
+ * shape and the tokens to take.
  *
  * @param key the bucket's key
  * @param capacity the burst (tokens)

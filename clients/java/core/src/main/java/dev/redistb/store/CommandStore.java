@@ -7,15 +7,15 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 
 /**
- * {@link Store} over a client that sends a raw command and hands back its raw reply (a
- * {@link Number} for integers and RESP3 doubles, a {@link String}, {@code byte[]} or {@link
- * ByteBuffer} for bulk strings, a {@link List} for arrays, null for nil): the arguments of
- * every command are written here, and every reply read here, once for every backend.
+ * {@link Store} over a client that sends a raw command and hands back its raw reply (a {@link
+ * Number} for integers and RESP3 doubles, a {@link String}, {@code byte[]} or {@link ByteBuffer}
+ * for bulk strings, a {@link List} for arrays, null for nil): the arguments of every command are
+ * written here, and every reply read here, once for every backend.
  */
 public abstract class CommandStore implements Store {
   /**
-   * Sends one command ({@code args[0]} is its name); the future completes with the raw reply
-   * or a {@link StoreException}.
+   * Sends one command ({@code args[0]} is its name); the future completes with the raw reply or a
+   * {@link StoreException}.
    */
   protected abstract CompletableFuture<Object> send(List<String> args);
 
@@ -39,8 +39,8 @@ public abstract class CommandStore implements Store {
   // -- arguments ------------------------------------------------------------------------
 
   /**
-   * A number as the module reads it: integers as plain digits, others as the round-trip
-   * text of the double (the module's grammar takes {@code 1.0E-4}).
+   * A number as the module reads it: integers as plain digits, others as the round-trip text of the
+   * double (the module's grammar takes {@code 1.0E-4}).
    */
   public static String arg(double x) {
     if (!Double.isFinite(x)) {

@@ -4,11 +4,11 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 
 /**
- * The module's commands, typed (docs/commands.md): the seam between the limiter and Redis.
- * {@link CommandStore} implements it over any client that can send a raw command (the
- * Lettuce and Jedis backends); a backend without the module (a script) implements it
- * directly. Every method answers asynchronously; a failure completes the future with a
- * {@link StoreException}. A {@code now} of null is the server's clock.
+ * The module's commands, typed (docs/commands.md): the seam between the limiter and Redis. {@link
+ * CommandStore} implements it over any client that can send a raw command (the Lettuce and Jedis
+ * backends); a backend without the module (a script) implements it directly. Every method answers
+ * asynchronously; a failure completes the future with a {@link StoreException}. A {@code now} of
+ * null is the server's clock.
  */
 public interface Store {
   /** {@code host:port} of the server, for messages. */
@@ -34,7 +34,8 @@ public interface Store {
   CompletableFuture<HoldsInfo> peekHolds(String key);
 
   /** TB.REFUND key capacity rate n [now]. */
-  CompletableFuture<TakeReply> refund(String key, double capacity, double rate, double n, Double now);
+  CompletableFuture<TakeReply> refund(
+      String key, double capacity, double rate, double n, Double now);
 
   /** TB.REFUND on each bucket, sent together (pipelined, no transaction). */
   CompletableFuture<List<TakeReply>> refundAll(List<Bucket> buckets);
@@ -65,8 +66,8 @@ public interface Store {
       String key, double capacity, double rate, String id, double actual, Double maxWait);
 
   /**
-   * SPEC U1: {@code COMMAND INFO tb.take}; true when the module's commands exist. An error
-   * reply (NOPERM) completes with a {@link StoreException} of kind REPLY.
+   * SPEC U1: {@code COMMAND INFO tb.take}; true when the module's commands exist. An error reply
+   * (NOPERM) completes with a {@link StoreException} of kind REPLY.
    */
   CompletableFuture<Boolean> moduleLoaded();
 }

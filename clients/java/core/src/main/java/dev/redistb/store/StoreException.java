@@ -1,8 +1,8 @@
 package dev.redistb.store;
 
 /**
- * A store call that failed. SPEC B1: a connection error or a timeout opens the limiter's
- * breaker ({@link #opensBreaker()}); an error reply counts as a store error but does not.
+ * A store call that failed. SPEC B1: a connection error or a timeout opens the limiter's breaker
+ * ({@link #opensBreaker()}); an error reply counts as a store error but does not.
  */
 public class StoreException extends RuntimeException {
   private static final long serialVersionUID = 1L;

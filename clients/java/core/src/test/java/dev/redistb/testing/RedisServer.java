@@ -14,9 +14,9 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
- * A real redis-server on a free loopback port, persistence off, with the module loaded (or
- * without, for the startup checks): bounded start, its log printed when it fails, the
- * process ended on {@link #close()}.
+ * A real redis-server on a free loopback port, persistence off, with the module loaded (or without,
+ * for the startup checks): bounded start, its log printed when it fails, the process ended on
+ * {@link #close()}.
  */
 public final class RedisServer implements AutoCloseable {
   private static final long START_TIMEOUT_MS = 30_000;
@@ -75,15 +75,27 @@ public final class RedisServer implements AutoCloseable {
   public void launch() throws IOException {
     List<String> argv = new ArrayList<>();
     String bin = System.getenv().getOrDefault("REDIS_SERVER", "redis-server");
-    argv.addAll(List.of(bin, "--port", Integer.toString(port), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no", "--dir", dir.toString()));
+    argv.addAll(
+        List.of(
+            bin,
+            "--port",
+            Integer.toString(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            dir.toString()));
     if (withModule) {
       argv.addAll(List.of("--loadmodule", Repo.module().toString()));
     }
     long deadline = System.currentTimeMillis() + START_TIMEOUT_MS;
     Path log = dir.resolve("redis.log");
     while (true) {
-      process = new ProcessBuilder(argv).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+      process =
+          new ProcessBuilder(argv).redirectErrorStream(true).redirectOutput(log.toFile()).start();
       while (System.currentTimeMillis() < deadline && process.isAlive()) {
         if (ping()) {
           return;
@@ -92,7 +104,11 @@ public final class RedisServer implements AutoCloseable {
       }
       if (process.isAlive() || System.currentTimeMillis() >= deadline) {
         process.destroyForcibly();
-        throw new IllegalStateException("redis-server did not answer within " + START_TIMEOUT_MS + " ms:\n" + Files.readString(log));
+        throw new IllegalStateException(
+            "redis-server did not answer within "
+                + START_TIMEOUT_MS
+                + " ms:\n"
+                + Files.readString(log));
       }
       sleep(200); // the port may still be held right after a stop: try again until the deadline
     }

@@ -15,15 +15,20 @@ public final class Repo {
       }
       p = p.getParent();
     }
-    throw new IllegalStateException("clients/SPEC.md not found above " + Path.of("").toAbsolutePath());
+    throw new IllegalStateException(
+        "clients/SPEC.md not found above " + Path.of("").toAbsolutePath());
   }
 
   /** The module, built by {@code cargo build --release} (or REDIS_TB_MODULE). */
   public static Path module() {
     String env = System.getenv("REDIS_TB_MODULE");
-    Path m = env != null && !env.isEmpty() ? Path.of(env) : root().resolve("target/release/libredis_tb.so");
+    Path m =
+        env != null && !env.isEmpty()
+            ? Path.of(env)
+            : root().resolve("target/release/libredis_tb.so");
     if (!Files.isRegularFile(m)) {
-      throw new IllegalStateException(m + " is missing: build it with `cargo build --release` (make build)");
+      throw new IllegalStateException(
+          m + " is missing: build it with `cargo build --release` (make build)");
     }
     return m;
   }

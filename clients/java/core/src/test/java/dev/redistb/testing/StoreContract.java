@@ -34,8 +34,8 @@ import org.junit.jupiter.api.Test;
 
 /**
  * The same cases for every store backend (the {@code limits} library's one suite over every
- * storage): the twelve commands against a real redis-server with the module, error replies,
- * a stopped server, the startup check, and a limiter's whole check on the store.
+ * storage): the twelve commands against a real redis-server with the module, error replies, a
+ * stopped server, the startup check, and a limiter's whole check on the store.
  */
 public abstract class StoreContract {
   protected RedisServer redis;
@@ -69,11 +69,15 @@ public abstract class StoreContract {
     assertTrue(t.allowed());
     assertEquals(7, t.remaining(), 0.01);
     assertEquals(-1, get(store.take("b1", 10, 1, 20, null)).retryAfter());
-    MultiReply m = get(store.mtake(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 5)), null));
+    MultiReply m =
+        get(store.mtake(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 5)), null));
     assertTrue(m.aggregate().allowed());
     assertEquals(2, m.keys().size());
     assertEquals(0, m.keys().get(1).remaining(), 0.01);
-    assertFalse(get(store.mtake(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 5)), null)).aggregate().allowed());
+    assertFalse(
+        get(store.mtake(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 5)), null))
+            .aggregate()
+            .allowed());
     assertTrue(get(store.reserve("q", 1, 2, 1, 5, null)).reply().allowed());
     var reserved = get(store.reserve("q", 1, 2, 1, 5, null));
     assertTrue(reserved.reply().allowed());
@@ -81,7 +85,8 @@ public abstract class StoreContract {
     TakeReply peek = get(store.peek("b1", 10, 1, null));
     assertTrue(peek.remaining() < 10);
     assertTrue(get(store.refund("b1", 10, 1, 2, null)).allowed());
-    List<TakeReply> refunds = get(store.refundAll(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 1))));
+    List<TakeReply> refunds =
+        get(store.refundAll(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 1))));
     assertEquals(2, refunds.size());
     TakeReply fixed = get(store.take("now", 10, 1, 1, 1764456268.5));
     assertTrue(fixed.allowed());
@@ -116,7 +121,8 @@ public abstract class StoreContract {
     AcquireReply both = get(store.acquire("c", 2, 30000, List.of(new Bucket("bb", 1, 1, 1))));
     assertTrue(both.granted());
     assertEquals(1, both.take().keys().size());
-    AcquireReply bucketRefused = get(store.acquire("c", 2, 30000, List.of(new Bucket("bb", 1, 1, 1))));
+    AcquireReply bucketRefused =
+        get(store.acquire("c", 2, 30000, List.of(new Bucket("bb", 1, 1, 1))));
     assertFalse(bucketRefused.granted());
     assertFalse(bucketRefused.take().aggregate().allowed());
   }
@@ -138,7 +144,8 @@ public abstract class StoreContract {
 
   @Test
   void an_error_reply_is_a_reply_error_that_leaves_the_breaker_closed() {
-    CompletionException e = assertThrows(CompletionException.class, () -> store.take("b", 0, 1, 1, null).join());
+    CompletionException e =
+        assertThrows(CompletionException.class, () -> store.take("b", 0, 1, 1, null).join());
     StoreException se = (StoreException) e.getCause();
     assertEquals(StoreException.Kind.REPLY, se.kind());
     assertFalse(se.opensBreaker());
@@ -149,7 +156,8 @@ public abstract class StoreContract {
   void the_module_is_found_and_a_stopped_server_is_a_connection_error() {
     assertTrue(get(store.moduleLoaded()));
     redis.stop();
-    CompletionException e = assertThrows(CompletionException.class, () -> store.take("b", 1, 1, 1, null).join());
+    CompletionException e =
+        assertThrows(CompletionException.class, () -> store.take("b", 1, 1, 1, null).join());
     assertTrue(((StoreException) e.getCause()).opensBreaker(), e.getCause().getMessage());
   }
 
@@ -184,7 +192,8 @@ public abstract class StoreContract {
         RateLimiter.builder(store)
             .timeoutMillis(2000)
             .policy(Policy.perMinute("ip", 2))
-            .policy(Policy.builder("global", Limit.perMinute(100)).key(dev.redistb.Key.fixed("all")))
+            .policy(
+                Policy.builder("global", Limit.perMinute(100)).key(dev.redistb.Key.fixed("all")))
             .policy(Policy.builder("conc", Limit.inFlight(5, 10)))
             .policy(Policy.perHour("tokens", 1000).settleLater(true))
             .build();
@@ -215,7 +224,9 @@ public abstract class StoreContract {
       RateLimiter limiter = RateLimiter.builder(s).policy(Policy.perSecond("ip", 1)).build();
       StartupException e = assertThrows(StartupException.class, limiter::startup);
       assertEquals(
-          "redis-tb module not loaded on 127.0.0.1:" + plain.port() + ": load libredis_tb.so with loadmodule",
+          "redis-tb module not loaded on 127.0.0.1:"
+              + plain.port()
+              + ": load libredis_tb.so with loadmodule",
           e.getMessage());
     }
   }

@@ -15,11 +15,11 @@ import redis.clients.jedis.exceptions.JedisConnectionException;
 import redis.clients.jedis.exceptions.JedisDataException;
 
 /**
- * The module's commands on the application's own Jedis ({@link UnifiedJedis}: {@code
- * JedisPooled}, {@code JedisCluster}). Jedis blocks: each call runs on the calling thread and
- * its future is complete when it returns, so the bound on a call is the pool's socket
- * timeout: set it to the limiter's timeout (the Spring starter does). Refunds of several
- * buckets go in one pipeline. For reactive stacks use the Lettuce store.
+ * The module's commands on the application's own Jedis ({@link UnifiedJedis}: {@code JedisPooled},
+ * {@code JedisCluster}). Jedis blocks: each call runs on the calling thread and its future is
+ * complete when it returns, so the bound on a call is the pool's socket timeout: set it to the
+ * limiter's timeout (the Spring starter does). Refunds of several buckets go in one pipeline. For
+ * reactive stacks use the Lettuce store.
  */
 public final class JedisStore extends CommandStore {
   private final UnifiedJedis jedis;
@@ -58,7 +58,8 @@ public final class JedisStore extends CommandStore {
   @Override
   protected CompletableFuture<Object> send(List<String> args) {
     try {
-      return CompletableFuture.completedFuture(jedis.sendCommand(new Command(args.get(0)), rest(args)));
+      return CompletableFuture.completedFuture(
+          jedis.sendCommand(new Command(args.get(0)), rest(args)));
     } catch (RuntimeException e) {
       return CompletableFuture.failedFuture(map(args.get(0), e));
     }
@@ -93,6 +94,7 @@ public final class JedisStore extends CommandStore {
     if (e instanceof JedisConnectionException && e.getCause() instanceof SocketTimeoutException) {
       return new StoreException(StoreException.Kind.TIMEOUT, command + ": " + e.getMessage(), e);
     }
-    return StoreException.connection(command + ": " + e.getClass().getSimpleName() + ": " + e.getMessage(), e);
+    return StoreException.connection(
+        command + ": " + e.getClass().getSimpleName() + ": " + e.getMessage(), e);
   }
 }

@@ -16,7 +16,10 @@ class JedisStoreTest extends StoreContract {
     JedisPooled j =
         new JedisPooled(
             new HostAndPort("127.0.0.1", port),
-            DefaultJedisClientConfig.builder().socketTimeoutMillis(2000).connectionTimeoutMillis(2000).build());
+            DefaultJedisClientConfig.builder()
+                .socketTimeoutMillis(2000)
+                .connectionTimeoutMillis(2000)
+                .build());
     pools.add(j);
     return JedisStore.of(j, "127.0.0.1:" + port);
   }

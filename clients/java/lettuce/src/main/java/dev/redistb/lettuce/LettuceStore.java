@@ -2,9 +2,9 @@ package dev.redistb.lettuce;
 
 import dev.redistb.store.CommandStore;
 import dev.redistb.store.StoreException;
+import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisCommandTimeoutException;
-import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.api.async.BaseRedisAsyncCommands;
@@ -20,29 +20,31 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Supplier;
 
 /**
- * The module's commands on the application's own Lettuce connection: each a custom command
- * ({@code dispatch}), asynchronous, pipelined on the connection with everything else it
- * carries. Give the client {@code ClientOptions.disconnectedBehavior(REJECT_COMMANDS)}: a
- * command made while Redis is down then fails at once (the limiter's failure mode answers)
- * instead of waiting in Lettuce's queue and charging a bucket after the request was answered.
+ * The module's commands on the application's own Lettuce connection: each a custom command ({@code
+ * dispatch}), asynchronous, pipelined on the connection with everything else it carries. Give the
+ * client {@code ClientOptions.disconnectedBehavior(REJECT_COMMANDS)}: a command made while Redis is
+ * down then fails at once (the limiter's failure mode answers) instead of waiting in Lettuce's
+ * queue and charging a bucket after the request was answered.
  */
 public final class LettuceStore extends CommandStore {
   private final Supplier<CompletableFuture<BaseRedisAsyncCommands<String, String>>> commands;
   private final String server;
 
-  private LettuceStore(Supplier<CompletableFuture<BaseRedisAsyncCommands<String, String>>> commands, String server) {
+  private LettuceStore(
+      Supplier<CompletableFuture<BaseRedisAsyncCommands<String, String>>> commands, String server) {
     this.commands = commands;
     this.server = server;
   }
 
   /**
-   * A store that connects itself with {@code client} (connectAsync) on its first call, and
-   * again on the next call after a connection that failed or closed: a Redis unreachable at
-   * startup is then the limiter's failure mode until it answers (SPEC U2). The client's
-   * options should reject commands while disconnected.
+   * A store that connects itself with {@code client} (connectAsync) on its first call, and again on
+   * the next call after a connection that failed or closed: a Redis unreachable at startup is then
+   * the limiter's failure mode until it answers (SPEC U2). The client's options should reject
+   * commands while disconnected.
    */
   public static LettuceStore connect(RedisClient client, RedisURI uri) {
-    AtomicReference<CompletableFuture<StatefulRedisConnection<String, String>>> current = new AtomicReference<>();
+    AtomicReference<CompletableFuture<StatefulRedisConnection<String, String>>> current =
+        new AtomicReference<>();
     Supplier<CompletableFuture<BaseRedisAsyncCommands<String, String>>> get =
         () -> {
           CompletableFuture<StatefulRedisConnection<String, String>> c = current.get();
@@ -64,15 +66,19 @@ public final class LettuceStore extends CommandStore {
     return new LettuceStore(get, describe(uri));
   }
 
-  /** A store on a connection ({@code client.connect()}); {@code server} is host:port for messages. */
+  /**
+   * A store on a connection ({@code client.connect()}); {@code server} is host:port for messages.
+   */
   public static LettuceStore of(StatefulRedisConnection<String, String> connection, String server) {
-    CompletableFuture<BaseRedisAsyncCommands<String, String>> c = CompletableFuture.completedFuture(connection.async());
+    CompletableFuture<BaseRedisAsyncCommands<String, String>> c =
+        CompletableFuture.completedFuture(connection.async());
     return new LettuceStore(() -> c, server);
   }
 
   /** A store on any async command interface (a cluster connection's, say). */
   public static LettuceStore of(BaseRedisAsyncCommands<String, String> commands, String server) {
-    CompletableFuture<BaseRedisAsyncCommands<String, String>> c = CompletableFuture.completedFuture(commands);
+    CompletableFuture<BaseRedisAsyncCommands<String, String>> c =
+        CompletableFuture.completedFuture(commands);
     return new LettuceStore(() -> c, server);
   }
 
@@ -111,7 +117,9 @@ public final class LettuceStore extends CommandStore {
           commands
               .get()
               .thenCompose(
-                  c -> c.dispatch(new Keyword(name), new NestedMultiOutput<>(StringCodec.UTF8), a).toCompletableFuture());
+                  c ->
+                      c.dispatch(new Keyword(name), new NestedMultiOutput<>(StringCodec.UTF8), a)
+                          .toCompletableFuture());
     } catch (RuntimeException e) {
       return CompletableFuture.failedFuture(map(name, e));
     }
@@ -152,6 +160,7 @@ public final class LettuceStore extends CommandStore {
     if (t instanceof RedisCommandTimeoutException) {
       return new StoreException(StoreException.Kind.TIMEOUT, command + ": " + t.getMessage(), t);
     }
-    return StoreException.connection(command + ": " + t.getClass().getSimpleName() + ": " + t.getMessage(), t);
+    return StoreException.connection(
+        command + ": " + t.getClass().getSimpleName() + ": " + t.getMessage(), t);
   }
 }

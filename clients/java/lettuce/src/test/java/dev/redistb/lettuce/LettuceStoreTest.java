@@ -25,14 +25,23 @@ class LettuceStoreTest extends StoreContract {
 
   private RedisClient client() {
     RedisClient c = RedisClient.create();
-    c.setOptions(ClientOptions.builder().disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS).build());
+    c.setOptions(
+        ClientOptions.builder()
+            .disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS)
+            .build());
     clients.add(c);
     return c;
   }
 
   @Override
   protected Store open(int port) {
-    return LettuceStore.connect(client(), RedisURI.builder().withHost("127.0.0.1").withPort(port).withTimeout(Duration.ofSeconds(2)).build());
+    return LettuceStore.connect(
+        client(),
+        RedisURI.builder()
+            .withHost("127.0.0.1")
+            .withPort(port)
+            .withTimeout(Duration.ofSeconds(2))
+            .build());
   }
 
   @Override
@@ -42,20 +51,35 @@ class LettuceStoreTest extends StoreContract {
   }
 
   @Test
-  void an_unreachable_redis_fails_the_start_unless_degraded_then_limits_once_it_answers() throws Exception {
+  void an_unreachable_redis_fails_the_start_unless_degraded_then_limits_once_it_answers()
+      throws Exception {
     int port = RedisServer.freePort();
     Store s = open(port);
     StartupException e =
-        assertThrows(StartupException.class, () -> RateLimiter.builder(s).policy(Policy.perSecond("ip", 1)).build().startup());
+        assertThrows(
+            StartupException.class,
+            () -> RateLimiter.builder(s).policy(Policy.perSecond("ip", 1)).build().startup());
     assertTrue(
-        e.getMessage().startsWith("redis-tb: cannot reach Redis at 127.0.0.1:" + port + " ("), e.getMessage());
-    assertTrue(e.getMessage().endsWith("): start it, or set startDegraded to start failing open"), e.getMessage());
+        e.getMessage().startsWith("redis-tb: cannot reach Redis at 127.0.0.1:" + port + " ("),
+        e.getMessage());
+    assertTrue(
+        e.getMessage().endsWith("): start it, or set startDegraded to start failing open"),
+        e.getMessage());
     List<String> lines = new ArrayList<>();
     RateLimiter degraded =
-        RateLimiter.builder(s).startDegraded(true).cooldownMillis(0).timeoutMillis(2000).logger(lines::add).policy(Policy.perSecond("ip", 1)).build();
+        RateLimiter.builder(s)
+            .startDegraded(true)
+            .cooldownMillis(0)
+            .timeoutMillis(2000)
+            .logger(lines::add)
+            .policy(Policy.perSecond("ip", 1))
+            .build();
     degraded.startup();
     assertEquals(
-        List.of("redis-tb: Redis at 127.0.0.1:" + port + " unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)"),
+        List.of(
+            "redis-tb: Redis at 127.0.0.1:"
+                + port
+                + " unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)"),
         lines);
     Decision down = degraded.check(request("203.0.113.9", "GET /")).join();
     assertEquals(Outcome.STORE_ERROR, down.outcome());
@@ -63,7 +87,8 @@ class LettuceStoreTest extends StoreContract {
     // the server comes up on that port: the store connects on the next call
     RedisServer late = RedisServer.startOn(port, true);
     try {
-      assertEquals(Outcome.ALLOWED, degraded.check(request("203.0.113.9", "GET /")).join().outcome());
+      assertEquals(
+          Outcome.ALLOWED, degraded.check(request("203.0.113.9", "GET /")).join().outcome());
     } finally {
       late.close();
     }

@@ -21,16 +21,17 @@ import org.springframework.expression.spel.standard.SpelExpressionParser;
 import org.springframework.util.ReflectionUtils;
 
 /**
- * The limiters of {@link RateLimit} methods, one per method (its annotations are its
- * policies, checked in one call), built when the bean is (a configuration error fails the
- * start, SPEC C) and checked at startup with the others (U).
+ * The limiters of {@link RateLimit} methods, one per method (its annotations are its policies,
+ * checked in one call), built when the bean is (a configuration error fails the start, SPEC C) and
+ * checked at startup with the others (U).
  */
 public final class AnnotationLimiters implements BeanPostProcessor {
   private static final SpelExpressionParser PARSER = new SpelExpressionParser();
   private static final ParameterNameDiscoverer NAMES = new DefaultParameterNameDiscoverer();
 
   /** What a key or cost expression sees: the call's arguments, the request, the client address. */
-  record Call(Method method, Object[] args, RequestView view, dev.redistb.ClientIpConfig clientIp) {}
+  record Call(
+      Method method, Object[] args, RequestView view, dev.redistb.ClientIpConfig clientIp) {}
 
   /** The request of an annotated call as its limiter sees it. */
   record CallView(Call call) implements RequestView {
@@ -92,7 +93,9 @@ public final class AnnotationLimiters implements BeanPostProcessor {
     RateLimiter.Builder b = limiters.get().builder(name, failOpen).limitUnmatched(true);
     for (RateLimit a : annotations) {
       if (a.failOpen() != failOpen || !(a.limiter().isEmpty() ? where : a.limiter()).equals(name)) {
-        throw new ConfigException(where + ": the @RateLimit annotations of one method are one limiter: give them one limiter and failOpen");
+        throw new ConfigException(
+            where
+                + ": the @RateLimit annotations of one method are one limiter: give them one limiter and failOpen");
       }
       b.policy(policy(a, m, where));
     }
@@ -106,25 +109,33 @@ public final class AnnotationLimiters implements BeanPostProcessor {
       throw new ConfigException(at + ": per (a bucket) or window, not both");
     }
     if (!a.window().isEmpty()) {
-      p = Policy.builder(a.name(), WindowLimit.of(a.limit(), Durations.seconds(a.window(), at + " window"), a.mode()));
+      p =
+          Policy.builder(
+              a.name(),
+              WindowLimit.of(a.limit(), Durations.seconds(a.window(), at + " window"), a.mode()));
     } else if (!a.per().isEmpty()) {
-      p = Policy.builder(a.name(), Limit.perPeriod(a.limit(), Durations.seconds(a.per(), at + " per")));
+      p =
+          Policy.builder(
+              a.name(), Limit.perPeriod(a.limit(), Durations.seconds(a.per(), at + " per")));
     } else {
       throw new ConfigException(at + ": per (a bucket) or window is required");
     }
     if (!a.key().isEmpty()) {
       Expression e = PARSER.parseExpression(a.key());
-      p.key(Key.fromFn(req -> {
-        Object v = e.getValue(context(req));
-        return v == null ? null : v.toString();
-      }));
+      p.key(
+          Key.fromFn(
+              req -> {
+                Object v = e.getValue(context(req));
+                return v == null ? null : v.toString();
+              }));
     }
     if (!a.costExpression().isEmpty()) {
       Expression e = PARSER.parseExpression(a.costExpression());
-      p.cost(req -> {
-        Object v = e.getValue(context(req));
-        return v instanceof Number n ? n.doubleValue() : Double.NaN;
-      });
+      p.cost(
+          req -> {
+            Object v = e.getValue(context(req));
+            return v instanceof Number n ? n.doubleValue() : Double.NaN;
+          });
     } else {
       p.cost(a.cost());
     }
@@ -133,7 +144,8 @@ public final class AnnotationLimiters implements BeanPostProcessor {
 
   private static MethodBasedEvaluationContext context(RequestView req) {
     Call call = (Call) req.request();
-    MethodBasedEvaluationContext ctx = new MethodBasedEvaluationContext(call, call.method(), call.args(), NAMES);
+    MethodBasedEvaluationContext ctx =
+        new MethodBasedEvaluationContext(call, call.method(), call.args(), NAMES);
     ctx.setVariable("request", call.view().request());
     ctx.setVariable("clientIp", call.clientIp().identity(call.view().peer(), call.view()::header));
     return ctx;

@@ -11,7 +11,10 @@ import org.springframework.web.reactive.BindingContext;
 import org.springframework.web.server.ServerWebExchange;
 import reactor.core.publisher.Mono;
 
-/** A {@code Decision} handler argument: the main limiter's decision for this request (null when none). */
+/**
+ * A {@code Decision} handler argument: the main limiter's decision for this request (null when
+ * none).
+ */
 final class DecisionArgumentResolvers {
   private DecisionArgumentResolvers() {}
 
@@ -23,21 +26,27 @@ final class DecisionArgumentResolvers {
     }
 
     @Override
-    public Object resolveArgument(MethodParameter p, ModelAndViewContainer mav, NativeWebRequest req, WebDataBinderFactory binders) {
+    public Object resolveArgument(
+        MethodParameter p,
+        ModelAndViewContainer mav,
+        NativeWebRequest req,
+        WebDataBinderFactory binders) {
       HttpServletRequest r = req.getNativeRequest(HttpServletRequest.class);
       return r == null ? null : ServletResponses.decision(r);
     }
   }
 
   /** WebFlux. */
-  static final class Reactive implements org.springframework.web.reactive.result.method.HandlerMethodArgumentResolver {
+  static final class Reactive
+      implements org.springframework.web.reactive.result.method.HandlerMethodArgumentResolver {
     @Override
     public boolean supportsParameter(MethodParameter p) {
       return p.getParameterType() == Decision.class;
     }
 
     @Override
-    public Mono<Object> resolveArgument(MethodParameter p, BindingContext ctx, ServerWebExchange exchange) {
+    public Mono<Object> resolveArgument(
+        MethodParameter p, BindingContext ctx, ServerWebExchange exchange) {
       return Mono.justOrEmpty(WebFluxResponses.decision(exchange));
     }
   }

@@ -41,7 +41,8 @@ final class Durations {
       }
       return v;
     } catch (NumberFormatException | DateTimeParseException e) {
-      throw new ConfigException(what + " is not a duration (30s, 1m, 1h, 1d, PT1H), got '" + text + "'");
+      throw new ConfigException(
+          what + " is not a duration (30s, 1m, 1h, 1d, PT1H), got '" + text + "'");
     }
   }
 }

@@ -17,7 +17,10 @@ final class JedisStores {
     JedisPooled jedis =
         new JedisPooled(
             new HostAndPort(uri.getHost(), uri.getPort() < 0 ? 6379 : uri.getPort()),
-            DefaultJedisClientConfig.builder().socketTimeoutMillis(ms).connectionTimeoutMillis(Math.max(ms, 1000)).build());
+            DefaultJedisClientConfig.builder()
+                .socketTimeoutMillis(ms)
+                .connectionTimeoutMillis(Math.max(ms, 1000))
+                .build());
     owned.close(jedis::close);
     return JedisStore.of(jedis, RedisTbAutoConfiguration.server(uri));
   }

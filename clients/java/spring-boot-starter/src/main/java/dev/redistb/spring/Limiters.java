@@ -19,9 +19,9 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.logging.Logger;
 
 /**
- * Every limiter of the application, built from {@code redis-tb.*} (the main one) and from
- * {@link RateLimit} annotations, on one store with one configuration; {@link #startup()}
- * checks each (SPEC U1, U2) before the application serves.
+ * Every limiter of the application, built from {@code redis-tb.*} (the main one) and from {@link
+ * RateLimit} annotations, on one store with one configuration; {@link #startup()} checks each (SPEC
+ * U1, U2) before the application serves.
  */
 public final class Limiters {
   private static final Logger LOG = Logger.getLogger("redis_tb");
@@ -114,11 +114,21 @@ public final class Limiters {
     Policy.Builder b;
     if (p.getWindow() != null) {
       WindowMode mode = WindowMode.valueOf(p.getMode().toUpperCase(Locale.ROOT));
-      b = Policy.builder(p.getName(), WindowLimit.of(p.getLimit(), Durations.seconds(p.getWindow(), where + ".window"), mode));
+      b =
+          Policy.builder(
+              p.getName(),
+              WindowLimit.of(
+                  p.getLimit(), Durations.seconds(p.getWindow(), where + ".window"), mode));
     } else if (p.getLease() != null) {
-      b = Policy.builder(p.getName(), InFlightLimit.of(p.getLimit(), Durations.seconds(p.getLease(), where + ".lease")));
+      b =
+          Policy.builder(
+              p.getName(),
+              InFlightLimit.of(p.getLimit(), Durations.seconds(p.getLease(), where + ".lease")));
     } else if (p.getPer() != null) {
-      b = Policy.builder(p.getName(), Limit.perPeriod(p.getLimit(), Durations.seconds(p.getPer(), where + ".per")));
+      b =
+          Policy.builder(
+              p.getName(),
+              Limit.perPeriod(p.getLimit(), Durations.seconds(p.getPer(), where + ".per")));
     } else {
       throw new ConfigException(where + ": one of per, window or lease is required");
     }
@@ -143,6 +153,7 @@ public final class Limiters {
     if (s.startsWith("fixed:")) {
       return Key.fixed(s.substring(6));
     }
-    throw new ConfigException(where + ".key must be client-ip, header:<name> or fixed:<value>, got '" + spec + "'");
+    throw new ConfigException(
+        where + ".key must be client-ip, header:<name> or fixed:<value>, got '" + spec + "'");
   }
 }

@@ -11,15 +11,15 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * SPEC M1, M2 through Micrometer: in Prometheus {@code redis_tb_allowed_total}, ... labels
- * {@code limiter} and {@code policy} (configuration, never a client identity), the call
- * duration histogram {@code redis_tb_redis_call_duration_seconds}, the gauge {@code
- * redis_tb_leases_in_flight}.
+ * SPEC M1, M2 through Micrometer: in Prometheus {@code redis_tb_allowed_total}, ... labels {@code
+ * limiter} and {@code policy} (configuration, never a client identity), the call duration histogram
+ * {@code redis_tb_redis_call_duration_seconds}, the gauge {@code redis_tb_leases_in_flight}.
  */
 public final class MicrometerLimiterMetrics implements LimiterMetrics {
   /** Bucket bounds of the call duration, in seconds. */
   static final Duration[] BUCKETS = {
-    Duration.ofNanos(100_000), Duration.ofNanos(250_000), Duration.ofNanos(500_000), Duration.ofMillis(1),
+    Duration.ofNanos(100_000), Duration.ofNanos(250_000), Duration.ofNanos(500_000),
+        Duration.ofMillis(1),
     Duration.ofNanos(2_500_000), Duration.ofMillis(5), Duration.ofMillis(10), Duration.ofMillis(25),
     Duration.ofMillis(50), Duration.ofMillis(100), Duration.ofMillis(250), Duration.ofSeconds(1)
   };

@@ -9,11 +9,10 @@ import java.lang.annotation.RetentionPolicy;
 import java.lang.annotation.Target;
 
 /**
- * A rate-limit policy on a controller method, checked through Spring AOP before the method
- * runs. Several on one method are one limiter: one all-or-nothing call (TB.MTAKE). A bucket
- * is {@code limit} per {@code per}; a window (SPEC W) is at most {@code limit} per {@code
- * window}. Durations: {@code 30s}, {@code 1m}, {@code 1h}, {@code 1d} or ISO-8601 ({@code
- * PT1H}).
+ * A rate-limit policy on a controller method, checked through Spring AOP before the method runs.
+ * Several on one method are one limiter: one all-or-nothing call (TB.MTAKE). A bucket is {@code
+ * limit} per {@code per}; a window (SPEC W) is at most {@code limit} per {@code window}. Durations:
+ * {@code 30s}, {@code 1m}, {@code 1h}, {@code 1d} or ISO-8601 ({@code PT1H}).
  *
  * <pre>{@code
  * @RateLimit(name = "login", limit = 20, window = "1h", limiter = "login", failOpen = false)
@@ -42,9 +41,9 @@ public @interface RateLimit {
   WindowMode mode() default WindowMode.SLIDING;
 
   /**
-   * The identity, a SpEL expression over the method's arguments ({@code #user.id}), the
-   * request ({@code #request}) and the client address ({@code #clientIp}); empty: the client
-   * address (SPEC A). Null or empty skips the policy (I1).
+   * The identity, a SpEL expression over the method's arguments ({@code #user.id}), the request
+   * ({@code #request}) and the client address ({@code #clientIp}); empty: the client address (SPEC
+   * A). Null or empty skips the policy (I1).
    */
   String key() default "";
 

@@ -11,8 +11,8 @@ import org.springframework.web.bind.annotation.RestControllerAdvice;
 
 /**
  * Writes a {@link RateLimitedException} (an {@link RateLimit} refusal, a refused hold) as the
- * limiter answered it: status, rate-limit headers (a second line of a list header is the
- * same list, RFC 9110 5.3), and the problem body. For Spring MVC and WebFlux alike.
+ * limiter answered it: status, rate-limit headers (a second line of a list header is the same list,
+ * RFC 9110 5.3), and the problem body. For Spring MVC and WebFlux alike.
  */
 @RestControllerAdvice
 @Order(Ordered.HIGHEST_PRECEDENCE)

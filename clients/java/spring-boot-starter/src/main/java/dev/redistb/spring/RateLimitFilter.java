@@ -13,14 +13,13 @@ import java.io.IOException;
 import org.springframework.web.filter.OncePerRequestFilter;
 
 /**
- * The servlet filter: every request checked against the main limiter before any handler
- * (its route template resolved as Spring MVC will), a refusal answered with its status,
- * headers and problem body, an admitted request given the headers and its decision (the
- * request attribute {@link ServletResponses#DECISION}, or a {@code Decision} handler
- * argument). A lease (SPEC N) is renewed while the request runs and released when the
- * response is finished: at once for a plain response, at the async request's end for a
- * streamed one ({@code StreamingResponseBody}, {@code SseEmitter}), a client gone mid-stream
- * included.
+ * The servlet filter: every request checked against the main limiter before any handler (its route
+ * template resolved as Spring MVC will), a refusal answered with its status, headers and problem
+ * body, an admitted request given the headers and its decision (the request attribute {@link
+ * ServletResponses#DECISION}, or a {@code Decision} handler argument). A lease (SPEC N) is renewed
+ * while the request runs and released when the response is finished: at once for a plain response,
+ * at the async request's end for a streamed one ({@code StreamingResponseBody}, {@code
+ * SseEmitter}), a client gone mid-stream included.
  */
 public class RateLimitFilter extends OncePerRequestFilter {
   private final RateLimiter limiter;
@@ -32,9 +31,11 @@ public class RateLimitFilter extends OncePerRequestFilter {
   }
 
   @Override
-  protected void doFilterInternal(HttpServletRequest request, HttpServletResponse response, FilterChain chain)
+  protected void doFilterInternal(
+      HttpServletRequest request, HttpServletResponse response, FilterChain chain)
       throws ServletException, IOException {
-    Decision decision = limiter.check(new ServletRequestView(request, routes.route(request))).join();
+    Decision decision =
+        limiter.check(new ServletRequestView(request, routes.route(request))).join();
     request.setAttribute(ServletResponses.DECISION, decision);
     RateLimitResponse out = limiter.respond(decision);
     if (!out.proceeds()) {

@@ -20,9 +20,9 @@ import reactor.core.publisher.Mono;
 /**
  * The WebFlux {@code WebFilter}: the servlet filter's behaviour on a reactive stack. The route
  * template is the one the application's handler mappings find; the decision is the exchange
- * attribute {@link WebFluxResponses#DECISION}; a lease is renewed while the response is
- * written and released when it ends, completes, fails or is cancelled (a {@code Flux} body
- * included). The exchange is put in the Reactor context for {@link RateLimit} methods.
+ * attribute {@link WebFluxResponses#DECISION}; a lease is renewed while the response is written and
+ * released when it ends, completes, fails or is cancelled (a {@code Flux} body included). The
+ * exchange is put in the Reactor context for {@link RateLimit} methods.
  */
 public class RateLimitWebFilter implements WebFilter, Ordered {
   private final RateLimiter limiter;
@@ -61,7 +61,11 @@ public class RateLimitWebFilter implements WebFilter, Ordered {
             hm ->
                 hm.getHandler(exchange)
                     .onErrorResume(e -> Mono.empty())
-                    .flatMap(h -> Mono.justOrEmpty(exchange.getAttribute(HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE))))
+                    .flatMap(
+                        h ->
+                            Mono.justOrEmpty(
+                                exchange.getAttribute(
+                                    HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE))))
         .next()
         .map(p -> Optional.of(exchange.getRequest().getMethod().name() + " " + p))
         .defaultIfEmpty(Optional.empty());
@@ -70,7 +74,10 @@ public class RateLimitWebFilter implements WebFilter, Ordered {
   @Override
   public Mono<Void> filter(ServerWebExchange exchange, WebFilterChain chain) {
     return route(exchange)
-        .flatMap(route -> Mono.fromFuture(() -> limiter.check(new WebFluxRequestView(exchange, route.orElse(null)))))
+        .flatMap(
+            route ->
+                Mono.fromFuture(
+                    () -> limiter.check(new WebFluxRequestView(exchange, route.orElse(null)))))
         .flatMap(
             decision -> {
               exchange.getAttributes().put(WebFluxResponses.DECISION, decision);

@@ -5,8 +5,8 @@ import dev.redistb.RateLimitResponse;
 
 /**
  * A request an {@link RateLimit} limiter (or a held settle_later policy) refused: carries the
- * response every adapter sends (429, 503, 500, 400 with the headers and problem body), which
- * the starter's handler writes.
+ * response every adapter sends (429, 503, 500, 400 with the headers and problem body), which the
+ * starter's handler writes.
  */
 public class RateLimitedException extends RuntimeException {
   private static final long serialVersionUID = 1L;

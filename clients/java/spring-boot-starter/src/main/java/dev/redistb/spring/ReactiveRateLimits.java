@@ -10,9 +10,9 @@ import reactor.core.publisher.Flux;
 import reactor.core.publisher.Mono;
 
 /**
- * {@link RateLimit} on methods returning {@code Mono} or {@code Flux}: the check runs when
- * the result is subscribed, with the exchange the starter's WebFilter put in the Reactor
- * context; the method runs only when admitted.
+ * {@link RateLimit} on methods returning {@code Mono} or {@code Flux}: the check runs when the
+ * result is subscribed, with the exchange the starter's WebFilter put in the Reactor context; the
+ * method runs only when admitted.
  */
 final class ReactiveRateLimits {
   private ReactiveRateLimits() {}
@@ -21,14 +21,18 @@ final class ReactiveRateLimits {
     return Publisher.class.isAssignableFrom(type);
   }
 
-  private static Mono<Object> check(ProceedingJoinPoint pjp, Method method, RateLimiter limiter, AnnotationLimiters limiters) {
+  private static Mono<Object> check(
+      ProceedingJoinPoint pjp, Method method, RateLimiter limiter, AnnotationLimiters limiters) {
     return Mono.deferContextual(
         ctx -> {
           ServerWebExchange exchange = ctx.getOrDefault(ServerWebExchange.class, null);
           if (exchange == null) {
             return Mono.just(Boolean.TRUE);
           }
-          return Mono.fromFuture(() -> limiter.check(limiters.view(method, pjp.getArgs(), WebFluxRequestView.of(exchange))))
+          return Mono.fromFuture(
+                  () ->
+                      limiter.check(
+                          limiters.view(method, pjp.getArgs(), WebFluxRequestView.of(exchange))))
               .map(
                   d -> {
                     RateLimitResponse out = limiter.respond(d);
@@ -41,7 +45,8 @@ final class ReactiveRateLimits {
         });
   }
 
-  static Object around(ProceedingJoinPoint pjp, Method method, RateLimiter limiter, AnnotationLimiters limiters) {
+  static Object around(
+      ProceedingJoinPoint pjp, Method method, RateLimiter limiter, AnnotationLimiters limiters) {
     Mono<Object> gate = check(pjp, method, limiter, limiters);
     if (Flux.class.isAssignableFrom(method.getReturnType())) {
       return gate.flatMapMany(ok -> Flux.from(proceed(pjp)));

@@ -14,7 +14,6 @@ import java.net.URI;
 import java.time.Duration;
 import java.util.List;
 import org.springframework.beans.factory.ObjectProvider;
-import org.springframework.boot.ApplicationRunner;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
@@ -33,10 +32,10 @@ import org.springframework.web.reactive.result.method.annotation.ArgumentResolve
 import org.springframework.web.servlet.config.annotation.WebMvcConfigurer;
 
 /**
- * redis-tb from {@code redis-tb.*}: the store (Lettuce, or Jedis), the limiters (the main one
- * from properties and Policy beans, one per {@link RateLimit} method), the servlet filter or
- * the WebFlux WebFilter, the aspect, Micrometer metrics, and the strict startup check (SPEC
- * U: no module, no permission or an unreachable Redis stops the start in one line).
+ * redis-tb from {@code redis-tb.*}: the store (Lettuce, or Jedis), the limiters (the main one from
+ * properties and Policy beans, one per {@link RateLimit} method), the servlet filter or the WebFlux
+ * WebFilter, the aspect, Micrometer metrics, and the strict startup check (SPEC U: no module, no
+ * permission or an unreachable Redis stops the start in one line).
  */
 @AutoConfiguration(
     afterName = {
@@ -48,7 +47,9 @@ import org.springframework.web.servlet.config.annotation.WebMvcConfigurer;
 public class RedisTbAutoConfiguration {
 
   static String server(URI uri) {
-    return (uri.getHost() == null ? "127.0.0.1" : uri.getHost()) + ":" + (uri.getPort() < 0 ? 6379 : uri.getPort());
+    return (uri.getHost() == null ? "127.0.0.1" : uri.getHost())
+        + ":"
+        + (uri.getPort() < 0 ? 6379 : uri.getPort());
   }
 
   /** The store on the application's Redis (a {@code Store} bean of the application wins). */
@@ -148,8 +149,10 @@ public class RedisTbAutoConfiguration {
   static class Servlet {
     @Bean
     @ConditionalOnProperty(prefix = "redis-tb", name = "filter", matchIfMissing = true)
-    FilterRegistrationBean<RateLimitFilter> redisTbFilter(RateLimiter limiter, ApplicationContext context) {
-      FilterRegistrationBean<RateLimitFilter> reg = new FilterRegistrationBean<>(new RateLimitFilter(limiter, new ServletRoutes(context)));
+    FilterRegistrationBean<RateLimitFilter> redisTbFilter(
+        RateLimiter limiter, ApplicationContext context) {
+      FilterRegistrationBean<RateLimitFilter> reg =
+          new FilterRegistrationBean<>(new RateLimitFilter(limiter, new ServletRoutes(context)));
       reg.setOrder(Ordered.HIGHEST_PRECEDENCE + 100);
       reg.addUrlPatterns("/*");
       return reg;

@@ -6,9 +6,9 @@ import java.util.List;
 import org.springframework.boot.context.properties.ConfigurationProperties;
 
 /**
- * {@code redis-tb.*}: the store, the main limiter's settings (SPEC C) and its policies. Key,
- * cost and limit functions (plan tiers, a user id) are {@code Policy} beans instead; they
- * join these policies in the same limiter.
+ * {@code redis-tb.*}: the store, the main limiter's settings (SPEC C) and its policies. Key, cost
+ * and limit functions (plan tiers, a user id) are {@code Policy} beans instead; they join these
+ * policies in the same limiter.
  */
 @ConfigurationProperties(prefix = "redis-tb")
 public class RedisTbProperties {
@@ -75,19 +75,27 @@ public class RedisTbProperties {
   /** One policy from properties. */
   public static class PolicyProperties {
     private String name;
+
     /** a bucket's capacity, a window's limit, an in-flight n */
     private double limit;
+
     /** a bucket: limit per this duration ({@code 1s}, {@code 1m}, ...) */
     private String per;
+
     /** a window (SPEC W): at most limit per this duration */
     private String window;
+
     /** {@code sliding} (default) or {@code fixed} */
     private String mode = "sliding";
+
     /** an in-flight limit (SPEC N): its lease ({@code 30s}) */
     private String lease;
+
     private Double cost;
+
     /** {@code client-ip} (default), {@code header:X-Api-Key}, {@code fixed:all} */
     private String key = "client-ip";
+
     private List<String> routes;
     private boolean perRoute;
     private boolean shadow;

@@ -16,13 +16,17 @@ import org.springframework.web.servlet.HandlerMapping;
 final class ServletRateLimits {
   private ServletRateLimits() {}
 
-  static Object around(ProceedingJoinPoint pjp, Method method, RateLimiter limiter, AnnotationLimiters limiters) throws Throwable {
+  static Object around(
+      ProceedingJoinPoint pjp, Method method, RateLimiter limiter, AnnotationLimiters limiters)
+      throws Throwable {
     if (!(RequestContextHolder.getRequestAttributes() instanceof ServletRequestAttributes attrs)) {
       return pjp.proceed(); // not in a web request (a job, a test calling the bean)
     }
     HttpServletRequest request = attrs.getRequest();
     Object pattern = request.getAttribute(HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
-    RequestView view = new ServletRequestView(request, pattern == null ? null : request.getMethod() + " " + pattern);
+    RequestView view =
+        new ServletRequestView(
+            request, pattern == null ? null : request.getMethod() + " " + pattern);
     Decision decision = limiter.check(limiters.view(method, pjp.getArgs(), view)).join();
     RateLimitResponse out = limiter.respond(decision);
     if (!out.proceeds()) {

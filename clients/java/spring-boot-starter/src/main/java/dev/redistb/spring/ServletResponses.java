@@ -8,7 +8,10 @@ import jakarta.servlet.http.HttpServletResponse;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 
-/** Writing a limiter's answer on a servlet response (SPEC H1: a second limiter's items join the first's). */
+/**
+ * Writing a limiter's answer on a servlet response (SPEC H1: a second limiter's items join the
+ * first's).
+ */
 public final class ServletResponses {
   /** The request attribute holding the main limiter's decision. */
   public static final String DECISION = Decision.class.getName();

@@ -22,8 +22,7 @@ import org.springframework.web.util.ServletRequestPathUtils;
  * SPEC K5 in a servlet filter: the template of the route Spring MVC will run ({@code GET
  * /items/{id}}), found by asking the application's handler mappings (controllers and router
  * functions; static resources are no route) in their order, on a view of the request whose
- * attributes are its own, so the dispatch that follows is untouched. Raw paths never reach a
- * key.
+ * attributes are its own, so the dispatch that follows is untouched. Raw paths never reach a key.
  */
 final class ServletRoutes {
   private final ApplicationContext context;

@@ -9,8 +9,11 @@ import org.springframework.web.server.ServerWebExchange;
 record WebFluxRequestView(ServerWebExchange exchange, String route) implements RequestView {
   /** The route the dispatch found, when it already ran (inside a handler). */
   static WebFluxRequestView of(ServerWebExchange exchange) {
-    Object pattern = exchange.getAttribute(org.springframework.web.reactive.HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
-    String route = pattern == null ? null : exchange.getRequest().getMethod().name() + " " + pattern;
+    Object pattern =
+        exchange.getAttribute(
+            org.springframework.web.reactive.HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
+    String route =
+        pattern == null ? null : exchange.getRequest().getMethod().name() + " " + pattern;
     return new WebFluxRequestView(exchange, route);
   }
 

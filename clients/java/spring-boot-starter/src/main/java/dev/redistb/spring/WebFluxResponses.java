@@ -12,7 +12,9 @@ import org.springframework.http.server.reactive.ServerHttpResponse;
 import org.springframework.web.server.ServerWebExchange;
 import reactor.core.publisher.Mono;
 
-/** Writing a limiter's answer on a WebFlux response (the same headers and bodies as the servlet's). */
+/**
+ * Writing a limiter's answer on a WebFlux response (the same headers and bodies as the servlet's).
+ */
 public final class WebFluxResponses {
   /** The exchange attribute holding the main limiter's decision. */
   public static final String DECISION = Decision.class.getName();
