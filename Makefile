@@ -81,7 +81,7 @@ test-examples: build
 # redis-server processes with the module, the Spring Boot starter and the gateway limiter,
 # and the Spring examples (examples/spring, examples/spring-gateway) built and tested.
 test-java: build
-	mvn -B -q -f clients/java/pom.xml verify
+	mvn -B -ntp -f clients/java/pom.xml verify
 
 lint-java:
 	mvn -B -q -f clients/java/pom.xml spotless:check test-compile

@@ -79,16 +79,22 @@ public class RedisTbAutoConfiguration {
     return new RedisTbClients();
   }
 
-  @Bean
-  @ConditionalOnMissingBean(LimiterMetrics.class)
-  LimiterMetrics redisTbMetrics(ObjectProvider<MeterRegistry> registry) {
-    MeterRegistry r = registry.getIfAvailable();
-    return r == null ? LimiterMetrics.NONE : new MicrometerLimiterMetrics(r);
+  /** SPEC M: Micrometer, when it is there (the application's MeterRegistry). */
+  @Configuration(proxyBeanMethods = false)
+  @ConditionalOnClass(name = "io.micrometer.core.instrument.MeterRegistry")
+  static class Micrometer {
+    @Bean
+    @ConditionalOnMissingBean(LimiterMetrics.class)
+    LimiterMetrics redisTbMetrics(ObjectProvider<MeterRegistry> registry) {
+      MeterRegistry r = registry.getIfAvailable();
+      return r == null ? LimiterMetrics.NONE : new MicrometerLimiterMetrics(r);
+    }
   }
 
   @Bean
-  Limiters redisTbLimiters(RedisTbProperties props, Store store, LimiterMetrics metrics) {
-    return new Limiters(props, store, metrics);
+  Limiters redisTbLimiters(
+      RedisTbProperties props, Store store, ObjectProvider<LimiterMetrics> metrics) {
+    return new Limiters(props, store, metrics.getIfAvailable(() -> LimiterMetrics.NONE));
   }
 
   /** The main limiter: the properties' policies and the application's Policy beans. */

@@ -1,0 +1,33 @@
+package dev.redistb.gatewayexample;
+
+import java.util.Map;
+import org.springframework.boot.SpringApplication;
+import org.springframework.boot.autoconfigure.SpringBootApplication;
+import org.springframework.cloud.gateway.filter.ratelimit.KeyResolver;
+import org.springframework.context.annotation.Bean;
+import org.springframework.web.bind.annotation.GetMapping;
+import org.springframework.web.bind.annotation.RestController;
+import reactor.core.publisher.Mono;
+
+/** A gateway route limited by redis-tb's RateLimiter; the backend is a handler of the same app. */
+@SpringBootApplication
+@RestController
+public class GatewayApplication {
+  public static void main(String[] args) {
+    SpringApplication.run(GatewayApplication.class, args);
+  }
+
+  /** Whose bucket: the API key, or "anonymous". */
+  @Bean
+  KeyResolver apiKeyResolver() {
+    return exchange -> {
+      String key = exchange.getRequest().getHeaders().getFirst("X-API-Key");
+      return Mono.just(key == null ? "anonymous" : key);
+    };
+  }
+
+  @GetMapping("/backend/hello")
+  Map<String, String> hello() {
+    return Map.of("hello", "world");
+  }
+}
