@@ -61,14 +61,15 @@ public class RateLimitWebFilter implements WebFilter, Ordered {
             hm ->
                 hm.getHandler(exchange)
                     .onErrorResume(e -> Mono.empty())
-                    .flatMap(
-                        h ->
-                            Mono.justOrEmpty(
-                                exchange.getAttribute(
-                                    HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE))))
+                    .flatMap(h -> pattern(exchange)))
         .next()
         .map(p -> Optional.of(exchange.getRequest().getMethod().name() + " " + p))
         .defaultIfEmpty(Optional.empty());
+  }
+
+  private static Mono<Object> pattern(ServerWebExchange exchange) {
+    Object p = exchange.getAttribute(HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
+    return Mono.justOrEmpty(p);
   }
 
   @Override
