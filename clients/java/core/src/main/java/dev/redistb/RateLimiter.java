@@ -1,12 +1,8 @@
 package dev.redistb;
 
-import dev.redistb.store.Bucket;
 import dev.redistb.store.Store;
 import java.util.ArrayList;
-import java.util.EnumSet;
-import java.util.HashSet;
 import java.util.List;
-import java.util.Set;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Consumer;
@@ -32,7 +28,8 @@ public final class RateLimiter {
   private final boolean limitUnmatched;
   private final boolean anyRoutes;
   private final Planner planner;
-  private final DenyCache denyCache;
+  private final CachedRefusals denyCache;
+  private final Refunds refunds;
   private final GuardedStore guarded;
   private final Leases leases;
   private final Holds holds;
@@ -53,17 +50,21 @@ public final class RateLimiter {
     this.log = new RateLog(b.clock, b.logger);
     this.planner = new Planner(b.prefix, b.clientIp, b.hashTag, b.shadow, b.policies);
     this.denyCache =
-        b.denyCacheEntries == 0 ? null : new DenyCache(b.denyCacheEntries, 2.0 * b.timeoutMs);
+        b.denyCacheEntries == 0
+            ? null
+            : new CachedRefusals(
+                new DenyCache(b.denyCacheEntries, 2.0 * b.timeoutMs), stats, b.metrics, b.name);
     this.guarded =
         new GuardedStore(
             b.store, b.clock, b.timeoutMs, b.cooldownMs, stats, b.metrics, b.name, log, b.failOpen);
+    this.refunds = new Refunds(guarded, stats, b.metrics, b.name, denyCache);
     this.leases = new Leases(guarded, stats, b.metrics, b.name, log);
     this.holds = new Holds(guarded, stats, this::respond);
     this.ops =
         new Decision.Operations() {
           @Override
           public CompletableFuture<Boolean> refund(Decision d) {
-            return refundCharged(d);
+            return refunds.refund(d);
           }
 
           @Override
@@ -94,14 +95,14 @@ public final class RateLimiter {
     }
     stats.checks.increment();
     double now = clock.monotonicMillis();
-    Decision cached = refusedFromCache(plan, now);
+    Decision cached = denyCache == null ? null : denyCache.refused(plan, now);
     if (cached != null) {
       return CompletableFuture.completedFuture(cached);
     }
-    List<DenyCache.Probe> probes = claimProbes(plan, now);
+    List<DenyCache.Probe> probes = denyCache == null ? List.of() : denyCache.claimProbes(plan, now);
     CompletableFuture<Plan.Reply> call = plan.call(guarded);
     if (!probes.isEmpty()) {
-      call.whenComplete((reply, err) -> endProbes(probes, err));
+      call.whenComplete((reply, err) -> denyCache.endProbes(probes, err));
     }
     CompletableFuture<Decision> decision =
         call.handle(
@@ -142,82 +143,6 @@ public final class RateLimiter {
     return Plan.stopped(Outcome.INVALID_INPUT, policy);
   }
 
-  /** SPEC R2, R3, R4, H6: a refusal from the deny cache, or null. */
-  private Decision refusedFromCache(Plan plan, double now) {
-    if (denyCache == null) {
-      return null;
-    }
-    List<PolicyResult> results = null;
-    for (Plan.Part p : plan.parts) {
-      if (p.shadow() || p.kind() == LimitKind.IN_FLIGHT) {
-        continue; // shadow policies always reach Redis; R10
-      }
-      DenyCache.Entry e = denyCache.lookup(p.key(), p.capacity(), p.rate(), p.cost(), now);
-      if (e == null) {
-        continue;
-      }
-      // R3: deny_until - now; 1 while another check probes
-      double wait = now < e.denyUntil ? (e.denyUntil - now) / 1000 : 1;
-      if (results == null) {
-        results = new ArrayList<>();
-      }
-      results.add(
-          new PolicyResult(
-              p.name(),
-              p.key(),
-              p.capacity(),
-              p.rate(),
-              p.cost(),
-              p.kind(),
-              e.window,
-              false,
-              0,
-              wait,
-              Math.max(0, (e.resetAt - now) / 1000),
-              false));
-    }
-    if (results == null) {
-      return null;
-    }
-    stats.limited.increment();
-    stats.denyCacheHits.increment();
-    for (PolicyResult r : results) {
-      metrics.denyCacheHit(name, r.name());
-      metrics.limited(name, r.name());
-    }
-    return Decision.refused(results, true, null, null);
-  }
-
-  /** SPEC R4: this check is the one probe of every expired entry it found. */
-  private List<DenyCache.Probe> claimProbes(Plan plan, double now) {
-    if (denyCache == null) {
-      return List.of();
-    }
-    List<DenyCache.Probe> out = new ArrayList<>();
-    for (Plan.Part p : plan.parts) {
-      if (p.shadow() || p.kind() == LimitKind.IN_FLIGHT) {
-        continue;
-      }
-      DenyCache.Probe pr = denyCache.claimProbe(p.key(), p.capacity(), p.rate(), p.cost(), now);
-      if (pr != null) {
-        out.add(pr);
-      }
-    }
-    return out;
-  }
-
-  /** R4: the answer ends the probes; R6: a probe the open breaker stopped gives its claim back. */
-  private void endProbes(List<DenyCache.Probe> probes, Throwable err) {
-    boolean notSent = err != null && GuardedStore.notSent(err);
-    for (DenyCache.Probe p : probes) {
-      if (notSent) {
-        denyCache.giveBack(p);
-      } else {
-        denyCache.endProbe(p);
-      }
-    }
-  }
-
   /** SPEC D, N3, S2, R1, R5: the decision of a reply. */
   private Decision decide(Plan plan, Plan.Reply reply) {
     List<PolicyResult> results = plan.results(reply);
@@ -226,7 +151,9 @@ public final class RateLimiter {
       for (PolicyResult r : results) {
         metrics.allowed(name, r.name());
       }
-      rememberSpent(results);
+      if (denyCache != null) {
+        denyCache.spent(results, clock.monotonicMillis());
+      }
       Lease lease = null;
       if (reply.acquired() != null && reply.acquired().id() != null) {
         Plan.Part slot =
@@ -260,50 +187,11 @@ public final class RateLimiter {
         continue;
       }
       metrics.limited(name, r.name());
-      // R1: each enforced violated policy with a wait; R10: never an in-flight one
-      if (denyCache != null && r.retryAfter() > 0 && r.kind() != LimitKind.IN_FLIGHT) {
-        denyCache.remember(
-            r.key(),
-            new DenyCache.Entry(
-                r.name(),
-                r.capacity(),
-                r.rate(),
-                r.cost(),
-                now + r.retryAfter() * 1000,
-                now + Math.max(0, r.resetAfter()) * 1000,
-                r.window()));
+      if (denyCache != null) {
+        denyCache.refusedBy(r, now); // R1, R10
       }
     }
     return d;
-  }
-
-  /** SPEC R5: an admission that left an enforced bucket below the cost caches the next refusal. */
-  private void rememberSpent(List<PolicyResult> results) {
-    if (denyCache == null) {
-      return;
-    }
-    double now = clock.monotonicMillis();
-    for (PolicyResult r : results) {
-      if (r.shadow()
-          || r.kind() != LimitKind.BUCKET
-          || !(r.cost() > 0)
-          || !(r.remaining() < r.cost())) {
-        continue;
-      }
-      double wait = (r.cost() - r.remaining()) / r.rate();
-      if (wait > 0 && Double.isFinite(wait)) {
-        denyCache.remember(
-            r.key(),
-            new DenyCache.Entry(
-                r.name(),
-                r.capacity(),
-                r.rate(),
-                r.cost(),
-                now + wait * 1000,
-                now + Math.max(0, r.resetAfter()) * 1000,
-                null));
-      }
-    }
   }
 
   /** SPEC S2: counted, logged at most once a second per policy. */
@@ -324,40 +212,6 @@ public final class RateLimiter {
     stats.degraded.increment();
     metrics.degraded(name);
     return Decision.storeError(failOpen, GuardedStore.unwrap(err));
-  }
-
-  // -- refunds (SPEC F) ---------------------------------------------------------------------
-
-  /** F1, F3, B2, R8: TB.REFUND now on every bucket the request was charged on. */
-  private CompletableFuture<Boolean> refundCharged(Decision d) {
-    List<Bucket> buckets = new ArrayList<>();
-    List<PolicyResult> charged = new ArrayList<>();
-    for (PolicyResult r : d.results()) {
-      if (r.kind() == LimitKind.BUCKET && r.cost() > 0 && r.rate() != null) {
-        buckets.add(new Bucket(r.key(), r.capacity(), r.rate(), r.cost()));
-        charged.add(r);
-      }
-    }
-    if (buckets.isEmpty()) {
-      return CompletableFuture.completedFuture(false);
-    }
-    return guarded
-        .call("TB.REFUND", s -> s.refundAll(buckets))
-        .handle(
-            (replies, err) -> {
-              if (err != null) {
-                stats.refundErrors.increment();
-                return false;
-              }
-              stats.refunds.increment();
-              for (PolicyResult r : charged) {
-                metrics.refunded(name, r.name());
-                if (denyCache != null) {
-                  denyCache.drop(r.key());
-                }
-              }
-              return true;
-            });
   }
 
   // -- responses, keys, startup -----------------------------------------------------------
@@ -571,42 +425,8 @@ public final class RateLimiter {
 
     /** Checks C1 and C10 across the policies and builds the limiter. */
     public RateLimiter build() {
-      checkPolicies(policies);
+      PolicyChecks.check(policies);
       return new RateLimiter(this);
-    }
-  }
-
-  /** SPEC C1 (distinct names) and C10 (the kinds mix only as one call can check them). */
-  static void checkPolicies(List<Policy> policies) {
-    Set<String> names = new HashSet<>();
-    List<String> slots = new ArrayList<>();
-    List<String> windows = new ArrayList<>();
-    Set<LimitKind> seen = EnumSet.noneOf(LimitKind.class);
-    for (Policy p : policies) {
-      if (!names.add(p.name())) {
-        throw new ConfigException(
-            "policy names must be distinct within a limiter: '" + p.name() + "' twice");
-      }
-      seen.add(p.kind());
-      if (p.kind() == LimitKind.IN_FLIGHT) {
-        slots.add(p.name());
-      }
-      if (p.kind() == LimitKind.WINDOW) {
-        windows.add(p.name());
-      }
-    }
-    if (slots.size() > 1) {
-      throw new ConfigException(
-          "a limiter has at most one in-flight policy, got " + String.join(", ", slots));
-    }
-    if (!windows.isEmpty() && policies.size() > 1) {
-      List<String> all = new ArrayList<>();
-      policies.forEach(p -> all.add(p.name()));
-      throw new ConfigException(
-          "a window policy is the only policy of its limiter (put "
-              + String.join(", ", windows)
-              + " in a limiter of its own), got "
-              + String.join(", ", all));
     }
   }
 }
