@@ -28,10 +28,17 @@ public final class Decision {
   private final boolean fromCache;
   private final boolean charged;
   private final String culprit;
+  private final List<String> crossSlot;
   private final Lease lease;
   private final Map<String, SettleTarget> settleTargets;
   private final Operations ops;
   private final AtomicBoolean refunded = new AtomicBoolean();
+
+  /** SPEC G5: the holds taken on this decision, renewed from keepAlive() until finish(). */
+  private List<Hold> holds;
+
+  private boolean keptAlive;
+  private boolean finished;
 
   private Decision(
       Outcome outcome,
@@ -42,6 +49,7 @@ public final class Decision {
       boolean fromCache,
       boolean charged,
       String culprit,
+      List<String> crossSlot,
       Lease lease,
       Map<String, SettleTarget> settleTargets,
       Operations ops) {
@@ -53,6 +61,7 @@ public final class Decision {
     this.fromCache = fromCache;
     this.charged = charged;
     this.culprit = culprit;
+    this.crossSlot = crossSlot == null ? null : List.copyOf(crossSlot);
     this.lease = lease;
     this.settleTargets = settleTargets == null ? Map.of() : Map.copyOf(settleTargets);
     this.ops = ops;
@@ -70,6 +79,7 @@ public final class Decision {
         false,
         null,
         null,
+        null,
         settle,
         ops);
   }
@@ -77,7 +87,27 @@ public final class Decision {
   /** I2 (bad_request) or L3 (invalid_input), naming the header or the policy. */
   static Decision stopped(Outcome outcome, String culprit) {
     return new Decision(
-        outcome, false, List.of(), null, List.of(), false, false, culprit, null, null, null);
+        outcome, false, List.of(), null, List.of(), false, false, culprit, null, null, null, null);
+  }
+
+  /**
+   * SPEC K6: Redis answered CROSSSLOT: a configuration error (invalid_input, a 500 naming the
+   * policies of the call), never the failure mode.
+   */
+  static Decision crossSlot(List<String> policies) {
+    return new Decision(
+        Outcome.INVALID_INPUT,
+        false,
+        List.of(),
+        null,
+        List.of(),
+        false,
+        false,
+        null,
+        policies,
+        null,
+        null,
+        null);
   }
 
   /** B4: the failure mode decided. */
@@ -93,6 +123,7 @@ public final class Decision {
         null,
         null,
         null,
+        null,
         null);
   }
 
@@ -100,7 +131,18 @@ public final class Decision {
   static Decision admitted(
       List<PolicyResult> results, Lease lease, Map<String, SettleTarget> settle, Operations ops) {
     return new Decision(
-        Outcome.ALLOWED, true, results, null, List.of(), false, true, null, lease, settle, ops);
+        Outcome.ALLOWED,
+        true,
+        results,
+        null,
+        List.of(),
+        false,
+        true,
+        null,
+        null,
+        lease,
+        settle,
+        ops);
   }
 
   /**
@@ -126,10 +168,21 @@ public final class Decision {
     }
     if (enforcedRefused) {
       return new Decision(
-          Outcome.LIMITED, false, results, null, shadow, fromCache, false, null, null, null, null);
+          Outcome.LIMITED,
+          false,
+          results,
+          null,
+          shadow,
+          fromCache,
+          false,
+          null,
+          null,
+          null,
+          null,
+          null);
     }
     return new Decision(
-        Outcome.ALLOWED, true, results, null, shadow, false, false, null, null, settle, ops);
+        Outcome.ALLOWED, true, results, null, shadow, false, false, null, null, null, settle, ops);
   }
 
   /** A decision of per-policy results as they are (tests, the response vectors). */
@@ -174,6 +227,11 @@ public final class Decision {
   /** invalid_input: the policy; bad_request: the header; else null. */
   public String culprit() {
     return culprit;
+  }
+
+  /** SPEC K6: invalid_input of a call Redis answered CROSSSLOT: its policies; else null. */
+  public List<String> crossSlot() {
+    return crossSlot;
   }
 
   /** SPEC N6: this request's lease, null when none was taken. */
@@ -291,23 +349,101 @@ public final class Decision {
       throw new IllegalArgumentException(
           "policy '" + policy + "': a hold's ttl must be > 0 and <= 31536000 s, got " + ttlSeconds);
     }
-    return ops.hold(target, estimate, ttlSeconds);
+    return ops.hold(target, estimate, ttlSeconds).thenApply(this::taken);
   }
 
-  /** SPEC N4: the response ended; the lease (if any) is released once. */
+  /** SPEC G5: a hold taken is renewed while the request runs (from keepAlive() to finish()). */
+  private Hold taken(Hold h) {
+    boolean start;
+    synchronized (this) {
+      if (finished || timedOut() || !h.live()) {
+        return h;
+      }
+      if (holds == null) {
+        holds = new ArrayList<>(2);
+      }
+      holds.add(h);
+      start = keptAlive;
+    }
+    if (start) {
+      h.start();
+    }
+    return h;
+  }
+
+  /** SPEC G5: the response ended (N4's event, N7's included): no more hold renewals. */
+  private void stopHolds() {
+    List<Hold> hs;
+    synchronized (this) {
+      finished = true;
+      hs = holds;
+      holds = null;
+    }
+    if (hs != null) {
+      for (Hold h : hs) {
+        h.stop();
+      }
+    }
+  }
+
+  /**
+   * SPEC N4, G5: the response ended (sent, disconnected, raised or cancelled): the lease (if any)
+   * is released once, and the holds taken on this decision are no longer renewed. Later calls do
+   * nothing.
+   */
   public CompletableFuture<Void> finish() {
+    stopHolds();
     return lease == null ? CompletableFuture.completedFuture(null) : lease.finish();
   }
 
-  /** SPEC N5: one renewal now; false when nothing was renewed. */
+  /** SPEC N5, N7: one renewal now (or the request's end past its max_duration); false when none. */
   public CompletableFuture<Boolean> renew() {
     return lease == null ? CompletableFuture.completedFuture(false) : lease.renew();
   }
 
-  /** SPEC N5: renew every lease / 2 until {@link #finish()}. */
+  /**
+   * SPEC N5, N7, G5: the adapter's promise to call {@link #finish()} when the response ends; until
+   * then the lease is renewed every lease / 2 (and ended at its max_duration), and each hold taken
+   * on this decision every ttl / 2, on the limiter's renewal thread.
+   */
   public void keepAlive() {
+    List<Hold> hs;
+    synchronized (this) {
+      if (keptAlive || finished) {
+        return;
+      }
+      keptAlive = true;
+      hs = holds == null ? List.of() : List.copyOf(holds);
+    }
     if (lease != null) {
+      lease.onTimeout(this::stopHolds); // G5: N7's end stops the holds' renewals too
       lease.keepAlive();
+    }
+    for (Hold h : hs) {
+      h.start();
+    }
+  }
+
+  /**
+   * SPEC N4, G5: whether the end of the response matters (a lease to release, holds to stop
+   * renewing): an adapter calls {@link #keepAlive()} and {@link #finish()} for such a decision.
+   */
+  public boolean tracksResponse() {
+    return lease != null || !settleTargets.isEmpty();
+  }
+
+  /** SPEC N7: whether the limiter ended this request at its in-flight policy's max_duration. */
+  public boolean timedOut() {
+    return lease != null && lease.timedOut();
+  }
+
+  /**
+   * SPEC N7: {@code action} runs when the limiter ends this request at its max_duration (at once if
+   * it has); the adapters end the response there. Never runs for a decision without a lease.
+   */
+  public void onTimeout(Runnable action) {
+    if (lease != null) {
+      lease.onTimeout(action);
     }
   }
 

@@ -14,7 +14,8 @@ import java.util.function.Function;
  * The one guarded store call every command of a limiter goes through (a check, a refund, a release,
  * a renewal, a hold, a settlement): the breaker (B2, B3: not sent while open, one probe after the
  * cool-down), the timeout (L5: the limiter's, once, never retried), the counters and the call's
- * duration (B5, M1), and the breaker's answer to a failure (B1).
+ * duration (B5, M1), and the breaker's answer to a failure (B1). A {@code CROSSSLOT} reply is K6's
+ * configuration error: neither counted nor seen by the breaker.
  */
 final class GuardedStore {
   private final Store store;
@@ -100,6 +101,12 @@ final class GuardedStore {
                 throw (CancellationException) cause;
               }
               StoreException se = classify(command, cause);
+              if (se.crossSlot()) {
+                // K6, L5: a configuration error, not a store error: not counted, the breaker
+                // untouched (a probe's claim is handed back)
+                breaker.failed(pass, false, clock.monotonicMillis());
+                throw se;
+              }
               failed(command, se, pass);
               throw se;
             });

@@ -146,7 +146,12 @@ public final class Headers {
       case LIMITED:
         return new RateLimitResponse(429, of(d, opts, nowMs), Problem.tooManyRequests(d));
       case INVALID_INPUT:
-        return new RateLimitResponse(500, List.of(), Problem.invalidInput(d.culprit()));
+        return new RateLimitResponse(
+            500,
+            List.of(),
+            d.crossSlot() != null
+                ? Problem.crossSlot(d.crossSlot())
+                : Problem.invalidInput(d.culprit()));
       case BAD_REQUEST:
         return new RateLimitResponse(400, List.of(), Problem.badRequest(d.culprit()));
       case STORE_ERROR:

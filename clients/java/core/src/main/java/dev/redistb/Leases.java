@@ -2,12 +2,12 @@ package dev.redistb;
 
 import dev.redistb.store.LeaseReply;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 
 /**
- * The limiter's side of leases (SPEC N4, N5, M2): the release and the renewal through the guarded
- * store call, the gauge of leases held, and leases that ended without a release.
+ * The limiter's side of leases (SPEC N4, N5, N7, M2): the release and the renewal through the
+ * guarded store call, the gauge of leases held, leases that ended without a release, and requests
+ * ended at their max_duration.
  */
 final class Leases {
   private final GuardedStore guarded;
@@ -15,21 +15,37 @@ final class Leases {
   private final LimiterMetrics metrics;
   private final String name;
   private final RateLog log;
-  private volatile ScheduledExecutorService scheduler;
+  private final Clock clock;
+  private final RenewalTimer.Scheduler scheduler;
 
-  Leases(GuardedStore guarded, Stats stats, LimiterMetrics metrics, String name, RateLog log) {
+  Leases(
+      GuardedStore guarded,
+      Stats stats,
+      LimiterMetrics metrics,
+      String name,
+      RateLog log,
+      Clock clock,
+      RenewalTimer.Scheduler scheduler) {
     this.guarded = guarded;
     this.stats = stats;
     this.metrics = metrics;
     this.name = name;
     this.log = log;
+    this.clock = clock;
+    this.scheduler = scheduler;
   }
 
-  /** M2: a lease granted by a check. */
-  Lease granted(String key, String id, String policy, long leaseMs) {
+  /** M2: a lease granted by a check now (its max_duration counts from here, N7). */
+  Lease granted(String key, String id, String policy, InFlightLimit limit) {
     stats.leasesInFlight.increment();
     metrics.leaseGranted(name, policy);
-    return new Lease(key, id, policy, leaseMs, this);
+    return new Lease(
+        key, id, policy, limit.leaseMs(), limit.maxDurationMs(), clock.monotonicMillis(), this);
+  }
+
+  /** SPEC T1: the limiter's monotonic clock. */
+  double now() {
+    return clock.monotonicMillis();
   }
 
   /** N4: the gauge down whatever the answer; TB.RELEASE unless lost (and not while open, B2). */
@@ -66,6 +82,34 @@ final class Leases {
             });
   }
 
+  /** M2, N7: counted, logged at most once a second per policy (the release is {@link #end}'s). */
+  void timedOut(Lease lease) {
+    stats.leasesTimedOut.increment();
+    metrics.leaseTimedOut(name, lease.policy());
+    log.warn(
+        "timeout:" + lease.policy(),
+        n ->
+            "redis-tb: a request of in-flight policy '"
+                + lease.policy()
+                + "' ran for its max_duration: its lease is released and its response ended ("
+                + n
+                + " since the last line)");
+  }
+
+  /** An adapter's timeout action that raised: logged, the others still run. */
+  void actionFailed(Lease lease, RuntimeException e) {
+    log.warn(
+        "timeout-action:" + lease.policy(),
+        n ->
+            "redis-tb: ending a request of in-flight policy '"
+                + lease.policy()
+                + "' at its max_duration failed: "
+                + GuardedStore.describe(e)
+                + " ("
+                + n
+                + " since the last line)");
+  }
+
   /** M2, N5: counted, logged at most once a second per policy. */
   private void expired(Lease lease, String how) {
     stats.leasesExpired.increment();
@@ -84,22 +128,6 @@ final class Leases {
 
   /** The renewal timers' thread, made on first use (daemon). */
   ScheduledExecutorService scheduler() {
-    ScheduledExecutorService s = scheduler;
-    if (s == null) {
-      synchronized (this) {
-        s = scheduler;
-        if (s == null) {
-          s =
-              Executors.newSingleThreadScheduledExecutor(
-                  r -> {
-                    Thread t = new Thread(r, "redis-tb-renew-" + name);
-                    t.setDaemon(true);
-                    return t;
-                  });
-          scheduler = s;
-        }
-      }
-    }
-    return s;
+    return scheduler.get();
   }
 }

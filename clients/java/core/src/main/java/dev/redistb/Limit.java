@@ -95,7 +95,7 @@ public record Limit(double capacity, double rate) implements AnyLimit {
     return window(n, 86400);
   }
 
-  /** SPEC N1: at most {@code n} in progress, each with a lease of 30 s. */
+  /** SPEC N1: at most {@code n} in progress, each with a lease of 30 s (and max_duration 300 s). */
   public static InFlightLimit inFlight(long n) {
     return new InFlightLimit(n, 30);
   }
@@ -103,5 +103,13 @@ public record Limit(double capacity, double rate) implements AnyLimit {
   /** SPEC N1: at most {@code n} in progress, each with a lease of {@code lease} seconds. */
   public static InFlightLimit inFlight(long n, double lease) {
     return new InFlightLimit(n, lease);
+  }
+
+  /**
+   * SPEC N1, N7: at most {@code n} in progress, each with a lease of {@code lease} seconds and
+   * ended {@code maxDuration} seconds after its grant (default 300).
+   */
+  public static InFlightLimit inFlight(long n, double lease, double maxDuration) {
+    return new InFlightLimit(n, lease, maxDuration);
   }
 }

@@ -35,4 +35,10 @@ public interface LimiterMetrics {
 
   /** M2: a lease that ended without a release. */
   default void leaseExpired(String limiter, String policy) {}
+
+  /** M2, N7: a request ended at its in-flight policy's max_duration. */
+  default void leaseTimedOut(String limiter, String policy) {}
+
+  /** M2, G5: a hold whose renewal answered 0 (lost before it was settled). */
+  default void holdLost(String limiter, String policy) {}
 }

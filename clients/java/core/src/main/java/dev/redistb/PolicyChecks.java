@@ -6,11 +6,26 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 
-/** SPEC C1 (distinct names) and C10 (the kinds mix only as one call can check them). */
+/**
+ * SPEC C1 (distinct names), C10 (the kinds mix only as one call can check them) and C11 (at most 64
+ * policies).
+ */
 final class PolicyChecks {
+  /** SPEC C11: the module takes at most 64 buckets in one call. */
+  static final int MAX_POLICIES = 64;
+
   private PolicyChecks() {}
 
   static void check(List<Policy> policies) {
+    if (policies.size() > MAX_POLICIES) {
+      throw new ConfigException(
+          "a limiter holds at most "
+              + MAX_POLICIES
+              + " policies (the module takes at most "
+              + MAX_POLICIES
+              + " keys in one call), got "
+              + policies.size());
+    }
     Set<String> names = new HashSet<>();
     List<String> slots = new ArrayList<>();
     List<String> windows = new ArrayList<>();

@@ -102,4 +102,19 @@ public final class Problem {
             "rate limit policy '" + policy + "' got an invalid cost or limit from the application")
         + "}";
   }
+
+  /** P4: the 500 of a call Redis answered CROSSSLOT (K6), naming its policies in order. */
+  public static String crossSlot(List<String> policies) {
+    StringBuilder names = new StringBuilder();
+    for (String n : policies) {
+      names.append(names.length() == 0 ? "" : ", ").append('\'').append(n).append('\'');
+    }
+    return head(
+            "Internal Server Error",
+            500,
+            "rate limit policies "
+                + names
+                + " have keys in different cluster slots: give the limiter a hash tag")
+        + "}";
+  }
 }

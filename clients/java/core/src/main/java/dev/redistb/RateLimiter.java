@@ -1,6 +1,7 @@
 package dev.redistb;
 
 import dev.redistb.store.Store;
+import dev.redistb.store.StoreException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CancellationException;
@@ -33,6 +34,7 @@ public final class RateLimiter {
   private final GuardedStore guarded;
   private final Leases leases;
   private final Holds holds;
+  private final Function<RequestView, String> hashTag;
   private final RateLog log;
   private final Decision.Operations ops;
 
@@ -58,8 +60,10 @@ public final class RateLimiter {
         new GuardedStore(
             b.store, b.clock, b.timeoutMs, b.cooldownMs, stats, b.metrics, b.name, log, b.failOpen);
     this.refunds = new Refunds(guarded, stats, b.metrics, b.name, denyCache);
-    this.leases = new Leases(guarded, stats, b.metrics, b.name, log);
-    this.holds = new Holds(guarded, stats, this::respond);
+    RenewalTimer.Scheduler renewals = new RenewalTimer.Scheduler(b.name);
+    this.leases = new Leases(guarded, stats, b.metrics, b.name, log, b.clock, renewals);
+    this.holds = new Holds(guarded, stats, b.metrics, b.name, log, renewals, this::respond);
+    this.hashTag = b.hashTag;
     this.ops =
         new Decision.Operations() {
           @Override
@@ -110,8 +114,12 @@ public final class RateLimiter {
               if (err == null) {
                 return decide(plan, reply);
               }
-              if (GuardedStore.unwrap(err) instanceof CancellationException c) {
+              Throwable cause = GuardedStore.unwrap(err);
+              if (cause instanceof CancellationException c) {
                 throw c;
+              }
+              if (cause instanceof StoreException se && se.crossSlot()) {
+                return crossSlot(plan);
               }
               return degraded(err);
             });
@@ -163,10 +171,7 @@ public final class RateLimiter {
                 .orElseThrow();
         lease =
             leases.granted(
-                slot.key(),
-                reply.acquired().id(),
-                slot.name(),
-                ((InFlightLimit) slot.limit()).leaseMs());
+                slot.key(), reply.acquired().id(), slot.name(), (InFlightLimit) slot.limit());
       }
       return Decision.admitted(results, lease, plan.settle, ops);
     }
@@ -207,6 +212,41 @@ public final class RateLimiter {
                 + " since the last line)");
   }
 
+  /**
+   * SPEC K6, L5: a CROSSSLOT reply is a configuration error, never the failure mode: invalid_input,
+   * a 500 naming the call's policies, nothing admitted, counted in invalid_inputs (not
+   * store_errors), logged at most once a second per limiter.
+   */
+  private Decision crossSlot(Plan plan) {
+    List<String> names = new ArrayList<>(plan.parts.size());
+    for (Plan.Part p : plan.parts) {
+      names.add(p.name());
+    }
+    stats.invalidInputs.increment();
+    for (String n : names) {
+      metrics.invalidInput(name, n);
+    }
+    log.warn(
+        "crossslot",
+        n ->
+            "redis-tb: limiter '"
+                + name
+                + "' sent keys in different cluster slots (policies "
+                + quoted(names)
+                + "; answering 500): give the limiter a hash tag (SPEC K6) ("
+                + n
+                + " since the last line)");
+    return Decision.crossSlot(names);
+  }
+
+  private static String quoted(List<String> names) {
+    StringBuilder out = new StringBuilder();
+    for (String n : names) {
+      out.append(out.length() == 0 ? "" : ", ").append('\'').append(n).append('\'');
+    }
+    return out.toString();
+  }
+
   /** SPEC B4, B5: the failure mode decides. */
   private Decision degraded(Throwable err) {
     stats.degraded.increment();
@@ -227,13 +267,34 @@ public final class RateLimiter {
   }
 
   /**
-   * SPEC U1, U2: {@code COMMAND INFO tb.take}; throws {@link StartupException} with one line naming
-   * the address when the module is missing, the user may not run COMMAND INFO, or Redis is
-   * unreachable (unless started degraded: then one line is logged).
+   * SPEC U1-U3: {@code COMMAND INFO tb.take}, then for a limiter that sends several keys in one
+   * call without a tag function {@code HELLO}; throws {@link StartupException} with one line naming
+   * the address when the module is missing, the user may not run COMMAND INFO, Redis is unreachable
+   * (unless started degraded: then one line is logged), or the server is a Redis Cluster such a
+   * limiter cannot use (K6).
    */
   public void startup() {
     Startup.check(
-        guarded.store(), Math.max(2000, guarded.timeoutMillis()), startDegraded, log::line);
+        guarded.store(),
+        Math.max(2000, guarded.timeoutMillis()),
+        startDegraded,
+        log::line,
+        name,
+        hashTag == null ? severalKeys() : List.of());
+  }
+
+  /**
+   * SPEC K6: the policies this limiter can send in one call (those that are not settle_later), in
+   * policy order, when there are two or more; else empty.
+   */
+  public List<String> severalKeys() {
+    List<String> out = new ArrayList<>();
+    for (Policy p : planner.policies()) {
+      if (!p.settleLater()) {
+        out.add(p.name());
+      }
+    }
+    return out.size() >= 2 ? out : List.of();
   }
 
   public String name() {

@@ -1,6 +1,6 @@
 package dev.redistb;
 
-/** SPEC U1, U2: why a limiter cannot start, in one line naming the address and what to do. */
+/** SPEC U1-U3: why a limiter cannot start, in one line naming the address and what to do. */
 public final class StartupException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 
@@ -8,7 +8,9 @@ public final class StartupException extends RuntimeException {
   public enum Reason {
     MODULE_NOT_LOADED,
     NO_PERMISSION,
-    UNREACHABLE
+    UNREACHABLE,
+    /** SPEC U3, K6: several keys in one call, without a tag function, on a Redis Cluster */
+    CLUSTER_KEYS
   }
 
   private final Reason reason;

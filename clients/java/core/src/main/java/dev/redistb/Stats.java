@@ -18,7 +18,9 @@ public final class Stats {
   final LongAdder invalidInputs = new LongAdder();
   final LongAdder leasesInFlight = new LongAdder();
   final LongAdder leasesExpired = new LongAdder();
+  final LongAdder leasesTimedOut = new LongAdder();
   final LongAdder holds = new LongAdder();
+  final LongAdder holdsLost = new LongAdder();
   final LongAdder settlements = new LongAdder();
 
   public long checks() {
@@ -69,8 +71,18 @@ public final class Stats {
     return leasesExpired.sum();
   }
 
+  /** SPEC M2, N7: requests ended at their in-flight policy's max_duration. */
+  public long leasesTimedOut() {
+    return leasesTimedOut.sum();
+  }
+
   public long holds() {
     return holds.sum();
+  }
+
+  /** SPEC M2, G5: holds whose renewal answered 0 before they were settled. */
+  public long holdsLost() {
+    return holdsLost.sum();
   }
 
   public long settlements() {
@@ -92,7 +104,9 @@ public final class Stats {
     m.put("invalid_inputs", invalidInputs());
     m.put("leases_in_flight", leasesInFlight());
     m.put("leases_expired", leasesExpired());
+    m.put("leases_timed_out", leasesTimedOut());
     m.put("holds", holds());
+    m.put("holds_lost", holdsLost());
     m.put("settlements", settlements());
     return m;
   }

@@ -30,6 +30,7 @@ final class LimiterVectors {
   private final Map<Integer, CompletableFuture<Decision>> checks = new HashMap<>();
   private final Map<Integer, Hold> holds = new HashMap<>();
   private final Map<String, Integer> heldBy = new HashMap<>();
+  private final Map<Integer, CompletableFuture<Hold>> heldHolds = new HashMap<>();
   private final String id;
 
   private LimiterVectors(JsonNode c) {
@@ -79,7 +80,11 @@ final class LimiterVectors {
       JsonNode f = p.get("in_flight");
       pb =
           Policy.builder(
-              name, Limit.inFlight(f.get("limit").asLong(), f.get("lease_ms").asDouble() / 1000));
+              name,
+              Limit.inFlight(
+                  f.get("limit").asLong(),
+                  f.get("lease_ms").asDouble() / 1000,
+                  f.path("max_duration_ms").asDouble(300000) / 1000));
     } else {
       Limit fixed = Limit.checked(p.get("capacity").asDouble(), p.get("rate").asDouble());
       if (limitFns.contains(name)) {
@@ -149,9 +154,16 @@ final class LimiterVectors {
         } else {
           f.completeExceptionally(StoreException.reply("TB", step.get("error").asText()));
         }
-        CompletableFuture<Decision> d = checks.get(heldBy.get(name));
-        assertTrue(d.isDone(), where + ": the held check did not complete on its release");
-        expectDecision(d.join(), step.get("expect"), where);
+        int by = heldBy.get(name);
+        CompletableFuture<Hold> h = heldHolds.remove(by);
+        if (h != null) {
+          assertTrue(h.isDone(), where + ": the held hold did not complete on its release");
+          expectHold(h, step.get("expect"), by, where);
+        } else {
+          CompletableFuture<Decision> d = checks.get(by);
+          assertTrue(d.isDone(), where + ": the held check did not complete on its release");
+          expectDecision(d.join(), step.get("expect"), where);
+        }
       } else if (step.has("cancel")) {
         String name = step.get("cancel").asText();
         checks.get(heldBy.get(name)).cancel(false);
@@ -166,7 +178,16 @@ final class LimiterVectors {
           assertEquals(e.get("leases_in_flight").asLong(), limiter.stats().leasesInFlight(), where);
         }
       } else if (step.has("renew")) {
-        boolean got = decision(step.get("renew").asInt()).renew().join();
+        Decision d = decision(step.get("renew").asInt());
+        boolean before = d.timedOut();
+        boolean got = d.renew().join();
+        JsonNode e = step.get("expect");
+        assertEquals(e.get("renewed").asBoolean(), got, where);
+        if (e.has("timed_out")) {
+          assertEquals(e.get("timed_out").asBoolean(), !before && d.timedOut(), where);
+        }
+      } else if (step.has("renew_hold")) {
+        boolean got = holds.get(step.get("renew_hold").asInt()).renew().join();
         assertEquals(step.get("expect").get("renewed").asBoolean(), got, where);
       } else if (step.has("take_hold")) {
         takeHold(i, step, where);
@@ -266,18 +287,35 @@ final class LimiterVectors {
     JsonNode h = step.get("take_hold");
     Decision d = decision(h.get("check").asInt());
     JsonNode e = step.get("expect");
+    CompletableFuture<Hold> f;
+    try {
+      f =
+          d.hold(
+              h.get("policy").asText(),
+              TestRequest.number(h.get("estimate")),
+              h.get("ttl_ms").asDouble() / 1000);
+    } catch (IllegalArgumentException ex) {
+      assertEquals("invalid_input", e.path("error").asText(""), where + ": " + ex.getMessage());
+      return;
+    }
+    for (JsonNode call : step.get("redis")) {
+      if (call.has("hold")) {
+        heldBy.put(call.get("hold").asText(), i);
+      }
+    }
+    if (e == null || e.isNull()) {
+      assertTrue(!f.isDone(), where + ": a hold whose call is held completed");
+      heldHolds.put(i, f);
+      return;
+    }
+    expectHold(f, e, i, where);
+  }
+
+  private void expectHold(CompletableFuture<Hold> f, JsonNode e, int i, String where) {
     String error = e.path("error").asText("");
     Hold hold;
     try {
-      hold =
-          d.hold(
-                  h.get("policy").asText(),
-                  TestRequest.number(h.get("estimate")),
-                  h.get("ttl_ms").asDouble() / 1000)
-              .join();
-    } catch (IllegalArgumentException ex) {
-      assertEquals("invalid_input", error, where + ": " + ex.getMessage());
-      return;
+      hold = f.join();
     } catch (CompletionException ex) {
       assertTrue(ex.getCause() instanceof StoreException, where + ": " + ex);
       assertEquals("store_error", error, where + ": " + ex.getCause().getMessage());

@@ -92,12 +92,35 @@ final class ScriptedStore extends CommandStore {
     throw new IllegalArgumentException("a call without an answer: " + call);
   }
 
-  /** A reply as a client hands it over: integers, doubles, strings, nil, nested arrays. */
+  /**
+   * How a map reply (HELLO's) is handed over: as a {@link Map} (a RESP3 client) or RESP2's flat
+   * list of fields and values.
+   */
+  static boolean flatMaps;
+
+  /**
+   * A reply as a client hands it over: integers, doubles, strings, nil, nested arrays, maps (or
+   * their flat lists, {@link #flatMaps}).
+   */
   static Object raw(JsonNode n) {
     if (n.isArray()) {
       List<Object> out = new ArrayList<>();
       n.forEach(x -> out.add(raw(x)));
       return out;
+    }
+    if (n.isObject()) {
+      Map<Object, Object> m = new java.util.LinkedHashMap<>();
+      n.properties().forEach(e -> m.put(e.getKey(), raw(e.getValue())));
+      if (!flatMaps) {
+        return m;
+      }
+      List<Object> flat = new ArrayList<>();
+      m.forEach(
+          (k, v) -> {
+            flat.add(k);
+            flat.add(v);
+          });
+      return flat;
     }
     if (n.isNull()) {
       return null;

@@ -41,7 +41,8 @@ class VectorsTest {
           "keys", VectorsTest::keys,
           "header_identity", VectorsTest::headerIdentity,
           "response", ResponseVectors::check,
-          "limiter", LimiterVectors::check);
+          "limiter", LimiterVectors::check,
+          "startup", StartupVectors::check);
 
   @TestFactory
   Stream<DynamicNode> vectors() throws IOException {
@@ -187,14 +188,26 @@ class VectorsTest {
         build =
             () -> {
               InFlightLimit f =
-                  InFlightLimit.of(
-                      TestRequest.number(v.get("limit")), TestRequest.number(v.get("lease")));
+                  v.has("max_duration")
+                      ? InFlightLimit.of(
+                          TestRequest.number(v.get("limit")),
+                          TestRequest.number(v.get("lease")),
+                          TestRequest.number(v.get("max_duration")))
+                      : InFlightLimit.of(
+                          TestRequest.number(v.get("limit")), TestRequest.number(v.get("lease")));
               Policy.Builder b = Policy.builder("conc", f);
               if (v.has("cost")) {
                 b.cost(TestRequest.number(v.get("cost")));
               }
               b.build();
-              normalized[0] = "{\"limit\":" + f.limit() + ",\"lease_ms\":" + f.leaseMs() + "}";
+              normalized[0] =
+                  "{\"limit\":"
+                      + f.limit()
+                      + ",\"lease_ms\":"
+                      + f.leaseMs()
+                      + ",\"max_duration_ms\":"
+                      + f.maxDurationMs()
+                      + "}";
             };
         break;
       case "policy_kinds":

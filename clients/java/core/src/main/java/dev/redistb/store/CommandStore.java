@@ -290,6 +290,33 @@ public abstract class CommandStore implements Store {
             });
   }
 
+  @Override
+  public CompletableFuture<String> serverMode() {
+    return send(list("HELLO")).thenApply(CommandStore::helloMode);
+  }
+
+  /** HELLO's {@code mode}: the reply as a client hands it over, a map or RESP2's flat list. */
+  static String helloMode(Object raw) {
+    if (raw instanceof java.util.Map<?, ?> m) {
+      for (java.util.Map.Entry<?, ?> e : m.entrySet()) {
+        if ("mode".equals(text(e.getKey()))) {
+          return text(e.getValue());
+        }
+      }
+      return null;
+    }
+    if (raw instanceof List<?> a) {
+      for (int i = 0; i + 1 < a.size(); i += 2) {
+        Object k = a.get(i);
+        if (!(k instanceof List<?>) && "mode".equals(text(k))) {
+          Object v = a.get(i + 1);
+          return v instanceof List<?> ? null : text(v);
+        }
+      }
+    }
+    return null;
+  }
+
   // -- replies ------------------------------------------------------------------------------
 
   static List<?> array(Object raw, int size, String command) {

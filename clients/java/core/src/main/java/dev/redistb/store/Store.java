@@ -66,6 +66,13 @@ public interface Store {
       String key, double capacity, double rate, String id, double actual, Double maxWait);
 
   /**
+   * SPEC U3: {@code HELLO} without an argument (the connection's protocol is not switched): the
+   * reply's {@code mode} field ({@code standalone}, {@code cluster}, {@code sentinel}), null when
+   * the reply has none. An error reply completes with a {@link StoreException} of kind REPLY.
+   */
+  CompletableFuture<String> serverMode();
+
+  /**
    * SPEC U1: {@code COMMAND INFO tb.take}; true when the module's commands exist. An error reply
    * (NOPERM) completes with a {@link StoreException} of kind REPLY.
    */

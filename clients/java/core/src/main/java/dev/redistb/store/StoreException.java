@@ -21,9 +21,19 @@ public class StoreException extends RuntimeException {
 
   private final Kind kind;
 
+  /** An error reply's text as Redis sent it ({@code CROSSSLOT Keys ...}); null otherwise. */
+  private final String serverMessage;
+
   public StoreException(Kind kind, String message, Throwable cause) {
     super(message, cause);
     this.kind = kind;
+    this.serverMessage = null;
+  }
+
+  private StoreException(String message, String serverMessage) {
+    super(message);
+    this.kind = Kind.REPLY;
+    this.serverMessage = serverMessage;
   }
 
   public StoreException(Kind kind, String message) {
@@ -34,6 +44,19 @@ public class StoreException extends RuntimeException {
     return kind;
   }
 
+  /** An error reply's text as Redis sent it; null for anything else. */
+  public String serverMessage() {
+    return serverMessage;
+  }
+
+  /**
+   * SPEC K6, L5: Redis refused a call whose keys are in different cluster slots (a configuration
+   * error, never the failure mode).
+   */
+  public boolean crossSlot() {
+    return serverMessage != null && serverMessage.startsWith("CROSSSLOT");
+  }
+
   /** SPEC B1: a connection error or a timeout opens the breaker; an error reply does not. */
   public boolean opensBreaker() {
     return kind == Kind.CONNECTION || kind == Kind.TIMEOUT;
@@ -41,7 +64,7 @@ public class StoreException extends RuntimeException {
 
   /** An error reply from Redis (its text as sent, e.g. {@code ERR boom}). */
   public static StoreException reply(String command, String serverMessage) {
-    return new StoreException(Kind.REPLY, command + ": " + serverMessage);
+    return new StoreException(command + ": " + serverMessage, serverMessage);
   }
 
   /** A reply of a shape the command never gives. */
