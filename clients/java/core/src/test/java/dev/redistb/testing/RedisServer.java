@@ -23,6 +23,7 @@ public final class RedisServer implements AutoCloseable {
 
   private final int port;
   private final boolean withModule;
+  private boolean cluster;
   private final Path dir;
   private Process process;
 
@@ -53,6 +54,49 @@ public final class RedisServer implements AutoCloseable {
       return s;
     } catch (IOException e) {
       throw new IllegalStateException(e);
+    }
+  }
+
+  /**
+   * A one-node Redis Cluster with the module, owning every slot ({@code CLUSTER ADDSLOTSRANGE 0
+   * 16383}, then {@code cluster_state:ok}): SPEC U3, K6.
+   */
+  public static RedisServer startCluster() {
+    try {
+      RedisServer s = new RedisServer(true, freeClusterPort());
+      s.cluster = true;
+      s.launch();
+      if (!s.command("CLUSTER", "ADDSLOTSRANGE", "0", "16383").startsWith("+OK")) {
+        s.close();
+        throw new IllegalStateException("CLUSTER ADDSLOTSRANGE failed");
+      }
+      long deadline = System.currentTimeMillis() + START_TIMEOUT_MS;
+      while (!s.bulk("CLUSTER", "INFO").contains("cluster_state:ok")) {
+        if (System.currentTimeMillis() > deadline) {
+          s.close();
+          throw new IllegalStateException("the one-node cluster is not ok");
+        }
+        sleep(50);
+      }
+      return s;
+    } catch (IOException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** A free port whose cluster bus port (10000 above it) is free too. */
+  private static int freeClusterPort() throws IOException {
+    while (true) {
+      int port = freePort();
+      if (port > 55535) {
+        continue;
+      }
+      try (ServerSocket bus = new ServerSocket()) {
+        bus.bind(new InetSocketAddress("127.0.0.1", port + 10000));
+        return port;
+      } catch (IOException e) {
+        // taken: another
+      }
     }
   }
 
@@ -90,6 +134,14 @@ public final class RedisServer implements AutoCloseable {
             dir.toString()));
     if (withModule) {
       argv.addAll(List.of("--loadmodule", Repo.module().toString()));
+    }
+    if (cluster) {
+      argv.addAll(
+          List.of(
+              "--cluster-enabled",
+              "yes",
+              "--cluster-config-file",
+              dir.resolve("nodes.conf").toString()));
     }
     long deadline = System.currentTimeMillis() + START_TIMEOUT_MS;
     Path log = dir.resolve("redis.log");
@@ -131,8 +183,17 @@ public final class RedisServer implements AutoCloseable {
     }
   }
 
+  /** One command whose reply is a bulk string (CLUSTER INFO), its text. */
+  public String bulk(String... args) throws IOException {
+    return exchange(args, true);
+  }
+
   /** One command over a raw socket, its first reply line (RESP2 inline). */
   public String command(String... args) throws IOException {
+    return exchange(args, false);
+  }
+
+  private String exchange(String[] args, boolean bulk) throws IOException {
     try (Socket s = new Socket()) {
       s.connect(new InetSocketAddress("127.0.0.1", port), 1000);
       s.setSoTimeout(2000);
@@ -150,7 +211,12 @@ public final class RedisServer implements AutoCloseable {
       while ((c = in.read()) >= 0 && c != '\n') {
         line.append((char) c);
       }
-      return line.toString().strip();
+      String first = line.toString().strip();
+      if (!bulk || !first.startsWith("$") || first.equals("$-1")) {
+        return first;
+      }
+      byte[] body = in.readNBytes(Integer.parseInt(first.substring(1)));
+      return new String(body, StandardCharsets.UTF_8);
     }
   }
 

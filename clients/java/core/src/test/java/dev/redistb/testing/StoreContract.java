@@ -27,8 +27,11 @@ import dev.redistb.store.TakeReply;
 import dev.redistb.store.ThrottleReply;
 import dev.redistb.store.WindowMode;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -229,5 +232,125 @@ public abstract class StoreContract {
               + ": load libredis_tb.so with loadmodule",
           e.getMessage());
     }
+  }
+
+  @Test
+  void hello_says_standalone_and_a_limiter_of_several_keys_starts_there() {
+    assertEquals("standalone", get(store.serverMode()));
+    RateLimiter limiter =
+        RateLimiter.builder(store)
+            .name("api")
+            .policy(Policy.perSecond("ip", 10))
+            .policy(Policy.perSecond("all", 100).key(dev.redistb.Key.fixed("all")))
+            .build();
+    limiter.startup();
+  }
+
+  @Test
+  void on_a_cluster_several_keys_without_a_tag_fail_the_start_and_crossslot_is_a_500() {
+    try (RedisServer node = RedisServer.startCluster()) {
+      Store s = open(node.port());
+      assertEquals("cluster", get(s.serverMode()));
+      // the store says CROSSSLOT as such (K6, L5)
+      CompletionException e =
+          assertThrows(
+              CompletionException.class,
+              () ->
+                  s.mtake(List.of(new Bucket("a", 10, 1, 1), new Bucket("b", 10, 1, 1)), null)
+                      .join());
+      assertTrue(((StoreException) e.getCause()).crossSlot(), e.getCause().getMessage());
+      RateLimiter untagged =
+          RateLimiter.builder(s)
+              .name("api")
+              .timeoutMillis(2000)
+              .policy(Policy.perSecond("ip", 10))
+              .policy(Policy.perSecond("all", 100).key(dev.redistb.Key.fixed("all")))
+              .policy(Policy.perHour("tokens", 1000).settleLater(true))
+              .build();
+      // U3: refused at startup, in its one line
+      StartupException refused = assertThrows(StartupException.class, untagged::startup);
+      assertEquals(StartupException.Reason.CLUSTER_KEYS, refused.reason());
+      assertEquals(
+          "redis-tb: limiter 'api' sends several keys in one call (policies 'ip', 'all'), which a"
+              + " Redis Cluster refuses unless they share a hash slot: set a tag function (SPEC"
+              + " K6)",
+          refused.getMessage());
+      // K6: a call the server still answers CROSSSLOT is a 500, never the failure mode
+      Decision d = untagged.check(request("203.0.113.9", "GET /x")).join();
+      assertEquals(Outcome.INVALID_INPUT, d.outcome());
+      assertFalse(d.allowed());
+      assertEquals(500, untagged.respond(d).status());
+      assertEquals(1, untagged.stats().invalidInputs());
+      assertEquals(0, untagged.stats().storeErrors());
+      // with a tag function every key of a call shares the tag's slot
+      RateLimiter tagged =
+          RateLimiter.builder(s)
+              .name("api")
+              .timeoutMillis(2000)
+              .hashTag(r -> "tenant-1")
+              .policy(Policy.perSecond("ip", 10))
+              .policy(Policy.perSecond("all", 100).key(dev.redistb.Key.fixed("all")))
+              .build();
+      tagged.startup();
+      assertEquals(
+          Outcome.ALLOWED, tagged.check(request("203.0.113.9", "GET /x")).join().outcome());
+    }
+  }
+
+  @Test
+  void a_request_is_ended_at_its_max_duration_and_its_slot_freed() throws Exception {
+    RateLimiter limiter =
+        RateLimiter.builder(store)
+            .timeoutMillis(2000)
+            .policy(Policy.builder("conc", Limit.inFlight(1, 0.2, 0.6)))
+            .build();
+    Decision d = limiter.check(request("203.0.113.9", "GET /x")).join();
+    assertNotNull(d.lease());
+    CompletableFuture<Void> ended = new CompletableFuture<>();
+    d.onTimeout(() -> ended.complete(null));
+    d.keepAlive();
+    // renewed past its lease of 0.2 s: the slot is still taken at 0.4 s
+    Thread.sleep(400);
+    assertFalse(d.timedOut());
+    assertEquals(1, get(store.peekLeases(d.lease().key())).inFlight());
+    ended.get(10, TimeUnit.SECONDS);
+    assertTrue(d.timedOut());
+    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (get(store.peekLeases(d.lease().key())).inFlight() != 0 && System.nanoTime() < until) {
+      Thread.sleep(10);
+    }
+    assertEquals(0, get(store.peekLeases(d.lease().key())).inFlight());
+    assertEquals(1, limiter.stats().leasesTimedOut());
+    assertEquals(0, limiter.stats().leasesInFlight());
+    d.finish().join(); // the response's end sends nothing more
+    assertEquals(0, limiter.stats().leasesExpired());
+  }
+
+  @Test
+  void a_hold_renewed_while_its_request_runs_settles_after_its_ttl() throws Exception {
+    HoldReply probe = get(store.hold("probe", 1000, 1, 10, 60000));
+    CompletableFuture<LeaseReply> renewed = store.renew("probe", probe.id(), 60000);
+    boolean renews;
+    try {
+      renews = renewed.join().ok();
+    } catch (CompletionException e) {
+      renews = false; // WRONGTYPE: a module without hold renewal
+    }
+    Assumptions.assumeTrue(
+        renews, "the module does not renew holds with TB.RENEW yet (issue 39's module part)");
+    RateLimiter limiter =
+        RateLimiter.builder(store)
+            .timeoutMillis(2000)
+            .policy(Policy.perHour("tokens", 1000).settleLater(true))
+            .build();
+    Decision d = limiter.check(request("203.0.113.9", "GET /x")).join();
+    d.keepAlive();
+    Hold hold = d.hold("tokens", 100, 0.3).join();
+    assertTrue(hold.allowed());
+    Thread.sleep(900); // three ttls: alive only by its renewals
+    Settlement s = hold.settle(40).join();
+    assertTrue(s.settled());
+    assertEquals(0, limiter.stats().holdsLost());
+    d.finish().join();
   }
 }
