@@ -86,7 +86,7 @@ public final class Limiters {
     return List.copyOf(all);
   }
 
-  /** SPEC U1, U2: each limiter's check; the first failure stops the start (one line). */
+  /** SPEC U1-U3: each limiter's check; the first failure stops the start (one line). */
   public void startup() {
     for (RateLimiter l : all) {
       l.startup();
@@ -123,7 +123,14 @@ public final class Limiters {
       b =
           Policy.builder(
               p.getName(),
-              InFlightLimit.of(p.getLimit(), Durations.seconds(p.getLease(), where + ".lease")));
+              InFlightLimit.of(
+                  p.getLimit(),
+                  Durations.seconds(p.getLease(), where + ".lease"),
+                  p.getMaxDuration() == null
+                      ? InFlightLimit.DEFAULT_MAX_DURATION
+                      : Durations.seconds(p.getMaxDuration(), where + ".max-duration")));
+    } else if (p.getMaxDuration() != null) {
+      throw new ConfigException(where + ".max-duration is an in-flight limit's: give it a lease");
     } else if (p.getPer() != null) {
       b =
           Policy.builder(

@@ -13,7 +13,9 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * SPEC M1, M2 through Micrometer: in Prometheus {@code redis_tb_allowed_total}, ... labels {@code
  * limiter} and {@code policy} (configuration, never a client identity), the call duration histogram
- * {@code redis_tb_redis_call_duration_seconds}, the gauge {@code redis_tb_leases_in_flight}.
+ * {@code redis_tb_redis_call_duration_seconds}, the gauge {@code redis_tb_leases_in_flight}, and
+ * the counters {@code redis_tb_leases_expired_total}, {@code redis_tb_leases_timed_out_total} and
+ * {@code redis_tb_holds_lost_total}.
  */
 public final class MicrometerLimiterMetrics implements LimiterMetrics {
   /** Bucket bounds of the call duration, in seconds. */
@@ -127,5 +129,15 @@ public final class MicrometerLimiterMetrics implements LimiterMetrics {
   @Override
   public void leaseExpired(String limiter, String policy) {
     count("redis.tb.leases.expired", limiter, policy);
+  }
+
+  @Override
+  public void leaseTimedOut(String limiter, String policy) {
+    count("redis.tb.leases.timed.out", limiter, policy);
+  }
+
+  @Override
+  public void holdLost(String limiter, String policy) {
+    count("redis.tb.holds.lost", limiter, policy);
   }
 }

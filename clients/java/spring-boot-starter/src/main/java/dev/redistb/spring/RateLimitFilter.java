@@ -16,10 +16,14 @@ import org.springframework.web.filter.OncePerRequestFilter;
  * The servlet filter: every request checked against the main limiter before any handler (its route
  * template resolved as Spring MVC will), a refusal answered with its status, headers and problem
  * body, an admitted request given the headers and its decision (the request attribute {@link
- * ServletResponses#DECISION}, or a {@code Decision} handler argument). A lease (SPEC N) is renewed
- * while the request runs and released when the response is finished: at once for a plain response,
- * at the async request's end for a streamed one ({@code StreamingResponseBody}, {@code
- * SseEmitter}), a client gone mid-stream included.
+ * ServletResponses#DECISION}, or a {@code Decision} handler argument).
+ *
+ * <p>A decision with a lease or settle_later policies is kept alive while the request runs (SPEC
+ * N5, G5: the lease renewed every lease / 2, the holds the handler takes every ttl / 2) and
+ * finished when the response is: at once for a plain response, at the async request's end for a
+ * streamed one ({@code StreamingResponseBody}, {@code SseEmitter}), a client gone mid-stream
+ * included (N4). At the in-flight policy's max_duration (N7) the limiter releases the lease and the
+ * response is ended ({@link MaxDurationResponse}).
  */
 public class RateLimitFilter extends OncePerRequestFilter {
   private final RateLimiter limiter;
@@ -43,14 +47,16 @@ public class RateLimitFilter extends OncePerRequestFilter {
       return;
     }
     ServletResponses.headers(response, out);
-    if (decision.lease() == null) {
+    if (!decision.tracksResponse()) {
       chain.doFilter(request, response);
       return;
     }
+    HttpServletResponse served =
+        decision.lease() == null ? response : new MaxDurationResponse(request, response, decision);
     decision.keepAlive();
     boolean async = false;
     try {
-      chain.doFilter(request, response);
+      chain.doFilter(request, served);
       async = request.isAsyncStarted();
     } finally {
       if (async) {

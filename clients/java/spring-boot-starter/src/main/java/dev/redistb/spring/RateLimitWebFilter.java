@@ -21,7 +21,9 @@ import reactor.core.publisher.Mono;
  * The WebFlux {@code WebFilter}: the servlet filter's behaviour on a reactive stack. The route
  * template is the one the application's handler mappings find; the decision is the exchange
  * attribute {@link WebFluxResponses#DECISION}; a lease is renewed while the response is written and
- * released when it ends, completes, fails or is cancelled (a {@code Flux} body included). The
+ * released when it ends, completes, fails or is cancelled (a {@code Flux} body included), and the
+ * holds the handler takes are renewed until then (SPEC N4, N5, G5). At the in-flight policy's
+ * max_duration (N7) the response's writing is cancelled with a {@link MaxDurationException}. The
  * exchange is put in the Reactor context for {@link RateLimit} methods.
  */
 public class RateLimitWebFilter implements WebFilter, Ordered {
@@ -87,11 +89,22 @@ public class RateLimitWebFilter implements WebFilter, Ordered {
                 return WebFluxResponses.send(exchange, out);
               }
               WebFluxResponses.headers(exchange, out);
-              if (decision.lease() == null) {
+              if (!decision.tracksResponse()) {
                 return chain.filter(exchange);
               }
               decision.keepAlive();
-              return chain.filter(exchange).doFinally(signal -> decision.finish());
+              Mono<Void> served = chain.filter(exchange);
+              if (decision.lease() != null) {
+                // N7: at max_duration the response's writing is cancelled and ends in an error
+                // (a response already started is cut off, its connection closed)
+                Mono<Void> deadline =
+                    Mono.create(
+                        sink ->
+                            decision.onTimeout(
+                                () -> sink.error(new MaxDurationException(decision.lease()))));
+                served = Mono.firstWithSignal(served, deadline);
+              }
+              return served.doFinally(signal -> decision.finish());
             })
         .contextWrite(ctx -> ctx.put(ServerWebExchange.class, exchange));
   }

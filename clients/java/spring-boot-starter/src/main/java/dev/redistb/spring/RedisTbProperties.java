@@ -91,6 +91,9 @@ public class RedisTbProperties {
     /** an in-flight limit (SPEC N): its lease ({@code 30s}) */
     private String lease;
 
+    /** an in-flight limit's max_duration (SPEC N7, default {@code 300s}) */
+    private String maxDuration;
+
     private Double cost;
 
     /** {@code client-ip} (default), {@code header:X-Api-Key}, {@code fixed:all} */
@@ -147,6 +150,14 @@ public class RedisTbProperties {
 
     public void setLease(String lease) {
       this.lease = lease;
+    }
+
+    public String getMaxDuration() {
+      return maxDuration;
+    }
+
+    public void setMaxDuration(String maxDuration) {
+      this.maxDuration = maxDuration;
     }
 
     public Double getCost() {

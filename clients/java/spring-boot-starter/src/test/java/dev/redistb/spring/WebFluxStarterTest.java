@@ -59,7 +59,9 @@ class WebFluxStarterTest {
   static class App {
     @Bean
     Policy streams() {
-      return Policy.builder("streams", Limit.inFlight(1, 5)).routes("GET /stream").build();
+      return Policy.builder("streams", Limit.inFlight(1, 5, 1))
+          .routes("GET /stream", "GET /endless")
+          .build();
     }
 
     @GetMapping("/healthz")
@@ -77,6 +79,11 @@ class WebFluxStarterTest {
       return Flux.just("a", "b").delayElements(Duration.ofMillis(20));
     }
 
+    @GetMapping(value = "/endless", produces = MediaType.TEXT_EVENT_STREAM_VALUE)
+    Flux<String> endless() {
+      return Flux.interval(Duration.ofMillis(50)).map(i -> "tick " + i);
+    }
+
     @RateLimit(name = "login", limit = 1, window = "1h", limiter = "login", failOpen = false)
     @PostMapping("/login")
     Mono<Map<String, Object>> login() {
@@ -84,6 +91,7 @@ class WebFluxStarterTest {
     }
   }
 
+  @org.springframework.boot.test.web.server.LocalServerPort int port;
   @Autowired WebTestClient client;
   @Autowired RateLimiter main;
 
@@ -92,7 +100,8 @@ class WebFluxStarterTest {
   }
 
   @Test
-  void the_webfilter_limits_by_template_with_the_spec_headers_and_problem_body() {
+  void the_webfilter_limits_by_template_with_the_spec_headers_and_problem_body() throws Exception {
+    REDIS.command("FLUSHALL"); // fresh buckets, whichever test ran before
     EntityExchangeResult<byte[]> first = get("/items/1");
     assertEquals(200, first.getStatus().value());
     assertEquals("\"ip\";q=3;w=60", first.getResponseHeaders().getFirst("RateLimit-Policy"));
@@ -135,5 +144,28 @@ class WebFluxStarterTest {
     assertEquals(429, again.getStatus().value());
     assertTrue(
         new String(again.getResponseBodyContent()).contains("\"violated_policies\":[\"login\"]"));
+  }
+
+  @Test
+  void an_endless_flux_is_cancelled_at_max_duration_and_its_lease_released() throws Exception {
+    REDIS.command("FLUSHALL");
+    long before = main.stats().leasesTimedOut();
+    String body;
+    try (java.net.Socket s = new java.net.Socket("127.0.0.1", port)) {
+      s.setSoTimeout(20_000);
+      s.getOutputStream()
+          .write(
+              "GET /endless HTTP/1.1\r\nHost: x\r\n\r\n"
+                  .getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+      // read until the server closes the connection: only N7 ends this stream
+      body = new String(s.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+    }
+    assertTrue(body.startsWith("HTTP/1.1 200"), body);
+    assertTrue(body.contains("tick 3"), body);
+    assertEquals(before + 1, main.stats().leasesTimedOut());
+    for (int i = 0; i < 100 && main.stats().leasesInFlight() > 0; i++) {
+      Thread.sleep(20);
+    }
+    assertEquals(0, main.stats().leasesInFlight());
   }
 }
