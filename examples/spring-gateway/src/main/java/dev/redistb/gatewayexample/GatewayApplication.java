@@ -1,7 +1,7 @@
 package dev.redistb.gatewayexample;
 
+import dev.redistb.spring.RedisTbStartup;
 import java.util.Map;
-import org.springframework.boot.SpringApplication;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
 import org.springframework.cloud.gateway.filter.ratelimit.KeyResolver;
 import org.springframework.context.annotation.Bean;
@@ -9,12 +9,15 @@ import org.springframework.web.bind.annotation.GetMapping;
 import org.springframework.web.bind.annotation.RestController;
 import reactor.core.publisher.Mono;
 
-/** A gateway route limited by redis-tb's RateLimiter; the backend is a handler of the same app. */
+/**
+ * A gateway route limited by redis-tb's RateLimiter; the backend is a handler of the same app. A
+ * limiter that cannot start stops it with its one line and exit status 3 (SPEC U4).
+ */
 @SpringBootApplication
 @RestController
 public class GatewayApplication {
   public static void main(String[] args) {
-    SpringApplication.run(GatewayApplication.class, args);
+    RedisTbStartup.run(GatewayApplication.class, args);
   }
 
   /** Whose bucket: the API key, or "anonymous". */

@@ -28,7 +28,8 @@ import reactor.core.publisher.Mono;
  * {@code 1h}), more limits on the same call ({@code limits: "minute=100/1m, hour=1000/1h"}, checked
  * all or nothing in one TB.MTAKE), the SPEC's {@code RateLimit-Policy} / {@code RateLimit} headers
  * with the reset, and {@code Retry-After} on a 429. The failure mode is the starter's ({@code
- * redis-tb.fail-open}).
+ * redis-tb.fail-open}). A route with more limits has the key resolver's id as its hash tag (SPEC
+ * K4), so its keys share a slot on a Redis Cluster (K6): {@code rl:{<id>}:minute@<route>:<id>}.
  */
 public class RedisTbRateLimiter extends AbstractRateLimiter<RedisTbRateLimiter.Config> {
   /** The property name RedisRateLimiter's routes already use. */
@@ -195,6 +196,7 @@ public class RedisTbRateLimiter extends AbstractRateLimiter<RedisTbRateLimiter.C
                           .key(id)
                           .perRoute(true)
                           .cost(c.requestedTokens));
+          boolean several = false;
           for (String part : c.limits.split(",")) {
             if (part.isBlank()) {
               continue;
@@ -205,6 +207,7 @@ public class RedisTbRateLimiter extends AbstractRateLimiter<RedisTbRateLimiter.C
               throw new ConfigException(
                   "redis-rate-limiter.limits: name=capacity/period, got '" + part + "'");
             }
+            several = true;
             b.policy(
                 Policy.builder(
                         nameRest[0].strip(),
@@ -212,6 +215,11 @@ public class RedisTbRateLimiter extends AbstractRateLimiter<RedisTbRateLimiter.C
                     .key(id)
                     .perRoute(true)
                     .cost(c.requestedTokens));
+          }
+          if (several) {
+            // SPEC K4, K6: the keys of one call share a hash slot on a Redis Cluster, the key
+            // resolver's id's (each client's buckets on one slot, the clients spread over all)
+            b.hashTag(r -> ((GatewayRequest) r).id());
           }
           return limiters.register(b.build());
         });
@@ -222,7 +230,15 @@ public class RedisTbRateLimiter extends AbstractRateLimiter<RedisTbRateLimiter.C
     Config c = getConfig().getOrDefault(routeId, defaultConfig);
     RateLimiter limiter = limiter(routeId, c);
     return Mono.fromFuture(() -> limiter.check(new GatewayRequest(routeId, id)))
-        .map(d -> new Response(d.allowed(), headers(limiter, d, c)));
+        .flatMap(
+            d -> {
+              if (d.outcome() == Outcome.INVALID_INPUT) {
+                // SPEC K6, L3: a configuration error is the gateway's 500, never a 429 or an
+                // admission
+                return Mono.error(new IllegalStateException(limiter.respond(d).body()));
+              }
+              return Mono.just(new Response(d.allowed(), headers(limiter, d, c)));
+            });
   }
 
   /** SPEC H (RateLimit-Policy, RateLimit, Retry-After) and RedisRateLimiter's X-RateLimit-*. */
