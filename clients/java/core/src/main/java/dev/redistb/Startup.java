@@ -35,7 +35,10 @@ final class Startup {
       if (cause instanceof StoreException se && se.kind() == StoreException.Kind.REPLY) {
         return new Answer<>(null, se, null, null);
       }
-      return new Answer<>(null, null, cause, GuardedStore.describe(cause));
+      // the client library's own words (a store's wrapper adds only the command's name)
+      Throwable why =
+          cause instanceof StoreException && cause.getCause() != null ? cause.getCause() : cause;
+      return new Answer<>(null, null, cause, GuardedStore.describe(why));
     }
   }
 
