@@ -13,9 +13,12 @@ import java.nio.charset.StandardCharsets;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import org.springframework.http.HttpStatus;
 import org.springframework.http.MediaType;
 import org.springframework.http.ResponseEntity;
+import org.springframework.web.bind.annotation.ExceptionHandler;
 import org.springframework.web.bind.annotation.GetMapping;
 import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.PostMapping;
@@ -99,19 +102,64 @@ class ApiController {
     return Map.of("ok", true);
   }
 
-  private static int intParam(String v, int fallback) {
-    try {
-      int n = v == null ? fallback : Integer.parseInt(v);
-      return n >= 0 ? n : fallback;
-    } catch (NumberFormatException e) {
-      return fallback;
+  /** GET /stream's query: its name, default and bounds (the manifest's {@code bounds}). */
+  private record Param(String name, int fallback, int min, int max) {
+    /** A whole number from min to max, or the default when absent; else a 400 (bad_query). */
+    int of(String v) {
+      if (v == null) {
+        return fallback;
+      }
+      if (!v.matches("[0-9]{1,9}")) {
+        throw new BadQuery(this);
+      }
+      int n = Integer.parseInt(v);
+      if (n < min || n > max) {
+        throw new BadQuery(this);
+      }
+      return n;
     }
+  }
+
+  static final Param TOKENS = new Param("tokens", 3, 0, 10000);
+  static final Param DELAY_MS = new Param("delay_ms", 0, 0, 10000);
+  static final Param MAX_TOKENS = new Param("max_tokens", 100, 1, 10000);
+
+  /** A query value of GET /stream out of its bounds: the manifest's bad_query 400. */
+  static final class BadQuery extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+    private final transient Param param;
+
+    BadQuery(Param param) {
+      super(null, null, false, false);
+      this.param = param;
+    }
+
+    String body() {
+      return "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+          + "\"detail\":\"query parameter '"
+          + param.name()
+          + "' must be a whole number from "
+          + param.min()
+          + " to "
+          + param.max()
+          + "\"}";
+    }
+  }
+
+  @ExceptionHandler(BadQuery.class)
+  ResponseEntity<String> badQuery(BadQuery e) {
+    return ResponseEntity.badRequest()
+        .contentType(MediaType.parseMediaType("application/problem+json"))
+        .body(e.body());
   }
 
   /**
    * An LLM proxy's stream (SSE): the check took a 'streams' slot (released when the response ends,
-   * a client that goes away included); the handler holds max_tokens on 'tokens' before it streams
-   * and settles the number of tokens it sent.
+   * a client that goes away included, or at its max_duration of 6 s: SPEC N7, the starter then ends
+   * the response); the handler checks its query first (a 400 before anything is held), holds
+   * max_tokens on 'tokens' (renewed while the stream runs, G5) and settles the number of tokens it
+   * sent. Each event is written and flushed on a blocking stream: a client that reads nothing holds
+   * the writer up (backpressure), one that goes away makes the next write fail.
    */
   @GetMapping("/stream")
   ResponseEntity<StreamingResponseBody> stream(
@@ -119,9 +167,9 @@ class ApiController {
       @RequestParam(name = "delay_ms", required = false) String delayMs,
       @RequestParam(name = "max_tokens", required = false) String maxTokens,
       Decision decision) {
-    int n = intParam(tokens, 3);
-    int delay = intParam(delayMs, 0);
-    int estimate = Math.max(1, intParam(maxTokens, 100));
+    int n = TOKENS.of(tokens);
+    int delay = DELAY_MS.of(delayMs);
+    int estimate = MAX_TOKENS.of(maxTokens);
     Hold hold = null;
     if (decision != null && decision.outcome() != Outcome.STORE_ERROR) {
       try {
@@ -130,8 +178,14 @@ class ApiController {
         hold = null; // a store error: the API fails open, stream without a hold
       }
       if (hold != null && !hold.allowed()) {
-        throw new RateLimitedException(hold.response(), null); // SPEC G2: a 429 naming 'tokens'
+        // SPEC G2, G6: a 429 naming 'tokens' (a full hold table included)
+        throw new RateLimitedException(hold.response(), null);
       }
+    }
+    // SPEC N7: a wait between events ends at once when the limiter ends the request
+    CountDownLatch ended = new CountDownLatch(1);
+    if (decision != null) {
+      decision.onTimeout(ended::countDown);
     }
     Hold held = hold;
     StreamingResponseBody body =
@@ -140,7 +194,7 @@ class ApiController {
           try {
             for (int i = 1; i <= n; i++) {
               if (delay > 0) {
-                sleep(delay);
+                pause(ended, delay);
               }
               write(out, "data: token-" + i + "\n\n");
               sent++;
@@ -168,9 +222,10 @@ class ApiController {
     out.flush();
   }
 
-  private static void sleep(int ms) throws IOException {
+  /** Waits {@code ms} between events, or until the request is ended at its max_duration. */
+  private static void pause(CountDownLatch ended, int ms) throws IOException {
     try {
-      Thread.sleep(ms);
+      ended.await(ms, TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new IOException("interrupted", e);

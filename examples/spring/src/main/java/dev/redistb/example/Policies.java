@@ -63,11 +63,14 @@ class Policies {
         .build();
   }
 
-  /** At most 2 streams in progress per client address, a lease of 2 s (SPEC N). */
+  /**
+   * At most 2 streams in progress per client address, a lease of 2 s (SPEC N), each ended 6 s after
+   * its grant whatever its client does (N7).
+   */
   @Bean
   @Order(5)
   Policy streams() {
-    return Policy.builder("streams", Limit.inFlight(2, 2)).routes("GET /stream").build();
+    return Policy.builder("streams", Limit.inFlight(2, 2, 6)).routes("GET /stream").build();
   }
 
   /** 1000 tokens an hour per client address, held by the handler and settled (SPEC G). */
