@@ -30,12 +30,19 @@ public final class Limiters {
   private final Store store;
   private final ClientIpConfig clientIp;
   private final LimiterMetrics metrics;
+  private final HashTag hashTag;
   private final List<RateLimiter> all = new CopyOnWriteArrayList<>();
 
   public Limiters(RedisTbProperties props, Store store, LimiterMetrics metrics) {
+    this(props, store, metrics, null);
+  }
+
+  /** {@code hashTag}: every limiter's tag function (SPEC K4), or null. */
+  public Limiters(RedisTbProperties props, Store store, LimiterMetrics metrics, HashTag hashTag) {
     this.props = props;
     this.store = store;
     this.metrics = metrics;
+    this.hashTag = hashTag;
     this.clientIp =
         ClientIpConfig.builder()
             .trustedProxies(props.getTrustedProxies())
@@ -72,6 +79,9 @@ public final class Limiters {
             .logger(LOG::warning);
     if (props.getDenyCacheMaxEntries() > 0) {
       b.denyCache(props.getDenyCacheMaxEntries());
+    }
+    if (hashTag != null) {
+      b.hashTag(hashTag::tag);
     }
     return b;
   }

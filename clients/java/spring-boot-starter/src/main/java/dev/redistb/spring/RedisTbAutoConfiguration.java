@@ -93,8 +93,12 @@ public class RedisTbAutoConfiguration {
 
   @Bean
   Limiters redisTbLimiters(
-      RedisTbProperties props, Store store, ObjectProvider<LimiterMetrics> metrics) {
-    return new Limiters(props, store, metrics.getIfAvailable(() -> LimiterMetrics.NONE));
+      RedisTbProperties props,
+      Store store,
+      ObjectProvider<LimiterMetrics> metrics,
+      ObjectProvider<HashTag> hashTag) {
+    return new Limiters(
+        props, store, metrics.getIfAvailable(() -> LimiterMetrics.NONE), hashTag.getIfAvailable());
   }
 
   /** The main limiter: the properties' policies and the application's Policy beans. */
@@ -120,7 +124,7 @@ public class RedisTbAutoConfiguration {
     return new RateLimitExceptionHandler();
   }
 
-  /** SPEC U1, U2: before the application serves, every limiter's check. */
+  /** SPEC U1-U3: before the application serves, every limiter's check. */
   @Bean
   SmartLifecycle redisTbStartup(Limiters limiters, RateLimiter main) {
     return new SmartLifecycle() {

@@ -34,20 +34,35 @@ class StartupFailureTest {
     }
   }
 
+  /** The same app with a tag function (SPEC K4): its keys of one call share a slot. */
+  @SpringBootApplication
+  static class TaggedApp {
+    @Bean
+    Policy all() {
+      return Policy.perSecond("all", 100).key(dev.redistb.Key.fixed("all")).build();
+    }
+
+    @Bean
+    HashTag tenant() {
+      return req -> "tenant-1";
+    }
+  }
+
+  private static String[] args(String url) {
+    return new String[] {
+      "--redis-tb.url=" + url,
+      "--redis-tb.name=api",
+      "--redis-tb.policies[0].name=ip",
+      "--redis-tb.policies[0].limit=10",
+      "--redis-tb.policies[0].per=1s",
+      "--spring.main.banner-mode=off"
+    };
+  }
+
   private static StartupException start(String url) {
     SpringApplication app = new SpringApplication(App.class);
     app.setWebApplicationType(WebApplicationType.NONE);
-    RuntimeException e =
-        assertThrows(
-            RuntimeException.class,
-            () ->
-                app.run(
-                    "--redis-tb.url=" + url,
-                    "--redis-tb.name=api",
-                    "--redis-tb.policies[0].name=ip",
-                    "--redis-tb.policies[0].limit=10",
-                    "--redis-tb.policies[0].per=1s",
-                    "--spring.main.banner-mode=off"));
+    RuntimeException e = assertThrows(RuntimeException.class, () -> app.run(args(url)));
     StartupException cause = RedisTbStartup.startupCause(e);
     assertNotNull(cause, "not a limiter's startup failure: " + e);
     return cause;
@@ -95,6 +110,37 @@ class StartupFailureTest {
               + " K6)",
           e.getMessage());
       reportedAsTheLine(output, e.getMessage());
+    }
+  }
+
+  @Test
+  void a_redis_cluster_with_a_hash_tag_bean_starts_and_limits() {
+    try (RedisServer node = RedisServer.startCluster()) {
+      SpringApplication app = new SpringApplication(TaggedApp.class);
+      app.setWebApplicationType(WebApplicationType.NONE);
+      try (var context = app.run(args(node.url()))) {
+        dev.redistb.RateLimiter main = context.getBean(dev.redistb.RateLimiter.class);
+        dev.redistb.Decision d = main.check(new TestView("203.0.113.9")).join();
+        assertEquals(dev.redistb.Outcome.ALLOWED, d.outcome());
+        assertEquals("rl:{tenant-1}:all:all", d.results().get(1).key());
+      }
+    }
+  }
+
+  private record TestView(String peer) implements dev.redistb.RequestView {
+    @Override
+    public Object request() {
+      return this;
+    }
+
+    @Override
+    public java.util.List<String> header(String name) {
+      return java.util.List.of();
+    }
+
+    @Override
+    public String route() {
+      return "GET /x";
     }
   }
 }
