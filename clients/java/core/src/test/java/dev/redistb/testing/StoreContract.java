@@ -302,15 +302,15 @@ public abstract class StoreContract {
     RateLimiter limiter =
         RateLimiter.builder(store)
             .timeoutMillis(2000)
-            .policy(Policy.builder("conc", Limit.inFlight(1, 0.2, 0.6)))
+            .policy(Policy.builder("conc", Limit.inFlight(1, 0.5, 2)))
             .build();
     Decision d = limiter.check(request("203.0.113.9", "GET /x")).join();
     assertNotNull(d.lease());
     CompletableFuture<Void> ended = new CompletableFuture<>();
     d.onTimeout(() -> ended.complete(null));
     d.keepAlive();
-    // renewed past its lease of 0.2 s: the slot is still taken at 0.4 s
-    Thread.sleep(400);
+    // renewed past its lease of 0.5 s: the slot is still taken at 1 s (its deadline is 2 s)
+    Thread.sleep(1000);
     assertFalse(d.timedOut());
     assertEquals(1, get(store.peekLeases(d.lease().key())).inFlight());
     ended.get(10, TimeUnit.SECONDS);
@@ -345,9 +345,9 @@ public abstract class StoreContract {
             .build();
     Decision d = limiter.check(request("203.0.113.9", "GET /x")).join();
     d.keepAlive();
-    Hold hold = d.hold("tokens", 100, 0.3).join();
+    Hold hold = d.hold("tokens", 100, 0.6).join();
     assertTrue(hold.allowed());
-    Thread.sleep(900); // three ttls: alive only by its renewals
+    Thread.sleep(1800); // three ttls: alive only by its renewals
     Settlement s = hold.settle(40).join();
     assertTrue(s.settled());
     assertEquals(0, limiter.stats().holdsLost());

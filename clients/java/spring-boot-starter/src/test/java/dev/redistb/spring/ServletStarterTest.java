@@ -87,11 +87,11 @@ class ServletStarterTest {
       return ResponseEntity.ok().contentType(MediaType.TEXT_EVENT_STREAM).body(body);
     }
 
-    /** A hold of ttl 0.3 s kept for 0.9 s: settled only if it was renewed (G5). */
+    /** A hold of ttl 0.6 s kept for 1.8 s: settled only if it was renewed (G5). */
     @GetMapping("/hold")
     String hold(Decision decision) throws InterruptedException {
-      Hold h = decision.hold("tokens", 10, 0.3).join();
-      Thread.sleep(900);
+      Hold h = decision.hold("tokens", 10, 0.6).join();
+      Thread.sleep(1800);
       return Boolean.toString(h.settle(4).join().settled());
     }
   }
