@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client test-http bench-accuracy lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-java lint-java test-rust-client test-http bench-accuracy lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -30,6 +30,8 @@ help:
 	@echo "make fmt      cargo fmt (the formatting make lint checks)"
 	@echo "make test-node  the Node package (clients/node, with the shared vectors) and the Express and Fastify examples"
 	@echo "make lint-node  tsc --noEmit (strict) over the Node package and examples, and no eslint-disable comments"
+	@echo "make test-java  the Java client (clients/java: core with the shared vectors, Lettuce and Jedis stores, Spring Boot starter, gateway limiter), the Spring examples, and the Java bench apps built (bench/integrations/java)"
+	@echo "make lint-java  google-java-format (spotless:check) and javac -Xlint:all -Werror over clients/java, the Spring examples and bench/integrations/java"
 	@echo "make test-rust-client  the Rust client crate (vectors included, with and without axum) and the axum example"
 	@echo "make test-http  one black-box HTTP suite over every example of examples/manifest.json (testing/http)"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
@@ -76,7 +78,18 @@ test-examples: build
 	$(MAKE) test-python
 	$(MAKE) test-rust-client
 	$(MAKE) test-node
+	$(MAKE) test-java
 	testing/http/run-tests.sh
+
+# The Java client (clients/java, one Maven reactor with every version pinned): the core's
+# tests with every file of clients/vectors, the Lettuce and Jedis stores against real
+# redis-server processes with the module, the Spring Boot starter and the gateway limiter,
+# and the Spring examples (examples/spring, examples/spring-gateway) built and tested.
+test-java: build
+	mvn -B -ntp -f clients/java/pom.xml verify
+
+lint-java:
+	mvn -B -q -f clients/java/pom.xml spotless:check test-compile
 
 # The Node package (node:test against real redis-server processes, the shared vectors of
 # clients/vectors) and the two Node examples end to end (npm ci from their lockfiles).
@@ -107,6 +120,7 @@ lint:
 	cargo clippy --workspace --all-targets --release -- -D warnings
 	$(MAKE) lint-node
 	$(MAKE) lint-python
+	$(MAKE) lint-java
 
 # The Python package (clients/python: the vectors of clients/vectors, unit and end-to-end
 # tests, limits' own suite) and its examples (FastAPI, Flask, slowapi, Django, shell),
