@@ -10,6 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod differential;
+pub mod scripts;
+
 /// A reply, as sent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -191,6 +194,21 @@ impl Conn {
 
     pub fn read(&mut self) -> Reply {
         read_reply(&mut self.reader).expect("read reply from redis")
+    }
+
+    /// Sends several commands in one write (a pipeline); their replies are read with `read`.
+    pub fn send_all<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) {
+        let mut buf = Vec::new();
+        for args in commands {
+            buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in args {
+                let a = a.as_ref();
+                buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                buf.extend_from_slice(a);
+                buf.extend_from_slice(b"\r\n");
+            }
+        }
+        self.writer.write_all(&buf).expect("write to redis");
     }
 
     /// Sends a command and reads its reply, or returns the I/O error.

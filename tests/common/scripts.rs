@@ -1,0 +1,117 @@
+//! The script backend (clients/lua): its sources, loading them into a server without the
+//! module (SCRIPT LOAD, FUNCTION LOAD), and a module command (`TB.TAKE key ...`) turned
+//! into the same call to the scripts, so one list of commands drives both backends.
+
+use super::{Conn, Options, Reply, Server};
+
+/// The library as EVAL runs it.
+pub const LIBRARY: &str = include_str!("../../clients/lua/tb.lua");
+/// The Functions build's entry (clients/lua/functions.lua).
+pub const FUNCTIONS_ENTRY: &str = include_str!("../../clients/lua/functions.lua");
+/// The line that starts tb.lua's EVAL entry: the library is everything above it.
+pub const EVAL_ENTRY: &str = "-- EVAL entry:";
+
+/// The Functions library built from `source` (tb.lua's text) as clients/lua/README.md says:
+/// `#!lua name=tb`, the library part, functions.lua.
+pub fn functions_library(source: &str) -> String {
+    let end = source
+        .find(EVAL_ENTRY)
+        .expect("tb.lua has its EVAL entry line");
+    format!("#!lua name=tb\n{}{}", &source[..end], FUNCTIONS_ENTRY)
+}
+
+/// How a call reaches a server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backend {
+    /// TB.* commands of the module.
+    Module,
+    /// EVALSHA of the script with this SHA.
+    Eval(String),
+    /// FCALL of the Functions library (FCALL_RO for TB.PEEK).
+    Function,
+}
+
+/// The script's command word for a module command name (`TB.TAKE` -> `TAKE`).
+fn word(name: &str) -> String {
+    let upper = name.to_ascii_uppercase();
+    upper.strip_prefix("TB.").unwrap_or(&upper).to_string()
+}
+
+impl Backend {
+    /// `command` (the module's words: `TB.TAKE key capacity rate n [now]`, `TB.MTAKE
+    /// numkeys key ... [now]`) as this backend's call.
+    pub fn argv(&self, command: &[String]) -> Vec<String> {
+        if *self == Backend::Module {
+            return command.to_vec();
+        }
+        let name = word(&command[0]);
+        let (keys, rest): (&[String], &[String]) = if name == "MTAKE" {
+            let n = command
+                .get(1)
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0)
+                .min(command.len().saturating_sub(2));
+            (&command[2..2 + n], &command[2 + n..])
+        } else if command.len() >= 2 {
+            (&command[1..2], &command[2..])
+        } else {
+            (&[], &[])
+        };
+        let mut out = match self {
+            Backend::Eval(sha) => vec!["EVALSHA".to_string(), sha.clone()],
+            Backend::Function if name == "PEEK" => {
+                vec!["FCALL_RO".to_string(), "tb_peek".to_string()]
+            }
+            Backend::Function => vec!["FCALL".to_string(), format!("tb_{}", name.to_lowercase())],
+            Backend::Module => unreachable!(),
+        };
+        out.push(keys.len().to_string());
+        out.extend(keys.iter().cloned());
+        if matches!(self, Backend::Eval(_)) {
+            out.push(name);
+        }
+        out.extend(rest.iter().cloned());
+        out
+    }
+
+    /// Sends `command` through this backend and reads the reply.
+    pub fn call(&self, c: &mut Conn, command: &[String]) -> Reply {
+        c.cmd(&self.argv(command))
+    }
+
+    /// `line` (whitespace-separated module words) through this backend.
+    pub fn q(&self, c: &mut Conn, line: &str) -> Reply {
+        let words: Vec<String> = line.split_whitespace().map(String::from).collect();
+        self.call(c, &words)
+    }
+}
+
+/// SCRIPT LOAD of `source`; its SHA.
+pub fn load_script(c: &mut Conn, source: &str) -> String {
+    match c.cmd(&["SCRIPT", "LOAD", source]) {
+        Reply::Bulk(sha) => String::from_utf8(sha).unwrap(),
+        other => panic!("SCRIPT LOAD: {other:?}"),
+    }
+}
+
+/// FUNCTION LOAD REPLACE of the Functions build of `source`.
+pub fn load_functions(c: &mut Conn, source: &str) {
+    let r = c.cmd(&["FUNCTION", "LOAD", "REPLACE", &functions_library(source)]);
+    assert_eq!(r, Reply::Bulk(b"tb".to_vec()), "FUNCTION LOAD");
+}
+
+/// A server without the module, started with `extra` options, with `source` loaded as a
+/// script; the server and the script's backend.
+pub fn start_script_server_with(source: &str, extra: &[&str]) -> (Server, Backend) {
+    let server = Server::start_with(Options {
+        with_module: false,
+        extra: extra.iter().map(|s| s.to_string()).collect(),
+    });
+    let sha = load_script(&mut server.conn(), source);
+    (server, Backend::Eval(sha))
+}
+
+/// A server without the module, the library loaded (SCRIPT LOAD).
+pub fn start_script_server() -> (Server, Backend) {
+    start_script_server_with(LIBRARY, &[])
+}
