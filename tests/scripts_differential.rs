@@ -37,11 +37,8 @@ fn pair(source: &str, function: bool) -> (Server, Server, Side, Side) {
     } else {
         Backend::Eval(scripts::load_script(&mut cb, source))
     };
-    let sa = Side {
-        conn: a.conn(),
-        backend: Backend::Module,
-    };
-    let sb = Side { conn: cb, backend };
+    let sa = Side::new(a.conn(), Backend::Module);
+    let sb = Side::new(cb, backend);
     (a, b, sa, sb)
 }
 

@@ -212,18 +212,26 @@ local function library()
         return true
     end
 
-    local SIG = { '%.14e', '%.15e', '%.16e' }
+    -- printf formats with 1 to 17 significant digits.
+    local SIG = {
+        '%.0e', '%.1e', '%.2e', '%.3e', '%.4e', '%.5e', '%.6e', '%.7e', '%.8e', '%.9e',
+        '%.10e', '%.11e', '%.12e', '%.13e', '%.14e', '%.15e', '%.16e',
+    }
+    local MIN_NORMAL = 2.2250738585072014e-308
 
-    -- The shortest round-trip digits of a > 0 (no trailing zeros) and the decimal exponent of
-    -- the first. 15 significant digits are spaced wider than a double's step, so at most one
-    -- lies within half a step of `a`: when the shortest text has 15 digits or fewer, %.14e
-    -- finds it (padded with zeros); else %.15e is the nearest 16-digit text, which is the one
-    -- Ryu picks when one round-trips; else 17 digits always do. README.md has the measurement.
+    -- The shortest round-trip digits of a > 0 (no trailing zeros) and the decimal exponent
+    -- of the first, as Ryu picks them: the fewest significant digits that read back as `a`,
+    -- and of those the text nearest to it, which is what %.<p>e prints when any text of
+    -- that length reads back. A normal double's 15-digit texts are spaced wider than its
+    -- step, so at most one lies within half a step of it: a shortest text of 15 digits or
+    -- fewer is found padded by %.14e, and the search starts there (16 digits or 17 are
+    -- %.15e or %.16e). Subnormals have fewer bits, so their search starts at one digit.
+    -- README.md has the measurement.
     local function shortest_digits(a)
         local s
-        for i = 1, 3 do
+        for i = (a < MIN_NORMAL and 1 or 15), 17 do
             s = sfmt(SIG[i], a)
-            if i == 3 or tonumber(s) == a then
+            if i == 17 or tonumber(s) == a then
                 break
             end
         end

@@ -23,6 +23,19 @@ const GUARD_MS: i64 = 80;
 pub struct Side {
     pub conn: Conn,
     pub backend: Backend,
+    /// A second way to the same server (the module and the scripts side by side): each call
+    /// goes one way or the other at random, so every key is continued by both backends.
+    pub alternate: Option<Backend>,
+}
+
+impl Side {
+    pub fn new(conn: Conn, backend: Backend) -> Side {
+        Side {
+            conn,
+            backend,
+            alternate: None,
+        }
+    }
 }
 
 /// What a run saw, by kind: calls and outcomes per command, and the events of the clock.
@@ -153,6 +166,9 @@ pub struct Differential {
     shapes: HashMap<String, (String, String)>,
     last_now: String,
     pub stats: Stats,
+    /// Whether to send times beyond the clock bound (refused by both). Off against a
+    /// server that refuses TIME in scripts, where a key's first call cannot be bounded.
+    pub far_ahead: bool,
 }
 
 fn wall() -> f64 {
@@ -188,6 +204,7 @@ impl Differential {
             shapes: HashMap::new(),
             last_now: format!("{}", wall()),
             stats: Stats::default(),
+            far_ahead: true,
         };
         for key in FOREIGN {
             d.seed_foreign(key);
@@ -328,7 +345,7 @@ impl Differential {
             60..=69 => wall - self.unit() * 5.0,
             70..=74 => wall - 3600.0 * (1.0 + self.unit() * 24.0),
             75..=89 => wall + 2.0 + self.unit() * 7.0,
-            90..=92 => wall + 12.0 + self.unit() * 1000.0,
+            90..=92 if self.far_ahead => wall + 12.0 + self.unit() * 1000.0,
             93 => return (wall * 1000.0).floor().to_string(),
             94 => return "-1".to_string(),
             95 => return "253402300800".to_string(),
@@ -540,7 +557,11 @@ impl Differential {
         }
         let mut for_a = vec![self.a.backend.argv(cmd)];
         for_a.extend(reads.iter().cloned());
-        let mut for_b = vec![self.b.backend.argv(cmd)];
+        let backend_b = match &self.b.alternate {
+            Some(other) if self.rng.below(2) == 0 => other.clone(),
+            _ => self.b.backend.clone(),
+        };
+        let mut for_b = vec![backend_b.argv(cmd)];
         for_b.extend(reads.iter().cloned());
         self.a.conn.send_all(&for_a);
         self.b.conn.send_all(&for_b);

@@ -41,7 +41,8 @@ impl Backend {
     /// `command` (the module's words: `TB.TAKE key capacity rate n [now]`, `TB.MTAKE
     /// numkeys key ... [now]`) as this backend's call.
     pub fn argv(&self, command: &[String]) -> Vec<String> {
-        if *self == Backend::Module {
+        // The module's own commands go through; anything else (HSET, DEL) is not one.
+        if *self == Backend::Module || !command[0].to_ascii_uppercase().starts_with("TB.") {
             return command.to_vec();
         }
         let name = word(&command[0]);
