@@ -4,13 +4,64 @@
 //! server's clock than `max-clock-ahead-ms` is refused before anything is written, while
 //! replicas and AOF replay, which only ever see effects, never refuse anything; numbers
 //! are parsed with the grammar docs/commands.md states.
+//!
+//! The cases that apply to the script library (clients/lua) run against it too, on a server
+//! without the module: each is a module with a `module` and a `scripts` test.
 
 mod common;
 
+use common::scripts::{Backend, Client, start_script_server};
 use common::{
     NO_CLOCK_BOUND, Reply, Server, Take, dumps, fingerprint, hget, read_log, server_binary,
     server_command, start_replica,
 };
+
+/// Which backend a case runs against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Module,
+    Scripts,
+}
+
+/// A fresh server for `kind` (the scripts' has no module) and a client speaking the
+/// module's commands to it.
+fn start(kind: Kind) -> (Server, Client) {
+    let (server, backend) = match kind {
+        Kind::Module => (Server::start(), Backend::Module),
+        Kind::Scripts => start_script_server(),
+    };
+    let conn = server.conn();
+    (server, Client { conn, backend })
+}
+
+/// `case` as two tests, `case::module` and `case::scripts`.
+macro_rules! on_both_backends {
+    ($($case:ident),* $(,)?) => {
+        $(
+            mod $case {
+                #[test]
+                fn module() {
+                    super::$case(super::Kind::Module)
+                }
+                #[test]
+                fn scripts() {
+                    super::$case(super::Kind::Scripts)
+                }
+            }
+        )*
+    };
+}
+
+on_both_backends!(
+    a_user_record_is_refused_by_every_command_and_left_byte_for_byte,
+    a_leaderboard_is_refused_by_log_and_keeps_every_member,
+    a_hash_holding_a_bucket_and_a_window_is_refused_by_every_command,
+    a_bucket_or_window_with_fields_of_its_own_beside_it_keeps_working,
+    a_now_an_hour_ahead_is_refused_by_every_command_and_writes_nothing,
+    a_client_clock_ahead_pins_a_bucket_for_at_most_the_bound,
+    a_now_in_the_past_is_accepted_and_never_rewinds_the_stored_time,
+    numbers_follow_the_documented_grammar,
+);
 
 const NOT_BUCKET: &str = "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged";
 const NOT_WINDOW: &str = "ERR key holds a hash that is not a TB.WINDOW window (it has none of 'start', 'count', 'counts', 'previous'): left unchanged";
@@ -31,8 +82,8 @@ fn server_now(c: &mut common::Conn) -> f64 {
 }
 
 /// Every command, on `key`, as a client would send it (TB.MTAKE with a fresh key first,
-/// which must not be created either).
-fn every_command(key: &str) -> Vec<Vec<String>> {
+/// which must not be created either); the scripts have no TB.THROTTLE.
+fn every_command(key: &str, kind: Kind) -> Vec<Vec<String>> {
     let lines = [
         format!("TB.TAKE {key} 10 1 1"),
         format!("TB.TAKE {key} 10 1 1 {T0}"),
@@ -50,6 +101,7 @@ fn every_command(key: &str) -> Vec<Vec<String>> {
     ];
     lines
         .iter()
+        .filter(|l| kind == Kind::Module || !l.starts_with("TB.THROTTLE"))
         .map(|l| l.split(' ').map(String::from).collect())
         .collect()
 }
@@ -57,14 +109,19 @@ fn every_command(key: &str) -> Vec<Vec<String>> {
 /// Runs every command on `key` and checks each reply with `want` (the command's words),
 /// and that neither `key` nor `fresh` changed in any way.
 fn assert_refused_and_unchanged(
-    c: &mut common::Conn,
+    c: &mut Client,
     key: &str,
     want: impl Fn(&[String]) -> Option<&'static str>,
 ) {
     let before = fingerprint(c, &[key, "fresh"]);
     let pttl = c.cmd(&["PTTL", key]).int();
     assert!(before[0].0.is_some(), "{key} must exist");
-    for cmd in every_command(key) {
+    let kind = if c.backend == Backend::Module {
+        Kind::Module
+    } else {
+        Kind::Scripts
+    };
+    for cmd in every_command(key, kind) {
         let r = c.cmd(&cmd);
         match want(&cmd) {
             Some(text) => assert_eq!(r, Reply::Error(text.into()), "{cmd:?}"),
@@ -81,10 +138,8 @@ fn assert_refused_and_unchanged(
     assert!(after <= pttl, "{pttl} -> {after}");
 }
 
-#[test]
-fn a_user_record_is_refused_by_every_command_and_left_byte_for_byte() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn a_user_record_is_refused_by_every_command_and_left_byte_for_byte(kind: Kind) {
+    let (_s, mut c) = start(kind);
     // The case: `HSET user:2 name bob`, then a key prefix mistake.
     c.q("HSET user:2 name bob email bob@example.com");
     c.q("PEXPIRE user:2 86400000");
@@ -112,10 +167,8 @@ fn a_user_record_is_refused_by_every_command_and_left_byte_for_byte() {
     assert_eq!(hget(&mut c, "user:3", "name").as_deref(), Some("carol"));
 }
 
-#[test]
-fn a_leaderboard_is_refused_by_log_and_keeps_every_member() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn a_leaderboard_is_refused_by_log_and_keeps_every_member(kind: Kind) {
+    let (_s, mut c) = start(kind);
     // Points as scores: all "long ago" on LOG's clock, so the call would remove them all.
     c.q("ZADD leaderboard 1500 alice 1200 bob 900 carol");
     c.q("PEXPIRE leaderboard 86400000");
@@ -155,10 +208,8 @@ fn a_leaderboard_is_refused_by_log_and_keeps_every_member() {
     assert_eq!(c.q("ZCARD real").int(), 3);
 }
 
-#[test]
-fn a_hash_holding_a_bucket_and_a_window_is_refused_by_every_command() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn a_hash_holding_a_bucket_and_a_window_is_refused_by_every_command(kind: Kind) {
+    let (_s, mut c) = start(kind);
     let cases = [
         "HSET both tokens 5 last_refill_time 1764456268 start 1764456240 count 1",
         "HSET both tokens 5 last_refill_time 1764456268 start 1764456240 counts 1~0",
@@ -181,10 +232,8 @@ fn a_hash_holding_a_bucket_and_a_window_is_refused_by_every_command() {
     }
 }
 
-#[test]
-fn a_bucket_or_window_with_fields_of_its_own_beside_it_keeps_working() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn a_bucket_or_window_with_fields_of_its_own_beside_it_keeps_working(kind: Kind) {
+    let (_s, mut c) = start(kind);
     c.take("b", "10", "1", "1", Some(T0));
     c.q("HSET b owner alice");
     assert!(c.take("b", "10", "1", "1", Some(T0)).allowed);
@@ -215,10 +264,8 @@ fn with_now(now: &str) -> Vec<Vec<String>> {
 
 const KEYS: [&str; 9] = ["k1", "k2a", "k2b", "k3", "k4", "k5", "k6", "k7", "k8"];
 
-#[test]
-fn a_now_an_hour_ahead_is_refused_by_every_command_and_writes_nothing() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn a_now_an_hour_ahead_is_refused_by_every_command_and_writes_nothing(kind: Kind) {
+    let (_s, mut c) = start(kind);
     let now = server_now(&mut c);
     // The case, and the wrong units: ms and µs given as seconds (those are past
     // the year 10000, and refused as such).
@@ -250,10 +297,8 @@ fn a_now_an_hour_ahead_is_refused_by_every_command_and_writes_nothing() {
     }
 }
 
-#[test]
-fn a_client_clock_ahead_pins_a_bucket_for_at_most_the_bound() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn a_client_clock_ahead_pins_a_bucket_for_at_most_the_bound(kind: Kind) {
+    let (_s, mut c) = start(kind);
     let now = server_now(&mut c);
     // Refused at an hour ahead: the server-clock callers keep their bucket.
     let r = c.cmd(&[
@@ -281,10 +326,8 @@ fn a_client_clock_ahead_pins_a_bucket_for_at_most_the_bound() {
     assert!(stored <= server_now(&mut c) + 10.0, "{stored}");
 }
 
-#[test]
-fn a_now_in_the_past_is_accepted_and_never_rewinds_the_stored_time() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn a_now_in_the_past_is_accepted_and_never_rewinds_the_stored_time(kind: Kind) {
+    let (_s, mut c) = start(kind);
     let now = server_now(&mut c);
     let t = c.take("k", "10", "1", "10", Some(&format!("{now}")));
     assert!(t.allowed);
@@ -432,10 +475,8 @@ fn replicas_and_aof_replay_take_the_effects_of_a_time_ahead_without_refusing() {
 // ---------------------------------------------------------------------------------------
 // Numbers
 
-#[test]
-fn numbers_follow_the_documented_grammar() {
-    let s = Server::start();
-    let mut c = s.conn();
+fn numbers_follow_the_documented_grammar(kind: Kind) {
+    let (_s, mut c) = start(kind);
     const CAPACITY: &str = "ERR capacity is not a valid number";
     const N: &str = "ERR n is not a valid number";
     const NOW: &str = "ERR now is not a valid number";
@@ -468,8 +509,203 @@ fn numbers_follow_the_documented_grammar() {
         let t = Take::from_reply(&c.cmd(&cmd));
         assert_eq!(t.remaining, remaining, "{args:?}");
     }
-    assert_eq!(
-        c.q("TB.THROTTLE t +5 1 1"),
-        Reply::Error("ERR max_burst is not a valid number".into())
-    );
+    if kind == Kind::Module {
+        assert_eq!(
+            c.q("TB.THROTTLE t +5 1 1"),
+            Reply::Error("ERR max_burst is not a valid number".into())
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The script library alone
+
+/// The scripts' clock bound is one constant in tb.lua (the module's load argument has no
+/// place in a script): edited, it is the bound.
+#[test]
+fn the_scripts_clock_bound_is_the_constant_in_the_library() {
+    let from = "local MAX_AHEAD_MS = 10000";
+    assert_eq!(common::scripts::LIBRARY.matches(from).count(), 1);
+    let source = common::scripts::LIBRARY.replace(from, "local MAX_AHEAD_MS = 1000");
+    let (s, backend) = common::scripts::start_script_server_with(&source, &[]);
+    let mut c = Client {
+        conn: s.conn(),
+        backend,
+    };
+    let now = server_now(&mut c);
+    let r = c.cmd(&["TB.TAKE", "k", "10", "1", "1", &format!("{}", now + 5.0)]);
+    assert_eq!(r, Reply::Error(AHEAD.into()));
+    assert_eq!(c.q("EXISTS k").int(), 0);
+    let r = c.cmd(&["TB.TAKE", "k", "10", "1", "1", &format!("{}", now + 0.5)]);
+    assert!(Take::from_reply(&r).allowed, "{r:?}");
+}
+
+/// Random calls to the script, well formed or not (any command word, any number of keys,
+/// arguments of any bytes), on a server that also has the module: a foreign key is never
+/// changed, and every key the scripts leave is state the module reads without an error.
+#[test]
+fn no_input_the_scripts_accept_corrupts_a_key_or_adopts_a_foreign_one() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let sha = common::scripts::load_script(&mut c, common::scripts::LIBRARY);
+    let now = server_now(&mut c);
+    let micros = format!("{}", (now * 1e6) as u64);
+    for line in [
+        "HSET user name bob email bob@example.com",
+        "ZADD board 1500 alice 1200 bob",
+        "SET text hello",
+        "HSET mixed tokens 5 last_refill_time 1764456268 start 1764456240 count 1",
+        "HSET badtok tokens abc last_refill_time 1764456268",
+        "HSET half tokens 5",
+        "HSET badcounts start 1764456240 counts x",
+        "RPUSH list a b",
+    ] {
+        c.q(line);
+    }
+    c.cmd(&["ZADD", "logins", &micros, "alice"]);
+    c.cmd(&["ZADD", "leases", &micros, "lease:0123456789abcdef"]);
+    c.q("PEXPIRE user 86400000");
+    let foreign = [
+        "user",
+        "board",
+        "text",
+        "mixed",
+        "badtok",
+        "half",
+        "badcounts",
+        "list",
+        "logins",
+        "leases",
+    ];
+    let own = ["b", "w", "v", "l", "fresh"];
+    let before = fingerprint(&mut c, &foreign);
+    let mut rng = common::Rng(0xf00d_cafe);
+    let words = [
+        "TAKE", "MTAKE", "RESERVE", "PEEK", "REFUND", "WINDOW", "take", "window", "NOPE", "",
+    ];
+    let pieces: Vec<Vec<u8>> = [
+        "1",
+        "10",
+        "0.5",
+        "0",
+        "-0",
+        "2",
+        "100",
+        "1e-9",
+        "1e308",
+        "4.9e-324",
+        "9007199254740992",
+        "9007199254740993",
+        "-1",
+        "+1",
+        ".5",
+        "nan",
+        "inf",
+        "0x10",
+        " 1",
+        "FIXED",
+        "SLIDING",
+        "LOG",
+        "log",
+        "LEASES",
+        "HOLDS",
+        "1e400",
+        "253402300800",
+    ]
+    .iter()
+    .map(|p| p.as_bytes().to_vec())
+    .chain([
+        vec![0xff, 0xfe, 0],
+        vec![b'9'; 200],
+        format!("{now}").into_bytes(),
+        format!("{}", now - 5.0).into_bytes(),
+        format!("{}", now + 5.0).into_bytes(),
+        format!("{}", now + 3600.0).into_bytes(),
+    ])
+    .collect();
+    let mut accepted = 0;
+    let valid = ["1", "2", "10", "0.5", "3", "1.6666666666666667", "0", "100"];
+    let now_text = format!("{now}");
+    for i in 0..5_000 {
+        let mut cmd: Vec<Vec<u8>> = vec![b"EVALSHA".to_vec(), sha.clone().into_bytes()];
+        let key = |rng: &mut common::Rng| {
+            if rng.below(4) == 0 {
+                foreign[rng.below(foreign.len() as u64) as usize]
+            } else {
+                own[rng.below(own.len() as u64) as usize]
+            }
+        };
+        if rng.below(2) == 0 {
+            // A well-formed call (its numbers from a pool of valid ones), one argument
+            // replaced now and then.
+            let pick = |rng: &mut common::Rng| valid[rng.below(valid.len() as u64) as usize];
+            let (word, keys, count) = match rng.below(6) {
+                0 => ("TAKE", 1, 3),
+                1 => ("MTAKE", 2, 6),
+                2 => ("RESERVE", 1, 4),
+                3 => ("PEEK", 1, 2),
+                4 => ("REFUND", 1, 3),
+                _ => ("WINDOW", 1, 3),
+            };
+            cmd.push(keys.to_string().into_bytes());
+            for _ in 0..keys {
+                cmd.push(key(&mut rng).as_bytes().to_vec());
+            }
+            cmd.push(word.as_bytes().to_vec());
+            for _ in 0..count {
+                cmd.push(pick(&mut rng).as_bytes().to_vec());
+            }
+            cmd.push(now_text.clone().into_bytes());
+            if word == "WINDOW" {
+                let mode = ["FIXED", "SLIDING", "LOG"][rng.below(3) as usize];
+                cmd.push(mode.as_bytes().to_vec());
+            }
+            if rng.below(3) == 0 {
+                let at = 4 + rng.below((cmd.len() - 4) as u64) as usize;
+                cmd[at] = pieces[rng.below(pieces.len() as u64) as usize].clone();
+            }
+        } else {
+            let numkeys = rng.below(4) as usize;
+            cmd.push(numkeys.to_string().into_bytes());
+            for _ in 0..numkeys {
+                cmd.push(key(&mut rng).as_bytes().to_vec());
+            }
+            cmd.push(
+                words[rng.below(words.len() as u64) as usize]
+                    .as_bytes()
+                    .to_vec(),
+            );
+            for _ in 0..rng.below(9) {
+                cmd.push(pieces[rng.below(pieces.len() as u64) as usize].clone());
+            }
+        }
+        let r = c.cmd(&cmd);
+        if !matches!(r, Reply::Error(_)) {
+            accepted += 1;
+        }
+        assert_eq!(fingerprint(&mut c, &foreign), before, "call {i}: {cmd:?}");
+        for key in own {
+            let kind = c.cmd(&["TYPE", key]).text();
+            let fields = if kind == "hash" {
+                common::hgetall(&mut c, key.as_bytes())
+            } else {
+                Vec::new()
+            };
+            let has = |f: &str| fields.iter().any(|(k, _)| k == f.as_bytes());
+            let check = match kind.as_str() {
+                "none" => continue,
+                "hash" if has("tokens") => format!("TB.PEEK {key} 10 1"),
+                "hash" if has("counts") => format!("TB.WINDOW {key} 10 1 0 SLIDING"),
+                "hash" => format!("TB.WINDOW {key} 10 1 0 FIXED"),
+                "zset" => format!("TB.WINDOW {key} 10 1 0 LOG"),
+                other => panic!("call {i}: {key} is a {other}: {cmd:?}"),
+            };
+            let r = c.q(&check);
+            assert!(
+                !matches!(r, Reply::Error(_)),
+                "call {i}: {cmd:?} left {key} unreadable: {r:?} ({fields:?})"
+            );
+        }
+    }
+    assert!(accepted > 500, "only {accepted} calls accepted");
 }

@@ -116,3 +116,52 @@ pub fn start_script_server_with(source: &str, extra: &[&str]) -> (Server, Backen
 pub fn start_script_server() -> (Server, Backend) {
     start_script_server_with(LIBRARY, &[])
 }
+
+/// A connection that sends the module's commands through a backend (and anything else as
+/// it is), so a test written against the module runs against the scripts unchanged.
+/// Everything else a `Conn` does is reached through it.
+pub struct Client {
+    pub conn: Conn,
+    pub backend: Backend,
+}
+
+impl Client {
+    pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Reply {
+        let words: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8(a.as_ref().to_vec()).expect("UTF-8 arguments"))
+            .collect();
+        self.backend.call(&mut self.conn, &words)
+    }
+
+    pub fn q(&mut self, line: &str) -> Reply {
+        self.backend.q(&mut self.conn, line)
+    }
+
+    /// TB.TAKE with text arguments, decoded.
+    pub fn take(
+        &mut self,
+        key: &str,
+        capacity: &str,
+        rate: &str,
+        n: &str,
+        now: Option<&str>,
+    ) -> super::Take {
+        let mut args = vec!["TB.TAKE", key, capacity, rate, n];
+        args.extend(now);
+        super::Take::from_reply(&self.cmd(&args))
+    }
+}
+
+impl std::ops::Deref for Client {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.conn
+    }
+}
