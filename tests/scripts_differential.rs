@@ -170,14 +170,14 @@ fn a_planted_divergence_in_the_script_is_caught() {
         // Lua's own %.17g instead of the shortest round-trip text.
         (
             "fmt: %.17g for every stored and replied number",
-            "local digits, e = shortest_digits(a)",
-            "do return sign .. sfmt('%.17g', a) end local digits, e = shortest_digits(a)",
+            "local digits, e = M.shortest_digits(a)",
+            "do return sign .. sfmt('%.17g', a) end local digits, e = M.shortest_digits(a)",
         ),
         // A refill that forgets the bucket's clock never runs backwards.
         (
             "tokens_at: a time behind the stored one refills negatively",
-            "if elapsed < 0 then\n            elapsed = 0\n        end\n        local v = st.t",
-            "local v = st.t",
+            "local v = st.t + elapsed * rate",
+            "local v = st.t + (t - st.l) * rate",
         ),
         // SLIDING weighing the previous window by the time elapsed instead of what is left.
         (

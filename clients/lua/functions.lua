@@ -9,7 +9,7 @@ local function register(name, word, flags)
         function_name = name,
         callback = function(keys, args)
             lib = lib or library()
-            return lib.run(lib.commands[word], keys, args, 0)
+            return lib.run(lib.handler(word), keys, args, 0)
         end,
         flags = flags,
     })

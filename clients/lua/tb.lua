@@ -40,57 +40,69 @@ local function library()
     local tonumber, unpack, type = tonumber, unpack, type
     local rcall, rpcall = redis.call, redis.pcall
 
-    -- Errors (error.rs). A handler fails with fail(text); the entry turns it into the reply.
-    local E = {
-        wrongtype = 'WRONGTYPE Operation against a key holding the wrong kind of value',
-        ahead = 'ERR now is further ahead of the server clock than max-clock-ahead-ms allows (now must be seconds since the Unix epoch)',
-        no_time = 'ERR this server refuses TIME in scripts: send now (seconds since the Unix epoch)',
-        not_bucket = "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged",
-        not_window = "ERR key holds a hash that is not a TB.WINDOW window (it has none of 'start', 'count', 'counts', 'previous'): left unchanged",
-        not_log = "ERR key holds a sorted set that is not a TB.WINDOW LOG (a member is not '<score>-<n>'): left unchanged",
-        mixed = "ERR key holds both a token bucket's and a TB.WINDOW window's fields: left unchanged",
-        window_not_bucket = 'ERR key holds a TB.WINDOW window, not a token bucket',
-        bucket_not_window = 'ERR key holds a token bucket, not a TB.WINDOW window',
-        fixed_not_sliding = 'ERR key holds a FIXED window, not a SLIDING one',
-        sliding_not_fixed = 'ERR key holds a SLIDING window, not a FIXED one',
-        leases_not_window = "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window",
-        corrupt_log = "ERR window log is corrupt: an entry's score is not a valid time in microseconds",
-        corrupt = {
-            tokens = "ERR bucket state is corrupt: field 'tokens' is not a valid token count",
-            last_refill_time = "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds",
-            start = "ERR window state is corrupt: field 'start' is not a valid time in seconds",
-            count = "ERR window state is corrupt: field 'count' is not a valid count",
-            counts = "ERR window state is corrupt: field 'counts' is not two valid counts",
-            previous = "ERR window state is corrupt: field 'previous' is not a valid count",
-        },
-        invalid = {}, -- '<arg> is not a valid number', filled below
-        range = {
-            capacity = 'ERR capacity must be > 0 and <= 9007199254740992',
-            rate = 'ERR rate must be >= 1e-9 and <= 9007199254740992 tokens per second',
-            n = 'ERR n must be >= 0 and <= 9007199254740992',
-            now = 'ERR now must be seconds since the Unix epoch, >= 0 and < 253402300800',
-            max_wait = 'ERR max_wait must be >= 0 seconds',
-            limit = 'ERR limit must be > 0 and <= 9007199254740992',
-            window = 'ERR window must be >= 0.000001 and <= 1000000000000 seconds',
-        },
-        mode = 'ERR mode must be FIXED, SLIDING or LOG',
-        log_whole = 'ERR LOG counts whole requests: limit and n must be whole numbers',
-        log_limit = 'ERR limit must be <= 10000 with LOG (each request is one entry)',
-        log_n = 'ERR n must be <= 100000 with LOG (each request is one entry)',
-        numkeys = 'ERR numkeys must be a positive integer',
-        numkeys_mismatch = 'ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now',
-        duplicate = 'ERR tb.mtake got the same key more than once',
-    }
-    for _, arg in ipairs({ 'capacity', 'rate', 'n', 'now', 'max_wait', 'limit', 'window' }) do
-        E.invalid[arg] = 'ERR ' .. arg .. ' is not a valid number'
+    -- The library's functions, in one table: a closure that names only this table is cheap
+    -- to create, and EVAL creates every one of them on every call.
+    local M = {}
+
+    -- Errors (error.rs). A handler fails with M.fail(text); the entry turns it into the
+    -- reply. The texts are built only when a call fails.
+    function M.errors()
+        if M.E then
+            return M.E
+        end
+        local E = {
+            wrongtype = 'WRONGTYPE Operation against a key holding the wrong kind of value',
+            ahead = 'ERR now is further ahead of the server clock than max-clock-ahead-ms allows (now must be seconds since the Unix epoch)',
+            no_time = 'ERR this server refuses TIME in scripts: send now (seconds since the Unix epoch)',
+            not_bucket = "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged",
+            not_window = "ERR key holds a hash that is not a TB.WINDOW window (it has none of 'start', 'count', 'counts', 'previous'): left unchanged",
+            not_log = "ERR key holds a sorted set that is not a TB.WINDOW LOG (a member is not '<score>-<n>'): left unchanged",
+            mixed = "ERR key holds both a token bucket's and a TB.WINDOW window's fields: left unchanged",
+            window_not_bucket = 'ERR key holds a TB.WINDOW window, not a token bucket',
+            bucket_not_window = 'ERR key holds a token bucket, not a TB.WINDOW window',
+            fixed_not_sliding = 'ERR key holds a FIXED window, not a SLIDING one',
+            sliding_not_fixed = 'ERR key holds a SLIDING window, not a FIXED one',
+            leases_not_window = "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window",
+            corrupt_log = "ERR window log is corrupt: an entry's score is not a valid time in microseconds",
+            corrupt = {
+                tokens = "ERR bucket state is corrupt: field 'tokens' is not a valid token count",
+                last_refill_time = "ERR bucket state is corrupt: field 'last_refill_time' is not a valid time in seconds",
+                start = "ERR window state is corrupt: field 'start' is not a valid time in seconds",
+                count = "ERR window state is corrupt: field 'count' is not a valid count",
+                counts = "ERR window state is corrupt: field 'counts' is not two valid counts",
+                previous = "ERR window state is corrupt: field 'previous' is not a valid count",
+            },
+            invalid = {}, -- '<arg> is not a valid number', filled below
+            range = {
+                capacity = 'ERR capacity must be > 0 and <= 9007199254740992',
+                rate = 'ERR rate must be >= 1e-9 and <= 9007199254740992 tokens per second',
+                n = 'ERR n must be >= 0 and <= 9007199254740992',
+                now = 'ERR now must be seconds since the Unix epoch, >= 0 and < 253402300800',
+                max_wait = 'ERR max_wait must be >= 0 seconds',
+                limit = 'ERR limit must be > 0 and <= 9007199254740992',
+                window = 'ERR window must be >= 0.000001 and <= 1000000000000 seconds',
+            },
+            mode = 'ERR mode must be FIXED, SLIDING or LOG',
+            log_whole = 'ERR LOG counts whole requests: limit and n must be whole numbers',
+            log_limit = 'ERR limit must be <= 10000 with LOG (each request is one entry)',
+            log_n = 'ERR n must be <= 100000 with LOG (each request is one entry)',
+            numkeys = 'ERR numkeys must be a positive integer',
+            numkeys_mismatch = 'ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now',
+            duplicate = 'ERR tb.mtake got the same key more than once',
+        }
+        for _, arg in ipairs({ 'capacity', 'rate', 'n', 'now', 'max_wait', 'limit', 'window' }) do
+            E.invalid[arg] = 'ERR ' .. arg .. ' is not a valid number'
+        end
+        M.E = E
+        return E
     end
 
-    local function fail(text)
+    function M.fail(text)
         error({ tb = text }, 0)
     end
 
-    local function arity(command)
-        fail("ERR wrong number of arguments for '" .. command .. "' command")
+    function M.arity(command)
+        M.fail("ERR wrong number of arguments for '" .. command .. "' command")
     end
 
     ---------------------------------------------------------------------------------------------
@@ -98,7 +110,7 @@ local function library()
 
     -- f64::next_up for a finite x: the step of x's binade, or half of it going toward zero from
     -- a power of two.
-    local function next_up(x)
+    function M.next_up(x)
         if x ~= x or x == INF then
             return x
         end
@@ -116,13 +128,13 @@ local function library()
         return x + ldexp(1, lo)
     end
 
-    local function next_down(x)
-        return -next_up(-x)
+    function M.next_down(x)
+        return -M.next_up(-x)
     end
 
     -- bucket.rs ulp: the distance to the next larger f64.
-    local function ulp(x)
-        local up = next_up(x)
+    function M.ulp(x)
+        local up = M.next_up(x)
         if up == INF then
             return 2.220446049250313e-16
         end
@@ -130,7 +142,7 @@ local function library()
     end
 
     -- f64::round (half away from zero) for x >= 0 below 2^52, where x - floor(x) is exact.
-    local function round_pos(x)
+    function M.round_pos(x)
         local r = floor(x)
         if x - r >= 0.5 then
             r = r + 1
@@ -144,7 +156,7 @@ local function library()
     -- parse_f64: `-? digits (. digits)? ([eE] [+-]? digits)?`, at most 128 bytes, finite. The
     -- grammar is checked here; strtod (Lua's tonumber) then rounds correctly, as Rust's parser
     -- does, so both read the same double from the same text.
-    local function parse_number(s)
+    function M.parse_number(s)
         local len = #s
         if len == 0 or len > 128 then
             return nil
@@ -191,7 +203,7 @@ local function library()
 
     -- is_plain_decimal: digits with an optional fraction, no sign, no leading zero, no trailing
     -- fraction zero, at most 24 bytes: a client's `now` stored as sent.
-    local function is_plain(s)
+    function M.is_plain(s)
         local n = #s
         if n == 0 or n > 24 then
             return false
@@ -227,7 +239,7 @@ local function library()
     -- fewer is found padded by %.14e, and the search starts there (16 digits or 17 are
     -- %.15e or %.16e). Subnormals have fewer bits, so their search starts at one digit.
     -- README.md has the measurement.
-    local function shortest_digits(a)
+    function M.shortest_digits(a)
         local s
         for i = (a < MIN_NORMAL and 1 or 15), 17 do
             s = sfmt(SIG[i], a)
@@ -242,7 +254,7 @@ local function library()
 
     -- format_f64: integers as `99`, times and waits that are whole microseconds below 2^32 as
     -- `0.000003`-style decimals, the rest as Ryu lays out shortest digits (`1.5e-7`, `1e16`).
-    local function fmt(v)
+    function M.fmt(v)
         if v ~= v or v == INF or v == -INF or v == 0 then
             return '0'
         end
@@ -252,7 +264,7 @@ local function library()
         end
         local sign = v < 0 and '-' or ''
         if a < 4294967296 then
-            local scaled = round_pos(a * 1e6)
+            local scaled = M.round_pos(a * 1e6)
             if scaled / 1e6 == a then
                 local frac = fmod(scaled, 1e6)
                 local text = sign .. sfmt('%.0f', (scaled - frac) / 1e6)
@@ -262,7 +274,7 @@ local function library()
                 return text
             end
         end
-        local digits, e = shortest_digits(a)
+        local digits, e = M.shortest_digits(a)
         local len = #digits
         local kk = e + 1 -- 10^(kk-1) <= a < 10^kk
         local k = kk - len
@@ -279,15 +291,15 @@ local function library()
     end
 
     -- format_whole: a whole number below 2^64 as its digits at any magnitude (LOG scores).
-    local function fmt_whole(v)
+    function M.fmt_whole(v)
         if v >= 0 and v < 18446744073709551616 and v == floor(v) then
             return sfmt('%.0f', v)
         end
-        return fmt(v)
+        return M.fmt(v)
     end
 
     -- ceil_micros: a server-clock wait rounded up to whole microseconds.
-    local function ceil_micros(s)
+    function M.ceil_micros(s)
         if not (s >= 0 and s < 9e9) then
             return s
         end
@@ -295,47 +307,47 @@ local function library()
         if m >= s then
             return m
         end
-        return next_up(m)
+        return M.next_up(m)
     end
 
     ---------------------------------------------------------------------------------------------
     -- Arguments (args.rs)
 
-    local function number(text, arg)
-        local v = parse_number(text)
+    function M.number(text, arg)
+        local v = M.parse_number(text)
         if v == nil then
-            fail(E.invalid[arg])
+            M.fail(M.errors().invalid[arg])
         end
         return v
     end
 
-    local function parse_limit(capacity, rate)
-        local c = number(capacity, 'capacity')
+    function M.parse_limit(capacity, rate)
+        local c = M.number(capacity, 'capacity')
         if not (c > 0 and c <= MAX_AMOUNT) then
-            fail(E.range.capacity)
+            M.fail(M.errors().range.capacity)
         end
-        local r = number(rate, 'rate')
+        local r = M.number(rate, 'rate')
         if not (r >= MIN_RATE and r <= MAX_AMOUNT) then
-            fail(E.range.rate)
+            M.fail(M.errors().range.rate)
         end
         return c, r
     end
 
-    local function parse_n(text)
-        local n = number(text, 'n')
+    function M.parse_n(text)
+        local n = M.number(text, 'n')
         if not (n >= 0 and n <= MAX_AMOUNT) then
-            fail(E.range.n)
+            M.fail(M.errors().range.n)
         end
         return n + 0
     end
 
-    local function parse_now(text)
+    function M.parse_now(text)
         if text == nil then
             return nil
         end
-        local t = number(text, 'now')
+        local t = M.number(text, 'now')
         if not (t >= 0 and t < MAX_TIME) then
-            fail(E.range.now)
+            M.fail(M.errors().range.now)
         end
         return t + 0
     end
@@ -345,7 +357,7 @@ local function library()
 
     -- The server's clock in whole microseconds, or nil when this server refuses TIME in
     -- scripts (ElastiCache Serverless; `rename-command TIME ""`; an ACL without TIME).
-    local function server_micros()
+    function M.server_micros()
         local t = rpcall('TIME')
         if t.err then
             return nil
@@ -355,7 +367,7 @@ local function library()
 
     -- Where TIME is refused, the server's clock in ms from a key's own expiry: PEXPIRETIME is
     -- absolute, PTTL relative to the server's clock (Redis 7.0+). nil for a key without one.
-    local function key_clock_ms(key)
+    function M.key_clock_ms(key)
         local at = rpcall('PEXPIRETIME', key)
         if type(at) ~= 'number' or at < 0 then
             return nil
@@ -372,19 +384,19 @@ local function library()
     --   now      seconds since the epoch
     --   text     the stored text of `now` when it changes a stored time
     --   server   true on the server's clock (waits rounded up to whole microseconds)
-    local function make_clock(now, now_text, keys)
+    function M.make_clock(now, now_text, keys)
         if now == nil then
-            local micros, t = server_micros()
+            local micros, t = M.server_micros()
             if micros == nil then
-                fail(E.no_time)
+                M.fail(M.errors().no_time)
             end
             -- format_micros: fixed width, six fraction digits.
             return { now = micros / 1e6, text = t[1] .. '.' .. sfmt('%06d', tonumber(t[2])), server = true }
         end
-        local micros = server_micros()
+        local micros = M.server_micros()
         if micros == nil then
             for i = 1, #keys do
-                local ms = key_clock_ms(keys[i])
+                local ms = M.key_clock_ms(keys[i])
                 if ms then
                     micros = ms * 1000
                     break
@@ -394,11 +406,11 @@ local function library()
         -- clock.rs within_bound; with no clock at all (TIME refused, no key with an expiry)
         -- there is nothing to bound against (README.md).
         if micros ~= nil and not (now <= (micros + MAX_AHEAD_MS * 1000) / 1e6) then
-            fail(E.ahead)
+            M.fail(M.errors().ahead)
         end
         local text = now_text
-        if not is_plain(now_text) then
-            text = fmt(now)
+        if not M.is_plain(now_text) then
+            text = M.fmt(now)
         end
         return { now = now, text = text, server = false }
     end
@@ -408,7 +420,7 @@ local function library()
     -- expiry with its clock in ms; PTTL is that difference as the server computes it, and a
     -- relative PEXPIRE is replicated as PEXPIREAT, so no script needs a clock for a TTL.
 
-    local function expire(key, existed, seconds)
+    function M.expire(key, existed, seconds)
         if seconds ~= seconds or seconds < 0 then
             seconds = 0
         end
@@ -437,10 +449,10 @@ local function library()
 
     -- The six fields the module may look at, in one HMGET (a key of another type: WRONGTYPE).
     -- Returns them and whether the key exists.
-    local function read_hash(key)
+    function M.read_hash(key)
         local r = rpcall('HMGET', key, unpack(HASH_FIELDS))
         if r.err then
-            fail(E.wrongtype)
+            M.fail(M.errors().wrongtype)
         end
         local exists = true
         if not (r[1] or r[2] or r[3] or r[4] or r[5] or r[6]) then
@@ -452,99 +464,77 @@ local function library()
 
     -- check_owner for `wanted` ('bucket' or 'window'). Reading all six fields gives what the
     -- module's HashGet + ValueLength reads tell (it reads the rest exactly when they matter).
-    local function check_owner(wanted, f, exists)
+    function M.check_owner(wanted, f, exists)
         if not exists then
             return
         end
         local bucket = f[1] or f[2]
         local window = f[3] or f[4] or f[5] or f[6]
         if not bucket and not window then
-            fail(wanted == 'bucket' and E.not_bucket or E.not_window)
+            M.fail(wanted == 'bucket' and M.errors().not_bucket or M.errors().not_window)
         elseif bucket and window then
-            fail(E.mixed)
+            M.fail(M.errors().mixed)
         elseif bucket and wanted ~= 'bucket' then
-            fail(E.bucket_not_window)
+            M.fail(M.errors().bucket_not_window)
         elseif window and wanted == 'bucket' then
-            fail(E.window_not_bucket)
+            M.fail(M.errors().window_not_bucket)
         end
     end
 
     -- Stored values: `v` is a number, or nil / false for a missing or unreadable field.
-    local function valid_tokens(v)
+    function M.valid_tokens(v)
         return type(v) == 'number' and v >= -MAX_AMOUNT
     end
 
-    local function valid_time(v)
+    function M.valid_time(v)
         return type(v) == 'number' and v >= 0 and v < MAX_TIME
     end
 
-    local function valid_count(v)
+    function M.valid_count(v)
         return type(v) == 'number' and v >= 0 and v <= MAX_AMOUNT
     end
 
     -- fields.rs decode: nil (new bucket) or { t = tokens, l = last_refill_time }.
-    local function decode_bucket(f)
+    function M.decode_bucket(f)
         if not f[1] and not f[2] then
             return nil
         end
-        local t = f[1] and parse_number(f[1])
-        if not valid_tokens(t) then
-            fail(E.corrupt.tokens)
+        local t = f[1] and M.parse_number(f[1])
+        if not M.valid_tokens(t) then
+            M.fail(M.errors().corrupt.tokens)
         end
-        local l = f[2] and parse_number(f[2])
-        if not valid_time(l) then
-            fail(E.corrupt.last_refill_time)
+        local l = f[2] and M.parse_number(f[2])
+        if not M.valid_time(l) then
+            M.fail(M.errors().corrupt.last_refill_time)
         end
         return { t = t, l = l }
     end
 
     -- A bucket key opened and read: { key, existed, st } (WRONGTYPE, foreign and corrupt
     -- states refused here, before anything is written).
-    local function open_bucket(key)
-        local f, exists = read_hash(key)
+    function M.open_bucket(key)
+        local f, exists = M.read_hash(key)
         return { key = key, existed = exists, f = f }
     end
 
-    local function read_bucket(b)
-        check_owner('bucket', b.f, b.existed)
-        b.st = decode_bucket(b.f)
+    function M.read_bucket(b)
+        M.check_owner('bucket', b.f, b.existed)
+        b.st = M.decode_bucket(b.f)
         return b.st
     end
 
     ---------------------------------------------------------------------------------------------
-    -- Token bucket (bucket.rs). A decision is { allowed, remaining, retry, reset, new }.
-
-    local function tokens_at(cap, rate, st, t)
-        if st == nil then
-            return cap
-        end
-        local elapsed = t - st.l
-        if elapsed < 0 then
-            elapsed = 0
-        end
-        local v = st.t + elapsed * rate
-        if v > cap then
-            return cap
-        end
-        return v
-    end
-
-    local function effective_time(st, now)
-        if st == nil or now > st.l then
-            return now
-        end
-        return st.l
-    end
+    -- Shared by the bucket and window commands
 
     -- settle_wait: the closed-form wait `guess`, nudged up by doubling steps until `ok` holds at
     -- the floating-point time the caller comes back at.
-    local function settle_wait(now, guess, ok)
+    function M.settle_wait(now, guess, ok)
         local wait = guess
         if not (wait > 0) then
             wait = 0
         end
-        local step = ulp(now + wait)
-        local s2 = ulp(wait)
+        local step = M.ulp(now + wait)
+        local s2 = M.ulp(wait)
         if s2 > step then
             step = s2
         end
@@ -562,1079 +552,26 @@ local function library()
         return wait
     end
 
-    local function wait_until(cap, rate, st, target, now)
-        if tokens_at(cap, rate, st, now) >= target then
-            return 0
-        end
-        local effective = effective_time(st, now)
-        local short = target - tokens_at(cap, rate, st, effective)
-        if short < 0 then
-            short = 0
-        end
-        local guess = (effective - now) + short / rate
-        return settle_wait(now, guess, function(t)
-            return tokens_at(cap, rate, st, t) >= target
-        end)
-    end
-
-    local function report(cap, rate, n, now, st)
-        local current = tokens_at(cap, rate, st, effective_time(st, now))
-        local allowed, retry
-        if n > cap then
-            allowed, retry = false, -1
-        elseif current >= n then
-            allowed, retry = true, 0
-        else
-            allowed, retry = false, wait_until(cap, rate, st, n, now)
-        end
-        return { allowed = allowed, remaining = current, retry = retry, reset = wait_until(cap, rate, st, cap, now) }
-    end
-
-    local function take(cap, rate, n, now, st)
-        local effective = effective_time(st, now)
-        local current = tokens_at(cap, rate, st, effective)
-        if n == 0 or n > cap or current < n then
-            return report(cap, rate, n, now, st)
-        end
-        local new = { t = current - n, l = effective }
-        return { allowed = true, remaining = new.t, retry = 0, reset = wait_until(cap, rate, new, cap, now), new = new }
-    end
-
-    local function refund(cap, rate, n, now, st)
-        local effective = effective_time(st, now)
-        local current = tokens_at(cap, rate, st, effective)
-        local tokens = current + n
-        if tokens > cap then
-            tokens = cap
-        end
-        if st == nil or tokens <= current then
-            return { allowed = true, remaining = current, retry = 0, reset = wait_until(cap, rate, st, cap, now) }
-        end
-        local new = { t = tokens, l = effective }
-        return { allowed = true, remaining = tokens, retry = 0, reset = wait_until(cap, rate, new, cap, now), new = new }
-    end
-
-    local function reservation_wait(cap, rate, n, max_wait, now, st)
-        local current = tokens_at(cap, rate, st, effective_time(st, now))
-        local wait = wait_until(cap, rate, st, n, now)
-        if wait <= max_wait and current - n >= -MAX_AMOUNT then
-            return wait
-        end
-        return nil
-    end
-
-    local function reserve(cap, rate, n, max_wait, now, st)
-        local effective = effective_time(st, now)
-        local current = tokens_at(cap, rate, st, effective)
-        if n > cap or n == 0 or current >= n then
-            return take(cap, rate, n, now, st)
-        end
-        local wait = reservation_wait(cap, rate, n, max_wait, now, st)
-        if wait ~= nil then
-            local new = { t = current - n, l = effective }
-            return { allowed = true, remaining = new.t, retry = wait, reset = wait_until(cap, rate, new, cap, now), new = new }
-        end
-        local deepest = n - MAX_AMOUNT
-        local guess = wait_until(cap, rate, st, n, now) - max_wait
-        local floor_wait = wait_until(cap, rate, st, deepest, now)
-        if floor_wait > guess then
-            guess = floor_wait
-        end
-        local retry = settle_wait(now, guess, function(t)
-            return reservation_wait(cap, rate, n, max_wait, t, st) ~= nil
-        end)
-        return { allowed = false, remaining = current, retry = retry, reset = wait_until(cap, rate, st, cap, now) }
-    end
-
-    -- take_all (TB.MTAKE): every bucket or none; parts are { cap, rate, n, st }.
-    local function take_all(parts, now)
-        local each = {}
-        local allowed = true
-        for i, p in ipairs(parts) do
-            each[i] = take(p.cap, p.rate, p.n, now, p.st)
-            allowed = allowed and each[i].allowed
-        end
-        if not allowed then
-            for i, p in ipairs(parts) do
-                if each[i].new then
-                    each[i] = report(p.cap, p.rate, p.n, now, p.st)
-                end
-            end
-        end
-        local never, retry, reset, remaining = false, 0, 0, nil
-        for _, d in ipairs(each) do
-            never = never or d.retry < 0
-            if d.retry > retry then
-                retry = d.retry
-            end
-            if d.reset > reset then
-                reset = d.reset
-            end
-            if remaining == nil or d.remaining < remaining then
-                remaining = d.remaining
-            end
-        end
-        if allowed then
-            retry = 0
-        elseif never then
-            retry = -1
-        end
-        return { allowed = allowed, remaining = remaining or 0, retry = retry, reset = reset }, each
-    end
-
     -- Clock::round: a server-clock caller's waits in whole microseconds, rounded up.
-    local function round(clock, d)
+    function M.round(clock, d)
         if clock.server then
-            d.retry = ceil_micros(d.retry)
-            d.reset = ceil_micros(d.reset)
+            d.retry = M.ceil_micros(d.retry)
+            d.reset = M.ceil_micros(d.reset)
         end
     end
 
-    -- commands/mod.rs store: the changed fields only (a repeated `now` leaves the stored time's
-    -- text as it is), then the expiry. `tokens_text` is fmt(new tokens).
-    local function store_bucket(b, d, tokens_text, clock)
-        local new = d.new
-        if new == nil then
-            return
-        end
-        local old = b.st
-        local args = {}
-        if old == nil or old.t ~= new.t then
-            args[#args + 1] = 'tokens'
-            args[#args + 1] = tokens_text
-        end
-        if old == nil or old.l ~= new.l then
-            args[#args + 1] = 'last_refill_time'
-            args[#args + 1] = clock.text
-        end
-        if #args > 0 then
-            rcall('HSET', b.key, unpack(args))
-        end
-        expire(b.key, b.existed, d.reset)
+    function M.decision_reply(d, remaining_text)
+        return { d.allowed and 1 or 0, remaining_text or M.fmt(d.remaining), M.fmt(d.retry), M.fmt(d.reset) }
     end
 
-    local function decision_reply(d, remaining_text)
-        return { d.allowed and 1 or 0, remaining_text or fmt(d.remaining), fmt(d.retry), fmt(d.reset) }
-    end
-
-    -- One key, one decision (commands/mod.rs on_bucket): parse, clock, read, decide, store.
-    local function on_bucket(keys, clock_text, now, decide, writes)
-        local clock = make_clock(now, clock_text, keys)
-        local b = open_bucket(keys[1])
-        local st = read_bucket(b)
-        local d = decide(clock.now, st)
-        round(clock, d)
-        local text = fmt(d.remaining)
-        if writes then
-            store_bucket(b, d, text, clock)
-        end
-        return decision_reply(d, text)
-    end
-
-    ---------------------------------------------------------------------------------------------
-    -- Bucket commands. Each takes (keys, args, o): args[o + 1] is the first argument after the
-    -- keys (o = 1 under EVAL, where args[1] is the command word; 0 under FCALL).
-
-    local function single_key(keys, name)
+    function M.single_key(keys, name)
         if #keys ~= 1 then
-            arity(name)
+            M.arity(name)
         end
     end
-
-    local function cmd_take(keys, args, o)
-        single_key(keys, 'tb.take')
-        local count = #args - o
-        if count ~= 3 and count ~= 4 then
-            arity('tb.take')
-        end
-        local cap, rate = parse_limit(args[o + 1], args[o + 2])
-        local n = parse_n(args[o + 3])
-        local now = parse_now(args[o + 4])
-        return on_bucket(keys, args[o + 4], now, function(t, st)
-            return take(cap, rate, n, t, st)
-        end, true)
-    end
-
-    local function cmd_refund(keys, args, o)
-        single_key(keys, 'tb.refund')
-        local count = #args - o
-        if count ~= 3 and count ~= 4 then
-            arity('tb.refund')
-        end
-        local cap, rate = parse_limit(args[o + 1], args[o + 2])
-        local n = parse_n(args[o + 3])
-        local now = parse_now(args[o + 4])
-        return on_bucket(keys, args[o + 4], now, function(t, st)
-            return refund(cap, rate, n, t, st)
-        end, true)
-    end
-
-    local function cmd_reserve(keys, args, o)
-        single_key(keys, 'tb.reserve')
-        local count = #args - o
-        if count ~= 4 and count ~= 5 then
-            arity('tb.reserve')
-        end
-        local cap, rate = parse_limit(args[o + 1], args[o + 2])
-        local n = parse_n(args[o + 3])
-        local max_wait = number(args[o + 4], 'max_wait')
-        if not (max_wait >= 0) then
-            fail(E.range.max_wait)
-        end
-        max_wait = max_wait + 0
-        local now = parse_now(args[o + 5])
-        return on_bucket(keys, args[o + 5], now, function(t, st)
-            return reserve(cap, rate, n, max_wait, t, st)
-        end, true)
-    end
-
-    local function cmd_peek(keys, args, o)
-        single_key(keys, 'tb.peek')
-        local count = #args - o
-        if count == 1 then
-            local word = string.upper(args[o + 1])
-            if word == 'LEASES' or word == 'HOLDS' then
-                -- Leases and holds come with part 2 of issue 42 (README.md).
-                fail('ERR TB.PEEK key ' .. word .. ' is not in the script library yet')
-            end
-        end
-        if count ~= 2 and count ~= 3 then
-            arity('tb.peek')
-        end
-        local cap, rate = parse_limit(args[o + 1], args[o + 2])
-        local now = parse_now(args[o + 3])
-        return on_bucket(keys, args[o + 3], now, function(t, st)
-            return report(cap, rate, 1, t, st)
-        end, false)
-    end
-
-    local function cmd_mtake(keys, args, o)
-        local nkeys = #keys
-        local rest = #args - o
-        -- The module's argv is TB.MTAKE numkeys keys... args...: at least six words.
-        if 2 + nkeys + rest < 6 then
-            arity('tb.mtake')
-        end
-        if nkeys == 0 then
-            fail(E.numkeys)
-        end
-        local has_now
-        if rest == 3 * nkeys then
-            has_now = false
-        elseif rest == 3 * nkeys + 1 then
-            has_now = true
-        else
-            fail(E.numkeys_mismatch)
-        end
-        local parts = {}
-        for i = 1, nkeys do
-            local base = o + 3 * (i - 1)
-            local cap, rate = parse_limit(args[base + 1], args[base + 2])
-            parts[i] = { cap = cap, rate = rate, n = parse_n(args[base + 3]) }
-        end
-        local now_text = has_now and args[o + 3 * nkeys + 1] or nil
-        local now = parse_now(now_text)
-        local seen = {}
-        for i = 1, nkeys do
-            if seen[keys[i]] then
-                fail(E.duplicate)
-            end
-            seen[keys[i]] = true
-        end
-        local clock = make_clock(now, now_text, keys)
-        -- Every key opened (WRONGTYPE) before any is read, every one read before any is written.
-        local buckets = {}
-        for i = 1, nkeys do
-            buckets[i] = open_bucket(keys[i])
-        end
-        for i = 1, nkeys do
-            parts[i].st = read_bucket(buckets[i])
-        end
-        local total, each = take_all(parts, clock.now)
-        round(clock, total)
-        local texts = {}
-        for i, d in ipairs(each) do
-            round(clock, d)
-            texts[i] = fmt(d.remaining)
-        end
-        for i, d in ipairs(each) do
-            store_bucket(buckets[i], d, texts[i], clock)
-        end
-        local per_key = {}
-        for i, d in ipairs(each) do
-            per_key[i] = decision_reply(d, texts[i])
-        end
-        local reply = decision_reply(total)
-        reply[5] = per_key
-        return reply
-    end
-
-    ---------------------------------------------------------------------------------------------
-    -- Windows (window.rs)
-
-    local function whole_above(j)
-        if abs(j) < EXACT_STEPS then
-            return j + 1
-        end
-        local a, b = j + 1, next_up(j)
-        return a > b and a or b
-    end
-
-    local function whole_below(j)
-        if abs(j) < EXACT_STEPS then
-            return j - 1
-        end
-        local a, b = j - 1, next_down(j)
-        return a < b and a or b
-    end
-
-    -- bounds: the aligned window holding t, (start, end), every time in exactly one.
-    local function bounds(t, window)
-        local j = floor(t / window)
-        for _ = 1, 16 do
-            if j * window > t then
-                j = whole_below(j)
-            elseif whole_above(j) * window <= t then
-                j = whole_above(j)
-            else
-                break
-            end
-        end
-        local start = j * window
-        if t < start then
-            start = t
-        end
-        local e = whole_above(j) * window
-        local up = next_up(t)
-        if up > e then
-            e = up
-        end
-        return start, e
-    end
-
-    local function end_of(start, known_start, known_end, window)
-        if start == known_start then
-            return known_end
-        end
-        local _, e = bounds(start, window)
-        return e
-    end
-
-    local function fixed_view(window, now, st)
-        local start, e = bounds(now, window)
-        if st and st.start >= start then
-            return st.start, end_of(st.start, start, e, window), st.count
-        end
-        return start, e, 0
-    end
-
-    local function clamp_remaining(v, limit)
-        if v < 0 then
-            v = 0
-        end
-        if v > limit then
-            v = limit
-        end
-        return v
-    end
-
-    -- fixed: one counter per aligned window.
-    local function fixed(limit, window, n, now, st)
-        local vstart, vend, vcount = fixed_view(window, now, st)
-        local allowed = n <= limit and vcount + n <= limit
-        local write = allowed and n > 0
-        local count = vcount
-        local kept = st
-        if write then
-            count = vcount + n
-            kept = { start = vstart, count = count }
-        end
-        local retry
-        if allowed then
-            retry = 0
-        elseif n > limit then
-            retry = -1
-        else
-            retry = settle_wait(now, vend - now, function(t)
-                local _, _, c = fixed_view(window, t, st)
-                return c + n <= limit
-            end)
-        end
-        local reset = 0
-        if count > 0 then
-            reset = settle_wait(now, vend - now, function(t)
-                local _, _, c = fixed_view(window, t, kept)
-                return c <= 0
-            end)
-        end
-        local expires_at = now
-        if kept then
-            expires_at = end_of(kept.start, vstart, vend, window)
-        end
-        return {
-            allowed = allowed,
-            remaining = clamp_remaining(limit - count, limit),
-            retry = retry,
-            reset = reset,
-            new = write and kept or nil,
-            expires_at = expires_at,
-        }
-    end
-
-    -- sliding_view: start, end, count, previous, weight.
-    local function sliding_view(window, now, st)
-        local start, e = bounds(now, window)
-        local count, previous = 0, 0
-        if st and st.start >= start then
-            e = end_of(st.start, start, e, window)
-            start = st.start
-            count, previous = st.count, st.previous
-        elseif st and st.start >= (bounds(next_down(start), window)) then
-            previous = st.count
-        end
-        local elapsed = (now - start) / window
-        if elapsed < 0 then
-            elapsed = 0
-        elseif elapsed > 1 then
-            elapsed = 1
-        end
-        return start, e, count, previous, 1 - elapsed
-    end
-
-    local function sliding_estimate(window, now, st)
-        local _, _, count, previous, weight = sliding_view(window, now, st)
-        return previous * weight + count
-    end
-
-    -- sliding: two counters, the previous one weighted by its overlap.
-    local function sliding(limit, window, n, now, st)
-        local vstart, vend, vcount, vprev, weight = sliding_view(window, now, st)
-        local estimate = vprev * weight + vcount
-        local allowed = n <= limit and estimate + n <= limit
-        local write = allowed and n > 0
-        local kept = st
-        if write then
-            kept = { start = vstart, count = vcount + n, previous = vprev }
-        end
-        local retry
-        if allowed then
-            retry = 0
-        elseif n > limit then
-            retry = -1
-        else
-            local at
-            if vcount + n <= limit then
-                local room = limit - n - vcount
-                local t = now
-                if vprev > 0 then
-                    t = vstart + window * (1 - room / vprev)
-                end
-                at = t < vend and t or vend
-            else
-                at = vend + window * (1 - (limit - n) / vcount)
-            end
-            retry = settle_wait(now, at - now, function(t)
-                return sliding_estimate(window, t, st) + n <= limit
-            end)
-        end
-        local expires_at = now
-        if kept then
-            local e = end_of(kept.start, vstart, vend, window)
-            if kept.count > 0 then
-                local _, e2 = bounds(e, window)
-                expires_at = e2
-            else
-                expires_at = e
-            end
-        end
-        local after = estimate + (write and n or 0)
-        local reset = 0
-        if after > 0 then
-            reset = settle_wait(now, expires_at - now, function(t)
-                return t >= expires_at or sliding_estimate(window, t, kept) <= 0
-            end)
-        end
-        return {
-            allowed = allowed,
-            remaining = clamp_remaining(limit - after, limit),
-            retry = retry,
-            reset = reset,
-            new = write and kept or nil,
-            expires_at = expires_at,
-        }
-    end
-
-    -- fields.rs decode_fixed / decode_sliding over the fields the module reads for the mode:
-    -- FIXED reads start, count, previous (counts only without count); SLIDING start, counts
-    -- (count and previous only without counts).
-    local function decode_fixed(f)
-        local start, count, counts, previous = f[3], f[4], f[5], f[6]
-        if count then
-            counts = nil
-        end
-        if counts or previous then
-            fail(E.sliding_not_fixed)
-        end
-        if not start and not count then
-            return nil
-        end
-        local s = start and parse_number(start)
-        if not valid_time(s) then
-            fail(E.corrupt.start)
-        end
-        local c = count and parse_number(count)
-        if not valid_count(c) then
-            fail(E.corrupt.count)
-        end
-        return { start = s, count = c }
-    end
-
-    local function parse_counts(text)
-        local space = sfind(text, ' ', 1, true)
-        if not space then
-            return nil
-        end
-        local c = parse_number(ssub(text, 1, space - 1))
-        local p = parse_number(ssub(text, space + 1))
-        if c and p and valid_count(c) and valid_count(p) then
-            return c, p
-        end
-        return nil
-    end
-
-    -- Returns the state (or nil) and whether it is stored split (start, count, previous).
-    local function decode_sliding(f)
-        local start, count, counts, previous = f[3], f[4], f[5], f[6]
-        if counts then
-            local s = start and parse_number(start)
-            if not valid_time(s) then
-                fail(E.corrupt.start)
-            end
-            local c, p = parse_counts(counts)
-            if c == nil then
-                fail(E.corrupt.counts)
-            end
-            return { start = s, count = c, previous = p }, false
-        end
-        if not count and not previous then
-            if start then
-                fail(E.corrupt.counts)
-            end
-            return nil, false
-        end
-        if not start and not count then
-            fail(E.corrupt.start)
-        end
-        local s = start and parse_number(start)
-        if not valid_time(s) then
-            fail(E.corrupt.start)
-        end
-        local c = count and parse_number(count)
-        if not valid_count(c) then
-            fail(E.corrupt.count)
-        end
-        if not previous then
-            fail(E.fixed_not_sliding)
-        end
-        local p = parse_number(previous)
-        if not valid_count(p) then
-            fail(E.corrupt.previous)
-        end
-        return { start = s, count = c, previous = p }, true
-    end
-
-    -- commands/window.rs counter: FIXED and SLIDING, a small hash.
-    local function counter(key, clock, mode, limit, window, n)
-        local f, exists = read_hash(key)
-        check_owner('window', f, exists)
-        local now = clock.now
-        local d, fields, split = nil, {}, false
-        if mode == 'FIXED' then
-            local old = decode_fixed(f)
-            d = fixed(limit, window, n, now, old)
-            if d.new then
-                if old == nil or old.start ~= d.new.start then
-                    fields[#fields + 1] = 'start'
-                    fields[#fields + 1] = fmt(d.new.start)
-                end
-                if old == nil or old.count ~= d.new.count then
-                    fields[#fields + 1] = 'count'
-                    fields[#fields + 1] = fmt(d.new.count)
-                end
-            end
-        else
-            local old
-            old, split = decode_sliding(f)
-            d = sliding(limit, window, n, now, old)
-            local s = d.new
-            if s then
-                if old == nil or old.start ~= s.start then
-                    fields[#fields + 1] = 'start'
-                    fields[#fields + 1] = fmt(s.start)
-                end
-                if split or old == nil or old.count ~= s.count or old.previous ~= s.previous then
-                    fields[#fields + 1] = 'counts'
-                    fields[#fields + 1] = fmt(s.count) .. ' ' .. fmt(s.previous)
-                end
-            end
-        end
-        if d.new then
-            if #fields > 0 then
-                rcall('HSET', key, unpack(fields))
-            end
-            if split then
-                rcall('HDEL', key, 'count', 'previous')
-            end
-            expire(key, exists, d.expires_at - now)
-        end
-        return d
-    end
-
-    ---------------------------------------------------------------------------------------------
-    -- LOG (window.rs log, store_log.rs). Scores are whole microseconds; members `<score>-<k>`.
-
-    local function log_score(t)
-        local whole = floor(t)
-        return whole * 1e6 + round_pos((t - whole) * 1e6)
-    end
-
-    local function log_time(score)
-        return score / 1e6
-    end
-
-    local function log_tick(t)
-        return log_time(log_score(t))
-    end
-
-    local function log_score_at_or_before(t)
-        local m = log_score(t)
-        for _ = 1, 4 do
-            if log_time(m) > t then
-                m = m - 1
-            elseif m + 1 ~= m and log_time(m + 1) <= t then
-                m = m + 1
-            else
-                return m
-            end
-        end
-        return t * 1e6 - (abs(t) * 1e6 * 1e-12 + 1)
-    end
-
-    local function clamp_entry(e)
-        if e < 0 then
-            return 0
-        elseif e > MAX_TIME then
-            return MAX_TIME
-        end
-        return e
-    end
-
-    local function is_log_entry(member, score)
-        local prefix = fmt_whole(score)
-        local plen = #prefix
-        if ssub(member, 1, plen) ~= prefix or sbyte(member, plen + 1) ~= 45 then
-            return false
-        end
-        local k = ssub(member, plen + 2)
-        return #k > 0 and #k <= 20 and sfind(k, '^%d+$') ~= nil and (#k == 1 or sbyte(k, 1) ~= 48)
-    end
-
-    local function is_lease_member(member)
-        return #member == 22 and sfind(member, '^lease:[0-9a-f]+$') ~= nil
-    end
-
-    -- A LOG key read as the module reads it: lazily from the oldest entry up, in passes over
-    -- score ranges, and the newest on its own. Entries are fetched from Redis in chunks, but a
-    -- member is checked (a LOG entry? a valid time? a lease?) only when the module's reading
-    -- would have read it, so a sorted set of someone else's is refused exactly when the module
-    -- refuses it.
-    local Log = {}
-    Log.__index = Log
-
-    local function open_log(key)
-        local count = rpcall('ZCARD', key)
-        if type(count) == 'table' then
-            fail(E.wrongtype)
-        end
-        local L = setmetatable({
-            key = key, count = count, exists = count > 0,
-            members = {}, scores = {}, fetched = 0,
-            nread = 0, read_up_to = -INF, active = false, pass_hi = -INF, done = false,
-            newest_known = count == 0, newest = nil, not_after = nil,
-            checked = false, corrupt = false, foreign = false, leases = false,
-        }, Log)
-        return L
-    end
-
-    -- The score of the i-th oldest entry (1-based), fetching a chunk when needed.
-    function Log:score_at(i)
-        if i > self.count then
-            return nil
-        end
-        if i > self.fetched then
-            local stop = self.fetched * 2
-            if stop < i then
-                stop = i
-            end
-            if stop < 16 then
-                stop = 16
-            end
-            local r = rcall('ZRANGE', self.key, self.fetched, stop - 1, 'WITHSCORES')
-            for j = 1, #r, 2 do
-                self.fetched = self.fetched + 1
-                self.members[self.fetched] = r[j]
-                self.scores[self.fetched] = tonumber(r[j + 1])
-            end
-        end
-        return self.scores[i]
-    end
-
-    function Log:check(member, score)
-        self.checked = true
-        local t = log_time(score)
-        if not ((t >= 0 and t < MAX_TIME) or t == MAX_TIME) then
-            self.corrupt = true
-        end
-        if is_lease_member(member) then
-            self.leases = true
-        elseif not is_log_entry(member, score) then
-            self.foreign = true
-        end
-    end
-
-    function Log:passed(hi)
-        if hi == INF then
-            self.done = true
-        elseif hi > self.read_up_to then
-            self.read_up_to = hi
-        end
-    end
-
-    -- store_log.rs read_while: entries from the oldest up, none above `hi` unless a pass is
-    -- under way, while more(self) holds.
-    function Log:read_while(hi, more)
-        if not self.exists then
-            return
-        end
-        while not self.done and more(self) do
-            if not self.active then
-                if self.read_up_to >= hi then
-                    return
-                end
-                local s = self:score_at(self.nread + 1)
-                if s == nil or s > hi then
-                    self:passed(hi)
-                else
-                    self.active = true
-                    self.pass_hi = hi
-                end
-            end
-            if self.active then
-                local i = self.nread + 1
-                self:score_at(i)
-                self:check(self.members[i], self.scores[i])
-                self.nread = i
-                local nxt = self:score_at(i + 1)
-                if nxt == nil or nxt > self.pass_hi then
-                    self.active = false
-                    self:passed(self.pass_hi)
-                end
-            end
-        end
-    end
-
-    function Log:end_front_pass()
-        if not self.active then
-            return
-        end
-        self.active = false
-        self.nread = 0
-        self.read_up_to = -INF
-    end
-
-    function Log:read_newest_above(lo)
-        self:end_front_pass()
-        if self.count == 0 then
-            return nil
-        end
-        if not self.last then
-            local r = rcall('ZRANGE', self.key, -1, -1, 'WITHSCORES')
-            self.last = { r[1], tonumber(r[2]) }
-        end
-        local score = self.last[2]
-        if lo > -INF and not (score > lo) then
-            return nil
-        end
-        self:check(self.last[1], score)
-        return score
-    end
-
-    function Log:newest_entry()
-        if self.newest_known then
-            return self.newest and log_time(self.newest)
-        end
-        local s = self:read_newest_above(-INF)
-        self.newest_known, self.newest = true, s
-        return s and log_time(s)
-    end
-
-    function Log:newest_after(t)
-        if self.newest_known then
-            if self.newest and log_time(self.newest) > t then
-                return log_time(self.newest)
-            end
-            return nil
-        end
-        if self.not_after and t >= self.not_after then
-            return nil
-        end
-        local s = self:read_newest_above(log_score_at_or_before(t))
-        if s == nil then
-            self.not_after = t
-            return nil
-        end
-        self.newest_known, self.newest = true, s
-        local lt = log_time(s)
-        return lt > t and lt or nil
-    end
-
-    local function time_of(score)
-        return clamp_entry(log_time(score))
-    end
-
-    function Log:count_up_to(t)
-        local hi = t * 1e6 * (1 + 1e-12) + 1
-        if hi < -0.5 then
-            hi = -0.5
-        end
-        self:read_while(hi, function(L)
-            return L.nread == 0 or time_of(L.scores[L.nread]) <= t
-        end)
-        local c = 0
-        while c < self.nread and time_of(self.scores[c + 1]) <= t do
-            c = c + 1
-        end
-        return c
-    end
-
-    function Log:nth(i) -- 0-based, as the module's
-        self:read_while(INF, function(L)
-            return L.nread <= i
-        end)
-        if i < self.nread then
-            return log_time(self.scores[i + 1])
-        end
-        return nil
-    end
-
-    -- finish_reading: the oldest is checked when the call read none; leases, then a corrupt
-    -- score, then a foreign member refuse the call.
-    function Log:finish()
-        if not self.checked and self.exists then
-            self:score_at(1)
-            self:check(self.members[1], self.scores[1])
-        end
-        if self.leases then
-            fail(E.leases_not_window)
-        elseif self.corrupt then
-            fail(E.corrupt_log)
-        elseif self.foreign then
-            fail(E.not_log)
-        end
-    end
-
-    local function log_view(window, now, L)
-        local at = L:newest_after(now)
-        if at == nil then
-            at = now
-        else
-            at = clamp_entry(at)
-            if now > at then
-                at = now
-            end
-        end
-        local cutoff = at - window
-        local first_live = L:count_up_to(cutoff)
-        local live = L.count - first_live
-        if live < 0 then
-            live = 0
-        end
-        return at, cutoff, first_live, live
-    end
-
-    -- window.rs log.
-    local function log(limit, window, n, now, L)
-        local cap = floor(limit < 0 and 0 or (limit > MAX_AMOUNT and MAX_AMOUNT or limit))
-        local at, _, first_live, live = log_view(window, log_tick(now), L)
-        local allowed = n <= cap and live + n <= cap
-        local write = allowed and n > 0
-        local add = write and n or 0
-        local removed = write and first_live or 0
-        local used = live + add
-        local retry
-        if allowed then
-            retry = 0
-        elseif n > cap then
-            retry = -1
-        else
-            local k = live + n - cap
-            if k < 0 then
-                k = 0
-            end
-            local leaving = L:nth(first_live + k - 1)
-            leaving = leaving and clamp_entry(leaving) or at
-            retry = settle_wait(now, leaving + window - now, function(t)
-                local _, _, _, lv = log_view(window, log_tick(t), L)
-                return lv + n <= cap
-            end)
-        end
-        local newest = at
-        if not write then
-            local e = L:newest_entry()
-            newest = e and clamp_entry(e) or at
-        end
-        local function out(t)
-            local tick = log_tick(t)
-            if newest > tick then
-                tick = newest
-            end
-            return newest <= tick - window
-        end
-        local reset = 0
-        if used > 0 then
-            reset = settle_wait(now, newest + window - now, out)
-        end
-        local left = L.count - removed > 0 or add > 0
-        return {
-            allowed = allowed,
-            remaining = cap - used > 0 and cap - used or 0,
-            retry = retry,
-            reset = reset,
-            removed = removed,
-            add = add,
-            expires_at = left and settle_wait(0, newest + window, out) or now,
-        }
-    end
-
-    -- commands/window.rs log + LogKey::write: ZREM the entries that left, ZADD `add` members
-    -- `<score>-<k>` numbered from the log's size after the removal.
-    local function log_command(key, clock, limit, window, n)
-        local L = open_log(key)
-        local now = clock.now
-        local d = log(limit, window, n, now, L)
-        L:finish()
-        if d.add > 0 or d.removed > 0 then
-            local now_score = log_score(now)
-            local score = now_score
-            if L.newest_known and L.newest and L.newest > now_score then
-                score = L.newest
-            end
-            local removed = d.removed
-            if removed > L.nread then
-                removed = L.nread
-            end
-            for i = 1, removed, CHUNK do
-                local stop = i + CHUNK - 1
-                if stop > removed then
-                    stop = removed
-                end
-                rcall('ZREM', key, unpack(L.members, i, stop))
-            end
-            local first = L.count - d.removed
-            local score_text = fmt_whole(score)
-            local args = {}
-            for k = first, first + d.add - 1 do
-                args[#args + 1] = score_text
-                args[#args + 1] = score_text .. '-' .. sfmt('%.0f', k)
-                if #args >= 2 * CHUNK then
-                    rcall('ZADD', key, unpack(args))
-                    args = {}
-                end
-            end
-            if #args > 0 then
-                rcall('ZADD', key, unpack(args))
-            end
-            expire(key, L.exists, d.expires_at - now)
-        end
-        return d
-    end
-
-    local MODES = { FIXED = true, SLIDING = true, LOG = true }
-
-    local function cmd_window(keys, args, o)
-        single_key(keys, 'tb.window')
-        local count = #args - o
-        if count < 3 or count > 5 then
-            arity('tb.window')
-        end
-        local now_at, mode = nil, 'SLIDING'
-        if count == 4 then
-            local word = string.upper(args[o + 4])
-            if MODES[word] then
-                mode = word
-            else
-                now_at = o + 4
-            end
-        elseif count == 5 then
-            now_at = o + 4
-            mode = string.upper(args[o + 5])
-            if not MODES[mode] then
-                fail(E.mode)
-            end
-        end
-        local limit = number(args[o + 1], 'limit')
-        if not (limit > 0 and limit <= MAX_AMOUNT) then
-            fail(E.range.limit)
-        end
-        local window = number(args[o + 2], 'window')
-        if not (window >= MIN_WINDOW and window <= MAX_WINDOW) then
-            fail(E.range.window)
-        end
-        local n = number(args[o + 3], 'n')
-        if not (n >= 0 and n <= MAX_AMOUNT) then
-            fail(E.range.n)
-        end
-        local now_text = now_at and args[now_at] or nil
-        local now = parse_now(now_text)
-        if mode == 'LOG' then
-            if limit ~= floor(limit) or n ~= floor(n) then
-                fail(E.log_whole)
-            end
-            if limit > LOG_MAX_LIMIT then
-                fail(E.log_limit)
-            end
-            if n > LOG_MAX_N then
-                fail(E.log_n)
-            end
-        end
-        n = n + 0
-        local clock = make_clock(now, now_text, keys)
-        local d
-        if mode == 'LOG' then
-            d = log_command(keys[1], clock, limit, window, n)
-        else
-            d = counter(keys[1], clock, mode, limit, window, n)
-        end
-        round(clock, d)
-        return decision_reply(d)
-    end
-
-    ---------------------------------------------------------------------------------------------
-    -- Entry
-
-    -- Leases (TB.ACQUIRE, TB.RELEASE, TB.RENEW) and holds (TB.HOLD, TB.SETTLE) come with part 2
-    -- of issue 42: their handlers go in this table, and in functions.lua.
-    local COMMANDS = {
-        TAKE = cmd_take,
-        MTAKE = cmd_mtake,
-        RESERVE = cmd_reserve,
-        PEEK = cmd_peek,
-        REFUND = cmd_refund,
-        WINDOW = cmd_window,
-    }
 
     -- Runs a handler; its refusals (fail) become error replies with the module's texts.
-    local function run(handler, keys, args, o)
+    function M.run(handler, keys, args, o)
         local ok, result = pcall(handler, keys, args, o)
         if ok then
             return result
@@ -1645,12 +582,1117 @@ local function library()
         error(result, 0)
     end
 
-    return { commands = COMMANDS, run = run }
+    ---------------------------------------------------------------------------------------------
+    -- The commands' parts, each defined only when a call needs it: EVAL creates every
+    -- function it defines on every call (about 70 ns each), so a TB.TAKE does not pay for
+    -- the windows' functions. The Functions build defines every part once.
+
+    function M.bucket_part()
+        -- Token bucket (bucket.rs). A decision is { allowed, remaining, retry, reset, new }.
+
+        function M.tokens_at(cap, rate, st, t)
+            if st == nil then
+                return cap
+            end
+            local elapsed = t - st.l
+            if elapsed < 0 then
+                elapsed = 0
+            end
+            local v = st.t + elapsed * rate
+            if v > cap then
+                return cap
+            end
+            return v
+        end
+
+        function M.effective_time(st, now)
+            if st == nil or now > st.l then
+                return now
+            end
+            return st.l
+        end
+
+        function M.wait_until(cap, rate, st, target, now)
+            if M.tokens_at(cap, rate, st, now) >= target then
+                return 0
+            end
+            local effective = M.effective_time(st, now)
+            local short = target - M.tokens_at(cap, rate, st, effective)
+            if short < 0 then
+                short = 0
+            end
+            local guess = (effective - now) + short / rate
+            return M.settle_wait(now, guess, function(t)
+                return M.tokens_at(cap, rate, st, t) >= target
+            end)
+        end
+
+        function M.report(cap, rate, n, now, st)
+            local current = M.tokens_at(cap, rate, st, M.effective_time(st, now))
+            local allowed, retry
+            if n > cap then
+                allowed, retry = false, -1
+            elseif current >= n then
+                allowed, retry = true, 0
+            else
+                allowed, retry = false, M.wait_until(cap, rate, st, n, now)
+            end
+            return { allowed = allowed, remaining = current, retry = retry, reset = M.wait_until(cap, rate, st, cap, now) }
+        end
+
+        function M.take(cap, rate, n, now, st)
+            local effective = M.effective_time(st, now)
+            local current = M.tokens_at(cap, rate, st, effective)
+            if n == 0 or n > cap or current < n then
+                return M.report(cap, rate, n, now, st)
+            end
+            local new = { t = current - n, l = effective }
+            return { allowed = true, remaining = new.t, retry = 0, reset = M.wait_until(cap, rate, new, cap, now), new = new }
+        end
+
+        function M.refund(cap, rate, n, now, st)
+            local effective = M.effective_time(st, now)
+            local current = M.tokens_at(cap, rate, st, effective)
+            local tokens = current + n
+            if tokens > cap then
+                tokens = cap
+            end
+            if st == nil or tokens <= current then
+                return { allowed = true, remaining = current, retry = 0, reset = M.wait_until(cap, rate, st, cap, now) }
+            end
+            local new = { t = tokens, l = effective }
+            return { allowed = true, remaining = tokens, retry = 0, reset = M.wait_until(cap, rate, new, cap, now), new = new }
+        end
+
+        function M.reservation_wait(cap, rate, n, max_wait, now, st)
+            local current = M.tokens_at(cap, rate, st, M.effective_time(st, now))
+            local wait = M.wait_until(cap, rate, st, n, now)
+            if wait <= max_wait and current - n >= -MAX_AMOUNT then
+                return wait
+            end
+            return nil
+        end
+
+        function M.reserve(cap, rate, n, max_wait, now, st)
+            local effective = M.effective_time(st, now)
+            local current = M.tokens_at(cap, rate, st, effective)
+            if n > cap or n == 0 or current >= n then
+                return M.take(cap, rate, n, now, st)
+            end
+            local wait = M.reservation_wait(cap, rate, n, max_wait, now, st)
+            if wait ~= nil then
+                local new = { t = current - n, l = effective }
+                return { allowed = true, remaining = new.t, retry = wait, reset = M.wait_until(cap, rate, new, cap, now), new = new }
+            end
+            local deepest = n - MAX_AMOUNT
+            local guess = M.wait_until(cap, rate, st, n, now) - max_wait
+            local floor_wait = M.wait_until(cap, rate, st, deepest, now)
+            if floor_wait > guess then
+                guess = floor_wait
+            end
+            local retry = M.settle_wait(now, guess, function(t)
+                return M.reservation_wait(cap, rate, n, max_wait, t, st) ~= nil
+            end)
+            return { allowed = false, remaining = current, retry = retry, reset = M.wait_until(cap, rate, st, cap, now) }
+        end
+
+        -- take_all (TB.MTAKE): every bucket or none; parts are { cap, rate, n, st }.
+        function M.take_all(parts, now)
+            local each = {}
+            local allowed = true
+            for i, p in ipairs(parts) do
+                each[i] = M.take(p.cap, p.rate, p.n, now, p.st)
+                allowed = allowed and each[i].allowed
+            end
+            if not allowed then
+                for i, p in ipairs(parts) do
+                    if each[i].new then
+                        each[i] = M.report(p.cap, p.rate, p.n, now, p.st)
+                    end
+                end
+            end
+            local never, retry, reset, remaining = false, 0, 0, nil
+            for _, d in ipairs(each) do
+                never = never or d.retry < 0
+                if d.retry > retry then
+                    retry = d.retry
+                end
+                if d.reset > reset then
+                    reset = d.reset
+                end
+                if remaining == nil or d.remaining < remaining then
+                    remaining = d.remaining
+                end
+            end
+            if allowed then
+                retry = 0
+            elseif never then
+                retry = -1
+            end
+            return { allowed = allowed, remaining = remaining or 0, retry = retry, reset = reset }, each
+        end
+
+        -- commands/mod.rs store: the changed fields only (a repeated `now` leaves the stored time's
+        -- text as it is), then the expiry. `tokens_text` is fmt(new tokens).
+        function M.store_bucket(b, d, tokens_text, clock)
+            local new = d.new
+            if new == nil then
+                return
+            end
+            local old = b.st
+            local args = {}
+            if old == nil or old.t ~= new.t then
+                args[#args + 1] = 'tokens'
+                args[#args + 1] = tokens_text
+            end
+            if old == nil or old.l ~= new.l then
+                args[#args + 1] = 'last_refill_time'
+                args[#args + 1] = clock.text
+            end
+            if #args > 0 then
+                rcall('HSET', b.key, unpack(args))
+            end
+            M.expire(b.key, b.existed, d.reset)
+        end
+
+        -- One key, one decision (commands/mod.rs on_bucket): parse, clock, read, decide, store.
+        function M.on_bucket(keys, clock_text, now, decide, writes)
+            local clock = M.make_clock(now, clock_text, keys)
+            local b = M.open_bucket(keys[1])
+            local st = M.read_bucket(b)
+            local d = decide(clock.now, st)
+            M.round(clock, d)
+            local text = M.fmt(d.remaining)
+            if writes then
+                M.store_bucket(b, d, text, clock)
+            end
+            return M.decision_reply(d, text)
+        end
+
+        ---------------------------------------------------------------------------------------------
+        -- Bucket commands. Each takes (keys, args, o): args[o + 1] is the first argument after the
+        -- keys (o = 1 under EVAL, where args[1] is the command word; 0 under FCALL).
+
+        function M.cmd_take(keys, args, o)
+            M.single_key(keys, 'tb.take')
+            local count = #args - o
+            if count ~= 3 and count ~= 4 then
+                M.arity('tb.take')
+            end
+            local cap, rate = M.parse_limit(args[o + 1], args[o + 2])
+            local n = M.parse_n(args[o + 3])
+            local now = M.parse_now(args[o + 4])
+            return M.on_bucket(keys, args[o + 4], now, function(t, st)
+                return M.take(cap, rate, n, t, st)
+            end, true)
+        end
+
+        function M.cmd_refund(keys, args, o)
+            M.single_key(keys, 'tb.refund')
+            local count = #args - o
+            if count ~= 3 and count ~= 4 then
+                M.arity('tb.refund')
+            end
+            local cap, rate = M.parse_limit(args[o + 1], args[o + 2])
+            local n = M.parse_n(args[o + 3])
+            local now = M.parse_now(args[o + 4])
+            return M.on_bucket(keys, args[o + 4], now, function(t, st)
+                return M.refund(cap, rate, n, t, st)
+            end, true)
+        end
+
+        function M.cmd_reserve(keys, args, o)
+            M.single_key(keys, 'tb.reserve')
+            local count = #args - o
+            if count ~= 4 and count ~= 5 then
+                M.arity('tb.reserve')
+            end
+            local cap, rate = M.parse_limit(args[o + 1], args[o + 2])
+            local n = M.parse_n(args[o + 3])
+            local max_wait = M.number(args[o + 4], 'max_wait')
+            if not (max_wait >= 0) then
+                M.fail(M.errors().range.max_wait)
+            end
+            max_wait = max_wait + 0
+            local now = M.parse_now(args[o + 5])
+            return M.on_bucket(keys, args[o + 5], now, function(t, st)
+                return M.reserve(cap, rate, n, max_wait, t, st)
+            end, true)
+        end
+
+        function M.cmd_peek(keys, args, o)
+            M.single_key(keys, 'tb.peek')
+            local count = #args - o
+            if count == 1 then
+                local word = string.upper(args[o + 1])
+                if word == 'LEASES' or word == 'HOLDS' then
+                    -- Leases and holds come with part 2 of issue 42 (README.md).
+                    M.fail('ERR TB.PEEK key ' .. word .. ' is not in the script library yet')
+                end
+            end
+            if count ~= 2 and count ~= 3 then
+                M.arity('tb.peek')
+            end
+            local cap, rate = M.parse_limit(args[o + 1], args[o + 2])
+            local now = M.parse_now(args[o + 3])
+            return M.on_bucket(keys, args[o + 3], now, function(t, st)
+                return M.report(cap, rate, 1, t, st)
+            end, false)
+        end
+
+        function M.cmd_mtake(keys, args, o)
+            local nkeys = #keys
+            local rest = #args - o
+            -- The module's argv is TB.MTAKE numkeys keys... args...: at least six words.
+            if 2 + nkeys + rest < 6 then
+                M.arity('tb.mtake')
+            end
+            if nkeys == 0 then
+                M.fail(M.errors().numkeys)
+            end
+            local has_now
+            if rest == 3 * nkeys then
+                has_now = false
+            elseif rest == 3 * nkeys + 1 then
+                has_now = true
+            else
+                M.fail(M.errors().numkeys_mismatch)
+            end
+            local parts = {}
+            for i = 1, nkeys do
+                local base = o + 3 * (i - 1)
+                local cap, rate = M.parse_limit(args[base + 1], args[base + 2])
+                parts[i] = { cap = cap, rate = rate, n = M.parse_n(args[base + 3]) }
+            end
+            local now_text = has_now and args[o + 3 * nkeys + 1] or nil
+            local now = M.parse_now(now_text)
+            local seen = {}
+            for i = 1, nkeys do
+                if seen[keys[i]] then
+                    M.fail(M.errors().duplicate)
+                end
+                seen[keys[i]] = true
+            end
+            local clock = M.make_clock(now, now_text, keys)
+            -- Every key opened (WRONGTYPE) before any is read, every one read before any is written.
+            local buckets = {}
+            for i = 1, nkeys do
+                buckets[i] = M.open_bucket(keys[i])
+            end
+            for i = 1, nkeys do
+                parts[i].st = M.read_bucket(buckets[i])
+            end
+            local total, each = M.take_all(parts, clock.now)
+            M.round(clock, total)
+            local texts = {}
+            for i, d in ipairs(each) do
+                M.round(clock, d)
+                texts[i] = M.fmt(d.remaining)
+            end
+            for i, d in ipairs(each) do
+                M.store_bucket(buckets[i], d, texts[i], clock)
+            end
+            local per_key = {}
+            for i, d in ipairs(each) do
+                per_key[i] = M.decision_reply(d, texts[i])
+            end
+            local reply = M.decision_reply(total)
+            reply[5] = per_key
+            return reply
+        end
+    end
+
+    function M.window_part()
+        -- Windows (window.rs)
+
+        function M.whole_above(j)
+            if abs(j) < EXACT_STEPS then
+                return j + 1
+            end
+            local a, b = j + 1, M.next_up(j)
+            return a > b and a or b
+        end
+
+        function M.whole_below(j)
+            if abs(j) < EXACT_STEPS then
+                return j - 1
+            end
+            local a, b = j - 1, M.next_down(j)
+            return a < b and a or b
+        end
+
+        -- bounds: the aligned window holding t, (start, end), every time in exactly one.
+        function M.bounds(t, window)
+            local j = floor(t / window)
+            for _ = 1, 16 do
+                if j * window > t then
+                    j = M.whole_below(j)
+                elseif M.whole_above(j) * window <= t then
+                    j = M.whole_above(j)
+                else
+                    break
+                end
+            end
+            local start = j * window
+            if t < start then
+                start = t
+            end
+            local e = M.whole_above(j) * window
+            local up = M.next_up(t)
+            if up > e then
+                e = up
+            end
+            return start, e
+        end
+
+        function M.end_of(start, known_start, known_end, window)
+            if start == known_start then
+                return known_end
+            end
+            local _, e = M.bounds(start, window)
+            return e
+        end
+
+        function M.fixed_view(window, now, st)
+            local start, e = M.bounds(now, window)
+            if st and st.start >= start then
+                return st.start, M.end_of(st.start, start, e, window), st.count
+            end
+            return start, e, 0
+        end
+
+        function M.clamp_remaining(v, limit)
+            if v < 0 then
+                v = 0
+            end
+            if v > limit then
+                v = limit
+            end
+            return v
+        end
+
+        -- fixed: one counter per aligned window.
+        function M.fixed(limit, window, n, now, st)
+            local vstart, vend, vcount = M.fixed_view(window, now, st)
+            local allowed = n <= limit and vcount + n <= limit
+            local write = allowed and n > 0
+            local count = vcount
+            local kept = st
+            if write then
+                count = vcount + n
+                kept = { start = vstart, count = count }
+            end
+            local retry
+            if allowed then
+                retry = 0
+            elseif n > limit then
+                retry = -1
+            else
+                retry = M.settle_wait(now, vend - now, function(t)
+                    local _, _, c = M.fixed_view(window, t, st)
+                    return c + n <= limit
+                end)
+            end
+            local reset = 0
+            if count > 0 then
+                reset = M.settle_wait(now, vend - now, function(t)
+                    local _, _, c = M.fixed_view(window, t, kept)
+                    return c <= 0
+                end)
+            end
+            local expires_at = now
+            if kept then
+                expires_at = M.end_of(kept.start, vstart, vend, window)
+            end
+            return {
+                allowed = allowed,
+                remaining = M.clamp_remaining(limit - count, limit),
+                retry = retry,
+                reset = reset,
+                new = write and kept or nil,
+                expires_at = expires_at,
+            }
+        end
+
+        -- sliding_view: start, end, count, previous, weight.
+        function M.sliding_view(window, now, st)
+            local start, e = M.bounds(now, window)
+            local count, previous = 0, 0
+            if st and st.start >= start then
+                e = M.end_of(st.start, start, e, window)
+                start = st.start
+                count, previous = st.count, st.previous
+            elseif st and st.start >= (M.bounds(M.next_down(start), window)) then
+                previous = st.count
+            end
+            local elapsed = (now - start) / window
+            if elapsed < 0 then
+                elapsed = 0
+            elseif elapsed > 1 then
+                elapsed = 1
+            end
+            return start, e, count, previous, 1 - elapsed
+        end
+
+        function M.sliding_estimate(window, now, st)
+            local _, _, count, previous, weight = M.sliding_view(window, now, st)
+            return previous * weight + count
+        end
+
+        -- sliding: two counters, the previous one weighted by its overlap.
+        function M.sliding(limit, window, n, now, st)
+            local vstart, vend, vcount, vprev, weight = M.sliding_view(window, now, st)
+            local estimate = vprev * weight + vcount
+            local allowed = n <= limit and estimate + n <= limit
+            local write = allowed and n > 0
+            local kept = st
+            if write then
+                kept = { start = vstart, count = vcount + n, previous = vprev }
+            end
+            local retry
+            if allowed then
+                retry = 0
+            elseif n > limit then
+                retry = -1
+            else
+                local at
+                if vcount + n <= limit then
+                    local room = limit - n - vcount
+                    local t = now
+                    if vprev > 0 then
+                        t = vstart + window * (1 - room / vprev)
+                    end
+                    at = t < vend and t or vend
+                else
+                    at = vend + window * (1 - (limit - n) / vcount)
+                end
+                retry = M.settle_wait(now, at - now, function(t)
+                    return M.sliding_estimate(window, t, st) + n <= limit
+                end)
+            end
+            local expires_at = now
+            if kept then
+                local e = M.end_of(kept.start, vstart, vend, window)
+                if kept.count > 0 then
+                    local _, e2 = M.bounds(e, window)
+                    expires_at = e2
+                else
+                    expires_at = e
+                end
+            end
+            local after = estimate + (write and n or 0)
+            local reset = 0
+            if after > 0 then
+                reset = M.settle_wait(now, expires_at - now, function(t)
+                    return t >= expires_at or M.sliding_estimate(window, t, kept) <= 0
+                end)
+            end
+            return {
+                allowed = allowed,
+                remaining = M.clamp_remaining(limit - after, limit),
+                retry = retry,
+                reset = reset,
+                new = write and kept or nil,
+                expires_at = expires_at,
+            }
+        end
+
+        -- fields.rs decode_fixed / decode_sliding over the fields the module reads for the mode:
+        -- FIXED reads start, count, previous (counts only without count); SLIDING start, counts
+        -- (count and previous only without counts).
+        function M.decode_fixed(f)
+            local start, count, counts, previous = f[3], f[4], f[5], f[6]
+            if count then
+                counts = nil
+            end
+            if counts or previous then
+                M.fail(M.errors().sliding_not_fixed)
+            end
+            if not start and not count then
+                return nil
+            end
+            local s = start and M.parse_number(start)
+            if not M.valid_time(s) then
+                M.fail(M.errors().corrupt.start)
+            end
+            local c = count and M.parse_number(count)
+            if not M.valid_count(c) then
+                M.fail(M.errors().corrupt.count)
+            end
+            return { start = s, count = c }
+        end
+
+        function M.parse_counts(text)
+            local space = sfind(text, ' ', 1, true)
+            if not space then
+                return nil
+            end
+            local c = M.parse_number(ssub(text, 1, space - 1))
+            local p = M.parse_number(ssub(text, space + 1))
+            if c and p and M.valid_count(c) and M.valid_count(p) then
+                return c, p
+            end
+            return nil
+        end
+
+        -- Returns the state (or nil) and whether it is stored split (start, count, previous).
+        function M.decode_sliding(f)
+            local start, count, counts, previous = f[3], f[4], f[5], f[6]
+            if counts then
+                local s = start and M.parse_number(start)
+                if not M.valid_time(s) then
+                    M.fail(M.errors().corrupt.start)
+                end
+                local c, p = M.parse_counts(counts)
+                if c == nil then
+                    M.fail(M.errors().corrupt.counts)
+                end
+                return { start = s, count = c, previous = p }, false
+            end
+            if not count and not previous then
+                if start then
+                    M.fail(M.errors().corrupt.counts)
+                end
+                return nil, false
+            end
+            if not start and not count then
+                M.fail(M.errors().corrupt.start)
+            end
+            local s = start and M.parse_number(start)
+            if not M.valid_time(s) then
+                M.fail(M.errors().corrupt.start)
+            end
+            local c = count and M.parse_number(count)
+            if not M.valid_count(c) then
+                M.fail(M.errors().corrupt.count)
+            end
+            if not previous then
+                M.fail(M.errors().fixed_not_sliding)
+            end
+            local p = M.parse_number(previous)
+            if not M.valid_count(p) then
+                M.fail(M.errors().corrupt.previous)
+            end
+            return { start = s, count = c, previous = p }, true
+        end
+
+        -- commands/window.rs counter: FIXED and SLIDING, a small hash.
+        function M.counter(key, clock, mode, limit, window, n)
+            local f, exists = M.read_hash(key)
+            M.check_owner('window', f, exists)
+            local now = clock.now
+            local d, fields, split = nil, {}, false
+            if mode == 'FIXED' then
+                local old = M.decode_fixed(f)
+                d = M.fixed(limit, window, n, now, old)
+                if d.new then
+                    if old == nil or old.start ~= d.new.start then
+                        fields[#fields + 1] = 'start'
+                        fields[#fields + 1] = M.fmt(d.new.start)
+                    end
+                    if old == nil or old.count ~= d.new.count then
+                        fields[#fields + 1] = 'count'
+                        fields[#fields + 1] = M.fmt(d.new.count)
+                    end
+                end
+            else
+                local old
+                old, split = M.decode_sliding(f)
+                d = M.sliding(limit, window, n, now, old)
+                local s = d.new
+                if s then
+                    if old == nil or old.start ~= s.start then
+                        fields[#fields + 1] = 'start'
+                        fields[#fields + 1] = M.fmt(s.start)
+                    end
+                    if split or old == nil or old.count ~= s.count or old.previous ~= s.previous then
+                        fields[#fields + 1] = 'counts'
+                        fields[#fields + 1] = M.fmt(s.count) .. ' ' .. M.fmt(s.previous)
+                    end
+                end
+            end
+            if d.new then
+                if #fields > 0 then
+                    rcall('HSET', key, unpack(fields))
+                end
+                if split then
+                    rcall('HDEL', key, 'count', 'previous')
+                end
+                M.expire(key, exists, d.expires_at - now)
+            end
+            return d
+        end
+
+        local MODES = { FIXED = true, SLIDING = true, LOG = true }
+
+        function M.cmd_window(keys, args, o)
+            M.single_key(keys, 'tb.window')
+            local count = #args - o
+            if count < 3 or count > 5 then
+                M.arity('tb.window')
+            end
+            local now_at, mode = nil, 'SLIDING'
+            if count == 4 then
+                local word = string.upper(args[o + 4])
+                if MODES[word] then
+                    mode = word
+                else
+                    now_at = o + 4
+                end
+            elseif count == 5 then
+                now_at = o + 4
+                mode = string.upper(args[o + 5])
+                if not MODES[mode] then
+                    M.fail(M.errors().mode)
+                end
+            end
+            local limit = M.number(args[o + 1], 'limit')
+            if not (limit > 0 and limit <= MAX_AMOUNT) then
+                M.fail(M.errors().range.limit)
+            end
+            local window = M.number(args[o + 2], 'window')
+            if not (window >= MIN_WINDOW and window <= MAX_WINDOW) then
+                M.fail(M.errors().range.window)
+            end
+            local n = M.number(args[o + 3], 'n')
+            if not (n >= 0 and n <= MAX_AMOUNT) then
+                M.fail(M.errors().range.n)
+            end
+            local now_text = now_at and args[now_at] or nil
+            local now = M.parse_now(now_text)
+            if mode == 'LOG' then
+                if limit ~= floor(limit) or n ~= floor(n) then
+                    M.fail(M.errors().log_whole)
+                end
+                if limit > LOG_MAX_LIMIT then
+                    M.fail(M.errors().log_limit)
+                end
+                if n > LOG_MAX_N then
+                    M.fail(M.errors().log_n)
+                end
+            end
+            n = n + 0
+            local clock = M.make_clock(now, now_text, keys)
+            local d
+            if mode == 'LOG' then
+                if not M.log_part_done then
+                    M.log_part()
+                    M.log_part_done = true
+                end
+                d = M.log_command(keys[1], clock, limit, window, n)
+            else
+                d = M.counter(keys[1], clock, mode, limit, window, n)
+            end
+            M.round(clock, d)
+            return M.decision_reply(d)
+        end
+    end
+
+    function M.log_part()
+        -- LOG (window.rs log, store_log.rs). Scores are whole microseconds; members `<score>-<k>`.
+
+        function M.log_score(t)
+            local whole = floor(t)
+            return whole * 1e6 + M.round_pos((t - whole) * 1e6)
+        end
+
+        function M.log_time(score)
+            return score / 1e6
+        end
+
+        function M.log_tick(t)
+            return M.log_time(M.log_score(t))
+        end
+
+        function M.log_score_at_or_before(t)
+            local m = M.log_score(t)
+            for _ = 1, 4 do
+                if M.log_time(m) > t then
+                    m = m - 1
+                elseif m + 1 ~= m and M.log_time(m + 1) <= t then
+                    m = m + 1
+                else
+                    return m
+                end
+            end
+            return t * 1e6 - (abs(t) * 1e6 * 1e-12 + 1)
+        end
+
+        function M.clamp_entry(e)
+            if e < 0 then
+                return 0
+            elseif e > MAX_TIME then
+                return MAX_TIME
+            end
+            return e
+        end
+
+        function M.is_log_entry(member, score)
+            local prefix = M.fmt_whole(score)
+            local plen = #prefix
+            if ssub(member, 1, plen) ~= prefix or sbyte(member, plen + 1) ~= 45 then
+                return false
+            end
+            local k = ssub(member, plen + 2)
+            return #k > 0 and #k <= 20 and sfind(k, '^%d+$') ~= nil and (#k == 1 or sbyte(k, 1) ~= 48)
+        end
+
+        function M.is_lease_member(member)
+            return #member == 22 and sfind(member, '^lease:[0-9a-f]+$') ~= nil
+        end
+
+        -- A LOG key read as the module reads it: lazily from the oldest entry up, in passes over
+        -- score ranges, and the newest on its own. Entries are fetched from Redis in chunks, but a
+        -- member is checked (a LOG entry? a valid time? a lease?) only when the module's reading
+        -- would have read it, so a sorted set of someone else's is refused exactly when the module
+        -- refuses it.
+        local Log = {}
+        Log.__index = Log
+
+        function M.open_log(key)
+            local count = rpcall('ZCARD', key)
+            if type(count) == 'table' then
+                M.fail(M.errors().wrongtype)
+            end
+            local L = setmetatable({
+                key = key, count = count, exists = count > 0,
+                members = {}, scores = {}, fetched = 0,
+                nread = 0, read_up_to = -INF, active = false, pass_hi = -INF, done = false,
+                newest_known = count == 0, newest = nil, not_after = nil,
+                checked = false, corrupt = false, foreign = false, leases = false,
+            }, Log)
+            return L
+        end
+
+        -- The score of the i-th oldest entry (1-based), fetching a chunk when needed.
+        function Log:score_at(i)
+            if i > self.count then
+                return nil
+            end
+            if i > self.fetched then
+                local stop = self.fetched * 2
+                if stop < i then
+                    stop = i
+                end
+                if stop < 16 then
+                    stop = 16
+                end
+                local r = rcall('ZRANGE', self.key, self.fetched, stop - 1, 'WITHSCORES')
+                for j = 1, #r, 2 do
+                    self.fetched = self.fetched + 1
+                    self.members[self.fetched] = r[j]
+                    self.scores[self.fetched] = tonumber(r[j + 1])
+                end
+            end
+            return self.scores[i]
+        end
+
+        function Log:check(member, score)
+            self.checked = true
+            local t = M.log_time(score)
+            if not ((t >= 0 and t < MAX_TIME) or t == MAX_TIME) then
+                self.corrupt = true
+            end
+            if M.is_lease_member(member) then
+                self.leases = true
+            elseif not M.is_log_entry(member, score) then
+                self.foreign = true
+            end
+        end
+
+        function Log:passed(hi)
+            if hi == INF then
+                self.done = true
+            elseif hi > self.read_up_to then
+                self.read_up_to = hi
+            end
+        end
+
+        -- store_log.rs read_while: entries from the oldest up, none above `hi` unless a pass is
+        -- under way, while more(self) holds.
+        function Log:read_while(hi, more)
+            if not self.exists then
+                return
+            end
+            while not self.done and more(self) do
+                if not self.active then
+                    if self.read_up_to >= hi then
+                        return
+                    end
+                    local s = self:score_at(self.nread + 1)
+                    if s == nil or s > hi then
+                        self:passed(hi)
+                    else
+                        self.active = true
+                        self.pass_hi = hi
+                    end
+                end
+                if self.active then
+                    local i = self.nread + 1
+                    self:score_at(i)
+                    self:check(self.members[i], self.scores[i])
+                    self.nread = i
+                    local nxt = self:score_at(i + 1)
+                    if nxt == nil or nxt > self.pass_hi then
+                        self.active = false
+                        self:passed(self.pass_hi)
+                    end
+                end
+            end
+        end
+
+        function Log:end_front_pass()
+            if not self.active then
+                return
+            end
+            self.active = false
+            self.nread = 0
+            self.read_up_to = -INF
+        end
+
+        function Log:read_newest_above(lo)
+            self:end_front_pass()
+            if self.count == 0 then
+                return nil
+            end
+            if not self.last then
+                local r = rcall('ZRANGE', self.key, -1, -1, 'WITHSCORES')
+                self.last = { r[1], tonumber(r[2]) }
+            end
+            local score = self.last[2]
+            if lo > -INF and not (score > lo) then
+                return nil
+            end
+            self:check(self.last[1], score)
+            return score
+        end
+
+        function Log:newest_entry()
+            if self.newest_known then
+                return self.newest and M.log_time(self.newest)
+            end
+            local s = self:read_newest_above(-INF)
+            self.newest_known, self.newest = true, s
+            return s and M.log_time(s)
+        end
+
+        function Log:newest_after(t)
+            if self.newest_known then
+                if self.newest and M.log_time(self.newest) > t then
+                    return M.log_time(self.newest)
+                end
+                return nil
+            end
+            if self.not_after and t >= self.not_after then
+                return nil
+            end
+            local s = self:read_newest_above(M.log_score_at_or_before(t))
+            if s == nil then
+                self.not_after = t
+                return nil
+            end
+            self.newest_known, self.newest = true, s
+            local lt = M.log_time(s)
+            return lt > t and lt or nil
+        end
+
+        function M.time_of(score)
+            return M.clamp_entry(M.log_time(score))
+        end
+
+        function Log:count_up_to(t)
+            local hi = t * 1e6 * (1 + 1e-12) + 1
+            if hi < -0.5 then
+                hi = -0.5
+            end
+            self:read_while(hi, function(L)
+                return L.nread == 0 or M.time_of(L.scores[L.nread]) <= t
+            end)
+            local c = 0
+            while c < self.nread and M.time_of(self.scores[c + 1]) <= t do
+                c = c + 1
+            end
+            return c
+        end
+
+        function Log:nth(i) -- 0-based, as the module's
+            self:read_while(INF, function(L)
+                return L.nread <= i
+            end)
+            if i < self.nread then
+                return M.log_time(self.scores[i + 1])
+            end
+            return nil
+        end
+
+        -- finish_reading: the oldest is checked when the call read none; leases, then a corrupt
+        -- score, then a foreign member refuse the call.
+        function Log:finish()
+            if not self.checked and self.exists then
+                self:score_at(1)
+                self:check(self.members[1], self.scores[1])
+            end
+            if self.leases then
+                M.fail(M.errors().leases_not_window)
+            elseif self.corrupt then
+                M.fail(M.errors().corrupt_log)
+            elseif self.foreign then
+                M.fail(M.errors().not_log)
+            end
+        end
+
+        function M.log_view(window, now, L)
+            local at = L:newest_after(now)
+            if at == nil then
+                at = now
+            else
+                at = M.clamp_entry(at)
+                if now > at then
+                    at = now
+                end
+            end
+            local cutoff = at - window
+            local first_live = L:count_up_to(cutoff)
+            local live = L.count - first_live
+            if live < 0 then
+                live = 0
+            end
+            return at, cutoff, first_live, live
+        end
+
+        -- window.rs log.
+        function M.log(limit, window, n, now, L)
+            local cap = floor(limit < 0 and 0 or (limit > MAX_AMOUNT and MAX_AMOUNT or limit))
+            local at, _, first_live, live = M.log_view(window, M.log_tick(now), L)
+            local allowed = n <= cap and live + n <= cap
+            local write = allowed and n > 0
+            local add = write and n or 0
+            local removed = write and first_live or 0
+            local used = live + add
+            local retry
+            if allowed then
+                retry = 0
+            elseif n > cap then
+                retry = -1
+            else
+                local k = live + n - cap
+                if k < 0 then
+                    k = 0
+                end
+                local leaving = L:nth(first_live + k - 1)
+                leaving = leaving and M.clamp_entry(leaving) or at
+                retry = M.settle_wait(now, leaving + window - now, function(t)
+                    local _, _, _, lv = M.log_view(window, M.log_tick(t), L)
+                    return lv + n <= cap
+                end)
+            end
+            local newest = at
+            if not write then
+                local e = L:newest_entry()
+                newest = e and M.clamp_entry(e) or at
+            end
+            local function out(t)
+                local tick = M.log_tick(t)
+                if newest > tick then
+                    tick = newest
+                end
+                return newest <= tick - window
+            end
+            local reset = 0
+            if used > 0 then
+                reset = M.settle_wait(now, newest + window - now, out)
+            end
+            local left = L.count - removed > 0 or add > 0
+            return {
+                allowed = allowed,
+                remaining = cap - used > 0 and cap - used or 0,
+                retry = retry,
+                reset = reset,
+                removed = removed,
+                add = add,
+                expires_at = left and M.settle_wait(0, newest + window, out) or now,
+            }
+        end
+
+        -- commands/window.rs log + LogKey::write: ZREM the entries that left, ZADD `add` members
+        -- `<score>-<k>` numbered from the log's size after the removal.
+        function M.log_command(key, clock, limit, window, n)
+            local L = M.open_log(key)
+            local now = clock.now
+            local d = M.log(limit, window, n, now, L)
+            L:finish()
+            if d.add > 0 or d.removed > 0 then
+                local now_score = M.log_score(now)
+                local score = now_score
+                if L.newest_known and L.newest and L.newest > now_score then
+                    score = L.newest
+                end
+                local removed = d.removed
+                if removed > L.nread then
+                    removed = L.nread
+                end
+                for i = 1, removed, CHUNK do
+                    local stop = i + CHUNK - 1
+                    if stop > removed then
+                        stop = removed
+                    end
+                    rcall('ZREM', key, unpack(L.members, i, stop))
+                end
+                local first = L.count - d.removed
+                local score_text = M.fmt_whole(score)
+                local args = {}
+                for k = first, first + d.add - 1 do
+                    args[#args + 1] = score_text
+                    args[#args + 1] = score_text .. '-' .. sfmt('%.0f', k)
+                    if #args >= 2 * CHUNK then
+                        rcall('ZADD', key, unpack(args))
+                        args = {}
+                    end
+                end
+                if #args > 0 then
+                    rcall('ZADD', key, unpack(args))
+                end
+                M.expire(key, L.exists, d.expires_at - now)
+            end
+            return d
+        end
+    end
+
+    ---------------------------------------------------------------------------------------------
+    -- Entry
+
+    -- Which part defines each command's handler.
+    local PARTS = {
+        TAKE = 'bucket_part',
+        MTAKE = 'bucket_part',
+        RESERVE = 'bucket_part',
+        PEEK = 'bucket_part',
+        REFUND = 'bucket_part',
+        WINDOW = 'window_part',
+    }
+
+    -- The handler of a command word (any case), its part defined first; nil for an unknown
+    -- word. Leases (TB.ACQUIRE, TB.RELEASE, TB.RENEW) and holds (TB.HOLD, TB.SETTLE) come
+    -- with part 2 of issue 42: their words and parts go here, and in functions.lua.
+    function M.handler(word)
+        word = string.upper(word)
+        local part = PARTS[word]
+        if part == nil then
+            return nil
+        end
+        if not M[part .. '_done'] then
+            M[part]()
+            M[part .. '_done'] = true
+        end
+        return M['cmd_' .. string.lower(word)]
+    end
+
+    return M
 end
 
 -- EVAL entry: everything above is the library (the Functions build ends it with functions.lua).
 local lib = library()
-local handler = lib.commands[string.upper(ARGV[1] or '')]
+local handler = lib.handler(ARGV[1] or '')
 if handler == nil then
     return redis.error_reply('ERR unknown command word ' .. string.format('%q', ARGV[1] or '') ..
         ': the first argument is TAKE, MTAKE, RESERVE, PEEK, REFUND or WINDOW')

@@ -10,9 +10,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use super::scripts::Backend;
 use super::{Conn, Reply, Rng};
 
-/// TTLs of one key on both servers within this many ms of each other are the same TTL:
-/// the two calls run a few hundred microseconds apart, and PTTL is read after them.
-const TTL_TOLERANCE_MS: i64 = 60;
+/// TTLs of one key on both servers within this many ms of each other, plus the time the
+/// call took from sending to the last reply (each server sets a TTL on its own clock, and
+/// reads it back, somewhere in that time), are the same TTL.
+const TTL_TOLERANCE_MS: i64 = 10;
 /// A key whose TTL is about to run out on either server (or ran out moments ago) is deleted
 /// on both before a call touches it: otherwise one server could expire it and the other
 /// not, at the same `now`, which is a race of the two clocks, not a difference of the
@@ -231,6 +232,16 @@ impl Differential {
         }
     }
 
+    /// DEL on both servers; the replies may differ (the key may just have expired on one).
+    fn del_both(&mut self, key: &str) {
+        let cmd = [s(&["DEL", key])];
+        self.a.conn.send_all(&cmd);
+        self.b.conn.send_all(&cmd);
+        self.a.conn.read();
+        self.b.conn.read();
+        self.ttl.remove(key);
+    }
+
     fn micros_now(&self) -> String {
         format!("{}", (wall() * 1e6) as u64)
     }
@@ -291,6 +302,8 @@ impl Differential {
         let pools: [&[&str]; 5] = [&BUCKETS, &FIXED, &SLIDING, &LOG, &FOREIGN];
         let pool = pools[self.rng.below(5) as usize];
         let key = self.pick(pool);
+        // Not a key about to expire on one server and not the other.
+        self.guard(&[key.to_string()]);
         if pool == FOREIGN.as_slice() {
             self.seed_foreign(key);
             return;
@@ -512,9 +525,8 @@ impl Differential {
                 .any(|l| (-GUARD_MS..=GUARD_MS).contains(&l));
             let gone = [a, b].into_iter().flatten().all(|l| l < -GUARD_MS) && a.is_some();
             if soon {
-                self.both(&[vec!["DEL".to_string(), k.clone()]]);
+                self.del_both(k);
                 self.stats.guarded_expiries += 1;
-                self.ttl.remove(k);
             } else if gone && a.is_some() && b.is_some() {
                 self.stats.natural_expiries += 1;
                 self.ttl.remove(k);
@@ -532,8 +544,7 @@ impl Differential {
                     let pools: [&[&str]; 4] = [&BUCKETS, &FIXED, &SLIDING, &LOG];
                     let pool = pools[self.rng.below(4) as usize];
                     let key = self.pick(pool);
-                    self.both(&[s(&["DEL", key])]);
-                    self.ttl.remove(key);
+                    self.del_both(key);
                 }
                 _ => {}
             }
@@ -563,11 +574,13 @@ impl Differential {
         };
         let mut for_b = vec![backend_b.argv(cmd)];
         for_b.extend(reads.iter().cloned());
+        let sent = Instant::now();
         self.a.conn.send_all(&for_a);
         self.b.conn.send_all(&for_b);
         let ra: Vec<Reply> = for_a.iter().map(|_| self.a.conn.read()).collect();
         let rb: Vec<Reply> = for_b.iter().map(|_| self.b.conn.read()).collect();
         let at = Instant::now();
+        let tolerance = TTL_TOLERANCE_MS + (at - sent).as_millis() as i64;
         self.stats.count(&cmd[0], &ra[0]);
         if ra[0] != rb[0] {
             return Err(format!(
@@ -586,7 +599,7 @@ impl Differential {
                 ));
             }
             let (pa, pb) = (ra[2 + 2 * i].int(), rb[2 + 2 * i].int());
-            self.compare_ttl(k, pa, pb)?;
+            self.compare_ttl(k, pa, pb, tolerance)?;
             self.ttl.insert(k.clone(), Ttl { a: pa, b: pb, at });
         }
         Ok(())
@@ -610,11 +623,11 @@ impl Differential {
         format!("{kind} {body} pttl {pttl}")
     }
 
-    /// The TTLs after a call: equal within TTL_TOLERANCE_MS, or one server kept the TTL
+    /// The TTLs after a call: equal within `tolerance` ms, or one server kept the TTL
     /// the key had while the other set a new one, and the kept one is within the bounds
     /// the other's new one says (expiry.rs: at least time-to-full, at most 1 s + 25% more).
-    fn compare_ttl(&mut self, key: &str, a: i64, b: i64) -> Result<(), String> {
-        if a == b || (a >= 0 && b >= 0 && (a - b).abs() <= TTL_TOLERANCE_MS) {
+    fn compare_ttl(&mut self, key: &str, a: i64, b: i64, tolerance: i64) -> Result<(), String> {
+        if a == b || (a >= 0 && b >= 0 && (a - b).abs() <= tolerance) {
             return Ok(());
         }
         let why = format!("{key}: PTTL {a} (module) against {b} (script)");
@@ -623,7 +636,7 @@ impl Differential {
         };
         let elapsed = before.at.elapsed().as_millis() as i64;
         let kept = |after: i64, before: i64| {
-            before >= 0 && (after - (before - elapsed)).abs() <= TTL_TOLERANCE_MS
+            before >= 0 && (after - (before - elapsed)).abs() <= tolerance
         };
         let (keeper, setter) = match (kept(a, before.a), kept(b, before.b)) {
             (true, false) => (a, b),
@@ -632,10 +645,7 @@ impl Differential {
         };
         // A new TTL is ttl + (1000 + ttl / 4) / 2 ms: solve for the time-to-full.
         let ttl = ((setter - 500) as f64 / 1.125).round() as i64;
-        let (lo, hi) = (
-            ttl - 2 * TTL_TOLERANCE_MS,
-            ttl + 1000 + ttl / 4 + 2 * TTL_TOLERANCE_MS,
-        );
+        let (lo, hi) = (ttl - 2 * tolerance, ttl + 1000 + ttl / 4 + 2 * tolerance);
         if !(lo..=hi).contains(&keeper) {
             return Err(format!("{why}: the kept TTL is outside {lo}..={hi}"));
         }
