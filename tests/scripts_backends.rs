@@ -720,3 +720,52 @@ fn log_calls_that_add_and_remove_ten_thousand_entries_match_the_module() {
     }
     assert_eq!(cb.q("ZCARD big").int(), 10_000);
 }
+
+// ---------------------------------------------------------------------------------------
+// What clients see beside the reply
+
+#[test]
+fn under_resp3_the_scripts_reply_bulk_strings_where_the_module_replies_doubles() {
+    // The one reply difference (README.md): same values, another RESP3 type.
+    let (s, script) = both_backends();
+    let mut c = s.conn();
+    assert!(matches!(c.q("HELLO 3"), Reply::Array(_)));
+    let now = wall();
+    let module = c.cmd(&words(&format!("TB.TAKE m 10 3 1 {now}")));
+    let scripted = script.call(&mut c, &words(&format!("TB.TAKE s 10 3 1 {now}")));
+    assert_eq!(module.array()[0], Reply::Int(1));
+    assert_eq!(scripted.array()[0], Reply::Int(1));
+    for (m, l) in module.array()[1..].iter().zip(&scripted.array()[1..]) {
+        assert!(matches!(m, Reply::Double(_)), "{m:?}");
+        assert!(matches!(l, Reply::Bulk(_)), "{l:?}");
+        assert_eq!(m.num(), l.num());
+    }
+}
+
+#[test]
+fn watch_is_aborted_by_a_script_call_that_writes_and_by_no_other() {
+    let (s, script) = start_script_server();
+    let now = wall();
+    let argv = |line: String| script.argv(&words(&line));
+    // A write aborts a transaction watching the key, as the module's does.
+    assert!(!common::watch_survives(
+        &s,
+        &["k"],
+        &argv(format!("TB.TAKE k 10 1 5 {now}"))
+    ));
+    // Refusals, reports and errors write nothing: the transaction goes through.
+    for line in [
+        format!("TB.TAKE k 10 1 20 {now}"),
+        format!("TB.TAKE k 10 1 0 {now}"),
+        format!("TB.PEEK k 10 1 {now}"),
+        format!("TB.REFUND k 10 1 0 {now}"),
+        format!("TB.TAKE k 10 1 1 {}", now + 3600.0),
+        "TB.TAKE k 10 1 +1".to_string(),
+        format!("TB.WINDOW k 10 1 1 {now} LOG"),
+    ] {
+        assert!(
+            common::watch_survives(&s, &["k"], &argv(line.clone())),
+            "{line}"
+        );
+    }
+}
