@@ -11,11 +11,12 @@
 -- Every rule here is a port of one in the module, named at each function (`bucket.rs
 -- take`), with the same floating-point operations in the same order: Lua numbers are IEEE
 -- doubles like Rust's f64, and neither contracts a * b + c, so the same inputs give the same
--- bits. Everything above the "EVAL entry" line is the library; only that line is EVAL's.
+-- bits. Everything above the "EVAL entry" line is the library; the lines from it on are
+-- EVAL's entry.
 
 -- The library is one function, so that a Functions library can build it on its first call
--- (a library's load runs without Lua's standard libraries) and keep it; EVAL builds it on
--- every call.
+-- (a library's load runs without Lua's standard libraries) and keep it; EVAL builds its core,
+-- and the parts the call needs, on every call.
 local function library()
     local MAX_AMOUNT = 9007199254740992 -- 2^53: capacity, rate, n (bucket.rs MAX_AMOUNT)
     local MIN_RATE = 1e-9
