@@ -15,6 +15,8 @@ pub enum TbError {
     NumKeysNotPositive,
     /// TB.MTAKE's argument count does not fit numkeys.
     NumKeysMismatch,
+    /// TB.MTAKE's (or TB.ACQUIRE ... TAKE's) numkeys above `MAX_KEYS`.
+    TooManyKeys,
     /// TB.MTAKE named one key twice.
     DuplicateKey,
     /// TB.THROTTLE's count_per_period / period is outside the accepted rates.
@@ -72,8 +74,10 @@ pub enum LeaseError {
     TakeSyntax,
     /// TB.ACQUIRE ... TAKE naming a key twice (or the lease key).
     TakeDuplicate,
-    /// TB.HOLD on a bucket with MAX_HOLDS outstanding.
-    TooManyHolds,
+    /// `TB.PEEK key LEASES` with anything after LEASES.
+    PeekLeasesSyntax,
+    /// `TB.PEEK key HOLDS` with anything after HOLDS.
+    PeekHoldsSyntax,
 }
 
 impl LeaseError {
@@ -96,8 +100,11 @@ impl LeaseError {
             }
             LeaseError::Actual => "ERR actual must be >= 0 and <= 9007199254740992\0",
             LeaseError::HoldId => "ERR hold_id must be the 16 hex digits TB.HOLD replied\0",
-            LeaseError::TooManyHolds => {
-                "ERR the bucket has 100 outstanding holds: settle some first\0"
+            LeaseError::PeekLeasesSyntax => {
+                "ERR syntax: TB.PEEK key LEASES takes nothing after LEASES\0"
+            }
+            LeaseError::PeekHoldsSyntax => {
+                "ERR syntax: TB.PEEK key HOLDS takes nothing after HOLDS\0"
             }
             LeaseError::LeasesNotWindow => {
                 "ERR key holds TB.ACQUIRE's leases, not a TB.WINDOW LOG window\0"
@@ -244,6 +251,7 @@ impl TbError {
                 "ERR count_per_period / period must be >= 1e-9 and <= 9007199254740992 per second\0"
             }
             NumKeysNotPositive => "ERR numkeys must be a positive integer\0",
+            TooManyKeys => "ERR numkeys must be at most 64 (the buckets one call may take)\0",
             NumKeysMismatch => {
                 "ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now\0"
             }
@@ -310,7 +318,9 @@ mod tests {
             TbError::Lease(LeaseError::Actual),
             TbError::Lease(LeaseError::TakeSyntax),
             TbError::Lease(LeaseError::TakeDuplicate),
-            TbError::Lease(LeaseError::TooManyHolds),
+            TbError::Lease(LeaseError::PeekLeasesSyntax),
+            TbError::Lease(LeaseError::PeekHoldsSyntax),
+            TbError::TooManyKeys,
             TbError::CorruptState(Field::Holds),
             TbError::CorruptState(Field::Start),
             TbError::CorruptState(Field::Count),

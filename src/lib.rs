@@ -531,6 +531,16 @@ fn init_module(
     };
     let aliases = loaded.aliases;
     commands::set_max_clock_ahead_ms(loaded.max_clock_ahead_ms);
+    // Lease and hold ids must be unguessable: keyed by the kernel's randomness, or no load.
+    match binding::random::os_seed() {
+        Ok(seed) => commands::set_id_seed(seed),
+        Err(why) => {
+            log_warning(&format!(
+                "tb: {why}; not loading (lease and hold ids need it)"
+            ));
+            return false;
+        }
+    }
     binding::store::init(api);
     // Keys are opened for writing, but only a take that writes modifies one: signal WATCH
     // and client-side caching ourselves, once for a key we wrote (store.rs), instead of

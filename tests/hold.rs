@@ -250,20 +250,129 @@ fn bad_arguments_and_foreign_keys_change_nothing() {
     );
 }
 
+/// Issue 39 L7: a full table of 100 holds was an error every client read as "Redis down"
+/// (and streamed without a hold); it is a refusal with the wait until a place frees.
 #[test]
-fn a_bucket_keeps_at_most_a_hundred_holds() {
+fn a_full_hold_table_is_a_refusal_with_the_wait_for_a_place() {
     let s = Server::start();
     let mut c = s.conn();
-    for _ in 0..100 {
-        assert!(hold(&mut c, "b", "1000", "1", "60000").1.is_some());
+    // A bucket that refills at once: only the table can refuse.
+    let h = |c: &mut Conn, ttl: &str| c.cmd(&["TB.HOLD", "b", "100000", "1e9", "1000", ttl]);
+    for i in 0..100 {
+        // The earliest hold ends in about 5 s, the others later.
+        let r = h(&mut c, &(5_000 + 1_000 * i).to_string());
+        assert_eq!(r.array()[0].int(), 1, "{r:?}");
     }
-    assert_eq!(
-        c.cmd(&["TB.HOLD", "b", "1000", SLOW, "1", "60000"]),
-        Reply::Error("ERR the bucket has 100 outstanding holds: settle some first".into())
-    );
+    let before = common::fingerprint(&mut c, &["b"]);
+    let r = h(&mut c, "60000");
+    let a = r.array();
+    assert_eq!((a[0].int(), &a[4]), (0, &Reply::Nil), "{r:?}");
+    // Nothing charged or written; the wait is until the earliest hold's place frees.
+    assert_eq!(common::fingerprint(&mut c, &["b"]), before);
+    assert!((4.5..=5.001).contains(&a[2].num()), "{r:?}");
     assert_eq!(peek_holds(&mut c, "b").0, 100);
+    assert_eq!(tb_counters(&mut c, "hold")[3], 0, "no error counted");
     let bytes = c.q("MEMORY USAGE b").int();
     eprintln!("a bucket with 100 holds: {bytes} bytes");
+}
+
+/// Issue 39 L7: 100 holds of estimate 5e-324 with a 365-day ttl cost nothing and then
+/// refused every TB.HOLD on the key for a year. A hold now charges at least one place's
+/// share, capacity / 100: a table full of holds has spent the whole bucket.
+#[test]
+fn a_hold_of_no_real_cost_charges_one_place_of_the_bucket() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let (r, id) = hold(&mut c, "b", "1000", "5e-324", "31536000000");
+    assert!(id.is_some());
+    assert!(close(r[1].num(), 990.0), "{r:?}");
+    assert!(close(peek_holds(&mut c, "b").1, 10.0));
+    // Settled at 0, the surplus comes back whole.
+    let (settled, remaining, charged) = settle(&mut c, "b", "1000", &id.unwrap(), "0", &[]);
+    assert!(settled && close(remaining, 1000.0) && close(charged, -10.0));
+    // The attack: a hundred of them spend the bucket; the tokens, not a cheap table, stop
+    // the next hold, and a plain TB.TAKE sees an empty bucket as well.
+    for _ in 0..100 {
+        assert!(
+            hold(&mut c, "b2", "1000", "5e-324", "31536000000")
+                .1
+                .is_some()
+        );
+    }
+    assert!(close(tokens(&mut c, "b2"), 0.0));
+    let (r, id) = hold(&mut c, "b2", "1000", "5e-324", "31536000000");
+    assert!(id.is_none() && r[2].num() > 0.0, "{r:?}");
+}
+
+/// Issue 39 L2: a request that outlives its hold's ttl still settles its actual cost: the
+/// hold is renewed with TB.RENEW on the bucket, as a lease is.
+#[test]
+fn tb_renew_on_a_bucket_renews_a_hold_so_a_long_request_still_settles() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let (_, id) = hold(&mut c, "b", "100", "10", "300");
+    let id = id.unwrap();
+    let r = c.cmd(&["TB.RENEW", "b", &id, "1000"]);
+    let a: Vec<i64> = r.array().iter().map(Reply::int).collect();
+    assert_eq!(a[..2], [1, 1], "{r:?}");
+    assert!((999..=1001).contains(&a[2]), "{r:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    // Past its first ttl of 300 ms, still live: the settle charges the actual cost.
+    let (settled, remaining, charged) = settle(&mut c, "b", "100", &id, "25", &[]);
+    assert!(settled && close(charged, 15.0) && close(remaining, 75.0));
+    // Not live (settled): not renewed, nothing written.
+    let before = common::fingerprint(&mut c, &["b"]);
+    let r = c.cmd(&["TB.RENEW", "b", &id, "1000"]);
+    assert_eq!(
+        r,
+        Reply::Array(vec![Reply::Int(0), Reply::Int(0), Reply::Int(0)])
+    );
+    assert_eq!(common::fingerprint(&mut c, &["b"]), before);
+    // An unrenewed hold expires at its ttl and its settle answers 0.
+    let (_, late) = hold(&mut c, "b", "100", "10", "200");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!settle(&mut c, "b", "100", &late.unwrap(), "25", &[]).0);
+    // The key outlives a renewed hold.
+    let (_, long) = hold(&mut c, "b3", "100", "1", "1000");
+    c.cmd(&["TB.RENEW", "b3", &long.unwrap(), "600000"]);
+    assert!(c.cmd(&["PTTL", "b3"]).int() > 590_000);
+    // Missing key: nothing held. A user's hash: refused, unchanged.
+    assert_eq!(
+        c.cmd(&["TB.RENEW", "missing", &id, "1000"]),
+        Reply::Array(vec![Reply::Int(0), Reply::Int(0), Reply::Int(0)])
+    );
+    c.cmd(&["HSET", "user", "name", "alice"]);
+    assert_errors_change_nothing(
+        &mut c,
+        &["TB.RENEW"],
+        &["user"],
+        &[(
+            &["user", &id, "1000"],
+            "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged",
+        )],
+    );
+}
+
+/// What TB.PEEK key HOLDS answers where there is no bucket: a missing key holds nothing; a
+/// user's hash is refused as every bucket command refuses it.
+#[test]
+fn peek_holds_on_a_missing_key_and_on_a_users_hash() {
+    let s = Server::start();
+    let mut c = s.conn();
+    assert_eq!(peek_holds(&mut c, "missing"), (0, 0.0, 0));
+    c.cmd(&["HSET", "user", "name", "alice"]);
+    let r = c.cmd(&["TB.PEEK", "user", "HOLDS"]);
+    assert_eq!(r, c.cmd(&["TB.TAKE", "user", "10", "1", "1"]));
+    assert!(matches!(r, Reply::Error(_)), "{r:?}");
+    // Anything after HOLDS / LEASES names that form, not a bucket's capacity.
+    assert_eq!(
+        c.cmd(&["TB.PEEK", "k", "HOLDS", "x"]),
+        Reply::Error("ERR syntax: TB.PEEK key HOLDS takes nothing after HOLDS".into())
+    );
+    assert_eq!(
+        c.cmd(&["TB.PEEK", "k", "leases", "x"]),
+        Reply::Error("ERR syntax: TB.PEEK key LEASES takes nothing after LEASES".into())
+    );
 }
 
 #[test]

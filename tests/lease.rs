@@ -70,13 +70,31 @@ fn peek(c: &mut Conn, key: &str) -> Vec<i64> {
 }
 
 /// The key's members and scores.
+/// The key's leases and their expiries, checking on the way that a key holding leases
+/// starts with the module's marker (`redis-tb:leases`, score -1) and holds it once.
 fn members(c: &mut Conn, key: &str) -> Vec<(String, i64)> {
+    let all = all_members(c, key);
+    if let Some(first) = all.first() {
+        assert_eq!(first, &(MARKER.to_string(), -1), "{all:?}");
+    }
+    let leases: Vec<_> = all.into_iter().skip(1).collect();
+    assert!(
+        leases.iter().all(|(m, _)| m.starts_with("lease:")),
+        "{leases:?}"
+    );
+    leases
+}
+
+/// Every member of the key and its score, the marker included.
+fn all_members(c: &mut Conn, key: &str) -> Vec<(String, i64)> {
     let r = c.cmd(&["ZRANGE", key, "0", "-1", "WITHSCORES"]);
     r.array()
         .chunks(2)
         .map(|p| (p[0].text(), p[1].text().parse().unwrap()))
         .collect()
 }
+
+const MARKER: &str = "redis-tb:leases";
 
 #[test]
 fn acquire_grants_up_to_the_limit_then_refuses_with_the_wait_of_the_earliest_lease() {
@@ -239,7 +257,8 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
             (&["k", "-1", "100"], LIMIT_ERR),
             (&["k", "x", "100"], LIMIT_ERR),
             (&["k", "1", "0"], MS_ERR),
-            (&["k", "1", "1e3"], MS_ERR),
+            (&["k", "1", "1500.5"], MS_ERR),
+            (&["k", "1", "1e-3"], MS_ERR),
             (&["k", "1", "31536000001"], MS_ERR),
             (&["k", "1"], &arity("tb.acquire")),
             (&["k", "1", "1", "1"], TAKE_SYNTAX),
@@ -313,9 +332,17 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
             (&["k", &id, "0"], MS_ERR),
             (&["k", &id], &arity("tb.renew")),
             (&["log", &id, "100"], NOT_LEASES),
-            (&["bucket", &id, "100"], WRONGTYPE),
+            (&["str", &id, "100"], WRONGTYPE),
+            (
+                &["user", &id, "100"],
+                "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged",
+            ),
         ],
     );
+    // A bucket's hash is TB.RENEW's too (its holds): this id is none of them, nothing changes.
+    let before = fingerprint(&mut c, &keys);
+    assert_eq!(renew(&mut c, "bucket", &id, "100"), vec![0, 0, 0]);
+    assert_eq!(fingerprint(&mut c, &keys), before);
     assert_errors_change_nothing(
         &mut c,
         &["TB.PEEK"],
@@ -345,8 +372,8 @@ fn bad_arguments_and_foreign_keys_get_clear_errors_and_change_nothing() {
         ],
     );
     assert_eq!(members(&mut c, "k").len(), 1);
-    // 24 cases, one of them wrong arity, which Redis refuses before the module runs.
-    assert_eq!(tb_counters(&mut c, "acquire")[3], 23);
+    // 25 cases, one of them wrong arity, which Redis refuses before the module runs.
+    assert_eq!(tb_counters(&mut c, "acquire")[3], 24);
 }
 
 #[test]
@@ -765,4 +792,357 @@ fn in_a_cluster_acquire_with_take_on_two_slots_gets_crossslot() {
         Reply::Error(e) => assert!(e.starts_with("MOVED"), "{r:?}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// Issue 39 L6: a sorted set whose lowest member looks like a lease, but which also holds
+/// `alice` and `bob`, was adopted (a lease added and a TTL set on the whole key). A set
+/// the module did not make is never written: without the marker it is refused unless
+/// every member is a lease, whatever its first member looks like.
+#[test]
+fn a_sorted_set_the_module_did_not_make_is_never_written_whatever_its_first_member() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let now = server_ms(&mut c);
+    let live = (now + 600_000).to_string();
+    let expired = (now - 1_000).to_string();
+    // The attack's set: the lowest member a live-looking lease, then a leaderboard.
+    let far = (now + 900_000).to_string();
+    c.cmd(&[
+        "ZADD",
+        "mixed",
+        &live,
+        "lease:0000000000000001",
+        &far,
+        "alice",
+        &far,
+        "bob",
+    ]);
+    // The lowest an expired-looking lease (a call would reclaim it), then a user.
+    c.cmd(&[
+        "ZADD",
+        "mixed2",
+        &expired,
+        "lease:0000000000000002",
+        &far,
+        "carol",
+    ]);
+    // The marker, but not first: someone else's member sorts before it.
+    c.cmd(&[
+        "ZADD",
+        "forged",
+        "-5",
+        "zed",
+        "-1",
+        MARKER,
+        &live,
+        "lease:0000000000000003",
+    ]);
+    // The marker first, then a foreign member where a lease would be read.
+    c.cmd(&["ZADD", "tampered", "-1", MARKER, "1", "dave"]);
+    let keys = ["mixed", "mixed2", "forged", "tampered"];
+    for key in keys {
+        assert_errors_change_nothing(
+            &mut c,
+            &[],
+            &[key],
+            &[
+                (&["TB.ACQUIRE", key, "5", "60000"], NOT_LEASES),
+                (
+                    &[
+                        "TB.ACQUIRE",
+                        key,
+                        "5",
+                        "60000",
+                        "TAKE",
+                        "1",
+                        "b",
+                        "10",
+                        "1",
+                        "1",
+                    ],
+                    NOT_LEASES,
+                ),
+                (&["TB.RELEASE", key, "0000000000000001"], NOT_LEASES),
+                (&["TB.RELEASE", key, "0000000000000002"], NOT_LEASES),
+                (&["TB.RENEW", key, "0000000000000001", "60000"], NOT_LEASES),
+                (&["TB.PEEK", key, "LEASES"], NOT_LEASES),
+            ],
+        );
+        assert_eq!(c.cmd(&["PTTL", key]).int(), -1, "{key}");
+    }
+    // Nothing the refused TAKE named was written either.
+    assert_eq!(c.cmd(&["EXISTS", "b"]).int(), 0);
+}
+
+/// A key of leases written before the marker existed (every member a lease) is adopted:
+/// read whole once, then marked by its next write, replicated with it; the marker goes
+/// with the last lease, so the key does too.
+#[test]
+fn a_set_of_leases_from_before_the_marker_is_adopted_and_marked_by_its_next_write() {
+    let master = start_master();
+    let replica = start_replica(&master, false);
+    let mut c = master.conn();
+    let now = server_ms(&mut c);
+    let live = (now + 600_000).to_string();
+    let expired = (now - 1_000).to_string();
+    c.cmd(&[
+        "ZADD",
+        "old",
+        &live,
+        "lease:00000000000000aa",
+        &expired,
+        "lease:00000000000000bb",
+    ]);
+    // Read-only, it is counted and not written.
+    assert_eq!(peek(&mut c, "old")[0], 1);
+    assert_eq!(all_members(&mut c, "old").len(), 2);
+    let mut stream = ReplStream::attach(&master);
+    let id = acquire(&mut c, "old", "5", "60000").id.unwrap();
+    let m = members(&mut c, "old"); // asserts the marker is first
+    assert_eq!(m.len(), 2, "{m:?}");
+    assert_eq!(release(&mut c, "old", "00000000000000aa"), vec![1, 1]);
+    assert_eq!(release(&mut c, "old", &id), vec![1, 0]);
+    assert_eq!(
+        c.cmd(&["EXISTS", "old"]).int(),
+        0,
+        "the marker goes with the last lease"
+    );
+    c.q("SET marker 1");
+    let got = stream.until_marker("marker");
+    assert!(
+        got.iter().any(|cmd| cmd.len() == 6
+            && cmd[0] == "ZADD"
+            && cmd[2] == "-1"
+            && cmd[3] == MARKER
+            && cmd[5] == format!("lease:{id}")),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&vec![
+            "ZREM".into(),
+            "old".into(),
+            format!("lease:{id}"),
+            MARKER.into()
+        ]),
+        "{got:?}"
+    );
+    assert_replicas_hold_the_masters_bytes(&mut c, &[(&replica, "replica without the module")]);
+
+    // A renewal marks an old key too (its own ZADD before the ZADD XX).
+    c.cmd(&["ZADD", "old2", &live, "lease:00000000000000cc"]);
+    assert_eq!(renew(&mut c, "old2", "00000000000000cc", "60000")[0], 1);
+    assert_eq!(members(&mut c, "old2").len(), 1);
+    // More members than a key can hold is not a set of ours.
+    let mut args = vec!["ZADD".to_string(), "huge".into()];
+    for i in 0..10_001u64 {
+        args.push(live.clone());
+        args.push(format!("lease:{i:016x}"));
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    c.cmd(&refs);
+    assert_eq!(
+        c.cmd(&["TB.ACQUIRE", "huge", "5", "60000"]),
+        Reply::Error(NOT_LEASES.into())
+    );
+}
+
+/// Issue 39 L1: ids were SplitMix64 of one counter stepping by a constant, so from one's
+/// own id an attacker computed every other (released a victim's lease, renewed one for a
+/// year) and two ids told how many were granted between them. Today's ids come from a
+/// keyed ChaCha20 stream: the inversion finds nothing.
+#[test]
+fn ids_predicted_from_ones_own_by_the_old_inversion_are_never_held() {
+    const STEP: u64 = 0x9e37_79b9_7f4a_7c15;
+    const STEP_INV: u64 = 0xf1de_83e1_9937_733d;
+    fn unshift(z: u64, s: u32) -> u64 {
+        let mut x = z;
+        for _ in 0..(64 / s + 1) {
+            x = z ^ (x >> s);
+        }
+        x
+    }
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unmix(z: u64) -> u64 {
+        let mut x = unshift(z, 31);
+        x = x.wrapping_mul(0x3196_42b2_d24d_8ec3);
+        x = unshift(x, 27);
+        x = x.wrapping_mul(0x96de_1b17_3f11_9089);
+        unshift(x, 30)
+    }
+    let s = Server::start();
+    let mut c = s.conn();
+    // The attacker's lease, then 50 victims' leases on other keys and on this one.
+    let mine = acquire(&mut c, "jobs:attacker", "100", "60000").id.unwrap();
+    let mut victims = Vec::new();
+    for i in 0..50 {
+        let key = format!("jobs:victim{}", i % 5);
+        victims.push((
+            key.clone(),
+            acquire(&mut c, &key, "100", "60000").id.unwrap(),
+        ));
+    }
+    let hold = c.cmd(&["TB.HOLD", "llm:victim", "100000", "50", "4000", "60000"]);
+    let hold_id = hold.array()[4].text();
+    // The attack: step the counter behind my id forward and mix it again.
+    let base = unmix(u64::from_str_radix(&mine, 16).unwrap());
+    let mut predicted = std::collections::HashSet::new();
+    for k in 1..=10_000u64 {
+        predicted.insert(format!(
+            "{:016x}",
+            mix(base.wrapping_add(STEP.wrapping_mul(k)))
+        ));
+    }
+    for (key, id) in &victims {
+        assert!(!predicted.contains(id), "{key} {id} was predicted");
+        // The releases the attacker would send: none frees a victim's slot.
+    }
+    assert!(!predicted.contains(&hold_id));
+    for p in predicted.iter().take(200) {
+        for i in 0..5 {
+            assert_eq!(release(&mut c, &format!("jobs:victim{i}"), p)[0], 0);
+        }
+    }
+    assert_eq!(peek(&mut c, "jobs:victim0")[0], 10);
+    // Two consecutive grants tell nothing of the count between them: the old reading
+    // (the counters' difference as a multiple of the step) gives no small count.
+    let ids: Vec<u64> = victims
+        .iter()
+        .map(|(_, id)| u64::from_str_radix(id, 16).unwrap())
+        .collect();
+    for pair in ids.windows(2) {
+        let k = unmix(pair[1])
+            .wrapping_sub(unmix(pair[0]))
+            .wrapping_mul(STEP_INV);
+        assert!(k > 1_000_000, "{pair:x?}");
+    }
+    // Ids differ, and are unique per key.
+    let mut all = ids.clone();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), ids.len());
+}
+
+/// Issue 39 L9: refused for want of a slot, TB.ACQUIRE ... TAKE's aggregate reported the
+/// buckets as if charged (remaining 3 where they held 4) while its per-bucket arrays showed
+/// them as they stood. Both now say the same: each bucket as it stands, and the aggregate
+/// of those (the docs: whether the buckets alone had enough).
+#[test]
+fn a_slot_refusal_reports_the_aggregate_of_the_buckets_as_they_stand() {
+    let s = Server::start();
+    let mut c = s.conn();
+    c.cmd(&["TB.TAKE", "{u}b1", "5", "0.000000001", "1"]); // holds 4
+    c.cmd(&["TB.TAKE", "{u}b2", "5", "0.000000001", "2"]); // holds 3
+    assert!(acquire(&mut c, "{u}jobs", "1", "60000").granted);
+    let before = fingerprint(&mut c, &["{u}b1", "{u}b2", "{u}jobs"]);
+    let r = c.cmd(&[
+        "TB.ACQUIRE",
+        "{u}jobs",
+        "1",
+        "60000",
+        "TAKE",
+        "2",
+        "{u}b1",
+        "{u}b2",
+        "5",
+        "0.000000001",
+        "1",
+        "5",
+        "0.000000001",
+        "1",
+    ]);
+    let a = r.array();
+    assert_eq!(
+        (a[0].int(), a[1].int(), &a[2]),
+        (0, 1, &Reply::Nil),
+        "{r:?}"
+    );
+    let total: Vec<f64> = a[4].array().iter().map(Reply::num).collect();
+    let each: Vec<Vec<f64>> = a[5]
+        .array()
+        .iter()
+        .map(|d| d.array().iter().map(Reply::num).collect())
+        .collect();
+    // As they stand: 4 and 3 (the per-bucket arrays) ...
+    assert!((each[0][1] - 4.0).abs() < 1e-6, "{r:?}");
+    assert!((each[1][1] - 3.0).abs() < 1e-6, "{r:?}");
+    // ... and the aggregate is theirs: allowed alone, the smallest remaining, no wait, the
+    // longest reset.
+    assert_eq!(total[0], 1.0, "{r:?}");
+    assert_eq!(total[1], each[1][1], "{r:?}");
+    assert_eq!(total[2], 0.0, "{r:?}");
+    assert_eq!(total[3], each[0][3].max(each[1][3]), "{r:?}");
+    assert_eq!(fingerprint(&mut c, &["{u}b1", "{u}b2", "{u}jobs"]), before);
+}
+
+/// Issue 39 L8: one TB.ACQUIRE with 100,000 TAKE buckets held the server 1.3 s. TB.MTAKE
+/// and TB.ACQUIRE ... TAKE take at most 64 buckets; more is an error naming the bound,
+/// and nothing is written.
+#[test]
+fn one_call_takes_at_most_64_buckets() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for (n, ok) in [(64usize, true), (65, false), (100_000, false)] {
+        let keys: Vec<String> = (0..n).map(|i| format!("{{t}}b{i}")).collect();
+        let mut mtake = vec!["TB.MTAKE".to_string(), n.to_string()];
+        mtake.extend(keys.iter().cloned());
+        let mut acq = vec![
+            "TB.ACQUIRE".to_string(),
+            "{t}jobs".into(),
+            "5".into(),
+            "60000".into(),
+            "TAKE".into(),
+            n.to_string(),
+        ];
+        acq.extend(keys.iter().cloned());
+        for _ in 0..n {
+            for v in ["10", "1", "1"] {
+                mtake.push(v.into());
+                acq.push(v.into());
+            }
+        }
+        for args in [&mtake, &acq] {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let r = c.cmd(&refs);
+            if ok {
+                assert!(matches!(r, Reply::Array(_)), "{n}: {r:?}");
+            } else {
+                assert_eq!(
+                    r,
+                    Reply::Error(
+                        "ERR numkeys must be at most 64 (the buckets one call may take)".into()
+                    ),
+                    "{n}"
+                );
+            }
+        }
+        if !ok {
+            assert_eq!(c.cmd(&["EXISTS", "{t}b64"]).int(), 0);
+        }
+    }
+}
+
+/// Issue 39 "whole number": `1e3` and `1.0` are numbers of the documented grammar, and a
+/// whole one is accepted wherever a whole number is asked for; `1.5` is not whole.
+#[test]
+fn whole_numbers_in_any_spelling_of_the_number_grammar() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let a = acquire(&mut c, "k", "2e0", "3e4");
+    assert!(a.granted && (29_999..=30_001).contains(&a.ms), "{a:?}");
+    let id = a.id.unwrap();
+    assert_eq!(renew(&mut c, "k", &id, "60000.0")[0], 1);
+    let r = c.cmd(&["TB.HOLD", "h", "10", "1", "1", "6e4"]);
+    assert_eq!(r.array()[0].int(), 1);
+    assert_eq!(
+        c.cmd(&["TB.ACQUIRE", "k", "1.5", "1000"]),
+        Reply::Error(LIMIT_ERR.into())
+    );
+    assert_eq!(
+        c.cmd(&["TB.ACQUIRE", "k", "2", "1e-3"]),
+        Reply::Error(MS_ERR.into())
+    );
 }

@@ -240,9 +240,17 @@ pub fn take_all(parts: &[Part], now: f64) -> (Decision, Vec<Decision>) {
             }
         }
     }
+    (aggregate(&each), each)
+}
+
+/// The aggregate of several buckets' decisions, as TB.MTAKE replies it: allowed only if
+/// every one is; the smallest remaining; when denied, -1 if any can never succeed, else
+/// the longest wait; the longest reset.
+pub fn aggregate(each: &[Decision]) -> Decision {
+    let allowed = each.iter().all(|d| d.allowed);
     let never = each.iter().any(|d| d.retry_after < 0.0);
     let max = |f: fn(&Decision) -> f64| each.iter().map(f).fold(0.0, f64::max);
-    let aggregate = Decision {
+    Decision {
         allowed,
         remaining: each
             .iter()
@@ -258,8 +266,7 @@ pub fn take_all(parts: &[Part], now: f64) -> (Decision, Vec<Decision>) {
         },
         reset_after: max(|d| d.reset_after),
         new_state: None,
-    };
-    (aggregate, each)
+    }
 }
 
 /// Seconds `w` from `now` such that the bucket holds at least `target` tokens at the

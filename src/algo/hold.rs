@@ -15,8 +15,17 @@ use crate::algo::lease::{is_live, now_ms};
 use crate::algo::num::{format_f64, parse_f64};
 
 /// The most outstanding holds one bucket keeps: it bounds the `holds` field to about 4 KB
-/// (and the work of one call).
+/// (and the work of one call). A full table refuses the next hold like an empty bucket
+/// would (a refusal with a wait, never an error a client could mistake for Redis down).
 pub const MAX_HOLDS: usize = 100;
+
+/// What a hold of `estimate` charges: at least `capacity / MAX_HOLDS`, one place's share
+/// of the bucket, so a full table of holds has reserved at least the whole capacity.
+/// Holds that cost nothing (an estimate of 5e-324) could otherwise fill the table for a
+/// year and refuse every later hold on the bucket; the surplus comes back at settlement.
+pub fn charge(limit: Limit, estimate: f64) -> f64 {
+    estimate.max(limit.capacity / MAX_HOLDS as f64)
+}
 
 /// One outstanding hold.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,8 +107,11 @@ fn seconds(now_us: u64) -> f64 {
     now_us as f64 / 1e6
 }
 
-/// TB.HOLD: takes `estimate` (> 0) as TB.TAKE would at `now_us`; when taken, the hold
-/// `id` lasts `ttl_ms` (expiry as a lease's: never early).
+/// TB.HOLD: takes `charge(estimate)` (estimate > 0) as TB.TAKE would at `now_us`, when
+/// fewer than `MAX_HOLDS` of the bucket's holds are `live`; when taken, the hold `id`
+/// lasts `ttl_ms` (expiry as a lease's: never early). With the table full it is refused
+/// and nothing is charged: the wait is until a place frees (the earliest live hold's
+/// expiry, a settlement may free one sooner) and the bucket has the tokens.
 pub fn hold(
     limit: Limit,
     estimate: f64,
@@ -107,14 +119,47 @@ pub fn hold(
     id: u64,
     now_us: u64,
     stored: Option<State>,
+    live: &[Hold],
 ) -> (Decision, Option<Hold>) {
-    let d = bucket::take(limit, estimate, seconds(now_us), stored);
+    let amount = charge(limit, estimate);
+    let now = seconds(now_us);
+    if live.len() >= MAX_HOLDS {
+        let d = bucket::report(limit, amount, now, stored);
+        let place = live
+            .iter()
+            .map(|h| h.expiry_ms)
+            .min()
+            .map_or(0.0, |e| e.saturating_sub(now_ms(now_us)) as f64 / 1000.0);
+        let retry_after = if d.retry_after < 0.0 {
+            d.retry_after
+        } else {
+            d.retry_after.max(place)
+        };
+        return (
+            Decision {
+                allowed: false,
+                retry_after,
+                ..d
+            },
+            None,
+        );
+    }
+    let d = bucket::take(limit, amount, now, stored);
     let hold = d.new_state.map(|_| Hold {
         id,
-        amount: estimate,
+        amount,
         expiry_ms: crate::algo::lease::expiry_of(now_us, ttl_ms),
     });
     (d, hold)
+}
+
+/// TB.RENEW of hold `id` among the `live` holds at `now_us`: its new expiry (`ttl_ms` from
+/// now, as a lease's renewal: it may also shorten it), or `None` when it is not live
+/// (settled, expired or never made: a hold once lost is not handed back).
+pub fn renew(live: &mut [Hold], id: u64, ttl_ms: u64, now_us: u64) -> Option<u64> {
+    let hold = live.iter_mut().find(|h| h.id == id)?;
+    hold.expiry_ms = crate::algo::lease::expiry_of(now_us, ttl_ms);
+    Some(hold.expiry_ms)
 }
 
 /// The outcome of a TB.SETTLE.
@@ -230,7 +275,7 @@ mod tests {
 
     #[test]
     fn a_hold_takes_the_estimate_and_a_settle_charges_actual_minus_estimate() {
-        let (d, h) = hold(L, 4.0, 1000, 9, NOW_US, None);
+        let (d, h) = hold(L, 4.0, 1000, 9, NOW_US, None, &[]);
         assert!(d.allowed);
         assert_eq!(d.remaining, 6.0);
         let h = h.unwrap();
@@ -261,9 +306,79 @@ mod tests {
 
     #[test]
     fn a_short_bucket_refuses_the_hold() {
-        let (d, h) = hold(L, 11.0, 1000, 9, NOW_US, None);
+        let (d, h) = hold(L, 11.0, 1000, 9, NOW_US, None, &[]);
         assert!(!d.allowed && h.is_none());
         assert_eq!(d.retry_after, -1.0);
+    }
+
+    #[test]
+    fn a_hold_charges_at_least_one_place_and_settles_against_what_it_charged() {
+        // 5e-324 of a bucket of 10: one place is 10 / 100.
+        let (d, h) = hold(L, 5e-324, 1000, 9, NOW_US, None, &[]);
+        let h = h.unwrap();
+        assert_eq!(h.amount, 0.1);
+        assert_eq!(d.remaining, 9.9);
+        let s = settle(L, Some(h), 0.0, MAX_AMOUNT, NOW_US, d.new_state);
+        assert_eq!(s.decision.remaining, 10.0);
+        assert_eq!(charge(L, 4.0), 4.0);
+        // A hundred holds of no cost spend the whole bucket: no table of free holds.
+        let mut stored = None;
+        let mut live = Vec::new();
+        for id in 0..100 {
+            let (d, h) = hold(L, 5e-324, 1000, id, NOW_US, stored, &live);
+            live.extend(h);
+            stored = d.new_state.or(stored);
+        }
+        assert_eq!(live.len(), 100);
+        assert!(stored.unwrap().tokens.abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_full_table_refuses_with_the_wait_for_a_place_and_charges_nothing() {
+        let now_ms = NOW_US / 1000;
+        let big = Limit {
+            capacity: 1e9,
+            rate: 1.0,
+        };
+        let live: Vec<Hold> = (0..100)
+            .map(|i| Hold {
+                id: i,
+                amount: 1e7,
+                expiry_ms: now_ms + 5_000 + i,
+            })
+            .collect();
+        let (d, h) = hold(big, 1.0, 1000, 999, NOW_US, None, &live);
+        assert!(h.is_none() && !d.allowed && d.new_state.is_none());
+        assert_eq!(d.retry_after, 5.0);
+        assert_eq!(d.remaining, 1e9);
+        // 99 live: a place is free.
+        let (d, h) = hold(big, 1.0, 1000, 999, NOW_US, None, &live[1..]);
+        assert!(d.allowed && h.is_some());
+        // Full and short of tokens: the longer of the two waits; never stays never.
+        let stored = Some(State {
+            tokens: 0.0,
+            last_refill_time: NOW_US as f64 / 1e6,
+        });
+        let (d, _) = hold(big, 1e7, 1000, 999, NOW_US, stored, &live);
+        assert!(d.retry_after >= 1e7);
+        let (d, _) = hold(big, 2e9, 1000, 999, NOW_US, stored, &live);
+        assert_eq!(d.retry_after, -1.0);
+    }
+
+    #[test]
+    fn renew_moves_a_live_holds_expiry_and_finds_nothing_else() {
+        let now_ms = NOW_US / 1000;
+        let mut live = vec![Hold {
+            id: 7,
+            amount: 1.0,
+            expiry_ms: now_ms + 10,
+        }];
+        assert_eq!(
+            renew(&mut live, 7, 60_000, NOW_US),
+            Some(now_ms + 1 + 60_000)
+        );
+        assert_eq!(live[0].expiry_ms, now_ms + 1 + 60_000);
+        assert_eq!(renew(&mut live, 8, 60_000, NOW_US), None);
     }
 
     #[test]
@@ -293,7 +408,7 @@ mod tests {
             actual in 0.0f64..30.0,
         ) {
             let stored = Some(State { tokens, last_refill_time: NOW_US as f64 / 1e6 });
-            let (d, h) = hold(L, estimate, 1000, 1, NOW_US, stored);
+            let (d, h) = hold(L, estimate, 1000, 1, NOW_US, stored, &[]);
             prop_assume!(d.allowed);
             let s = settle(L, h, actual, MAX_AMOUNT, NOW_US, d.new_state.or(stored));
             let after = s.decision.remaining;

@@ -8,6 +8,8 @@
 //! leases are reclaimed first on every writing call, so the count a call decides on is
 //! the live count.
 
+use crate::algo::bucket::{self, Decision, Part};
+
 /// The largest `limit` accepted: it bounds the leases one key can hold (and so its memory
 /// and the work of one call's reclaim) to 10,000 members.
 pub const MAX_LIMIT: u64 = 10_000;
@@ -17,6 +19,19 @@ pub const MAX_LEASE_MS: u64 = 31_536_000_000;
 pub const MEMBER_PREFIX: &[u8] = b"lease:";
 /// A member's length: the prefix and 16 hex digits.
 pub const MEMBER_LEN: usize = 22;
+/// The member that marks a sorted set as TB.ACQUIRE's own, written with the key's first
+/// lease and removed with its last: a sorted set without it is not one this module made,
+/// and is never written (a user's set whose lowest member merely looks like a lease
+/// included). It is not a lease (`is_member` is false), so it never counts.
+pub const MARKER: &[u8] = b"redis-tb:leases";
+/// The marker's score: below every expiry, so it is always the set's first member.
+pub const MARKER_SCORE: f64 = -1.0;
+
+/// Whether a member and its score are the marker.
+pub fn is_marker(bytes: &[u8], score: f64) -> bool {
+    score == MARKER_SCORE && bytes == MARKER
+}
+
 /// Expiries (sorted-set scores) above this are not ones this module writes: with
 /// `MAX_LEASE_MS`, up to the end of year 9999 in ms.
 pub const MAX_EXPIRY_MS: u64 = 253_402_300_800_000 + MAX_LEASE_MS;
@@ -76,6 +91,40 @@ pub fn acquire(limit: u64, lease_ms: u64, live: u64, earliest: &[u64], now_us: u
         expiry_ms: None,
         ms: refused_wait(limit, live, earliest, now),
     }
+}
+
+/// TB.ACQUIRE ... TAKE at `now_us` (`now` the same instant in seconds): the slot
+/// (`acquire`) and every bucket (`bucket::take_all`), all or nothing. A bucket short
+/// refuses the slot too (its `ms` is 0: the buckets' wait is the aggregate's); a slot
+/// refused charges no bucket, and then every bucket is reported as it stands and the
+/// aggregate is theirs (whether the buckets alone had enough), so the aggregate and the
+/// per-bucket decisions always agree.
+pub fn acquire_with_buckets(
+    limit: u64,
+    lease_ms: u64,
+    live: u64,
+    earliest: &[u64],
+    now_us: u64,
+    now: f64,
+    parts: &[Part],
+) -> (Acquire, Decision, Vec<Decision>) {
+    let mut slot = acquire(limit, lease_ms, live, earliest, now_us);
+    let (mut total, mut each) = bucket::take_all(parts, now);
+    if !total.allowed && slot.granted {
+        slot = Acquire {
+            granted: false,
+            in_flight: live,
+            expiry_ms: None,
+            ms: 0,
+        };
+    }
+    if !slot.granted && total.allowed {
+        for (d, p) in each.iter_mut().zip(parts) {
+            *d = bucket::report(p.limit, p.n, now, p.stored);
+        }
+        total = bucket::aggregate(&each);
+    }
+    (slot, total, each)
 }
 
 /// How many of the earliest live expiries `acquire` needs when `live` are held: the one
@@ -178,21 +227,6 @@ pub fn is_member(bytes: &[u8]) -> bool {
             .get(MEMBER_PREFIX.len()..)
             .is_some_and(|h| h.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
-
-/// SplitMix64's output function: the next lease id from a counter that advances by
-/// `ID_STEP`. Bijective, so one server's ids never repeat within 2^64 grants; two servers
-/// (a master and the replica promoted after it) start from independent random seeds, so
-/// their ids collide with probability about 2^-64 per pair, and a grant also checks that
-/// its id is not on the key already.
-pub fn mix(counter: u64) -> u64 {
-    let mut z = counter;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The counter step of `mix` (the golden-ratio increment of SplitMix64).
-pub const ID_STEP: u64 = 0x9e37_79b9_7f4a_7c15;
 
 #[cfg(test)]
 mod tests {
@@ -443,12 +477,6 @@ mod tests {
             let m = member(id);
             prop_assert!(is_member(&m));
             prop_assert_eq!(parse_id(id_text(&m)), Some(id));
-        }
-
-        #[test]
-        fn mix_is_injective_on_distinct_counters(a in any::<u64>(), b in any::<u64>()) {
-            prop_assume!(a != b);
-            prop_assert_ne!(mix(a), mix(b));
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - `throttle`: redis-cell's CL.THROTTLE mapped onto a bucket
 //! - `hold`: TB.HOLD / TB.SETTLE: an estimate taken now, settled with the actual cost
 //! - `lease`: the in-flight limits of TB.ACQUIRE, TB.RELEASE, TB.RENEW
+//! - `ids`: lease and hold ids, a ChaCha20 stream keyed by the OS's randomness
 //! - `expiry`: when a key's TTL is set, kept or dropped
 //! - `clock`: how far ahead of the server's clock a client's `now` may be
 //! - `num`: strict number parsing and shortest round-trip formatting
@@ -15,6 +16,7 @@ pub mod bucket;
 pub mod clock;
 pub mod expiry;
 pub mod hold;
+pub mod ids;
 pub mod lease;
 pub mod num;
 pub mod throttle;

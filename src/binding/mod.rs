@@ -5,10 +5,12 @@
 //!   bucket / window hash; `Key::effect` notifies and replicates every write
 //! - `store_log`: the LOG window's sorted set
 //! - `store_lease`: the in-flight limit's sorted set of leases
+//! - `random`: the OS's randomness that keys the lease and hold ids
 //! - `reply`: RESP2 / RESP3 replies and error replies
 //! - `stats`: the per-command counters of `INFO tb`
 
 pub mod api;
+pub mod random;
 pub mod reply;
 pub mod stats;
 pub mod store;

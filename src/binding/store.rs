@@ -170,6 +170,16 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// Whether `name` holds a hash now (a command whose key may be of either kind, such as
+    /// TB.RENEW's lease or hold, looks before it opens the key as one of them).
+    pub fn holds_hash(
+        api: &'a Api,
+        ctx: *mut RedisModuleCtx,
+        name: *mut RedisModuleString,
+    ) -> bool {
+        Key::open(api, ctx, name, Access::Read, Kind::Hash).is_ok_and(|k| k.exists)
+    }
+
     /// Whether the key held a value when opened.
     pub fn exists(&self) -> bool {
         self.exists

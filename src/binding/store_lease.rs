@@ -1,13 +1,18 @@
 //! In-flight limit storage: a sorted set whose members are the leases held
 //! (`lease:<16 hex digits>`, `algo::lease::member`) and whose scores are their expiries
-//! in whole milliseconds on the server's clock. Every member or score read is checked, so
-//! a sorted set that is not ours (a user's, a LOG window's) is refused before anything is
-//! written. Writes go through ZsetRem / ZsetAdd and are replicated as the commands a user
+//! in whole milliseconds on the server's clock, plus one marker member
+//! (`algo::lease::MARKER`, score -1, so always first) written with the key's first lease:
+//! a sorted set whose first member is not the marker is not one this module made and is
+//! refused before anything is written, unless every one of its members is a lease (a key
+//! written before the marker existed, adopted and marked by its next write). Every member
+//! or score read is checked too, so a sorted set that is not ours (a user's, a LOG
+//! window's) is refused before anything is written. Writes go through ZsetRem / ZsetAdd and are replicated as the commands a user
 //! would send (`ZREM key member ...`, `ZADD key score member`, `PEXPIREAT`): replicas and
 //! AOF replay store the same members and absolute expiries, need no module, and never
 //! read a clock or make an id. Removing the last member deletes the key, on the master
 //! and on replicas alike.
 
+use std::cell::Cell;
 use std::ops::Deref;
 use std::os::raw::c_int;
 
@@ -30,7 +35,11 @@ const ZADD_NOP: c_int = 1 << 4;
 /// An open lease key (or a missing one).
 pub struct LeaseKey<'a> {
     key: Key<'a>,
-    count: u64,
+    /// Leases held, live or not (the marker is not one).
+    count: Cell<u64>,
+    /// The key holds the marker. False for a missing key and for a set of leases written
+    /// before the marker existed: the next write adds it.
+    marked: Cell<bool>,
 }
 
 impl<'a> Deref for LeaseKey<'a> {
@@ -64,18 +73,29 @@ impl<'a> LeaseKey<'a> {
         access: Access,
     ) -> Result<Self, TbError> {
         let key = Key::open(api, ctx, name, access, Kind::SortedSet)?;
-        let count = if key.exists() {
-            // SAFETY: valid open sorted-set key.
-            unsafe { (api.value_length)(key.key) as u64 }
-        } else {
-            0
-        };
-        Ok(LeaseKey { key, count })
+        if !key.exists() {
+            return Ok(LeaseKey {
+                key,
+                count: Cell::new(0),
+                marked: Cell::new(false),
+            });
+        }
+        // SAFETY: valid open sorted-set key.
+        let members = unsafe { (api.value_length)(key.key) as u64 };
+        let marked = first_is_marker(&key);
+        if !marked {
+            every_member_is_a_lease(&key, members)?;
+        }
+        Ok(LeaseKey {
+            key,
+            count: Cell::new(members - u64::from(marked)),
+            marked: Cell::new(marked),
+        })
     }
 
-    /// Members held, live or not.
+    /// Leases held, live or not.
     pub fn count(&self) -> u64 {
-        self.count
+        self.count.get()
     }
 
     /// One pass from the earliest lease: the leases expired at `now_ms` (expiry <= now, to
@@ -104,9 +124,9 @@ impl<'a> LeaseKey<'a> {
         // SAFETY: valid open sorted-set key with no other iterator active; the iterator is
         // stopped before returning; each element returned is ours to free (OwnedString).
         unsafe {
-            let empty =
-                (api.zset_first_in_score_range)(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0) != 0
-                    || (api.zset_range_end_reached)(key) != 0;
+            // From score 0: every expiry is there, and the marker (-1) is not.
+            let empty = (api.zset_first_in_score_range)(key, 0.0, f64::INFINITY, 0, 0) != 0
+                || (api.zset_range_end_reached)(key) != 0;
             if !empty {
                 loop {
                     let mut score = 0.0;
@@ -171,17 +191,26 @@ impl<'a> LeaseKey<'a> {
             .ok_or(TbError::Lease(LeaseError::NotLeases))
     }
 
-    /// Removes the `expired` leases and `extra` (a released one), replicating one
-    /// `ZREM key member ...`. Up to six members go through a stack array: the common
-    /// release (one member, nothing expired) allocates nothing.
+    /// Removes the `expired` leases and `extra` (a released one), and the marker with the
+    /// last lease (the key goes), replicating one `ZREM key member ...`. Up to six members
+    /// go through a stack array.
     pub fn remove(&self, expired: &[Held], extra: Option<*mut RedisModuleString>) {
-        let count = expired.len() + usize::from(extra.is_some());
-        if count == 0 || !self.key.writable() {
+        let leases = expired.len() + usize::from(extra.is_some());
+        if leases == 0 || !self.key.writable() {
             return;
         }
         let api = self.key.api;
         self.key.mark_modified();
-        let members = expired.iter().map(|h| h.member.ptr).chain(extra);
+        let left = self.count.get().saturating_sub(leases as u64);
+        self.count.set(left);
+        let marker = (left == 0 && self.marked.get()).then(|| self.string(lease::MARKER));
+        self.marked.set(self.marked.get() && marker.is_none());
+        let count = leases + usize::from(marker.is_some());
+        let members = expired
+            .iter()
+            .map(|h| h.member.ptr)
+            .chain(extra)
+            .chain(marker.as_ref().map(|m| m.ptr));
         for m in members.clone() {
             let mut deleted: c_int = 0;
             // SAFETY: valid key; the member string lives until the end of the call.
@@ -261,22 +290,43 @@ impl<'a> LeaseKey<'a> {
             return false;
         }
         self.key.mark_modified();
+        if !update {
+            self.count.set(self.count.get().saturating_add(1));
+        }
         let score = self.string(format_whole(expiry_ms as f64).as_bytes());
-        if update {
-            let xx = self.string(b"XX");
-            self.key.effect(
+        // A key this call made (or one written before the marker existed) gets its marker
+        // now: in the grant's own ZADD, or in one of its own before a renewal's ZADD XX.
+        let marker = (!self.marked.get()).then(|| self.add_marker());
+        match (&marker, update) {
+            (Some((mscore, mname)), false) => self.key.effect(
                 REDISMODULE_NOTIFY_ZSET,
                 c"zadd",
                 c"ZADD",
-                &mut [self.key.name, xx.ptr, score.ptr, member.ptr],
-            );
-        } else {
-            self.key.effect(
+                &mut [self.key.name, mscore.ptr, mname.ptr, score.ptr, member.ptr],
+            ),
+            (_, false) => self.key.effect(
                 REDISMODULE_NOTIFY_ZSET,
                 c"zadd",
                 c"ZADD",
                 &mut [self.key.name, score.ptr, member.ptr],
-            );
+            ),
+            (_, true) => {
+                if let Some((mscore, mname)) = &marker {
+                    self.key.effect(
+                        REDISMODULE_NOTIFY_ZSET,
+                        c"zadd",
+                        c"ZADD",
+                        &mut [self.key.name, mscore.ptr, mname.ptr],
+                    );
+                }
+                let xx = self.string(b"XX");
+                self.key.effect(
+                    REDISMODULE_NOTIFY_ZSET,
+                    c"zadd",
+                    c"ZADD",
+                    &mut [self.key.name, xx.ptr, score.ptr, member.ptr],
+                );
+            }
         }
         // SAFETY: valid open key (it holds the member just added).
         let current = unsafe { (api.get_abs_expire)(self.key.key) };
@@ -285,5 +335,73 @@ impl<'a> LeaseKey<'a> {
             self.key.apply_expiry(ExpiryPlan::SetAt(at));
         }
         true
+    }
+
+    /// Adds the marker (score -1) and returns its score and member strings for the
+    /// replicated ZADD.
+    fn add_marker(&self) -> (OwnedString<'a>, OwnedString<'a>) {
+        let name = self.string(lease::MARKER);
+        let mut flags: c_int = ZADD_NX;
+        // SAFETY: valid writable key; ZsetAdd copies what it keeps.
+        unsafe { (self.key.api.zset_add)(self.key.key, lease::MARKER_SCORE, name.ptr, &mut flags) };
+        self.marked.set(true);
+        (self.string(b"-1"), name)
+    }
+}
+
+/// Whether the set's first member (lowest score) is the marker.
+fn first_is_marker(key: &Key) -> bool {
+    let api = key.api;
+    let mut found = false;
+    // SAFETY: valid open sorted-set key with no other iterator active; the iterator is
+    // stopped and the element freed before returning.
+    unsafe {
+        let started =
+            (api.zset_first_in_score_range)(key.key, f64::NEG_INFINITY, f64::INFINITY, 0, 0) == 0
+                && (api.zset_range_end_reached)(key.key) == 0;
+        if started {
+            let mut score = 0.0;
+            let element = (api.zset_range_current_element)(key.key, &mut score);
+            let member = OwnedString::new(api, key.ctx, element);
+            found = member.bytes().is_some_and(|b| lease::is_marker(b, score));
+        }
+        (api.zset_range_stop)(key.key);
+    }
+    found
+}
+
+/// A set without the marker is ours only if every member is a lease with an expiry this
+/// module could have written (a key from before the marker): read whole, once, since its
+/// next write marks it. A set of more members than a key can hold is not ours.
+fn every_member_is_a_lease(key: &Key, members: u64) -> Result<(), TbError> {
+    if members > lease::MAX_LIMIT {
+        return Err(TbError::Lease(LeaseError::NotLeases));
+    }
+    let api = key.api;
+    let mut ok = true;
+    // SAFETY: valid open sorted-set key with no other iterator active; the iterator is
+    // stopped before returning; each element is freed (OwnedString).
+    unsafe {
+        let started =
+            (api.zset_first_in_score_range)(key.key, f64::NEG_INFINITY, f64::INFINITY, 0, 0) == 0
+                && (api.zset_range_end_reached)(key.key) == 0;
+        if started {
+            loop {
+                let mut score = 0.0;
+                let element = (api.zset_range_current_element)(key.key, &mut score);
+                let member = OwnedString::new(api, key.ctx, element);
+                ok = lease::valid_expiry(score).is_some()
+                    && member.bytes().is_some_and(lease::is_member);
+                if !ok || (api.zset_range_next)(key.key) == 0 {
+                    break;
+                }
+            }
+        }
+        (api.zset_range_stop)(key.key);
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err(TbError::Lease(LeaseError::NotLeases))
     }
 }

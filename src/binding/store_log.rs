@@ -78,7 +78,7 @@ impl Front<'_> {
         } else {
             string_bytes(api, element)
         };
-        if crate::algo::lease::is_member(bytes) {
+        if crate::algo::lease::is_member(bytes) || crate::algo::lease::is_marker(bytes, score) {
             self.leases = true;
         } else if element.is_null() || !is_log_entry(bytes, score) {
             self.foreign = true;

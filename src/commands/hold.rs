@@ -4,16 +4,16 @@
 //! only: a hold's expiry, like a lease's, is not a client's to move.
 
 use crate::algo::bucket::{Decision, State};
-use crate::algo::hold::{self, Hold, MAX_HOLDS};
+use crate::algo::hold::{self, Hold};
 use crate::algo::lease;
 use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
 use crate::binding::store::{Access, BucketKey};
-use crate::error::{Field, LeaseError, TbError};
+use crate::error::{Field, TbError};
 use crate::parse::lease::{parse_hold, parse_settle};
 
-use super::lease::{next_id, server_micros};
-use super::{Call, Clock, store};
+use super::lease::server_micros;
+use super::{Call, Clock, next_id, store};
 
 /// The bucket's stored holds (none when the field is missing).
 fn read_holds(bucket: &BucketKey) -> Result<Vec<Hold>, TbError> {
@@ -70,14 +70,20 @@ pub fn hold(call: &Call) -> Result<Outcome, TbError> {
     let stored = bucket.read()?;
     let all = read_holds(&bucket)?;
     let mut live = hold::live(&all, now_us);
-    if live.len() >= MAX_HOLDS {
-        return Err(TbError::Lease(LeaseError::TooManyHolds));
+    // A fresh id not held on this bucket already (a collision is a 2^-64 event).
+    let mut id = next_id()?;
+    while all.iter().any(|h| h.id == id) {
+        id = next_id()?;
     }
-    let mut id = next_id();
-    while live.iter().any(|h| h.id == id) {
-        id = next_id();
-    }
-    let (mut d, made) = hold::hold(args.limit, args.estimate, args.ttl_ms, id, now_us, stored);
+    let (mut d, made) = hold::hold(
+        args.limit,
+        args.estimate,
+        args.ttl_ms,
+        id,
+        now_us,
+        stored,
+        &live,
+    );
     clock.round(&mut d);
     let changed = made.is_some() || live.len() != all.len();
     live.extend(made);
@@ -149,4 +155,44 @@ pub fn peek(
     reply.number(amount);
     reply.integer(i64::try_from(ms).unwrap_or(i64::MAX));
     Ok(Outcome::Allowed)
+}
+
+/// TB.RENEW key hold_id ttl_ms on a bucket (`lease::renew` sends a hash key here): the
+/// hold's expiry moved to `ttl_ms` from now, so a request that runs longer than its hold's
+/// first ttl still settles its actual cost -> [renewed, live holds, ms left]. A hold that
+/// is not live (settled, expired, never made) is not renewed: `[0, n, 0]`.
+pub fn renew(
+    call: &Call,
+    key: *mut redis_module::raw::RedisModuleString,
+    id: u64,
+    ttl_ms: u64,
+    now_us: u64,
+) -> Result<Outcome, TbError> {
+    let bucket = BucketKey::open(call.api, call.ctx, key, Access::Write)?;
+    bucket.read()?;
+    let all = read_holds(&bucket)?;
+    let mut live = hold::live(&all, now_us);
+    let renewed = hold::renew(&mut live, id, ttl_ms, now_us);
+    if renewed.is_some() || live.len() != all.len() {
+        if live.is_empty() {
+            bucket.delete_field(Field::Holds);
+        } else {
+            bucket.write_fields(&[(Field::Holds, &hold::format_holds(&live))]);
+        }
+        // The key outlives the renewed hold (a TTL already beyond it is kept; a bucket
+        // without one keeps none).
+        if let (Some(expiry), Some(current)) = (renewed, bucket.expiry()) {
+            if let Some(at) = lease::key_expiry(Some(current), expiry, ttl_ms) {
+                bucket.apply_expiry(crate::algo::expiry::ExpiryPlan::SetAt(at));
+            }
+        }
+    }
+    drop(bucket);
+    let now_ms = lease::now_ms(now_us);
+    call.reply().integers(&[
+        i64::from(renewed.is_some()),
+        i64::try_from(live.len()).unwrap_or(i64::MAX),
+        i64::try_from(renewed.map_or(0, |e| e.saturating_sub(now_ms))).unwrap_or(i64::MAX),
+    ]);
+    Ok(Outcome::of(renewed.is_some()))
 }

@@ -3,21 +3,19 @@
 //! only (no `now` argument: a client clock can neither extend nor steal a lease). Every
 //! writing call first reclaims the expired leases; the math is `algo::lease`.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
 use redis_module::raw::RedisModuleString;
 
-use crate::algo::bucket::{self, Limit};
-use crate::algo::lease::{self, ID_STEP, mix};
+use crate::algo::bucket::Limit;
+use crate::algo::lease;
 use crate::algo::num::format_f64;
 use crate::binding::stats::Outcome;
-use crate::binding::store::{Access, OwnedString, string_bytes};
+use crate::binding::store::{Access, Key, OwnedString, string_bytes};
 use crate::binding::store_lease::{Front, LeaseKey};
 use crate::error::{LeaseError, TbError};
 use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
 use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
 
-use super::{Call, Clock, open_parts, store};
+use super::{Call, Clock, next_id, open_parts, store};
 
 /// The server's clock in whole microseconds.
 pub(crate) fn server_micros() -> u64 {
@@ -25,29 +23,6 @@ pub(crate) fn server_micros() -> u64 {
         Clock::Server { micros } => micros,
         Clock::Client { server_micros, .. } => server_micros,
     }
-}
-
-/// The id counter (`lease::mix` of it is the next id), seeded from the kernel's random
-/// source on first use, so a promoted replica's ids are independent of its old master's.
-static ID_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-pub(crate) fn next_id() -> u64 {
-    let mut c = ID_COUNTER.load(Relaxed);
-    if c == 0 {
-        let mut seed = [0u8; 8];
-        // SAFETY: getrandom writes at most seed.len() bytes into the buffer we pass.
-        let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
-        c = u64::from_ne_bytes(seed);
-        if got != 8 {
-            // No random source: the clock and the pid still differ between servers.
-            c = server_micros() ^ (u64::from(std::process::id()) << 40);
-        }
-        c |= 1;
-    }
-    // Commands run one at a time (main thread), so a plain load and store is enough.
-    let next = c.wrapping_add(ID_STEP);
-    ID_COUNTER.store(if next == 0 { 1 } else { next }, Relaxed);
-    mix(c)
 }
 
 /// Opens the key for writing and reads what every writing call needs: the expired
@@ -106,7 +81,7 @@ fn parse_take_part<'a>(call: &Call<'a>) -> Result<TakePart<'a>, TbError> {
     }
     let numkeys = call.bytes(5).ok_or(syntax)?;
     let layout = mtake_layout(numkeys, call.argv.len().saturating_sub(6)).map_err(|e| match e {
-        TbError::NumKeysNotPositive => e,
+        TbError::NumKeysNotPositive | TbError::TooManyKeys => e,
         _ => syntax,
     })?;
     if layout.has_now {
@@ -183,27 +158,16 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
     })?;
     let (expired, mut earliest) = (front.expired, front.live);
     earliest.truncate(usize::try_from(lease::needed_earliest(limit, live)).unwrap_or(0));
-    let mut decision = lease::acquire(limit, lease_ms, live, &earliest, now_us);
     let (buckets, parts) = open_parts(call, &bucket_keys, &limits)?;
-    let now = clock.now();
-    let (mut total, mut each) = bucket::take_all(&parts, now);
-    if !total.allowed && decision.granted {
-        // A bucket is short: no slot either.
-        decision = lease::Acquire {
-            granted: false,
-            in_flight: live,
-            expiry_ms: None,
-            ms: 0,
-        };
-    }
-    if !decision.granted {
-        // The slot is refused: no bucket is charged; each is reported as it stands.
-        for (d, p) in each.iter_mut().zip(&parts) {
-            if d.new_state.is_some() {
-                *d = bucket::report(p.limit, p.n, now, p.stored);
-            }
-        }
-    }
+    let (decision, mut total, mut each) = lease::acquire_with_buckets(
+        limit,
+        lease_ms,
+        live,
+        &earliest,
+        now_us,
+        clock.now(),
+        &parts,
+    );
     leases.remove(&expired, None);
     // A fresh id not on the key already (ZADD NX; a collision is a 2^-64 event, and the
     // next draw differs).
@@ -211,7 +175,7 @@ pub fn acquire(call: &Call) -> Result<Outcome, TbError> {
         Some(expiry) => {
             let mut added = None;
             for _ in 0..4 {
-                let member = lease::member(next_id());
+                let member = lease::member(next_id()?);
                 if leases.put(&leases.string(&member), expiry, lease_ms, false) {
                     added = Some(member);
                     break;
@@ -285,7 +249,8 @@ pub fn release(call: &Call) -> Result<Outcome, TbError> {
     Ok(Outcome::of(held))
 }
 
-/// TB.RENEW key lease_id lease_ms -> [renewed, in_flight, ms].
+/// TB.RENEW key lease_id lease_ms -> [renewed, in_flight, ms]; on a bucket's hash, the
+/// hold of that id (`hold::renew`).
 pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<2>()?;
     let [id, lease_ms] = raw;
@@ -296,7 +261,13 @@ pub fn renew(call: &Call) -> Result<Outcome, TbError> {
     let lease_ms = parse_lease_ms(lease_ms)?;
     let now_us = server_micros();
     let now_ms = lease::now_ms(now_us);
-    let (leases, front, live) = open_reclaiming(call, key, now_ms, |_| 0)?;
+    let (leases, front, live) = match open_reclaiming(call, key, now_ms, |_| 0) {
+        // A bucket's hash: the id is a hold's (TB.HOLD), renewed on the bucket.
+        Err(TbError::WrongType) if Key::holds_hash(call.api, call.ctx, key) => {
+            return super::hold::renew(call, key, id, lease_ms, now_us);
+        }
+        opened => opened?,
+    };
     let expired = front.expired;
     let (member, current) = live_lease(&leases, front.first_live, id, now_ms)?;
     let renewed = lease::renew(current, lease_ms, now_us);

@@ -20,9 +20,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use redis_module::raw::{RedisModuleCtx, RedisModuleString};
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::algo::bucket::{Decision, Limit, Part, State};
 use crate::algo::clock;
+use crate::algo::ids::{IdSource, SEED_LEN};
 use crate::algo::num::{NumText, ceil_micros, format_f64, format_micros, is_plain_decimal};
 use crate::binding::api::{Api, api};
 use crate::binding::reply::{self, Replier};
@@ -164,6 +166,25 @@ static MAX_CLOCK_AHEAD_MS: AtomicU64 = AtomicU64::new(clock::DEFAULT_MAX_AHEAD_M
 /// Sets the bound `Clock::new` applies. Called once from module init.
 pub fn set_max_clock_ahead_ms(ms: u64) {
     MAX_CLOCK_AHEAD_MS.store(ms, Ordering::Relaxed);
+}
+
+/// The lease and hold ids (`algo::ids`), keyed once at load from the OS's randomness.
+/// Commands run one at a time, so the lock is never contended; it makes the static safe.
+static IDS: Mutex<Option<IdSource>> = Mutex::new(None);
+
+/// Keys the id source. Called once from module init (again on a reload: a new key).
+pub fn set_id_seed(seed: [u8; SEED_LEN]) {
+    *IDS.lock().unwrap_or_else(PoisonError::into_inner) = Some(IdSource::new(seed));
+}
+
+/// The next lease or hold id (an internal error if the module was never keyed, which its
+/// load prevents).
+pub(crate) fn next_id() -> Result<u64, TbError> {
+    IDS.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+        .map(IdSource::next_id)
+        .ok_or(TbError::Internal)
 }
 
 /// The time a call is decided at.

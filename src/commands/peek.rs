@@ -6,25 +6,25 @@
 use crate::algo::bucket;
 use crate::binding::stats::Outcome;
 use crate::binding::store::Access;
-use crate::error::TbError;
+use crate::error::{LeaseError, TbError};
 use crate::parse::args::parse_peek;
 
 use super::{Call, Clock, on_bucket};
 
 pub fn run(call: &Call) -> Result<Outcome, TbError> {
     let (key, raw, count) = call.key_and_args::<3>()?;
-    if count == 1
-        && raw
-            .first()
-            .is_some_and(|a| a.eq_ignore_ascii_case(b"LEASES"))
-    {
+    // A word where a bucket's capacity would be: the form it names, and nothing after it.
+    let word = raw.first().filter(|_| count >= 1);
+    if word.is_some_and(|a| a.eq_ignore_ascii_case(b"LEASES")) {
+        if count != 1 {
+            return Err(TbError::Lease(LeaseError::PeekLeasesSyntax));
+        }
         return super::lease::peek(call, key);
     }
-    if count == 1
-        && raw
-            .first()
-            .is_some_and(|a| a.eq_ignore_ascii_case(b"HOLDS"))
-    {
+    if word.is_some_and(|a| a.eq_ignore_ascii_case(b"HOLDS")) {
+        if count != 1 {
+            return Err(TbError::Lease(LeaseError::PeekHoldsSyntax));
+        }
         return super::hold::peek(call, key);
     }
     let args = parse_peek(raw.get(..count).unwrap_or(&[]))?;

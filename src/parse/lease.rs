@@ -1,11 +1,12 @@
 //! The in-flight limit's arguments: TB.ACQUIRE's `limit lease_ms`, TB.RENEW's
-//! `lease_id lease_ms`, TB.RELEASE's `lease_id`. Whole numbers only, written plainly
-//! (digits, no sign, no leading zero): a lease is timed in whole milliseconds. Also the
+//! `lease_id lease_ms`, TB.RELEASE's `lease_id`. Whole numbers only (a lease is timed in
+//! whole milliseconds), in any spelling of the number grammar: `1000`, `1e3`, `1000.0`. Also the
 //! holds' TB.HOLD `capacity rate estimate ttl_ms` and TB.SETTLE `capacity rate hold_id
 //! actual [max_wait]` (TB.TAKE's ranges for the bucket's numbers).
 
 use crate::algo::bucket::{Limit, MAX_AMOUNT};
 use crate::algo::lease::{MAX_LEASE_MS, MAX_LIMIT, parse_id};
+use crate::algo::num::parse_f64;
 use crate::error::{Arg, LeaseError, TbError};
 use crate::parse::args::{parse_reserve, parse_take};
 
@@ -78,8 +79,23 @@ pub fn parse_settle(args: &[&[u8]]) -> Result<SettleArgs, TbError> {
     })
 }
 
-/// A whole number in `[1, max]`, digits only, no leading zero.
+/// A whole number in `[1, max]`: any text of the number grammar (`algo::num`) whose value
+/// is whole, so `1000`, `1e3` and `1000.0` are the same number (a client that formats
+/// every number as a float is not refused) and `1.5` is not whole.
 fn whole(bytes: &[u8], max: u64) -> Option<u64> {
+    plain_whole(bytes, max).or_else(|| {
+        let v = parse_f64(bytes)?;
+        // Up to 2^53 every whole value is exact, and `as` is then exact too.
+        let top = max.min(EXACT) as f64;
+        (v.fract() == 0.0 && v >= 1.0 && v <= top).then_some(v as u64)
+    })
+}
+
+/// The largest whole number a double holds exactly (every bound here is far below it).
+const EXACT: u64 = 1 << 53;
+
+/// The common spelling, fast: plain digits with no leading zero.
+fn plain_whole(bytes: &[u8], max: u64) -> Option<u64> {
     if bytes.first() == Some(&b'0') || bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
@@ -116,20 +132,37 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The grammar `whole` implements, written with the standard library.
+    /// The rule `whole` implements, written with the standard library: plain digits as an
+    /// integer; any other text of the number grammar by its value, when whole.
     fn reference_whole(bytes: &[u8], max: u64) -> Option<u64> {
-        if bytes.first() == Some(&b'0') || !bytes.iter().all(u8::is_ascii_digit) {
+        let text = std::str::from_utf8(bytes).ok()?;
+        if !text.is_empty() && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()) {
+            return text.parse::<u64>().ok().filter(|v| (1..=max).contains(v));
+        }
+        let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+            Some((m, e)) => (m, Some(e)),
+            None => (text, None),
+        };
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        let unsigned = mantissa.strip_prefix('-').unwrap_or(mantissa);
+        let mantissa_ok = match unsigned.split_once('.') {
+            Some((i, f)) => digits(i) && digits(f),
+            None => digits(unsigned),
+        };
+        let exponent_ok = exponent.is_none_or(|e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)));
+        if !mantissa_ok || !exponent_ok || text.len() > 128 {
             return None;
         }
-        let v: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
-        (1..=max).contains(&v).then_some(v)
+        let v: f64 = text.parse().ok().filter(|v: &f64| v.is_finite())?;
+        (v.fract() == 0.0 && v >= 1.0 && v <= max.min(1 << 53) as f64).then_some(v as u64)
     }
 
     proptest! {
         #[test]
-        fn whole_is_the_standard_parse_of_plain_digits(
+        fn whole_is_the_standard_parse_of_any_whole_number_text(
             bytes in proptest::collection::vec(
-                prop_oneof![8 => b'0'..=b'9', 1 => any::<u8>()], 0..24),
+                prop_oneof![8 => b'0'..=b'9', 1 => proptest::sample::select(b".eE+-".to_vec()),
+                            1 => any::<u8>()], 0..24),
             max in prop_oneof![Just(u64::MAX), Just(MAX_LEASE_MS), Just(MAX_LIMIT), any::<u64>()],
         ) {
             prop_assert_eq!(whole(&bytes, max), reference_whole(&bytes, max));
@@ -152,6 +185,17 @@ mod tests {
     fn limits_and_durations_are_plain_whole_numbers_in_range() {
         assert_eq!(parse_limit(b"1"), Ok(1));
         assert_eq!(parse_limit(b"10000"), Ok(10_000));
+        // Any spelling of a whole number (issue 39: 1e3 and 1.0 are numbers too).
+        for (text, v) in [
+            (&b"1e3"[..], 1000),
+            (b"1000.0", 1000),
+            (b"01", 1),
+            (b"1E0", 1),
+            (b"10e-1", 1),
+        ] {
+            assert_eq!(parse_limit(text), Ok(v), "{text:?}");
+        }
+        assert_eq!(parse_lease_ms(b"3.6e6"), Ok(3_600_000));
         assert_eq!(parse_lease_ms(b"31536000000"), Ok(31_536_000_000));
         let limit = Err(TbError::Lease(LeaseError::Limit));
         for bad in [
@@ -160,10 +204,12 @@ mod tests {
             b"10001",
             b"-1",
             b"+1",
-            b"01",
-            b"1.0",
-            b"1e3",
+            b"1.5",
+            b"1e-3",
+            b"1e5",
             b" 1",
+            b"1.",
+            b".5",
             b"99999999999999999999999",
         ] {
             assert_eq!(parse_limit(bad), limit, "{bad:?}");

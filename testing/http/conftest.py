@@ -1,6 +1,6 @@
 """Fixtures of the HTTP suite: the manifest, one redis-server with the module and one
-example app per example (module scope: every check of one example runs against one
-stack), fresh buckets before each check, and the manifest's deviations turned into
+example app per example (session scope: every check of one example, in every test file,
+runs against one stack, started once), fresh buckets before each check, and the manifest's deviations turned into
 xfail(strict=True) marks on the checks they break."""
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "example" in metafunc.fixturenames:
-        metafunc.parametrize("example", selected(), scope="module")
+        # session scope: pytest orders the checks by example, so each example's stack is
+        # started once for test_examples.py and test_streams.py together
+        metafunc.parametrize("example", selected(), scope="session")
     if "route" in metafunc.fixturenames:
         routes = MANIFEST["demo"]["routes"]
         metafunc.parametrize("route", routes, ids=[r["id"] for r in routes])
@@ -102,7 +104,7 @@ class Stack:
         return http.request(self.app.base, method, path, headers=send, json_body=json_body, source=source)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(example: str) -> Iterator[Stack]:
     s = Stack(example)
     try:

@@ -1,8 +1,8 @@
 """Every example app, black box, over real HTTP, from examples/manifest.json.
 
 Each check is parametrized over the manifest's examples; `example` and `stack` are
-module-scoped, so one example's checks run together against one app and one
-redis-server (flushed before each check). Each check carries the manifest's name for it
+session-scoped, so one example's checks (these and test_streams.py's) run together
+against one app and one redis-server (flushed before each check). Each check carries the manifest's name for it
 (`@case`, or `route:<id>` for the route table); an example's deviation citing that name
 turns the check into xfail(strict=True) for that example (conftest.py).
 
@@ -539,7 +539,7 @@ def test_redis_down_login_fail_closed(stack: Stack) -> None:
 # -- in-flight and settled-later: GET /stream ------------------------------------------
 
 
-def stream_path(**q: int) -> str:
+def stream_path(**q: int | str) -> str:
     base = STREAM["path"].split("?")[0]
     query = {**STREAM["stream"]["query"], **q}
     return base + "?" + "&".join(f"{k}={v}" for k, v in query.items())

@@ -1,13 +1,15 @@
-"""The suite's own parsers: the structured-field list subset (SPEC H1) and the Prometheus
-text format. Each case is one a wrong parser would get wrong."""
+"""The suite's own parsers: the structured-field list subset (SPEC H1), the Prometheus
+text format, RESP2 replies and /proc/net/tcp's queues. Each case is one a wrong parser
+would get wrong."""
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
 
-from tbhttp import prom, sf
+from tbhttp import prom, resp, sf, tcpq
 
 
 def test_sf_the_spec_examples() -> None:
@@ -85,3 +87,42 @@ def test_prom_samples_labels_escapes() -> None:
 def test_prom_refuses_malformed(bad: str) -> None:
     with pytest.raises(ValueError):
         prom.parse(bad)
+
+
+def test_resp_replies_nested_nil_and_errors() -> None:
+    def read(data: bytes) -> resp.Reply:
+        return resp.read(io.BufferedReader(io.BytesIO(data)))
+
+    # TB.HOLD's: an integer, bulk strings, a nil id (refused)
+    assert read(b"*5\r\n:0\r\n$3\r\n-10\r\n$1\r\n2\r\n$3\r\n3.5\r\n$-1\r\n") == [0, b"-10", b"2", b"3.5", None]
+    assert read(b"*2\r\n*1\r\n:1\r\n*0\r\n") == [[1], []]
+    assert read(b"+OK\r\n") == "OK"
+    err = read(b"-ERR the bucket has 100 outstanding holds\r\n")
+    assert isinstance(err, resp.Error) and err == "ERR the bucket has 100 outstanding holds"
+    assert read(b"$4\r\na\r\nb\r\n") == b"a\r\nb"  # a bulk string is read by length, not by line
+    assert read(b"*-1\r\n") is None
+    with pytest.raises(ConnectionError):
+        read(b"*2\r\n:1\r\n")
+    with pytest.raises(ConnectionError):
+        read(b"$10\r\nshort\r\n")
+
+
+def test_resp_encodes_bulk_strings() -> None:
+    assert resp.encode("TB.PEEK", "k", 1000, 0.5) == b"*4\r\n$7\r\nTB.PEEK\r\n$1\r\nk\r\n$4\r\n1000\r\n$3\r\n0.5\r\n"
+    assert resp.encode("SET", "k", "a b\r\n") == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\na b\r\n\r\n"
+
+
+TCP_TABLE = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0200007F:D431 01 0001ABCD:00000000 01:00000014 00000000     0        0 2 1 0 20 4 30 10 -1
+   2: 0200007F:D431 0100007F:1F90 01 00000000:000015C8 00:00000000 00000000     0        0 3 1 0 20 4 30 10 -1
+"""
+
+
+def test_tcp_queues_by_both_endpoints() -> None:
+    server, client = ("127.0.0.1", 8080), ("127.0.0.2", 54321)
+    assert tcpq.queues(server, client, TCP_TABLE) == (0x1ABCD, 0)  # not the listener's line
+    assert tcpq.queues(client, server, TCP_TABLE) == (0, 0x15C8)
+    with pytest.raises(LookupError):
+        tcpq.queues(server, ("127.0.0.3", 54321), TCP_TABLE)

@@ -24,17 +24,25 @@ export function headerLines(headers: IncomingHttpHeaders, name: string): string[
 }
 
 /**
- * SPEC N4, N5: while the response runs the lease is renewed every lease / 2 (an unref'd
- * timer); it is released exactly once when the response is finished: 'finish' (the body
- * sent, a streamed body included, and the error responses of a handler that threw) or
- * 'close' (the client went away mid-response, an aborted request), whichever comes first.
+ * SPEC N4, N5, N7, G5: while the response runs the lease is renewed every lease / 2 and the
+ * holds the handler takes every ttl / 2 (unref'd timers); when the response is finished
+ * ('finish': the body sent, a streamed body included, and the error responses of a
+ * handler that threw; or 'close': the client went away mid-response, an aborted request),
+ * whichever comes first, the lease is released exactly once and the holds stop renewing.
+ * At the in-flight policy's max_duration (N7) the limiter releases the lease and this ends
+ * the response: a streamed body stops and its connection is closed; a response not yet
+ * started is never sent.
  */
 export function holdLeaseUntilDone(res: ServerResponse, decision: Decision): void {
-  if (decision.lease === null) return;
+  if (!decision.tracksResponse) return;
   decision.keepAlive();
+  const onTimeout = (): void => {
+    res.destroy();
+  };
   const done = (): void => {
     res.off('finish', done);
     res.off('close', done);
+    if (decision.lease !== null) decision.signal.removeEventListener('abort', onTimeout);
     void decision.finish();
   };
   if (res.writableFinished || res.destroyed) {
@@ -43,4 +51,5 @@ export function holdLeaseUntilDone(res: ServerResponse, decision: Decision): voi
   }
   res.once('finish', done);
   res.once('close', done);
+  if (decision.lease !== null) decision.signal.addEventListener('abort', onTimeout, { once: true });
 }

@@ -224,9 +224,12 @@ export class TbClient {
     return parseHoldReply(await this.send(holdArgs(key, capacity, rate, estimate, ttlMs)));
   }
 
-  /** SPEC G3: TB.SETTLE. */
-  async settle(key: string, capacity: number, rate: number, id: string, actual: number): Promise<SettleReply> {
-    return parseSettleReply(await this.send(settleArgs(key, capacity, rate, id, actual)));
+  /**
+   * SPEC G3: TB.SETTLE; `maxWait` (seconds) bounds the debt an excess may leave to
+   * `maxWait x rate` (the limiter sends capacity / rate: at most one bucket).
+   */
+  async settle(key: string, capacity: number, rate: number, id: string, actual: number, maxWait?: number): Promise<SettleReply> {
+    return parseSettleReply(await this.send(settleArgs(key, capacity, rate, id, actual, maxWait)));
   }
 
   async throttle(

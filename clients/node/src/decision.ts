@@ -1,5 +1,6 @@
 /** What the limiter decided for one request, as handlers see it (SPEC D, N, G). */
 import type { Response } from './headers.js';
+import { type LeaseOps, LeaseRun } from './lease.js';
 import type { LimitKind } from './policy.js';
 
 /** SPEC D1 */
@@ -47,17 +48,26 @@ export interface DecisionView {
   readonly resetAfter: number | null;
   /** invalid_input: the policy whose cost or limit was out of range; bad_request: the header */
   readonly culprit: string | null;
+  /** SPEC K6: invalid_input of a call Redis answered CROSSSLOT: the policies of that call */
+  readonly crossSlot: readonly string[] | null;
   refund(): Promise<boolean>;
   /** SPEC N6: the lease of this request's in-flight policy, null when none was taken */
   readonly lease: Lease | null;
   /** SPEC G1: take a hold of `estimate` on a settleLater policy (ttl in seconds, default 60) */
   hold(policy: string, estimate: number, ttl?: number): Promise<Hold>;
-  /** SPEC N4: the response ended: release the lease (once; later calls do nothing) */
+  /** SPEC N4, G5: the response ended: release the lease (once; later calls do nothing), stop renewing holds */
   finish(): Promise<void>;
-  /** SPEC N5: renew the lease now; false when nothing was renewed (no lease, lost or ended) */
+  /** SPEC N5, N7: renew the lease now (or end the request past its max_duration); false when nothing was renewed */
   renew(): Promise<boolean>;
-  /** SPEC N5: renew the lease every lease / 2 (an unref'd timer) until {@link finish} */
+  /** SPEC N5, N7: renew the lease every lease / 2 (an unref'd timer) until {@link finish} or max_duration */
   keepAlive(): void;
+  /** SPEC N7: the limiter ended this request at its in-flight policy's max_duration */
+  readonly timedOut: boolean;
+  /**
+   * SPEC N7: aborted when the limiter ends the request at its max_duration (the adapters
+   * then end the response); pass it on to work the response waits for.
+   */
+  readonly signal: AbortSignal;
 }
 
 /** SPEC N6: one request's lease of an in-flight policy. */
@@ -102,21 +112,28 @@ export interface Hold {
   readonly response: Response | null;
   /** SPEC G3: settle with the actual cost; a second call sends nothing and says settled false */
   settle(actual: number): Promise<Settlement>;
+  /**
+   * SPEC G5: one renewal now (TB.RENEW key id ttl_ms; the hold's timer does it every
+   * ttl / 2); false when nothing was renewed (refused, settled, lost, its response ended,
+   * or the call failed)
+   */
+  renew(): Promise<boolean>;
 }
 
-/** The limiter's side of leases and holds (SPEC N4, N5, G1). */
-export interface LeaseOps {
-  /** N4: the lease ended; `lost`: a renewal found it gone (no release is sent) */
-  end(lease: Lease, lost: boolean): Promise<void>;
-  /**
-   * N5: true renewed, false lost, null a failed call (the next tick tries again); `live`
-   * says whether the lease is still this request's when the answer comes (a renewal
-   * answered after the response ended is not a lost lease).
-   */
-  renew(lease: Lease, leaseMs: number, live: () => boolean): Promise<boolean | null>;
-  /** G1 */
-  hold(target: SettleTarget, estimate: number, ttl: number): Promise<Hold>;
+/** A hold as the decision keeps it: its renewals start and stop with the response (G5). */
+export interface RunningHold extends Hold {
+  start(): void;
+  stop(): void;
 }
+
+/** The limiter's side of a decision's lease and holds (SPEC N4-N7, G1). */
+export interface DecisionOps extends LeaseOps {
+  /** G1 */
+  hold(target: SettleTarget, estimate: number, ttl: number): Promise<RunningHold>;
+}
+
+/** A signal never aborted (a decision without a lease). */
+const NEVER = new AbortController().signal;
 
 export type Refunder = (decision: Decision) => Promise<boolean>;
 
@@ -131,8 +148,11 @@ export interface DecisionInit {
   /** whether the request's tokens were taken (allowed by Redis) */
   charged?: boolean;
   culprit?: string | null;
+  crossSlot?: readonly string[] | null;
   lease?: Lease | null;
   leaseMs?: number;
+  /** SPEC N7 */
+  maxDurationMs?: number;
 }
 
 /**
@@ -156,15 +176,19 @@ export class Decision implements DecisionView {
   refunded = false;
   /** invalid_input: the policy whose cost or limit was out of range; bad_request: the header */
   readonly culprit: string | null;
+  /** SPEC K6 */
+  readonly crossSlot: readonly string[] | null;
   /** SPEC N6 */
   readonly lease: Lease | null;
   private readonly refunder: Refunder | undefined;
   private readonly leaseMs: number;
-  private leaseState: 'held' | 'lost' | 'ended' = 'held';
-  private renewing = false;
-  private timer: ReturnType<typeof setInterval> | null = null;
-  private ops: LeaseOps | null = null;
+  private readonly maxDurationMs: number;
+  private run: LeaseRun | null = null;
+  private ops: DecisionOps | null = null;
   private settleTargets: ReadonlyMap<string, SettleTarget> | null = null;
+  /** SPEC G5: the holds taken on this decision, renewed until the response ends */
+  private holds: RunningHold[] | null = null;
+  private finished = false;
 
   constructor(init: DecisionInit) {
     this.outcome = init.outcome;
@@ -176,15 +200,36 @@ export class Decision implements DecisionView {
     this.fromCache = init.fromCache ?? false;
     this.charged = init.charged ?? false;
     this.culprit = init.culprit ?? null;
+    this.crossSlot = init.crossSlot ?? null;
     this.lease = init.lease ?? null;
     this.leaseMs = init.leaseMs ?? 0;
+    this.maxDurationMs = init.maxDurationMs ?? 300_000;
   }
 
-  /** The limiter attaches its lease and hold operations, and the settleLater targets (SPEC G1). */
-  attach(ops: LeaseOps, settle: ReadonlyMap<string, SettleTarget> | null): this {
+  /**
+   * The limiter attaches its lease and hold operations, and the settleLater targets
+   * (SPEC G1); a lease's max_duration (N7) counts from here, its grant.
+   */
+  attach(ops: DecisionOps, settle: ReadonlyMap<string, SettleTarget> | null): this {
     this.ops = ops;
     this.settleTargets = settle;
+    if (this.lease !== null && this.run === null) this.run = new LeaseRun(this.lease, this.leaseMs, this.maxDurationMs, ops);
     return this;
+  }
+
+  /** SPEC N4, G5: whether the end of the response matters (a lease to release, holds to stop renewing). */
+  get tracksResponse(): boolean {
+    return this.run !== null || this.settleTargets !== null;
+  }
+
+  /** SPEC N7 */
+  get timedOut(): boolean {
+    return this.run?.timedOut ?? false;
+  }
+
+  /** SPEC N7: aborted when the limiter ends this request at its max_duration. */
+  get signal(): AbortSignal {
+    return this.run?.signal ?? NEVER;
   }
 
   /**
@@ -204,50 +249,44 @@ export class Decision implements DecisionView {
     if (!(typeof ttl === 'number' && Number.isFinite(ttl) && ttl > 0 && Math.ceil(ttl * 1000) <= 31536000000)) {
       throw new RangeError(`policy '${policy}': a hold's ttl must be > 0 and <= 31536000 seconds, got ${String(ttl)}`);
     }
-    return this.ops.hold(target, estimate, ttl);
+    const hold = await this.ops.hold(target, estimate, ttl);
+    // SPEC G5: renewed while the request runs (not once its response ended)
+    if (!this.finished && !this.timedOut) {
+      (this.holds ??= []).push(hold);
+      hold.start();
+    }
+    return hold;
   }
 
-  /** SPEC N4: the lease ends exactly once; later calls (and calls without a lease) do nothing. */
+  /**
+   * SPEC N4, G5: the response ended (sent, disconnected, raised or cancelled): the lease
+   * ends exactly once, and the holds taken on this decision are no longer renewed. Later
+   * calls (and calls without a lease) do nothing.
+   */
   finish(): Promise<void> {
-    if (this.lease === null || this.ops === null || this.leaseState === 'ended') return Promise.resolve();
-    const lost = this.leaseState === 'lost';
-    this.leaseState = 'ended';
-    this.stopTimer();
-    return this.ops.end(this.lease, lost);
+    this.stopHolds();
+    return this.run === null ? Promise.resolve() : this.run.finish();
   }
 
-  /** SPEC N5: one renewal now (the timer of {@link keepAlive} calls it every lease / 2). */
+  /** SPEC N5, N7: one tick of the lease's renewal timer (every lease / 2, and at max_duration). */
   async renew(): Promise<boolean> {
-    if (this.lease === null || this.ops === null || this.leaseState !== 'held' || this.renewing) return false;
-    this.renewing = true;
-    let out: boolean | null;
-    try {
-      out = await this.ops.renew(this.lease, this.leaseMs, () => this.leaseState === 'held');
-    } finally {
-      this.renewing = false;
-    }
-    if (out === false && this.leaseState === 'held') {
-      // lost: renewals stop and no release is sent
-      this.leaseState = 'lost';
-      this.stopTimer();
-    }
-    return out === true;
+    if (this.run === null) return false;
+    const out = await this.run.renew();
+    // SPEC N7: the request ended at its max_duration: its holds are no longer renewed
+    if (this.run.timedOut) this.stopHolds();
+    return out;
   }
 
-  /** SPEC N5: renew every lease / 2 until the lease ends (the timer never keeps the process alive). */
+  /** SPEC N5, N7: renew every lease / 2 until the lease ends (the timer never keeps the process alive). */
   keepAlive(): void {
-    if (this.lease === null || this.leaseState !== 'held' || this.timer !== null) return;
-    this.timer = setInterval(() => {
-      void this.renew();
-    }, Math.max(1, this.leaseMs / 2));
-    this.timer.unref();
+    this.run?.keepAlive(() => this.renew());
   }
 
-  private stopTimer(): void {
-    if (this.timer !== null) {
-      clearInterval(this.timer);
-      this.timer = null;
-    }
+  private stopHolds(): void {
+    this.finished = true;
+    if (this.holds === null) return;
+    for (const h of this.holds) h.stop();
+    this.holds = null;
   }
 
   /**

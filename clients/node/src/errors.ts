@@ -48,6 +48,27 @@ export class RedisUnreachableError extends Error {
   }
 }
 
+/**
+ * SPEC U3, K6: the store is a Redis Cluster and the limiter sends several keys in one call
+ * without a tag function: the cluster would refuse every such call (CROSSSLOT).
+ */
+export class ClusterKeysError extends Error {
+  /** the limiter's metrics name */
+  readonly limiter: string;
+  /** its policies that are not settleLater, in policy order */
+  readonly policies: readonly string[];
+
+  constructor(limiter: string, policies: readonly string[]) {
+    super(
+      `redis-tb: limiter '${limiter}' sends several keys in one call (policies ${policies.map((p) => `'${p}'`).join(', ')}), ` +
+        'which a Redis Cluster refuses unless they share a hash slot: set a tag function (SPEC K6)',
+    );
+    this.name = 'ClusterKeysError';
+    this.limiter = limiter;
+    this.policies = policies;
+  }
+}
+
 /** The server answered something that is not a TB.* reply. */
 export class UnexpectedReplyError extends Error {
   constructor(message: string) {

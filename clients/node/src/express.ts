@@ -15,7 +15,7 @@ import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredi
 import type { Decision, DecisionView, Hold } from './decision.js';
 import { PROBLEM_TYPE } from './headers.js';
 import type { RateLimiter } from './limiter.js';
-import { type Policy, checkDistinctNames, checkPolicyKinds } from './policy.js';
+import type { Policy } from './policy.js';
 
 export interface ExpressRateLimitOptions {
   policies: readonly Policy<Request>[];
@@ -188,8 +188,8 @@ declare global {
 
 /** The Express middleware. The decision is `res.locals.rateLimit`. */
 export function rateLimit(limiter: RateLimiter<Request>, options: ExpressRateLimitOptions): RequestHandler {
-  checkDistinctNames(options.policies); // SPEC C1
-  checkPolicyKinds(options.policies); // SPEC C10
+  // SPEC C1, C10, C11; U3: startup() reads the policies the limiter checks
+  limiter.register(options.policies);
   const policies = [...options.policies];
   const limitUnmatched = options.limitUnmatched ?? false;
   const exclude = excludeSet(options.exclude);

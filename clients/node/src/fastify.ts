@@ -25,7 +25,7 @@ import { type RefundOn, excludeSet, headerLines, holdLeaseUntilDone, refundPredi
 import type { Decision, DecisionView, Hold } from './decision.js';
 import { PROBLEM_TYPE } from './headers.js';
 import type { RateLimiter } from './limiter.js';
-import { type Policy, checkDistinctNames, checkPolicyKinds } from './policy.js';
+import type { Policy } from './policy.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -64,9 +64,9 @@ function joined(reply: FastifyReply, headers: Array<[string, string]>): Array<[s
 }
 
 const plugin: FastifyPluginAsync<FastifyRateLimitOptions> = async (app, options) => {
-  checkDistinctNames(options.policies); // SPEC C1
-  checkPolicyKinds(options.policies); // SPEC C10
   const { limiter } = options;
+  // SPEC C1, C10, C11; U3: startup() reads the policies the limiter checks
+  limiter.register(options.policies);
   const policies = [...options.policies];
   const limitUnmatched = options.limitUnmatched ?? false;
   const exclude = excludeSet(options.exclude);

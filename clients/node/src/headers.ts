@@ -269,6 +269,19 @@ export function invalidInputProblem(policy: string): ProblemBody {
   };
 }
 
+/**
+ * SPEC P4, K6: the 500 of a call a Redis Cluster refused (CROSSSLOT): the policies of the
+ * call, in policy order.
+ */
+export function crossSlotProblem(policies: readonly string[]): ProblemBody {
+  return {
+    type: 'about:blank',
+    title: 'Internal Server Error',
+    status: 500,
+    detail: `rate limit policies ${policies.map((p) => `'${p}'`).join(', ')} have keys in different cluster slots: give the limiter a hash tag`,
+  };
+}
+
 /** What an adapter sends for a decision: `body` null means the request goes on to the handler. */
 export interface Response {
   status: number;
@@ -279,13 +292,14 @@ export interface Response {
 
 /**
  * The response for a decision (SPEC H, P, B4): 200 (go on, with the rate-limit headers),
- * 429, 503 (fail-closed), 500 (L3), 400 (I2).
+ * 429, 503 (fail-closed), 500 (L3, K6), 400 (I2).
  */
 export function respond(decision: Decision, opts: HeaderOptions = {}): Response {
   switch (decision.outcome) {
     case 'limited':
       return { status: 429, headers: decisionHeaders(decision, opts), body: JSON.stringify(problem(decision)) };
     case 'invalid_input':
+      if (decision.crossSlot !== null) return { status: 500, headers: [], body: JSON.stringify(crossSlotProblem(decision.crossSlot)) };
       return { status: 500, headers: [], body: JSON.stringify(invalidInputProblem(decision.culprit ?? '')) };
     case 'bad_request':
       return { status: 400, headers: [], body: JSON.stringify(badRequestProblem(decision.culprit ?? '')) };

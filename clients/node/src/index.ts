@@ -1,7 +1,7 @@
 /** redis-tb: typed client, rate limiter, express-rate-limit store and scheduler. */
 export { TbClient, type IoRedisLike, type NodeRedisLike, type NowOption, type RedisLike, type SendCommand, type TbClientOptions } from './client.js';
 export {
-  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, SchedulerWaitTooLongError,
+  ClusterKeysError, ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, SchedulerWaitTooLongError,
   StoreUnavailableError,
   UnexpectedReplyError,
 } from './errors.js';
@@ -13,7 +13,7 @@ export {
 } from './decision.js';
 export { DenyCache, type DenyCacheOptions } from './denycache.js';
 export {
-  PROBLEM_TYPE, SF_INT_MAX, badRequestProblem, bodyNumber, decisionHeaders, invalidInputProblem, legacyHeaders, problem,
+  PROBLEM_TYPE, SF_INT_MAX, badRequestProblem, bodyNumber, crossSlotProblem, decisionHeaders, invalidInputProblem, legacyHeaders, problem,
   policyWindow, quota, ratelimit, ratelimitPolicy, remainingUnits, resetSeconds, respond, retryAfterHeader, retryAfterSeconds,
   storeErrorProblem, windowSeconds, type HeaderOptions, type LegacyReset, type ProblemBody, type Response,
 } from './headers.js';
@@ -29,7 +29,7 @@ export {
 } from './limiter.js';
 export type { LimiterMetrics } from './metrics.js';
 export {
-  InFlightLimit, Key, Limit, Policy, RouteSet, WindowLimit, checkDistinctNames, checkPolicyKinds, limitKind, perDay, perHour, perMinute, perSecond, tiered, validCost, validLimit,
+  DEFAULT_MAX_DURATION, InFlightLimit, Key, Limit, MAX_POLICIES, Policy, RouteSet, WindowLimit, checkDistinctNames, checkPolicyKinds, limitKind, perDay, perHour, perMinute, perSecond, tiered, validCost, validLimit,
   validPolicyName, type CostFunc, type KeyFunc, type KeySource, type AnyLimit, type LimitFunc, type LimitKind, type LimitLike, type PerOptions, type WindowModeName,
   type PolicyOptions,
 } from './policy.js';

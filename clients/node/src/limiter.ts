@@ -6,30 +6,38 @@
  *
  * - SPEC L5: every call is bounded by `timeoutMs` (default 50) and made at most once;
  * - SPEC B1-B5: after a connection error or timeout, Redis is left alone for `cooldownMs`
- *   (default 1000) and the failure mode applies; then one call (a check or a refund)
- *   probes it while the others keep the failure mode;
+ *   (default 1000) and the failure mode applies; then one call (a check, a refund, a
+ *   lease's or a hold's call) probes it while the others keep the failure mode;
+ * - SPEC K6, L5: a CROSSSLOT reply is a configuration error (500), never the failure mode;
  * - SPEC T1: every rule that reads time reads `clock` (monotonic for R and B, wall for H4);
  * - one log line per second at most, and counters in `limiter.stats`.
  */
 import { performance } from 'node:perf_hooks';
+import { Breaker } from './breaker.js';
 import { type RedisLike, TbClient } from './client.js';
-import { Deadlines, boundOnce } from './deadline.js';
+import { Deadlines } from './deadline.js';
 import {
-  Decision, type Hold, type Lease, type LeaseOps, type PolicyResult, type SettleTarget, type Settlement,
+  Decision, type DecisionOps, type Lease, type PolicyResult, type SettleTarget,
 } from './decision.js';
 import { DenyCache, type DenyCacheOptions, type DenyProbe } from './denycache.js';
-import {
-  ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, StoreUnavailableError,
-  UnexpectedReplyError,
-} from './errors.js';
+import { RedisTbError, RedisTbTimeoutError, StoreUnavailableError, UnexpectedReplyError } from './errors.js';
 import { type HeaderOptions, type LegacyReset, type Response, decisionHeaders, respond } from './headers.js';
+import { holdOps, takeHold } from './hold.js';
+import { leaseOps } from './lease.js';
 import { ClientIpConfig } from './ip.js';
 import { type Bytes, boundedPart, escapePart, joinKey } from './keys.js';
 import type { LimiterMetrics } from './metrics.js';
+import type { LimiterParts } from './parts.js';
 import {
-  type AnyRequest, InFlightLimit, Limit, type LimitKind, type LimitLike, type Policy, WindowLimit, validCost, validLimit,
+  type AnyRequest, InFlightLimit, Limit, type LimitKind, type LimitLike, type Policy, WindowLimit, checkDistinctNames,
+  checkPolicyKinds, validCost, validLimit,
 } from './policy.js';
+import { RateLog } from './ratelog.js';
 import type { AcquireReply, Bucket, MultiReply, TbReply } from './replies.js';
+import { describeError, startup } from './startup.js';
+import { type LimiterStats, newStats } from './stats.js';
+
+export type { LimiterStats } from './stats.js';
 
 export interface Logger {
   warn(message: string): void;
@@ -48,36 +56,6 @@ export const systemClock: Clock = Object.freeze({
   monotonicMs: () => performance.now(),
   wallMs: () => Date.now(),
 });
-
-/** SPEC "Names": the counters of one limiter. */
-export interface LimiterStats {
-  /** requests checked against Redis (or meant to be) */
-  checks: number;
-  /** requests admitted by Redis (charged) */
-  allowed: number;
-  /** requests refused with 429 (deny-cache hits included) */
-  limited: number;
-  /** Redis calls that failed: connection errors, timeouts, error replies */
-  storeErrors: number;
-  /** requests decided by the failure mode (store errors + cool-down skips) */
-  degraded: number;
-  refunds: number;
-  refundErrors: number;
-  /** requests that a shadow policy refused (they went on, or an enforced policy refused them too) */
-  shadowLimited: number;
-  /** requests refused by the local deny cache */
-  denyCacheHits: number;
-  /** requests with an out-of-range cost or limit from the application (SPEC L3) */
-  invalidInputs: number;
-  /** SPEC M2: leases this process holds now (up at a grant, down when the lease ends by N4) */
-  leasesInFlight: number;
-  /** SPEC M2: leases that ended without a release (a TB.RELEASE or TB.RENEW that answered 0) */
-  leasesExpired: number;
-  /** SPEC M2: holds taken (G1) */
-  holds: number;
-  /** SPEC M2: holds settled (G3) */
-  settlements: number;
-}
 
 /** SPEC C4 */
 const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -210,25 +188,19 @@ export class RateLimiter<Req = AnyRequest> {
   readonly clock: Clock;
   readonly redisNow: (() => number) | undefined;
   readonly startDegraded: boolean;
-  readonly stats: LimiterStats = {
-    checks: 0, allowed: 0, limited: 0, storeErrors: 0, degraded: 0,
-    refunds: 0, refundErrors: 0, shadowLimited: 0, denyCacheHits: 0, invalidInputs: 0,
-    leasesInFlight: 0, leasesExpired: 0, holds: 0, settlements: 0,
-  };
-  private readonly leaseLog = new Map<string, { last: number; count: number }>();
-  private readonly leaseOps: LeaseOps = {
-    end: (lease, lost) => this.endLease(lease, lost),
-    renew: (lease, leaseMs, live) => this.renewLease(lease, leaseMs, live),
-    hold: (target, estimate, ttl) => this.takeHold(target, estimate, ttl),
-  };
-  /** SPEC B1: the breaker is open until this monotonic ms; 0: closed */
-  private openUntil = 0;
-  /** SPEC B3: the one probe after the cool-down is out */
-  private probing = false;
+  readonly stats: LimiterStats = newStats();
+  /** SPEC B1-B3: one breaker for every call of this limiter */
+  private readonly breaker: Breaker;
+  /** SPEC N4-N7, G1-G6: the calls of leases and holds, through {@link guard} */
+  private readonly decisionOps: DecisionOps;
   private lastLog = -Infinity;
   private unlogged = 0;
-  private readonly shadowLog = new Map<string, { last: number; count: number }>();
-  private readonly invalidLog = new Map<string, { last: number; count: number }>();
+  /** SPEC S2, L3, N5, N7, G5: one line a second per policy (K6: per limiter) */
+  private readonly shadowLog = new RateLog();
+  private readonly invalidLog = new RateLog();
+  private readonly crossSlotLog = new RateLog();
+  /** SPEC U3: the policy lists the adapters check with this limiter */
+  private readonly policySets: (readonly Policy<Req>[])[] = [];
   /** routes as they appear in keys (SPEC K2), escaped once per route */
   private readonly routeParts = new Map<string, string>();
   /** the timeouts of this limiter's Redis calls (one timer for all of them) */
@@ -269,36 +241,45 @@ export class RateLimiter<Req = AnyRequest> {
     this.clock = options.clock ?? systemClock;
     this.redisNow = options.redisNow;
     this.startDegraded = options.startDegraded ?? false;
+    this.breaker = new Breaker(this.cooldownMs);
     this.deadlines = new Deadlines(this.timeoutMs);
+    const parts: LimiterParts = {
+      name: this.name, client: this.client, stats: this.stats, metrics: this.metrics, logger: this.logger,
+      now: () => this.clock.monotonicMs(),
+      guard: (command, send) => this.guard(command, send),
+    };
+    const holds = holdOps(parts, (result) => this.respond(Decision.fromResults([result])));
+    this.decisionOps = { ...leaseOps(parts), hold: (target, estimate, ttl) => takeHold(holds, target, estimate, ttl) };
     this.headerOpts = Object.freeze({ legacyHeaders: this.legacyHeaders, legacyReset: this.legacyReset });
   }
 
   // -- lifecycle -----------------------------------------------------------------
 
   /**
-   * Call at startup (SPEC U1, U2): `COMMAND INFO tb.take`. Rejects with one clear line
-   * (the error's message, no stack needed) when the module is missing
-   * ({@link ModuleNotLoadedError}), the user may not run COMMAND INFO
-   * ({@link NoPermissionError}), or Redis cannot be reached ({@link RedisUnreachableError})
-   * unless `startDegraded` is set: then it logs one line and resolves, and the failure mode
-   * handles each request until Redis answers.
+   * Call at startup (SPEC U1-U4): `COMMAND INFO tb.take`, then, when a registered policy
+   * list can send several keys in one call and there is no hash-tag function, `HELLO`.
+   * Rejects with one line (the error's message, no stack needed) when the module is
+   * missing ({@link ModuleNotLoadedError}), the user may not run COMMAND INFO
+   * ({@link NoPermissionError}), the store is a Redis Cluster that would refuse the calls
+   * ({@link ClusterKeysError}), or Redis cannot be reached ({@link RedisUnreachableError})
+   * unless `startDegraded` is set: then it logs one line and resolves, and the failure
+   * mode handles each request until Redis answers.
    */
-  async startup(): Promise<void> {
-    const waitMs = Math.max(this.timeoutMs, 2000);
-    try {
-      await boundOnce(this.client.checkModule({ readyWithinMs: waitMs }), waitMs + this.timeoutMs, 'COMMAND INFO');
-    } catch (err) {
-      if (err instanceof ModuleNotLoadedError || err instanceof NoPermissionError) throw err;
-      if (err instanceof RedisTbError) {
-        if (/^NOPERM/i.test(err.serverMessage)) throw new NoPermissionError(this.client.server, { cause: err });
-        throw err;
-      }
-      const reason = err instanceof RedisTbTimeoutError ? `no answer within ${waitMs} ms` : describeError(err);
-      if (!this.startDegraded) throw new RedisUnreachableError(this.client.server, reason, { cause: err });
-      this.logger.warn(
-        `redis-tb: Redis at ${this.client.server} unreachable at startup; starting degraded (fail-${this.failOpen ? 'open' : 'closed'})`,
-      );
-    }
+  startup(): Promise<void> {
+    return startup({
+      client: this.client, name: this.name, timeoutMs: this.timeoutMs, startDegraded: this.startDegraded,
+      hashTag: this.hashTag, logger: this.logger, policySets: this.policySets,
+    });
+  }
+
+  /**
+   * The policies a caller checks with this limiter (the adapters register theirs when they
+   * are built): checked against SPEC C1, C10, C11, and read by {@link startup} (U3).
+   */
+  register(policies: readonly Policy<Req>[]): void {
+    checkDistinctNames(policies);
+    checkPolicyKinds(policies);
+    this.policySets.push([...policies]);
   }
 
   /** Alias of `client.checkModule()`: throws when the module is missing or Redis unreachable. */
@@ -467,17 +448,12 @@ export class RateLimiter<Req = AnyRequest> {
   private invalid(policy: string): Stop {
     this.stats.invalidInputs += 1;
     this.metrics?.invalidInput?.(this.name, policy);
-    const now = this.clock.monotonicMs();
-    const s = this.invalidLog.get(policy) ?? { last: -Infinity, count: 0 };
-    s.count += 1;
-    if (now - s.last >= 1000) {
+    const count = this.invalidLog.note(policy, this.clock.monotonicMs());
+    if (count) {
       this.logger.warn(
-        `redis-tb: policy '${policy}' got an out-of-range cost or limit from the application; answering 500 (${s.count} since the last line)`,
+        `redis-tb: policy '${policy}' got an out-of-range cost or limit from the application; answering 500 (${count} since the last line)`,
       );
-      s.last = now;
-      s.count = 0;
     }
-    this.invalidLog.set(policy, s);
     return { outcome: 'invalid_input', culprit: policy };
   }
 
@@ -499,7 +475,7 @@ export class RateLimiter<Req = AnyRequest> {
     }
     if (settle !== null) plans = all.filter((pl) => !pl.settleLater);
     const decision = await this.checkPlans(plans, ctx);
-    return settle === null && decision.lease === null ? decision : decision.attach(this.leaseOps, settle);
+    return settle === null && decision.lease === null ? decision : decision.attach(this.decisionOps, settle);
   }
 
   private async checkPlans(plans: Plan[], ctx: RequestContext<Req>): Promise<Decision> {
@@ -511,7 +487,7 @@ export class RateLimiter<Req = AnyRequest> {
       const cached = this.fromDenyCache(plans, now);
       if (cached) return cached;
       // SPEC R6: while the breaker is open no probe is claimed (the entries stay as they are)
-      if (this.mayCall(now)) {
+      if (this.breaker.mayCall(now)) {
         // SPEC R4, single flight: this request is the one probe of every expired entry it
         // found; the others are refused by fromDenyCache until the answer ends the probes.
         const probes = this.claimProbes(plans, now);
@@ -540,9 +516,8 @@ export class RateLimiter<Req = AnyRequest> {
 
   /** One TB.TAKE / TB.MTAKE (unless the breaker is open, SPEC B2). */
   private async call(plans: Plan[], signal: AbortSignal | undefined): Promise<Decision> {
-    if (!this.mayCall(this.clock.monotonicMs())) return this.degraded(undefined);
-    const probe = this.openUntil !== 0;
-    if (probe) this.probing = true;
+    const pass = this.breaker.enter(this.clock.monotonicMs());
+    if (pass === null) return this.degraded(undefined);
     let reply: MultiReply;
     let acquired: AcquireReply | null = null;
     // SPEC L4: one policy is TB.TAKE (its reply is the aggregate), several one TB.MTAKE; a
@@ -581,20 +556,35 @@ export class RateLimiter<Req = AnyRequest> {
     } catch (err) {
       if (signal?.aborted) throw err; // cancelled: not a store error
       this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
+      // SPEC K6, L5: a configuration error, never the failure mode; the breaker untouched
+      if (isCrossSlot(err)) return this.crossSlot(plans);
       this.failed(err, command);
       return this.degraded(err);
     } finally {
-      if (probe) this.probing = false;
+      this.breaker.leave(pass);
     }
     this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
-    this.openUntil = 0; // SPEC B3: success closes the breaker
+    this.breaker.answered(); // SPEC B3: success closes the breaker
     return this.decide(plans, reply, acquired);
   }
 
-  /** SPEC B2, B3: whether a call may go to Redis now (closed, or the one probe after the cool-down). */
-  private mayCall(now: number): boolean {
-    if (this.openUntil === 0) return true;
-    return now >= this.openUntil && !this.probing;
+  /**
+   * SPEC K6: Redis refused a call whose keys are in different cluster slots: invalid_input,
+   * a 500 naming the call's policies, nothing admitted, counted in invalidInputs, logged
+   * at most once a second per limiter.
+   */
+  private crossSlot(plans: Plan[]): Decision {
+    const names = plans.map((pl) => pl.policy.name);
+    this.stats.invalidInputs += 1;
+    for (const n of names) this.metrics?.invalidInput?.(this.name, n);
+    const count = this.crossSlotLog.note('', this.clock.monotonicMs());
+    if (count) {
+      this.logger.warn(
+        `redis-tb: limiter '${this.name}': Redis refused a call of policies ${names.map((n) => `'${n}'`).join(', ')} (CROSSSLOT: ` +
+          `their keys are in different cluster slots); answering 500: give the limiter a hash tag (${count} since the last line)`,
+      );
+    }
+    return new Decision({ outcome: 'invalid_input', allowed: false, culprit: names[0] ?? null, crossSlot: names });
   }
 
   /** SPEC R2, R3, R4, H6: a refusal from the deny cache, or null. */
@@ -662,9 +652,10 @@ export class RateLimiter<Req = AnyRequest> {
       }
       const d = new Decision({
         outcome: 'allowed', allowed: true, results, charged: true, refunder: this.refunder,
-        lease, leaseMs: slot?.inFlight?.leaseMs ?? 0,
+        lease, leaseMs: slot?.inFlight?.leaseMs ?? 0, maxDurationMs: slot?.inFlight?.maxDurationMs,
       });
-      return lease === null ? d : d.attach(this.leaseOps, null);
+      // SPEC N7: the request's max_duration counts from here, its grant
+      return lease === null ? d : d.attach(this.decisionOps, null);
     }
     const decision = Decision.fromResults(results);
     const shadowRefused = decision.shadowLimited;
@@ -717,15 +708,8 @@ export class RateLimiter<Req = AnyRequest> {
   /** SPEC S2: logged at most once a second per policy. */
   private noteShadow(policy: string): void {
     this.metrics?.shadowLimited(this.name, policy);
-    const now = this.clock.monotonicMs();
-    const s = this.shadowLog.get(policy) ?? { last: -Infinity, count: 0 };
-    s.count += 1;
-    if (now - s.last >= 1000) {
-      this.logger.warn(`redis-tb: shadow policy '${policy}' would have limited a request (${s.count} since the last line)`);
-      s.last = now;
-      s.count = 0;
-    }
-    this.shadowLog.set(policy, s);
+    const count = this.shadowLog.note(policy, this.clock.monotonicMs());
+    if (count) this.logger.warn(`redis-tb: shadow policy '${policy}' would have limited a request (${count} since the last line)`);
   }
 
   private degraded(error: unknown): Decision {
@@ -741,7 +725,7 @@ export class RateLimiter<Req = AnyRequest> {
     const unknown = err instanceof RedisTbError && err.serverMessage.toLowerCase().includes('unknown command');
     const opens = !(err instanceof RedisTbError || err instanceof UnexpectedReplyError);
     const now = this.clock.monotonicMs();
-    if (opens) this.openUntil = now + this.cooldownMs;
+    if (opens) this.breaker.open(now);
     if (now - this.lastLog < 1000) {
       this.unlogged += 1;
       return;
@@ -760,110 +744,28 @@ export class RateLimiter<Req = AnyRequest> {
 
   // -- leases (SPEC N4, N5) and holds (SPEC G) -------------------------------------
 
-  /** A lease call may go to Redis (SPEC B2), as the probe after the cool-down (B3). */
-  private async leaseCall<T>(command: string, call: () => Promise<T>): Promise<T | undefined> {
-    if (!this.mayCall(this.clock.monotonicMs())) return undefined;
-    const probe = this.openUntil !== 0;
-    if (probe) this.probing = true;
+  /**
+   * SPEC B2, B3, L5: one call of a lease or a hold through the breaker, like a check's:
+   * sent only while the breaker is closed or as the one probe after the cool-down, bounded
+   * by the timeout, made once. A failure is counted (B1, B5) and rethrown; a call the
+   * breaker keeps from Redis rejects with {@link StoreUnavailableError}, nothing sent and
+   * nothing counted.
+   */
+  private async guard<T>(command: string, send: () => Promise<T>): Promise<T> {
+    const pass = this.breaker.enter(this.clock.monotonicMs());
+    if (pass === null) throw new StoreUnavailableError(command, this.client.server);
     const started = this.metrics ? performance.now() : 0;
     try {
-      const out = await this.deadlines.bound(call(), command);
-      this.openUntil = 0;
+      const out = await this.deadlines.bound(send(), command);
+      this.breaker.answered();
       return out;
     } catch (err) {
       this.failed(err, command);
-      return undefined;
-    } finally {
-      if (probe) this.probing = false;
-      this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
-    }
-  }
-
-  /** SPEC N4: the response ended: TB.RELEASE once (not when lost, nor while the breaker is open). */
-  private async endLease(lease: Lease, lost: boolean): Promise<void> {
-    // SPEC M2: down when the lease ends, whatever the answer
-    this.stats.leasesInFlight -= 1;
-    this.metrics?.leaseEnded?.(this.name, lease.policy);
-    if (lost) return;
-    const r = await this.leaseCall('TB.RELEASE', () => this.client.release(lease.key, lease.id));
-    if (r !== undefined && !r.ok) this.leaseExpired(lease, 'its release found it gone');
-  }
-
-  /** SPEC N5: TB.RENEW; false: the lease was lost; null: the call failed (the next tick tries again). */
-  private async renewLease(lease: Lease, leaseMs: number, live: () => boolean): Promise<boolean | null> {
-    const r = await this.leaseCall('TB.RENEW', () => this.client.renew(lease.key, lease.id, leaseMs));
-    if (r === undefined) return null;
-    if (!r.ok && live()) this.leaseExpired(lease, 'a renewal found it gone');
-    return r.ok;
-  }
-
-  /** SPEC M2, N5: counted, logged at most once a second per policy. */
-  private leaseExpired(lease: Lease, how: string): void {
-    this.stats.leasesExpired += 1;
-    this.metrics?.leaseExpired?.(this.name, lease.policy);
-    const now = this.clock.monotonicMs();
-    const s = this.leaseLog.get(lease.policy) ?? { last: -Infinity, count: 0 };
-    s.count += 1;
-    if (now - s.last >= 1000) {
-      this.logger.warn(
-        `redis-tb: a lease of in-flight policy '${lease.policy}' expired before its response ended (${how}; ${s.count} since the last line): renew it sooner or give it a longer lease`,
-      );
-      s.last = now;
-      s.count = 0;
-    }
-    this.leaseLog.set(lease.policy, s);
-  }
-
-  /** SPEC G1, G2: TB.HOLD on the key and limit the check resolved. */
-  private async takeHold(target: SettleTarget, estimate: number, ttl: number): Promise<Hold> {
-    const ttlMs = Math.ceil(ttl * 1000);
-    // SPEC B2: nothing reaches Redis while the breaker is open
-    if (this.openUntil !== 0 && this.clock.monotonicMs() < this.openUntil) throw new StoreUnavailableError('TB.HOLD', this.client.server);
-    let r;
-    const started = this.metrics ? performance.now() : 0;
-    try {
-      r = await this.deadlines.bound(this.client.hold(target.key, target.capacity, target.rate, estimate, ttlMs), 'TB.HOLD');
-      this.openUntil = 0; // SPEC B3: an answer closes the breaker
-    } catch (err) {
-      this.failed(err, 'TB.HOLD');
       throw err;
     } finally {
+      this.breaker.leave(pass);
       this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
     }
-    if (r.allowed) this.stats.holds += 1;
-    const result: PolicyResult = {
-      name: target.policy, key: target.key, capacity: target.capacity, rate: target.rate, cost: estimate,
-      allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter, resetAfter: r.resetAfter, shadow: false,
-    };
-    // SPEC G2: a refused hold is answered as a 429 of that policy (H1-H3, P1)
-    const response = r.allowed ? null : this.respond(Decision.fromResults([result]));
-    let settled = false;
-    const settle = async (actual: number): Promise<Settlement> => {
-      if (!(typeof actual === 'number' && actual >= 0 && actual <= 2 ** 53)) {
-        throw new RangeError(`policy '${target.policy}': a settlement's actual cost must be >= 0 and <= 2^53, got ${String(actual)}`);
-      }
-      if (!r.allowed || r.id === null || settled) return { settled: false, remaining: r.remaining, charged: 0, resetAfter: r.resetAfter };
-      if (this.openUntil !== 0 && this.clock.monotonicMs() < this.openUntil) throw new StoreUnavailableError('TB.SETTLE', this.client.server);
-      settled = true;
-      const t0 = this.metrics ? performance.now() : 0;
-      let out;
-      try {
-        out = await this.deadlines.bound(this.client.settle(target.key, target.capacity, target.rate, r.id, actual), 'TB.SETTLE');
-        this.openUntil = 0;
-      } catch (err) {
-        // SPEC G3: a failed call raises a store error (the hold keeps its estimate charged)
-        this.failed(err, 'TB.SETTLE');
-        throw err;
-      } finally {
-        this.metrics?.redisCall(this.name, (performance.now() - t0) / 1000);
-      }
-      if (out.settled) this.stats.settlements += 1;
-      return { settled: out.settled, remaining: out.remaining, charged: out.settled ? out.charged : 0, resetAfter: out.resetAfter };
-    };
-    return {
-      policy: target.policy, key: target.key, allowed: r.allowed, remaining: r.remaining, retryAfter: r.retryAfter,
-      resetAfter: r.resetAfter, id: r.id, estimate, result, response, settle,
-    };
   }
 
   /** SPEC F1, B2, B3, R8: TB.REFUND now on every bucket the request was charged on. */
@@ -871,13 +773,12 @@ export class RateLimiter<Req = AnyRequest> {
     // SPEC F3: window and in-flight policies are never refunded
     const charged = decision.results.filter((r): r is PolicyResult & { rate: number } => r.cost > 0 && r.kind === undefined && r.rate !== null);
     if (!charged.length) return false;
-    if (!this.mayCall(this.clock.monotonicMs())) {
+    // SPEC B3: after the cool-down a refund may be the probe
+    const pass = this.breaker.enter(this.clock.monotonicMs());
+    if (pass === null) {
       this.stats.refundErrors += 1;
       return false;
     }
-    // SPEC B3: after the cool-down a refund may be the probe
-    const probe = this.openUntil !== 0;
-    if (probe) this.probing = true;
     const started = performance.now();
     try {
       await this.deadlines.bound(
@@ -892,10 +793,10 @@ export class RateLimiter<Req = AnyRequest> {
       this.failed(err, 'TB.REFUND');
       return false;
     } finally {
-      if (probe) this.probing = false;
+      this.breaker.leave(pass);
     }
     this.metrics?.redisCall(this.name, (performance.now() - started) / 1000);
-    this.openUntil = 0;
+    this.breaker.answered();
     this.stats.refunds += 1;
     for (const r of charged) {
       this.metrics?.refunded(this.name, r.name);
@@ -929,7 +830,7 @@ function checkKeys(out: Plan[]): Plan[] {
   return out;
 }
 
-function describeError(err: unknown): string {
-  if (err instanceof Error) return err.message ? `${err.name}: ${err.message}` : err.name;
-  return String(err);
+/** SPEC K6, L5: Redis refused a call whose keys are in different cluster slots. */
+function isCrossSlot(err: unknown): boolean {
+  return err instanceof RedisTbError && /^CROSSSLOT\b/.test(err.serverMessage);
 }

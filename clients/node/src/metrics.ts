@@ -18,6 +18,10 @@ export interface LimiterMetrics {
   leaseEnded?(limiter: string, policy: string): void;
   /** SPEC M2: a lease ended without a release (TB.RELEASE or TB.RENEW answered 0) */
   leaseExpired?(limiter: string, policy: string): void;
+  /** SPEC M2, N7: a request ended at its max_duration */
+  leaseTimedOut?(limiter: string, policy: string): void;
+  /** SPEC M2, G5: a hold whose renewal answered 0 (lost) */
+  holdLost?(limiter: string, policy: string): void;
   /** failed Redis calls (errors, timeouts) */
   storeError(limiter: string): void;
   /** requests decided by the failure mode */

@@ -24,6 +24,9 @@ export interface LimitLike {
 /** request -> the limit for this request (plan tiers), or null to skip the policy. */
 export type LimitFunc<Req = AnyRequest> = (request: Req) => MaybePromise<LimitLike | WindowLimit | InFlightLimit | null | undefined>;
 
+/** SPEC C11: the most policies one limiter holds (the module's bound on the keys of one call) */
+export const MAX_POLICIES = 64;
+
 /** SPEC C1 */
 const NAME = /^[a-z0-9_-]{1,64}$/;
 const MAX = 2 ** 53;
@@ -53,6 +56,10 @@ const TIER_KIND: unique symbol = Symbol('redis-tb.tier-kind');
  * naming the policies).
  */
 export function checkPolicyKinds(policies: readonly { name: string; kind: LimitKind }[]): void {
+  // SPEC C11: the module takes at most 64 buckets in one call
+  if (policies.length > MAX_POLICIES) {
+    throw new RangeError(`a limiter holds at most ${MAX_POLICIES} policies (the module takes at most ${MAX_POLICIES} keys in one call), got ${policies.length}`);
+  }
   const inFlight = policies.filter((p) => p.kind === 'in_flight');
   if (inFlight.length > 1) {
     throw new RangeError(`a limiter has at most one in-flight policy, got ${inFlight.map((p) => p.name).join(', ')}`);
@@ -151,9 +158,21 @@ export class WindowLimit {
   }
 }
 
+/** SPEC C9: seconds as whole milliseconds, rounded up (`0.0015` is 2 ms). */
+function wholeMs(seconds: number): number {
+  // the product may land just above a whole number (0.0015 * 1000 = 1.5; 0.001 * 1000 = 1)
+  const t = seconds * 1000;
+  const near = Math.round(t);
+  return Math.abs(t - near) <= 1e-9 * Math.max(1, t) ? near : Math.ceil(t);
+}
+
+/** SPEC N7: the default max_duration, in seconds */
+export const DEFAULT_MAX_DURATION = 300;
+
 /**
  * SPEC N1, C9: at most `limit` requests of a key in progress at once, each holding a lease
- * of `lease` seconds (whole milliseconds, rounded up), renewed while it runs (N5) and
+ * of `lease` seconds (whole milliseconds, rounded up), renewed while it runs (N5) but for
+ * at most `maxDuration` seconds after its grant (N7: then the request is ended), and
  * released when its response ends (N4).
  */
 export class InFlightLimit {
@@ -163,20 +182,26 @@ export class InFlightLimit {
   readonly lease: number;
   /** SPEC C9: ceil(lease x 1000) */
   readonly leaseMs: number;
+  /** SPEC N7: seconds, as given (default 300) */
+  readonly maxDuration: number;
+  /** SPEC C9: ceil(maxDuration x 1000) */
+  readonly maxDurationMs: number;
 
-  constructor(limit: number, lease = 30) {
+  constructor(limit: number, lease = 30, maxDuration = DEFAULT_MAX_DURATION) {
     if (!(typeof limit === 'number' && Number.isInteger(limit) && limit >= 1 && limit <= MAX_IN_FLIGHT)) {
       throw new RangeError(`an in-flight limit must be a whole number >= 1 and <= 10000, got ${String(limit)}`);
     }
     if (!(typeof lease === 'number' && Number.isFinite(lease) && lease >= 0.001 && lease <= MAX_LEASE_SECONDS)) {
       throw new RangeError(`a lease must be >= 0.001 and <= 31536000 seconds, got ${String(lease)}`);
     }
+    if (!(typeof maxDuration === 'number' && Number.isFinite(maxDuration) && maxDuration >= 0.001 && maxDuration <= MAX_LEASE_SECONDS)) {
+      throw new RangeError(`a max_duration must be >= 0.001 and <= 31536000 seconds, got ${String(maxDuration)}`);
+    }
     this.limit = limit;
     this.lease = lease;
-    // the product may land just above a whole number (0.0015 * 1000 = 1.5; 0.001 * 1000 = 1)
-    const t = lease * 1000;
-    const near = Math.round(t);
-    this.leaseMs = Math.abs(t - near) <= 1e-9 * Math.max(1, t) ? near : Math.ceil(t);
+    this.leaseMs = wholeMs(lease);
+    this.maxDuration = maxDuration;
+    this.maxDurationMs = wholeMs(maxDuration);
   }
 
   /** SPEC N3: an in-flight policy's capacity is its limit */
@@ -247,9 +272,12 @@ export class Limit {
     return new WindowLimit(n, 86400, mode);
   }
 
-  /** SPEC N1: at most `n` in progress at once, each with a lease of `lease` seconds (default 30). */
-  static inFlight(n: number, lease = 30): InFlightLimit {
-    return new InFlightLimit(n, lease);
+  /**
+   * SPEC N1, N7: at most `n` in progress at once, each with a lease of `lease` seconds
+   * (default 30), and each ended `maxDuration` seconds after its grant (default 300).
+   */
+  static inFlight(n: number, lease = 30, maxDuration = DEFAULT_MAX_DURATION): InFlightLimit {
+    return new InFlightLimit(n, lease, maxDuration);
   }
 }
 

@@ -26,6 +26,8 @@ export class PromMetrics implements LimiterMetrics {
   private readonly invalidInputsTotal: PolicyCounter;
   private readonly leasesInFlight: Gauge<'limiter' | 'policy'>;
   private readonly leasesExpiredTotal: PolicyCounter;
+  private readonly leasesTimedOutTotal: PolicyCounter;
+  private readonly holdsLostTotal: PolicyCounter;
   private readonly storeErrorsTotal: LimiterCounter;
   private readonly degradedTotal: LimiterCounter;
   private readonly callDuration: Histogram<'limiter'>;
@@ -50,6 +52,8 @@ export class PromMetrics implements LimiterMetrics {
     this.leasesInFlight = (registry.getSingleMetric(gname) as Gauge<'limiter' | 'policy'> | undefined) ??
       new Gauge({ name: gname, help: 'Leases of in-flight policies this process holds now (SPEC N)', labelNames: ['limiter', 'policy'] as const, registers: [registry] });
     this.leasesExpiredTotal = policyCounter('redis_tb_leases_expired_total', 'Leases that ended without a release (a TB.RELEASE or TB.RENEW that answered 0)');
+    this.leasesTimedOutTotal = policyCounter('redis_tb_leases_timed_out_total', 'Requests ended at their in-flight policy\'s max_duration (SPEC N7)');
+    this.holdsLostTotal = policyCounter('redis_tb_holds_lost_total', 'Holds whose renewal answered 0 before they were settled (SPEC G5)');
     this.storeErrorsTotal = limiterCounter('redis_tb_store_errors_total', 'Failed Redis calls (errors, timeouts)');
     this.degradedTotal = limiterCounter('redis_tb_degraded_total', 'Requests decided by the failure mode');
     const hname = 'redis_tb_redis_call_duration_seconds';
@@ -86,6 +90,12 @@ export class PromMetrics implements LimiterMetrics {
   }
   leaseExpired(limiter: string, policy: string): void {
     this.leasesExpiredTotal.inc({ limiter, policy });
+  }
+  leaseTimedOut(limiter: string, policy: string): void {
+    this.leasesTimedOutTotal.inc({ limiter, policy });
+  }
+  holdLost(limiter: string, policy: string): void {
+    this.holdsLostTotal.inc({ limiter, policy });
   }
   storeError(limiter: string): void {
     this.storeErrorsTotal.inc({ limiter });

@@ -249,6 +249,9 @@ export function holdArgs(key: string, capacity: number, rate: number, estimate: 
   return ['TB.HOLD', key, arg(capacity), arg(rate), arg(estimate), arg(ttlMs)];
 }
 
-export function settleArgs(key: string, capacity: number, rate: number, id: string, actual: number): string[] {
-  return ['TB.SETTLE', key, arg(capacity), arg(rate), id, arg(actual)];
+/** SPEC G3: `TB.SETTLE key capacity rate id actual [max_wait]`. */
+export function settleArgs(key: string, capacity: number, rate: number, id: string, actual: number, maxWait?: number): string[] {
+  const out = ['TB.SETTLE', key, arg(capacity), arg(rate), id, arg(actual)];
+  if (maxWait !== undefined) out.push(arg(maxWait));
+  return out;
 }

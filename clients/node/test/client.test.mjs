@@ -241,7 +241,8 @@ describe('startup check', () => {
     const log = memoryLogger();
     const limiter = new RateLimiter(io, { logger: log, failOpen: false, startDegraded: true });
     await limiter.startup();
-    assert.deepEqual(log.lines, [`redis-tb: Redis at 127.0.0.1:${port} unreachable at startup; starting degraded (fail-closed)`]);
+    // SPEC U2, U4: the same words in every language, whatever the failure mode
+    assert.deepEqual(log.lines, [`redis-tb: Redis at 127.0.0.1:${port} unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)`]);
     io.disconnect();
   });
 });

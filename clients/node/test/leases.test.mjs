@@ -76,21 +76,35 @@ async function eventually(fn, what) {
   assert.fail(`never: ${what}`);
 }
 
-function policies(leaseSeconds) {
+function policies(leaseSeconds, maxDuration) {
   return [
-    new Policy({ name: 'conc', limit: Limit.inFlight(1, leaseSeconds) }),
+    new Policy({ name: 'conc', limit: Limit.inFlight(1, leaseSeconds, maxDuration) }),
     new Policy({ name: 'tokens', limit: new Limit(TOKENS.capacity, TOKENS.rate), settleLater: true }),
   ];
 }
 
-async function expressApp(limiter, gates, leaseSeconds) {
+async function expressApp(limiter, gates, leaseSeconds, maxDuration) {
   const app = express();
-  app.use(rateLimit(limiter, { policies: policies(leaseSeconds) }));
+  app.use(rateLimit(limiter, { policies: policies(leaseSeconds, maxDuration) }));
   app.get('/stream', async (req, res) => {
     res.setHeader('content-type', 'text/plain');
     res.write('first\n');
     await gates.enter();
     res.end('last\n');
+  });
+  // a response not started before the gate opens
+  app.get('/silent', async (req, res) => {
+    await gates.enter();
+    res.end('late\n');
+  });
+  // a hold taken, then the response runs until the gate opens, then the settlement
+  app.get('/long-hold', async (req, res) => {
+    const hold = await res.locals.rateLimit.hold('tokens', Number(req.query.estimate), Number(req.query.ttl));
+    if (expressHoldRefusal(res, hold)) return;
+    res.write(' ');
+    await gates.enter();
+    const s = await hold.settle(Number(req.query.actual));
+    res.end(JSON.stringify({ settled: s.settled, charged: s.charged }));
   });
   app.get('/throw', () => { throw new Error('boom'); });
   app.get('/hold', async (req, res) => {
@@ -107,13 +121,27 @@ async function expressApp(limiter, gates, leaseSeconds) {
   return listenExpress(app);
 }
 
-async function fastifyApp(limiter, gates, leaseSeconds) {
+async function fastifyApp(limiter, gates, leaseSeconds, maxDuration) {
   const app = Fastify();
-  await app.register(fastifyRateLimit, { limiter, policies: policies(leaseSeconds) });
+  await app.register(fastifyRateLimit, { limiter, policies: policies(leaseSeconds, maxDuration) });
   app.get('/stream', async (request, reply) => {
     const body = new PassThrough();
     body.write('first\n');
     void gates.enter().then(() => body.end('last\n'));
+    return reply.type('text/plain').send(body);
+  });
+  app.get('/silent', async () => {
+    await gates.enter();
+    return 'late\n';
+  });
+  app.get('/long-hold', async (request, reply) => {
+    const hold = await request.rateLimit.hold('tokens', Number(request.query.estimate), Number(request.query.ttl));
+    if (!hold.allowed) return fastifyHoldRefusal(reply, hold);
+    const body = new PassThrough();
+    body.write(' ');
+    void gates.enter()
+      .then(() => hold.settle(Number(request.query.actual)))
+      .then((s) => body.end(JSON.stringify({ settled: s.settled, charged: s.charged })));
     return reply.type('text/plain').send(body);
   });
   app.get('/throw', async () => { throw new Error('boom'); });
@@ -124,6 +152,20 @@ async function fastifyApp(limiter, gates, leaseSeconds) {
     return { remaining: hold.remaining, settled: s.settled, charged: s.charged };
   });
   return listenFastify(app);
+}
+
+/** Whether the module renews a hold (TB.RENEW key id ms on a bucket key, issue 39's module change). */
+async function moduleRenewsHolds(tb) {
+  const key = 'probe:renew-hold';
+  try {
+    const h = await tb.hold(key, 10, 1, 1, 60000);
+    const r = await tb.renew(key, h.id, 60000);
+    return r.ok;
+  } catch {
+    return false;
+  } finally {
+    await tb.send(['DEL', key]);
+  }
 }
 
 let server;
@@ -153,10 +195,10 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
       web = undefined;
     });
 
-    const start = async (leaseSeconds = 30) => {
+    const start = async (leaseSeconds = 30, maxDuration = 300) => {
       registry = new Registry();
       limiter = new RateLimiter(redis, { timeoutMs: ANSWER_TIMEOUT_MS, logger: memoryLogger(), metrics: new PromMetrics({ registry }) });
-      web = await listen(limiter, gates, leaseSeconds);
+      web = await listen(limiter, gates, leaseSeconds, maxDuration);
     };
     const inFlight = async () => (await tb.peekLeases(SLOT_KEY)).inFlight;
     const gauge = async () => scrape(await registry.metrics())['redis_tb_leases_in_flight{limiter=default,policy=conc}'];
@@ -224,6 +266,54 @@ for (const [framework, listen] of [['express', expressApp], ['fastify', fastifyA
       await eventually(async () => (await inFlight()) === 0, 'released at the end');
       await eventually(() => limiter.stats.leasesInFlight === 0, 'the gauge back to 0');
       assert.equal(limiter.stats.leasesExpired, 0);
+    });
+
+    test('a stream whose client reads nothing more is ended at max_duration and its slot is free again (SPEC N7)', async () => {
+      await start(0.2, 0.6);
+      const s = await openStream(`${web.url}/stream`);
+      assert.equal(s.status, 200);
+      await gates.until(1);
+      assert.equal(await inFlight(), 1);
+      // the handler never ends it: the limiter does, at 0.6 s, closing the connection
+      assert.equal(await s.ended, 'first\n');
+      await eventually(async () => (await inFlight()) === 0, 'the lease released at max_duration');
+      await eventually(() => limiter.stats.leasesInFlight === 0, 'the gauge back to 0');
+      assert.equal(limiter.stats.leasesTimedOut, 1);
+      assert.equal(limiter.stats.leasesExpired, 0);
+      const m = scrape(await registry.metrics());
+      assert.equal(m['redis_tb_leases_timed_out_total{limiter=default,policy=conc}'], 1);
+      // the slot is free for the next request (before the first handler ever ends)
+      const next = await openStream(`${web.url}/stream`);
+      assert.equal(next.status, 200);
+      gates.openAll();
+    });
+
+    test('a response not started by max_duration is never sent (SPEC N7)', async () => {
+      await start(0.2, 0.6);
+      await assert.rejects(request(`${web.url}/silent`), /socket hang up|ECONNRESET/);
+      await eventually(async () => (await inFlight()) === 0, 'the lease released at max_duration');
+      assert.equal(limiter.stats.leasesTimedOut, 1);
+      gates.openAll();
+    });
+
+    test('a hold that outlives its ttl is renewed and settles its actual cost (SPEC G5)', async (t) => {
+      if (!(await moduleRenewsHolds(tb))) {
+        t.skip('the module built here does not renew holds yet (TB.RENEW on a bucket key): issue 39\'s module change');
+        return;
+      }
+      await start();
+      const ttl = 0.4;
+      const s = await openStream(`${web.url}/long-hold?estimate=100&actual=250&ttl=${ttl}`);
+      assert.equal(s.status, 200);
+      await gates.until(1);
+      // three ttls later the hold is still there: only renewals (every ttl / 2) explain it
+      await sleep(ttl * 3 * 1000);
+      gates.openAll();
+      assert.deepEqual(JSON.parse((await s.ended).trim()), { settled: true, charged: 150 });
+      const peek = await tb.peek(TOKENS_KEY, TOKENS.capacity, TOKENS.rate);
+      assert.ok(Math.abs(peek.remaining - (TOKENS.capacity - 250)) < 1e-3, `remaining ${peek.remaining}`);
+      assert.equal(limiter.stats.holdsLost, 0);
+      assert.equal(limiter.stats.settlements, 1);
     });
 
     test('a settled hold changes the bucket by exactly actual minus estimate (SPEC G1-G3)', async () => {

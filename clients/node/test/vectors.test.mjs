@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
 import {
-  ClientIpConfig, Decision, Key, Limit, Policy, RateLimiter, bodyNumber, bucketKey, checkDistinctNames, checkPolicyKinds, quota,
+  ClientIpConfig, Decision, Key, Limit, Policy, RateLimiter, TbClient, bodyNumber, bucketKey, checkDistinctNames, checkPolicyKinds, quota,
   remainingUnits, resetSeconds, respond, retryAfterSeconds, windowSeconds,
 } from 'redis-tb';
 
@@ -77,9 +77,9 @@ const CONFIG_SETTINGS = {
   fixed_key: (v) => Key.fixed(v),
   window: (v) => Limit.window(num(v.limit), num(v.seconds), v.mode),
   in_flight: (v) => {
-    const limit = Limit.inFlight(num(v.limit), num(v.lease));
+    const limit = 'max_duration' in v ? Limit.inFlight(num(v.limit), num(v.lease), num(v.max_duration)) : Limit.inFlight(num(v.limit), num(v.lease));
     new Policy({ name: 'p', limit, ...('cost' in v ? { cost: num(v.cost) } : {}) });
-    return { limit: limit.limit, lease_ms: limit.leaseMs };
+    return { limit: limit.limit, lease_ms: limit.leaseMs, max_duration_ms: limit.maxDurationMs };
   },
   policy_kinds: (v) => checkPolicyKinds(v.map((kind, i) => kindPolicy(kind, `p${i}`))),
 };
@@ -168,6 +168,7 @@ class Script {
       return Promise.reject(new ReplyError('ERR unexpected call'));
     }
     this.match(next.call, args);
+    if ('raw' in next) return Promise.resolve(next.raw);
     if ('reply' in next) return Promise.resolve(wire(next.reply));
     if ('error' in next) return Promise.reject(new ReplyError(next.error));
     if (next.timeout) return new Promise(() => {});
@@ -205,6 +206,7 @@ function keySource(k) {
 const POLICY_FIELDS = new Set(['name', 'capacity', 'rate', 'cost', 'shadow', 'key', 'window', 'in_flight', 'settle_later']);
 const LIMITER_FIELDS = new Set(['policies', 'fail_open', 'timeout_ms', 'cooldown_ms', 'deny_cache']);
 const STEP_FIELDS = new Set(['at_ms', 'redis', 'expect', 'reply', 'error']);
+const IN_FLIGHT_FIELDS = new Set(['limit', 'lease_ms', 'max_duration_ms']);
 
 /** An unknown field fails the runner (clients/vectors/README.md). */
 function knownFields(id, what, obj, known) {
@@ -217,9 +219,10 @@ function buildPolicies(spec, steps) {
     const hasCostFn = typeof p.cost === 'object' || steps.some((s) => s.check?.cost?.[p.name] !== undefined);
     const hasLimitFn = steps.some((s) => s.check?.limit?.[p.name] !== undefined);
     if (p.window || p.in_flight) {
+      if (p.in_flight) knownFields(p.name, 'in_flight', p.in_flight, IN_FLIGHT_FIELDS);
       const limit = p.window
         ? Limit.window(p.window.limit, p.window.seconds, p.window.mode)
-        : Limit.inFlight(p.in_flight.limit, p.in_flight.lease_ms / 1000);
+        : Limit.inFlight(p.in_flight.limit, p.in_flight.lease_ms / 1000, (p.in_flight.max_duration_ms ?? 300000) / 1000);
       assert.ok(!hasLimitFn, `policy ${p.name}: a limit function on a window or in-flight policy`);
       return new Policy({
         name: p.name, shadow: p.shadow ?? false, key: keySource(p.key), limit,
@@ -250,8 +253,8 @@ function buildPolicies(spec, steps) {
 const STAT_NAMES = {
   checks: 'checks', allowed: 'allowed', limited: 'limited', shadow_limited: 'shadowLimited', store_errors: 'storeErrors',
   degraded: 'degraded', deny_cache_hits: 'denyCacheHits', refunds: 'refunds', refund_errors: 'refundErrors',
-  invalid_inputs: 'invalidInputs', leases_in_flight: 'leasesInFlight', leases_expired: 'leasesExpired', holds: 'holds',
-  settlements: 'settlements',
+  invalid_inputs: 'invalidInputs', leases_in_flight: 'leasesInFlight', leases_expired: 'leasesExpired',
+  leases_timed_out: 'leasesTimedOut', holds: 'holds', holds_lost: 'holdsLost', settlements: 'settlements',
 };
 
 function checkDecision(id, limiter, decision, expect) {
@@ -284,13 +287,22 @@ function caseLimiter(cfg, script, clock) {
   });
 }
 
-const STEP_KINDS = new Set(['check', 'release', 'cancel', 'refund', 'finish', 'renew', 'take_hold', 'settle']);
+const STEP_KINDS = new Set(['check', 'release', 'cancel', 'refund', 'finish', 'renew', 'take_hold', 'settle', 'renew_hold']);
 
 const HOLD_FIELDS = {
   allowed: 'allowed', id: 'id', remaining: 'remaining', retry_after: 'retryAfter', reset_after: 'resetAfter', key: 'key',
   policy: 'policy',
 };
 const SETTLEMENT_FIELDS = { settled: 'settled', remaining: 'remaining', charged: 'charged', reset_after: 'resetAfter' };
+
+/**
+ * What a take_hold must raise: invalid_input, the application's error (a RangeError);
+ * store_error, any other (a failed call, or one the open breaker kept from Redis: SPEC G1, B2).
+ */
+const HOLD_ERRORS = {
+  invalid_input: (e) => e instanceof RangeError,
+  store_error: (e) => e instanceof Error && !(e instanceof RangeError),
+};
 
 /** A take_hold step's expectation of the Hold (SPEC G2), or of the error (G1). */
 function checkHold(id, hold, expect) {
@@ -314,7 +326,7 @@ async function runLimiter(c) {
   const policies = buildPolicies(c.limiter.policies, c.steps);
   const decisions = [];
   const holds = [];
-  const pending = new Map(); // hold name -> { promise, controller }
+  const pending = new Map(); // held call's name -> { promise, controller, kind: 'check' | 'hold', index }
   try {
     for (let i = 0; i < c.steps.length; i++) {
       const step = c.steps[i];
@@ -338,7 +350,7 @@ async function runLimiter(c) {
         if (hold !== undefined) {
           promise.catch(() => {}); // checked at its release (or cancelled)
           await new Promise((r) => setImmediate(r));
-          pending.set(hold, { promise, controller });
+          pending.set(hold, { promise, controller, kind: 'check' });
           decisions[i] = promise;
           script.verify(c.id, what);
           assert.equal(step.expect, null, `${c.id}: ${what}: a held check is checked at its release`);
@@ -355,8 +367,20 @@ async function runLimiter(c) {
         script.expect([]);
         if ('reply' in step) held.resolve(wire(step.reply));
         else held.reject(new ReplyError(step.error));
-        const decision = await p.promise;
         pending.delete(step.release);
+        if (p.kind === 'hold') {
+          // a held TB.HOLD: the release's expect is the Hold's (or the error it raises)
+          if (step.expect?.error !== undefined) {
+            await assert.rejects(p.promise, HOLD_ERRORS[step.expect.error], `${c.id}: ${what}: hold must raise ${step.expect.error}`);
+          } else {
+            const hold = await p.promise;
+            holds[p.index] = hold;
+            if (step.expect) checkHold(`${c.id} ${what}`, hold, step.expect);
+          }
+          script.verify(c.id, what);
+          continue;
+        }
+        const decision = await p.promise;
         script.verify(c.id, what);
         if (step.expect) checkDecision(`${c.id} ${what}`, limiter, decision, step.expect);
       } else if (step.cancel !== undefined) {
@@ -381,7 +405,21 @@ async function runLimiter(c) {
         const decision = await decisions[step.renew];
         assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${step.renew} has no decision`);
         script.expect(step.redis ?? []);
+        const before = decision.timedOut;
         const renewed = await decision.renew();
+        script.verify(c.id, what);
+        // SPEC N7: whether this tick ended the request at its max_duration
+        const timedOut = !before && decision.timedOut;
+        for (const [k, v] of Object.entries(step.expect)) {
+          if (k === 'renewed') assert.equal(renewed, v, `${c.id}: ${what}: renewed`);
+          else if (k === 'timed_out') assert.equal(timedOut, v, `${c.id}: ${what}: timed_out`);
+          else assert.fail(`${c.id}: ${what}: unknown expectation ${k}`);
+        }
+      } else if (step.renew_hold !== undefined) {
+        const hold = holds[step.renew_hold];
+        assert.ok(hold, `${c.id}: ${what}: step ${step.renew_hold} has no hold`);
+        script.expect(step.redis ?? []);
+        const renewed = await hold.renew();
         script.verify(c.id, what);
         for (const [k, v] of Object.entries(step.expect)) {
           assert.equal(k, 'renewed', `${c.id}: ${what}: unknown expectation ${k}`);
@@ -392,11 +430,19 @@ async function runLimiter(c) {
         const decision = await decisions[h.check];
         assert.ok(decision instanceof Decision, `${c.id}: ${what}: step ${h.check} has no decision`);
         script.expect(step.redis ?? []);
+        const heldAs = (step.redis ?? []).find((r) => r.hold)?.hold;
+        if (heldAs !== undefined) {
+          // the TB.HOLD is sent and answered at a later release step
+          const promise = decision.hold(h.policy, num(h.estimate), h.ttl_ms / 1000);
+          promise.catch(() => {});
+          await new Promise((r) => setImmediate(r));
+          pending.set(heldAs, { promise, controller: new AbortController(), kind: 'hold', index: i });
+          script.verify(c.id, what);
+          assert.equal(step.expect, null, `${c.id}: ${what}: a held hold is checked at its release`);
+          continue;
+        }
         if (step.expect.error !== undefined) {
-          // invalid_input: the application's error (a RangeError); store_error: any other
-          // (a failed call, or one the open breaker kept from Redis: SPEC G1, B2)
-          const kinds = { invalid_input: (e) => e instanceof RangeError, store_error: (e) => e instanceof Error && !(e instanceof RangeError) };
-          const want = kinds[step.expect.error];
+          const want = HOLD_ERRORS[step.expect.error];
           assert.ok(want !== undefined, `${c.id}: ${what}: unknown error kind ${step.expect.error}`);
           await assert.rejects(decision.hold(h.policy, num(h.estimate), h.ttl_ms / 1000), want, `${c.id}: ${what}: hold must raise ${step.expect.error}`);
           script.verify(c.id, what);
@@ -498,6 +544,81 @@ function runResponse(c) {
   assert.equal(res.body, e.body, `${c.id}: body`);
 }
 
+// -- startup.json (SPEC U1-U4, K6) ----------------------------------------------------
+
+const STARTUP_LIMITER_FIELDS = new Set(['name', 'policies', 'tag', 'start_degraded']);
+const STARTUP_CASE_FIELDS = new Set(['id', 'rule', 'title', 'limiter', 'redis', 'expect']);
+
+/** `HELLO`'s reply as the client library hands it: RESP2's flat list, or a map (RESP3). */
+function helloReply(reply, form) {
+  if (reply === null || typeof reply !== 'object' || Array.isArray(reply)) return wire(reply);
+  const entries = Object.entries(reply).map(([k, v]) => [k, wire(v)]);
+  if (form === 'map') return new Map(entries);
+  if (form === 'object') return Object.fromEntries(entries);
+  return entries.flat();
+}
+
+/** An expected line with `{reason}` and `{start_degraded}` as a whole-line pattern. */
+function linePattern(line) {
+  const parts = line.split(/(\{reason\}|\{start_degraded\})/);
+  const re = parts.map((p) => {
+    if (p === '{reason}') return '[^\\n]+';
+    if (p === '{start_degraded}') return 'startDegraded';
+    return p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  }).join('');
+  return new RegExp(`^${re}$`);
+}
+
+async function runStartup(c, form) {
+  knownFields(c.id, 'case', c, STARTUP_CASE_FIELDS);
+  knownFields(c.id, 'limiter', c.limiter, STARTUP_LIMITER_FIELDS);
+  for (const p of c.limiter.policies) knownFields(c.id, 'policy', p, POLICY_FIELDS);
+  const script = new Script();
+  const logged = [];
+  const cfg = c.limiter;
+  const limiter = new RateLimiter(new TbClient(script.send, { server: '127.0.0.1:6379' }), {
+    name: cfg.name,
+    logger: { warn: (line) => logged.push(line) },
+    startDegraded: cfg.start_degraded ?? false,
+    ...(cfg.tag ? { hashTag: () => 'tag' } : {}),
+  });
+  // the policies an adapter would check with this limiter (SPEC U3 reads them)
+  limiter.register(buildPolicies(cfg.policies, []));
+  script.expect(c.redis.map((r) => (r.call[0] === 'HELLO' && 'reply' in r ? { ...r, reply: undefined, raw: helloReply(r.reply, form) } : r)));
+  let error = null;
+  try {
+    await limiter.startup();
+  } catch (err) {
+    error = err;
+  }
+  script.verify(c.id, 'startup');
+  if (c.expect.error !== undefined) {
+    assert.ok(error instanceof Error, `${c.id}: the start must fail`);
+    assert.match(error.message, linePattern(c.expect.error), `${c.id}: the line`);
+    assert.deepEqual(logged, [], `${c.id}: a failed start logs nothing`);
+  } else {
+    assert.equal(error, null, `${c.id}: the start must pass, got ${error}`);
+    assert.equal(c.expect.started, true, `${c.id}: unknown expectation ${JSON.stringify(c.expect)}`);
+    if (c.expect.log === null) assert.deepEqual(logged, [], `${c.id}: no line logged`);
+    else {
+      assert.equal(logged.length, 1, `${c.id}: one line logged: ${JSON.stringify(logged)}`);
+      assert.match(logged[0], linePattern(c.expect.log), `${c.id}: the line logged`);
+    }
+  }
+}
+
+/** Each startup case with HELLO's reply in every form a Node client hands it. */
+async function runStartupForms(c) {
+  for (const form of ['list', 'map', 'object']) {
+    try {
+      await runStartup(c, form);
+    } catch (err) {
+      err.message = `(HELLO as a ${form}) ${err.message}`;
+      throw err;
+    }
+  }
+}
+
 const HANDLERS = {
   'numbers.json': runNumber,
   'config.json': runConfig,
@@ -506,6 +627,7 @@ const HANDLERS = {
   'header_identity.json': runHeaderIdentity,
   'response.json': runResponse,
   'limiter.json': runLimiter,
+  'startup.json': runStartupForms,
 };
 
 const files = fs.readdirSync(DIR).filter((f) => f.endsWith('.json')).sort();

@@ -12,8 +12,10 @@
  * - a shadow policy (`search-strict`): charged with the others, never refusing, counted;
  * - a streamed route (`GET /stream`, an LLM proxy's SSE): at most 2 streams in progress
  *   per client address (an in-flight policy: a lease taken in the same call as the
- *   buckets, renewed while the stream runs, released when it ends, SPEC N), and tokens
- *   held before the stream and settled with the count it sent (SPEC G);
+ *   buckets, renewed while the stream runs, released when it ends, and ended at 6 s
+ *   whatever the client does, SPEC N), tokens held before the stream (renewed while it
+ *   runs) and settled with the count it sent (SPEC G); written as the client reads it
+ *   (`drain`), stopped when the client goes, its query bounded (a 400 beyond);
  * - a fail-closed login: `POST /login` has its own limiter, a sliding window of 20 an
  *   hour (SPEC W: a window is alone in its limiter), that answers 503 when Redis is down
  *   (the rest of the API fails open);
@@ -24,6 +26,7 @@ import { Registry } from 'prom-client';
 import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
 import { rateLimit, sendHoldRefusal } from 'redis-tb/express';
 import { PromMetrics } from 'redis-tb/prometheus';
+import { badQueryBody, streamQuery, writeEvents } from './stream.js';
 
 export interface AppConfig {
   /** a connected node-redis (or ioredis) client */
@@ -80,21 +83,14 @@ export const POLICIES = [
   perMinute<Request>('search', 60, { cost: searchCost, routes: ['GET /search'] }),
   // a stricter search limit tried out in shadow mode: charged and counted, never refusing (SPEC S)
   perMinute<Request>('search-strict', 20, { cost: searchCost, routes: ['GET /search'], shadow: true }),
-  // at most 2 streams in progress per client address, each a lease of 2 s (SPEC N)
-  new Policy<Request>({ name: 'streams', limit: Limit.inFlight(2, 2), routes: ['GET /stream'] }),
+  // at most 2 streams in progress per client address, each a lease of 2 s (SPEC N), each
+  // ended 6 s after its grant whatever its client does (N7: max_duration)
+  new Policy<Request>({ name: 'streams', limit: Limit.inFlight(2, 2, 6), routes: ['GET /stream'] }),
   // 1000 tokens an hour per client address, held by the handler and settled (SPEC G)
   new Policy<Request>({ name: 'tokens', limit: Limit.perHour(1000), settleLater: true, routes: ['GET /stream'] }),
 ];
 // SPEC W, C10: a window is the only policy of its limiter
 export const LOGIN_POLICIES = [new Policy<Request>({ name: 'login', limit: Limit.window(20, 3600) })];
-
-/** A whole number from the query, or the default. */
-function intQuery(v: unknown, fallback: number): number {
-  const n = typeof v === 'string' ? Number(v) : NaN;
-  return Number.isInteger(n) && n >= 0 ? n : fallback;
-}
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The decision in a handler: tell a client running low (under 2 tokens left anywhere) to slow down. */
 function slowDown(res: Response): boolean {
@@ -172,32 +168,36 @@ export function buildApp(config: AppConfig) {
   });
 
   // An LLM proxy's stream (SSE): the check took a 'streams' slot (released when the
-  // response ends, a client that goes away included); the handler holds max_tokens on
-  // 'tokens' before it streams and settles the number of tokens it sent.
+  // response ends, a client that goes away included, and at the policy's max_duration,
+  // when the limiter ends the response); the handler checks its query, holds max_tokens on
+  // 'tokens' before it streams (renewed while the stream runs), writes the events as the
+  // client reads them, and settles the number of tokens it sent.
   app.get('/stream', async (req: Request, res: Response) => {
-    const tokens = intQuery(req.query.tokens, 3);
-    const delayMs = intQuery(req.query.delay_ms, 0);
-    const maxTokens = intQuery(req.query.max_tokens, 100);
+    const query = streamQuery(req.query as Record<string, unknown>);
+    if ('bad' in query) {
+      // answered before any hold or event (the limiter's check, which ran first, counts it)
+      const body = badQueryBody(query.bad);
+      res.status(400).set({ 'Content-Type': 'application/problem+json', 'Content-Length': String(Buffer.byteLength(body)) }).end(body);
+      return;
+    }
     const decision = res.locals.rateLimit;
     let hold: Hold | null = null;
     if (decision && decision.outcome !== 'store_error') {
       // a store error takes the failure mode (the API fails open): stream without a hold
-      hold = await decision.hold('tokens', Math.max(1, maxTokens), 60).catch(() => null);
-      if (hold && sendHoldRefusal(res, hold)) return; // SPEC G2: a 429 naming 'tokens'
+      hold = await decision.hold('tokens', query.max_tokens, 60).catch(() => null);
+      if (hold && sendHoldRefusal(res, hold)) return; // SPEC G2, G6: a 429 naming 'tokens'
     }
-    let gone = false;
-    res.on('close', () => { gone = true; });
-    res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
-    res.flushHeaders();
+    // the client went away, or the limiter ended the request (SPEC N7): stop writing
+    const gone = new AbortController();
+    res.once('close', () => gone.abort());
+    if (res.destroyed) gone.abort();
     let sent = 0;
     try {
-      for (let i = 1; i <= tokens && !gone; i++) {
-        if (delayMs) await sleep(delayMs);
-        if (gone) break;
-        res.write(`data: token-${i}\n\n`);
-        sent += 1;
+      if (!gone.signal.aborted) {
+        res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+        res.flushHeaders();
+        sent = await writeEvents(res, query.tokens, query.delay_ms, gone.signal);
       }
-      if (!gone) res.end('data: [DONE]\n\n');
     } finally {
       // SPEC G3: the actual count, also when the client went away mid-stream
       if (hold) await hold.settle(sent).catch(() => undefined);

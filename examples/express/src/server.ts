@@ -4,7 +4,7 @@
  * only then is X-Forwarded-For read), REDIS_TB_TIMEOUT_MS (the bound on each Redis call,
  * default 50), PORT (default 3000; 0 picks a free one), HOST
  * (default 127.0.0.1), REDIS_TB_START_DEGRADED=1 (start even when Redis is unreachable,
- * failing open; by default that stops the start).
+ * failing open; by default that stops the start with exit status 3).
  */
 import { createClient } from 'redis';
 import { buildApp } from './app.js';
@@ -33,13 +33,15 @@ await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
 
 const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs, startDegraded });
 try {
-  // SPEC U1, U2: no module, no permission, or (without REDIS_TB_START_DEGRADED=1) an
-  // unreachable Redis stops the app here with one line
+  // SPEC U1-U4: no module, no permission, a Redis Cluster that would refuse the API's
+  // calls, or (without REDIS_TB_START_DEGRADED=1) an unreachable Redis stops the app here
+  // with one line and exit status 3 (what uvicorn and gunicorn give a failed start)
   await limiter.startup();
   await strict.startup();
 } catch (err) {
   console.error(err instanceof Error ? err.message : String(err));
-  process.exit(1);
+  redis.destroy();
+  process.exit(3);
 }
 
 const server = app.listen(port, host, () => {

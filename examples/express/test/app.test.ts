@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
 import { AppProcess, RedisServer, type Reply, type RequestOptions, counter, item, request, scrape, sf, sleep } from 'redis-tb-node-test-support';
+import { startupExitTests, streamRouteTests } from 'redis-tb-node-test-support';
 
 const PROXY = '127.0.0.2';
 const ALICE = { 'x-api-key': 'key-alice' }; // pro
@@ -277,30 +278,16 @@ describe('express example, Redis stopped and restarted', () => {
   });
 });
 
-describe('express example, startup', () => {
-  test('a Redis without the module stops the app with the startup message', async () => {
-    const bare = await RedisServer.start(false);
-    try {
-      const p = new AppProcess('dist/src/server.js', { REDIS_URL: bare.url }).spawnOnly();
-      const code = await p.exited();
-      assert.equal(code, 1);
-      assert.match(p.output, new RegExp(`redis-tb module not loaded on 127\\.0\\.0\\.1:${bare.port}: load libredis_tb\\.so with loadmodule`));
-    } finally {
-      await bare.stop();
-    }
+describe('express example, GET /stream (issue 39: L3, L5)', () => {
+  streamRouteTests({
+    base: () => app.url,
+    redisPort: () => redis.port,
+    as: (ip) => ({ headers: { 'x-forwarded-for': ip }, localAddress: PROXY }),
   });
+});
 
-  test('an unreachable Redis stops the start with one line (SPEC U2)', async () => {
-    const nowhere = await RedisServer.start();
-    const url = nowhere.url;
-    await nowhere.stop();
-    const p = new AppProcess('dist/src/server.js', { REDIS_URL: url }).spawnOnly();
-    assert.equal(await p.exited(), 1);
-    const lines = p.output.split('\n').filter((l) => l.startsWith('redis-tb:'));
-    assert.equal(lines.length, 1, p.output);
-    assert.match(lines[0]!, new RegExp(`^redis-tb: cannot reach Redis at 127\\.0\\.0\\.1:${nowhere.port} \\(.*\\): start it, or set startDegraded to start failing open$`));
-    assert.doesNotMatch(p.output, /Unhandled|    at /, 'no traceback, no unhandled rejection');
-  });
+describe('express example, startup (SPEC U1-U4)', () => {
+  startupExitTests('dist/src/server.js', ['ip', 'user', 'orders', 'search', 'search-strict', 'streams']);
 
   test('REDIS_TB_START_DEGRADED=1: an unreachable Redis is logged; the app serves, failing open (and closed for login)', async () => {
     const nowhere = await RedisServer.start();
@@ -313,7 +300,7 @@ describe('express example, startup', () => {
       assert.equal(r.headers.ratelimit, undefined);
       const login = await request(p.url, '/login', { method: 'POST', body: {} });
       assert.equal(login.status, 503);
-      assert.match(p.output, /redis-tb: Redis at 127\.0\.0\.1:\d+ unreachable at startup; starting degraded \(fail-open\)/);
+      assert.match(p.output, /redis-tb: Redis at 127\.0\.0\.1:\d+ unreachable at startup; starting degraded \(the limiter's failure mode applies until it answers\)$/m);
     } finally {
       await p.stop();
     }

@@ -10,8 +10,11 @@
  *   (`search-strict`: charged with the others, never refusing, counted);
  * - a streamed route (`GET /stream`, an LLM proxy's SSE): at most 2 streams in progress
  *   per client address (an in-flight policy: a lease taken in the same call as the
- *   buckets, renewed while the stream runs, released when it ends, SPEC N), and tokens
- *   held before the stream and settled with the count it sent (SPEC G);
+ *   buckets, renewed while the stream runs, released when it ends, and ended at 6 s
+ *   whatever the client does, SPEC N), tokens held before the stream (renewed while it
+ *   runs) and settled with the count it sent (SPEC G); written as the client reads it
+ *   (a pull stream piped with `drain`), stopped when the client goes, its query bounded
+ *   (a 400 beyond);
  * - a fail-closed login: `POST /login` lives in a child context of the API with its own
  *   limiter, a sliding window of 20 an hour (SPEC W: a window is alone in its limiter),
  *   which answers 503 when Redis is down (the API, whose 'ip' it also gets, fails open);
@@ -23,6 +26,7 @@ import { Registry } from 'prom-client';
 import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
 import { fastifyRateLimit, sendHoldRefusal } from 'redis-tb/fastify';
 import { PromMetrics } from 'redis-tb/prometheus';
+import { badQueryBody, pause, streamQuery } from './stream.js';
 
 export interface AppConfig {
   redis: RedisLike;
@@ -54,8 +58,9 @@ export const POLICIES = [
   perMinute<FastifyRequest>('search', 60, { cost: searchCost, routes: ['GET /search'] }),
   // a stricter search limit tried out in shadow mode: charged and counted, never refusing (SPEC S)
   perMinute<FastifyRequest>('search-strict', 20, { cost: searchCost, routes: ['GET /search'], shadow: true }),
-  // at most 2 streams in progress per client address, each a lease of 2 s (SPEC N)
-  new Policy<FastifyRequest>({ name: 'streams', limit: Limit.inFlight(2, 2), routes: ['GET /stream'] }),
+  // at most 2 streams in progress per client address, each a lease of 2 s (SPEC N), each
+  // ended 6 s after its grant whatever its client does (N7: max_duration)
+  new Policy<FastifyRequest>({ name: 'streams', limit: Limit.inFlight(2, 2, 6), routes: ['GET /stream'] }),
   // 1000 tokens an hour per client address, held by the handler and settled (SPEC G)
   new Policy<FastifyRequest>({ name: 'tokens', limit: Limit.perHour(1000), settleLater: true, routes: ['GET /stream'] }),
 ];
@@ -64,19 +69,11 @@ export const LOGIN_POLICIES = [new Policy<FastifyRequest>({ name: 'login', limit
 
 type Query = Record<string, string | undefined>;
 
-/** A whole number from the query, or the default. */
-function intQuery(v: string | undefined, fallback: number): number {
-  const n = v === undefined ? NaN : Number(v);
-  return Number.isInteger(n) && n >= 0 ? n : fallback;
-}
-
 /** A search costs one token per page of 50 results asked for. */
 function searchCost(request: FastifyRequest): number {
   const size = Number((request.query as Query).size ?? 50);
   return Number.isFinite(size) && size > 0 ? Math.ceil(size / 50) : 1;
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: RateLimiter<FastifyRequest>; strict: RateLimiter<FastifyRequest> } {
   const registry = new Registry();
@@ -121,29 +118,43 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
     });
 
     // An LLM proxy's stream (SSE): the check took a 'streams' slot (released when the
-    // response ends, a client that goes away included); the handler holds max_tokens on
-    // 'tokens' before it streams and settles the number of tokens it sent.
-    api.get<{ Querystring: Query }>('/stream', async (request, reply) => {
-      const tokens = intQuery(request.query.tokens, 3);
-      const delayMs = intQuery(request.query.delay_ms, 0);
-      const maxTokens = intQuery(request.query.max_tokens, 100);
+    // response ends, a client that goes away included, and at the policy's max_duration,
+    // when the limiter ends the response); the handler checks its query, holds max_tokens
+    // on 'tokens' before it streams (renewed while the stream runs), and settles the
+    // number of tokens it sent. The events are a pull stream: Fastify pipes it into the
+    // response, and pipe() waits for the response's 'drain' before it asks for more, so a
+    // client that stops reading stops the generator (at most the stream's 16 events ahead).
+    api.get<{ Querystring: Record<string, unknown> }>('/stream', async (request, reply) => {
+      const query = streamQuery(request.query);
+      if ('bad' in query) {
+        // answered before any hold or event (the limiter's check, which ran first, counts it)
+        // a Buffer: Fastify adds no charset to the manifest's content type
+        return reply.code(400).type('application/problem+json').send(Buffer.from(badQueryBody(query.bad)));
+      }
       const decision = request.rateLimit;
       let hold: Hold | null = null;
       if (decision && decision.outcome !== 'store_error') {
         // a store error takes the failure mode (the API fails open): stream without a hold
-        hold = await decision.hold('tokens', Math.max(1, maxTokens), 60).catch(() => null);
-        if (hold && !hold.allowed) return sendHoldRefusal(reply, hold); // SPEC G2: a 429 naming 'tokens'
+        hold = await decision.hold('tokens', query.max_tokens, 60).catch(() => null);
+        if (hold && !hold.allowed) return sendHoldRefusal(reply, hold); // SPEC G2, G6: a 429 naming 'tokens'
       }
+      // the client went away, or the limiter ended the request (SPEC N7): stop at once,
+      // also in the middle of a delay
+      const gone = new AbortController();
+      reply.raw.once('close', () => gone.abort());
+      if (reply.raw.destroyed) gone.abort();
       const held = hold;
+      const { tokens, delay_ms: delayMs } = query;
       async function* events(): AsyncGenerator<string> {
         let sent = 0;
         try {
-          for (let i = 1; i <= tokens; i++) {
-            if (delayMs) await sleep(delayMs);
+          for (let i = 1; i <= tokens && !gone.signal.aborted; i++) {
+            if (delayMs) await pause(delayMs, gone.signal);
+            if (gone.signal.aborted) return;
             sent += 1;
             yield `data: token-${i}\n\n`;
           }
-          yield 'data: [DONE]\n\n';
+          if (!gone.signal.aborted) yield 'data: [DONE]\n\n';
         } finally {
           // SPEC G3: the actual count, also when the client went away (the stream is destroyed)
           if (held) await held.settle(sent).catch(() => undefined);

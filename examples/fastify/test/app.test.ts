@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AppProcess, RedisServer, type Reply, type RequestOptions, counter, item, request, scrape, sf, sleep } from 'redis-tb-node-test-support';
+import { startupExitTests, streamRouteTests } from 'redis-tb-node-test-support';
 
 const PROXY = '127.0.0.2';
 const ALICE = { 'x-api-key': 'key-alice' }; // pro
@@ -191,15 +192,31 @@ describe('fastify example, Redis stopped and restarted', () => {
   });
 });
 
-describe('fastify example, startup', () => {
-  test('a Redis without the module stops the app with the startup message', async () => {
-    const bare = await RedisServer.start(false);
+describe('fastify example, GET /stream (issue 39: L3, L5)', () => {
+  streamRouteTests({
+    base: () => app.url,
+    redisPort: () => redis.port,
+    as: (ip) => ({ headers: { 'x-forwarded-for': ip }, localAddress: PROXY }),
+  });
+});
+
+describe('fastify example, startup (SPEC U1-U4)', () => {
+  startupExitTests('dist/src/server.js', ['ip', 'user', 'orders', 'search', 'search-strict', 'streams']);
+
+  test('REDIS_TB_START_DEGRADED=1: an unreachable Redis is U2\'s one line; the app serves, failing open (and closed for login)', async () => {
+    const nowhere = await RedisServer.start();
+    const url = nowhere.url;
+    await nowhere.stop();
+    const p = await new AppProcess('dist/src/server.js', { REDIS_URL: url, REDIS_TB_START_DEGRADED: '1' }).start();
     try {
-      const p = new AppProcess('dist/src/server.js', { REDIS_URL: bare.url }).spawnOnly();
-      assert.equal(await p.exited(), 1);
-      assert.match(p.output, new RegExp(`redis-tb module not loaded on 127\\.0\\.0\\.1:${bare.port}: load libredis_tb\\.so with loadmodule`));
+      const r = await request(p.url, '/items/1');
+      assert.equal(r.status, 200);
+      assert.equal(r.headers.ratelimit, undefined);
+      const login = await request(p.url, '/login', { method: 'POST', body: {} });
+      assert.equal(login.status, 503);
+      assert.match(p.output, /^redis-tb: Redis at 127\.0\.0\.1:\d+ unreachable at startup; starting degraded \(the limiter's failure mode applies until it answers\)$/m);
     } finally {
-      await bare.stop();
+      await p.stop();
     }
   });
 });

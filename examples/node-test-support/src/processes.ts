@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import http from 'node:http';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 
 /**
@@ -63,12 +64,24 @@ async function stopChild(child: ChildProcess | undefined, signal: NodeJS.Signals
 
 export class RedisServer {
   private child: ChildProcess | undefined;
-  constructor(readonly port: number, readonly loadModule = true) {}
+  constructor(readonly port: number, readonly loadModule = true, readonly cluster = false) {}
 
   static async start(loadModule = true): Promise<RedisServer> {
     const s = new RedisServer(await freePort(), loadModule);
     await s.start();
     return s;
+  }
+
+  /** A one-node Redis Cluster with the module, owning every slot (a plain client reaches every key). */
+  static async startCluster(): Promise<RedisServer> {
+    const s = new RedisServer(await freePort(), true, true);
+    await s.start();
+    await command(s.port, ['CLUSTER', 'ADDSLOTSRANGE', '0', '16383']);
+    for (let i = 0; i < 500; i++) {
+      if (/cluster_state:ok/.test(String(await command(s.port, ['CLUSTER', 'INFO'])))) return s;
+      await sleep(10);
+    }
+    throw new Error('the cluster never came up');
   }
 
   get url(): string {
@@ -78,6 +91,9 @@ export class RedisServer {
   async start(): Promise<void> {
     const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
     if (this.loadModule) args.push('--loadmodule', modulePath);
+    if (this.cluster) {
+      args.push('--cluster-enabled', 'yes', '--cluster-config-file', path.join(os.tmpdir(), `redis-tb-example-nodes-${this.port}-${process.pid}.conf`));
+    }
     this.child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
     await waitFor(this.child, /Ready to accept connections/, 'redis-server');
   }
@@ -182,3 +198,104 @@ export function request(base: string, pathname: string, opts: RequestOptions = {
 }
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+type RespValue = string | number | null | RespValue[];
+
+/** Parses one RESP2 reply at `at`: [value, next offset], or null when incomplete. */
+function parseResp(buf: string, at: number): [RespValue, number] | null {
+  const eol = buf.indexOf('\r\n', at);
+  if (eol < 0) return null;
+  const kind = buf[at];
+  const line = buf.slice(at + 1, eol);
+  if (kind === '+') return [line, eol + 2];
+  if (kind === '-') throw new Error(line);
+  if (kind === ':') return [Number(line), eol + 2];
+  if (kind === '$') {
+    const n = Number(line);
+    if (n < 0) return [null, eol + 2];
+    if (buf.length < eol + 2 + n + 2) return null;
+    return [buf.slice(eol + 2, eol + 2 + n), eol + 2 + n + 2];
+  }
+  if (kind === '*') {
+    const n = Number(line);
+    if (n < 0) return [null, eol + 2];
+    const out: RespValue[] = [];
+    let next = eol + 2;
+    for (let i = 0; i < n; i++) {
+      const item = parseResp(buf, next);
+      if (item === null) return null;
+      out.push(item[0]);
+      next = item[1];
+    }
+    return [out, next];
+  }
+  throw new Error(`unexpected RESP reply: ${buf.slice(at, at + 40)}`);
+}
+
+/** One Redis command on its own connection (RESP2), for reading what the app left in Redis. */
+export function command(port: number, args: string[]): Promise<RespValue> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1');
+    let acc = '';
+    s.setEncoding('latin1');
+    s.on('data', (d: string) => {
+      acc += d;
+      try {
+        const r = parseResp(acc, 0);
+        if (r !== null) {
+          s.destroy();
+          resolve(r[0]);
+        }
+      } catch (err) {
+        s.destroy();
+        reject(err);
+      }
+    });
+    s.on('error', reject);
+    s.write(`*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`);
+  });
+}
+
+/** A GET that reads the response's head and nothing more, and can leave at any time. */
+export class PausedStream {
+  readonly socket: net.Socket;
+  /** resolves with the status when the head arrived (or null when the connection closed first) */
+  readonly head: Promise<number | null>;
+  /** resolves when the connection closed (by either side; a paused client sees the app's close once it reads: {@link drainToClose}) */
+  readonly closed: Promise<void>;
+
+  constructor(base: string, pathname: string, opts: { headers?: Record<string, string>; localAddress?: string } = {}) {
+    const url = new URL(pathname, base);
+    this.socket = net.connect({ host: url.hostname, port: Number(url.port), localAddress: opts.localAddress });
+    this.socket.on('error', () => {});
+    let acc = '';
+    this.head = new Promise((resolve) => {
+      const onData = (d: Buffer): void => {
+        acc += d.toString('latin1');
+        const m = /^HTTP\/1\.1 (\d{3})/.exec(acc);
+        if (m && acc.includes('\r\n\r\n')) {
+          this.socket.off('data', onData);
+          this.socket.pause(); // reads nothing more
+          resolve(Number(m[1]));
+        }
+      };
+      this.socket.on('data', onData);
+      this.socket.once('close', () => resolve(null));
+    });
+    this.closed = new Promise((resolve) => this.socket.once('close', () => resolve()));
+    const headers = Object.entries(opts.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    this.socket.write(`GET ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${url.host}\r\n${headers}\r\n`);
+  }
+
+  /** Reads (and drops) what arrived, so the app's close, queued behind it, is seen: resolves at the close. */
+  drainToClose(): Promise<void> {
+    this.socket.on('data', () => {});
+    this.socket.resume();
+    return this.closed;
+  }
+
+  /** The client goes away. */
+  leave(): void {
+    this.socket.destroy();
+  }
+}

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import http
+from . import http, resp
 
 REPO = Path(__file__).resolve().parents[3]
 MODULE = Path(os.environ.get("REDIS_TB_MODULE", REPO / "target" / "release" / "libredis_tb.so"))
@@ -31,6 +31,23 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it) is free too: a cluster node
+    refuses a port above 55535."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port > 55535:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bus:
+                try:
+                    bus.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
 
 
 class Process:
@@ -84,13 +101,17 @@ class Process:
 
 
 class RedisServer(Process):
-    """redis-server on a free loopback port, persistence off, the module loaded."""
+    """redis-server on a free loopback port, persistence off, the module loaded (unless
+    `module` is false: a server an app must refuse, SPEC U1); `cluster` makes it a
+    one-node Redis Cluster owning every slot (SPEC U3, K6)."""
 
-    def __init__(self) -> None:
-        super().__init__("redis")
-        if not MODULE.exists():
+    def __init__(self, *, module: bool = True, cluster: bool = False) -> None:
+        super().__init__("redis-cluster" if cluster else "redis" if module else "redis-bare")
+        if module and not MODULE.exists():
             raise RuntimeError(f"{MODULE} is missing: build it with `cargo build --release` or set REDIS_TB_MODULE")
-        self.port = free_port()
+        self.module = module
+        self.cluster = cluster
+        self.port = free_cluster_port() if cluster else free_port()
 
     @property
     def url(self) -> str:
@@ -99,18 +120,27 @@ class RedisServer(Process):
     def start(self) -> RedisServer:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            self._spawn([
+            argv = [
                 REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", str(self.logdir),
-                "--loadmodule", str(MODULE),
-            ])
+            ]
+            if self.module:
+                argv += ["--loadmodule", str(MODULE)]
+            if self.cluster:
+                argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.logdir / "nodes.conf")]
+            self._spawn(argv)
             try:
                 self._wait_ping(deadline)
+                if self.cluster:
+                    self._own_every_slot(deadline)
                 return self
             except _Exited:
                 # the port may still be held right after a stop: try again until the deadline
+                # (a cluster node, which is never restarted, on another pair of ports)
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server exited at start:\n{self.output()}") from None
+                if self.cluster:
+                    self.port = free_cluster_port()
                 time.sleep(0.2)
 
     def _wait_ping(self, deadline: float) -> None:
@@ -125,6 +155,24 @@ class RedisServer(Process):
             time.sleep(0.05)
         self.kill(signal.SIGKILL)
         raise RuntimeError(f"redis-server did not answer PING on {self.port} within {START_TIMEOUT} s:\n{self.output()}")
+
+    def _own_every_slot(self, deadline: float) -> None:
+        """One node serving all 16384 slots: CLUSTER ADDSLOTSRANGE, then cluster_state:ok."""
+        if self.call("CLUSTER", "ADDSLOTSRANGE", "0", "16383") != "OK":
+            raise RuntimeError(f"CLUSTER ADDSLOTSRANGE failed:\n{self.output()}")
+        while time.monotonic() < deadline:
+            info = self.call("CLUSTER", "INFO")
+            if isinstance(info, bytes) and b"cluster_state:ok" in info:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the one-node cluster on {self.port} is not ok within {START_TIMEOUT} s")
+
+    def call(self, *args: str | int | float) -> resp.Reply:
+        """One command, its whole reply parsed (an error reply as resp.Error)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(resp.encode(*args))
+            with s.makefile("rb") as f:
+                return resp.read(f)
 
     def command(self, *args: str) -> bytes:
         """One command over RESP2; the first line of the reply (enough for PING/FLUSHALL)."""
