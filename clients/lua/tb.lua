@@ -5,8 +5,10 @@
 --
 --   EVALSHA <sha> <numkeys> <keys...> <COMMAND> <the command's arguments after its keys>
 --
--- COMMAND is TAKE, MTAKE, RESERVE, PEEK, REFUND or WINDOW (any case). The Functions build
--- (README.md) registers the same handlers as tb_take, tb_mtake, ... without the word.
+-- COMMAND is TAKE, MTAKE, RESERVE, PEEK, REFUND, WINDOW, ACQUIRE, RELEASE, RENEW, HOLD or
+-- SETTLE (any case). The Functions build (README.md) registers the same handlers as tb_take,
+-- tb_mtake, ... without the word. TB.ACQUIRE and TB.HOLD take the client's id (`ID <16 hex
+-- digits>`) after the module's arguments; where TIME is refused, `NOW <seconds>` follows.
 --
 -- Every rule here is a port of one in the module, named at each function (`bucket.rs
 -- take`), with the same floating-point operations in the same order: Lua numbers are IEEE
@@ -90,6 +92,24 @@ local function library()
             numkeys = 'ERR numkeys must be a positive integer',
             numkeys_mismatch = 'ERR numkeys does not match the arguments: tb.mtake takes numkeys keys, then capacity rate n for each key, then an optional now',
             duplicate = 'ERR tb.mtake got the same key more than once',
+            too_many_keys = 'ERR numkeys must be at most 64 (the buckets one call may take)',
+            lease_limit = 'ERR limit must be a whole number >= 1 and <= 10000',
+            lease_ms = 'ERR lease_ms must be a whole number of milliseconds >= 1 and <= 31536000000',
+            lease_id = 'ERR lease_id must be the 16 hex digits TB.ACQUIRE replied',
+            ttl_ms = 'ERR ttl_ms must be a whole number of milliseconds >= 1 and <= 31536000000',
+            estimate = 'ERR estimate must be > 0 and <= 9007199254740992',
+            actual = 'ERR actual must be >= 0 and <= 9007199254740992',
+            hold_id = 'ERR hold_id must be the 16 hex digits TB.HOLD replied',
+            take_syntax = 'ERR syntax: TB.ACQUIRE key limit lease_ms [TAKE numkeys key [key ...] capacity rate n [capacity rate n ...]] (no now: the server\'s clock)',
+            take_duplicate = 'ERR tb.acquire got the same key more than once (the lease key and every bucket must differ)',
+            peek_leases = 'ERR syntax: TB.PEEK key LEASES takes nothing after LEASES',
+            peek_holds = 'ERR syntax: TB.PEEK key HOLDS takes nothing after HOLDS',
+            not_leases = "ERR key holds a sorted set that is not TB.ACQUIRE's leases (members lease:<16 hex digits>, scores whole ms)",
+            corrupt_holds = "ERR bucket state is corrupt: field 'holds' is not a list of holds",
+            -- The script's own (README.md): the id a grant gets comes from the client.
+            id = 'ERR the scripts take ID <16 hex digits from the client\'s CSPRNG> after TB.ACQUIRE\'s and TB.HOLD\'s arguments',
+            id_taken = 'ERR ID is already held on this key: send a fresh random one',
+            no_time_lease = 'ERR this server refuses TIME in scripts and no key tells its clock: send NOW <seconds since the Unix epoch> after the arguments',
         }
         for _, arg in ipairs({ 'capacity', 'rate', 'n', 'now', 'max_wait', 'limit', 'window' }) do
             E.invalid[arg] = 'ERR ' .. arg .. ' is not a valid number'
@@ -824,12 +844,23 @@ local function library()
         function M.cmd_peek(keys, args, o)
             M.single_key(keys, 'tb.peek')
             local count = #args - o
-            if count == 1 then
-                local word = string.upper(args[o + 1])
-                if word == 'LEASES' or word == 'HOLDS' then
-                    -- Leases and holds come with part 2 of issue 42 (README.md).
-                    M.fail('ERR TB.PEEK key ' .. word .. ' is not in the script library yet')
+            local word = count >= 1 and string.upper(args[o + 1])
+            if word == 'LEASES' or word == 'HOLDS' then
+                if not M.lease_part_done then
+                    M.lease_part()
+                    M.lease_part_done = true
                 end
+                -- The script's NOW (read only where TIME is refused) may follow the word.
+                local last, _, now_text = M.tail(args, o)
+                if last - o > 3 then
+                    M.arity('tb.peek')
+                elseif last - o ~= 1 then
+                    M.fail(word == 'LEASES' and M.errors().peek_leases or M.errors().peek_holds)
+                end
+                if word == 'LEASES' then
+                    return M.peek_leases(keys, now_text)
+                end
+                return M.peek_holds(keys, now_text)
             end
             if count ~= 2 and count ~= 3 then
                 M.arity('tb.peek')
@@ -850,6 +881,9 @@ local function library()
             end
             if nkeys == 0 then
                 M.fail(M.errors().numkeys)
+            end
+            if nkeys > 64 then
+                M.fail(M.errors().too_many_keys)
             end
             local has_now
             if rest == 3 * nkeys then
@@ -1394,7 +1428,7 @@ local function library()
             if not ((t >= 0 and t < MAX_TIME) or t == MAX_TIME) then
                 self.corrupt = true
             end
-            if M.is_lease_member(member) then
+            if M.is_lease_member(member) or (member == 'redis-tb:leases' and score == -1) then
                 self.leases = true
             elseif not M.is_log_entry(member, score) then
                 self.foreign = true
@@ -1659,6 +1693,835 @@ local function library()
         end
     end
 
+    function M.lease_part()
+        -- Leases and holds (lease.rs, hold.rs, store_lease.rs, commands/lease.rs and hold.rs). Times
+        -- are the server's whole microseconds (M.lease_clock); expiries whole milliseconds.
+        if not M.bucket_part_done then
+            M.bucket_part()
+            M.bucket_part_done = true
+        end
+        local MAX_LIMIT, MAX_LEASE_MS, MAX_HOLDS, MAX_KEYS = 10000, 31536000000, 100, 64
+        local MARKER = 'redis-tb:leases'
+        local MAX_EXPIRY_MS = 253402300800000 + MAX_LEASE_MS
+
+        -- The script's own arguments after the module's: `ID <16 hex digits>` (TB.ACQUIRE and
+        -- TB.HOLD: the id a grant gets, drawn by the client from its CSPRNG) and `NOW <seconds>`
+        -- (read only where TIME is refused). Returns the index of the module's last argument.
+        function M.tail(args, o)
+            local last = #args
+            local id, now
+            if last - 1 > o and string.upper(args[last - 1]) == 'NOW' then
+                now, last = args[last], last - 2
+            end
+            if last - 1 > o and string.upper(args[last - 1]) == 'ID' then
+                id, last = args[last], last - 2
+            end
+            return last, id, now
+        end
+
+        -- parse/lease.rs whole: any text of the number grammar whose value is whole, in [1, max].
+        function M.whole(text, max)
+            local v = M.parse_number(text)
+            if v and v == floor(v) and v >= 1 and v <= max then
+                return v
+            end
+            return nil
+        end
+
+        -- lease.rs parse_id: 16 hex digits, either case; the member's lowercase text.
+        function M.parse_id(text)
+            if #text == 16 and sfind(text, '^%x+$') then
+                return string.lower(text)
+            end
+            return nil
+        end
+
+        -- The client's id for a grant (checked after the module's own arguments).
+        function M.client_id(text)
+            local id = text and M.parse_id(text)
+            if not id then
+                M.fail(M.errors().id)
+            end
+            return id
+        end
+
+        function M.valid_expiry(s)
+            if s and s == floor(s) and s >= 0 and s <= MAX_EXPIRY_MS then
+                return s
+            end
+            return nil
+        end
+
+        function M.is_lease(member)
+            return #member == 22 and sfind(member, '^lease:[0-9a-f]+$') ~= nil
+        end
+
+        -- The call's clock (a server-clock Clock of commands/mod.rs) in whole microseconds: TIME;
+        -- where TIME is refused, the server's millisecond from the first key with a TTL (the
+        -- client's NOW inside it, else its last microsecond); else the client's NOW, unbounded
+        -- (README.md). A call that writes nothing on missing keys needs no clock (0).
+        function M.lease_clock(keys, now_text, creates)
+            local now = M.parse_now(now_text)
+            local micros = M.server_micros()
+            if micros then
+                return micros
+            end
+            local any = false
+            for i = 1, #keys do
+                local ms = M.key_clock_ms(keys[i])
+                if ms then
+                    local lo, hi = ms * 1000, ms * 1000 + 999
+                    local us = hi
+                    if now then
+                        us = floor(now * 1e6)
+                        us = us < lo and lo or (us > hi and hi or us)
+                    end
+                    return us
+                end
+                any = any or rcall('EXISTS', keys[i]) == 1
+            end
+            if now then
+                return floor(now * 1e6)
+            end
+            if creates or any then
+                M.fail(M.errors().no_time_lease)
+            end
+            return 0
+        end
+
+        -- A server-clock Clock for the bucket functions.
+        function M.micros_clock(micros)
+            local secs = floor(micros / 1e6)
+            return { now = micros / 1e6, text = sfmt('%.0f.%06.0f', secs, micros - secs * 1e6), server = true }
+        end
+
+        ---------------------------------------------------------------------------------------------
+        -- The lease key (store_lease.rs LeaseKey)
+
+        -- Opens a lease key: WRONGTYPE for another type; a set without the marker first is
+        -- refused unless every member is a lease (a key from before the marker, adopted).
+        function M.open_leases(key)
+            local n = rpcall('ZCARD', key)
+            if type(n) ~= 'number' then
+                M.fail(M.errors().wrongtype)
+            end
+            local L = { key = key, exists = n > 0, count = 0, marked = false }
+            if n == 0 then
+                return L
+            end
+            local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+            L.marked = first[1] == MARKER and tonumber(first[2]) == -1
+            if not L.marked then
+                if n > MAX_LIMIT then
+                    M.fail(M.errors().not_leases)
+                end
+                local all = rcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+                for i = 1, #all, 2 do
+                    if not (M.valid_expiry(tonumber(all[i + 1])) and M.is_lease(all[i])) then
+                        M.fail(M.errors().not_leases)
+                    end
+                end
+            end
+            L.count = n - (L.marked and 1 or 0)
+            return L
+        end
+
+        -- LeaseKey::front: from score 0 up, the expired leases (members), the expiries of the
+        -- first k live ones and the first live one ({member, expiry}); every member read is
+        -- checked, and reading stops after max(k, 1) live ones, as the module's does.
+        function M.lease_front(L, now_ms, k)
+            local F = { expired = {}, live = {}, first = nil }
+            if not L.exists then
+                return F
+            end
+            local want = k > 1 and k or 1
+            local seen, offset, chunk = 0, 0, 16
+            while true do
+                local r = rcall('ZRANGE', L.key, 0, '+inf', 'BYSCORE', 'LIMIT', offset, chunk, 'WITHSCORES')
+                for i = 1, #r, 2 do
+                    local m = r[i]
+                    local e = M.valid_expiry(tonumber(r[i + 1]))
+                    if not (e and M.is_lease(m)) then
+                        M.fail(M.errors().not_leases)
+                    end
+                    if e <= now_ms then
+                        F.expired[#F.expired + 1] = m
+                    else
+                        seen = seen + 1
+                        if #F.live < k then
+                            F.live[#F.live + 1] = e
+                        end
+                        if F.first == nil then
+                            F.first = { m, e }
+                        end
+                        if seen >= want then
+                            return F
+                        end
+                    end
+                end
+                if #r < 2 * chunk then
+                    return F
+                end
+                offset = offset + chunk
+                chunk = chunk * 2
+            end
+        end
+
+        -- LeaseKey::remove: the expired leases and `extra`, and the marker with the last lease.
+        function M.lease_remove(L, expired, extra)
+            local members = {}
+            for i = 1, #expired do
+                members[i] = expired[i]
+            end
+            if extra then
+                members[#members + 1] = extra
+            end
+            if #members == 0 then
+                return
+            end
+            local left = L.count - #members
+            L.count = left > 0 and left or 0
+            if L.count == 0 and L.marked then
+                members[#members + 1] = MARKER
+                L.marked = false
+            end
+            for i = 1, #members, CHUNK do
+                local stop = i + CHUNK - 1
+                rcall('ZREM', L.key, unpack(members, i, stop < #members and stop or #members))
+            end
+        end
+
+        -- LeaseKey::fit_expiry (lease.rs shrunk_expiry): a TTL more than two slacks beyond the
+        -- latest lease left is brought back to one.
+        function M.lease_fit(L, now_ms)
+            local last = rpcall('ZRANGE', L.key, -1, -1, 'WITHSCORES')
+            if type(last) ~= 'table' or last.err or #last == 0 then
+                return
+            end
+            local latest = M.valid_expiry(tonumber(last[2]))
+            local at = rcall('PEXPIRETIME', L.key)
+            if latest == nil or at < 0 then
+                return
+            end
+            local slack = floor((latest > now_ms and latest - now_ms or 0) / 4) + 1000
+            local target = latest + slack
+            if at > target + slack then
+                rcall('PEXPIREAT', L.key, sfmt('%.0f', target))
+            end
+        end
+
+        -- lease.rs key_expiry, absolute: the key outlives the lease with a slack.
+        function M.cover_expiry(key, current, expiry, ms)
+            if current >= 0 and current >= expiry then
+                return
+            end
+            rcall('PEXPIREAT', key, sfmt('%.0f', expiry + floor(ms / 4) + 1000))
+        end
+
+        -- LeaseKey::put: the lease (new, or moved when `update`), the marker with a key's first
+        -- write, then the key's expiry.
+        function M.lease_put(L, member, expiry, lease_ms, update)
+            local score = sfmt('%.0f', expiry)
+            if update then
+                if not L.marked then
+                    rcall('ZADD', L.key, 'NX', -1, MARKER)
+                end
+                rcall('ZADD', L.key, 'XX', score, member)
+            else
+                if L.marked then
+                    rcall('ZADD', L.key, score, member)
+                else
+                    rcall('ZADD', L.key, -1, MARKER, score, member)
+                end
+                L.count = L.count + 1
+            end
+            L.marked = true
+            M.cover_expiry(L.key, rcall('PEXPIRETIME', L.key), expiry, lease_ms)
+        end
+
+        -- The expiry of lease `member` if it is held and live (a score that is not an expiry:
+        -- refused, as LeaseKey::expiry_of refuses it).
+        function M.live_lease(L, F, member, now_ms)
+            if F.first and F.first[1] == member then
+                return F.first[2]
+            end
+            if not L.exists then
+                return nil
+            end
+            local s = rcall('ZSCORE', L.key, member)
+            if not s then
+                return nil
+            end
+            local e = M.valid_expiry(tonumber(s))
+            if e == nil then
+                M.fail(M.errors().not_leases)
+            end
+            return e > now_ms and e or nil
+        end
+
+        -- Opens a lease key and reads what every writing call needs.
+        function M.open_reclaiming(key, now_ms, k_of)
+            local L = M.open_leases(key)
+            local F = M.lease_front(L, now_ms, k_of(L.count))
+            local live = L.count - #F.expired
+            return L, F, live > 0 and live or 0
+        end
+
+        function M.needed_earliest(limit, live)
+            if live < limit then
+                return 0
+            end
+            return live - limit + 1
+        end
+
+        -- lease.rs acquire.
+        function M.acquire(limit, lease_ms, live, earliest, now_us)
+            local now_ms = floor(now_us / 1000)
+            if live < limit then
+                local expiry = ceil(now_us / 1000) + lease_ms
+                return { granted = true, in_flight = live + 1, expiry = expiry, ms = expiry - now_ms }
+            end
+            local k = M.needed_earliest(limit, live)
+            local e = earliest[k > 1 and k or 1] or earliest[#earliest]
+            local ms = 0
+            if e then
+                ms = e > now_ms and e - now_ms or 0
+            end
+            return { granted = false, in_flight = live, ms = ms }
+        end
+
+        -- bucket.rs aggregate.
+        function M.aggregate(each)
+            local allowed, never, retry, reset, remaining = true, false, 0, 0, nil
+            for _, d in ipairs(each) do
+                allowed = allowed and d.allowed
+                never = never or d.retry < 0
+                if d.retry > retry then
+                    retry = d.retry
+                end
+                if d.reset > reset then
+                    reset = d.reset
+                end
+                if remaining == nil or d.remaining < remaining then
+                    remaining = d.remaining
+                end
+            end
+            if allowed then
+                retry = 0
+            elseif never then
+                retry = -1
+            end
+            return { allowed = allowed, remaining = remaining or 0, retry = retry, reset = reset }
+        end
+
+        -- lease.rs acquire_with_buckets: the slot and every bucket, all or nothing.
+        function M.acquire_with_buckets(limit, lease_ms, live, earliest, now_us, now, parts)
+            local slot = M.acquire(limit, lease_ms, live, earliest, now_us)
+            local total, each = M.take_all(parts, now)
+            if not total.allowed and slot.granted then
+                slot = { granted = false, in_flight = live, ms = 0 }
+            end
+            if not slot.granted and total.allowed then
+                for i, p in ipairs(parts) do
+                    each[i] = M.report(p.cap, p.rate, p.n, now, p.st)
+                end
+                total = M.aggregate(each)
+            end
+            return slot, total, each
+        end
+
+        ---------------------------------------------------------------------------------------------
+        -- Lease commands
+
+        -- TB.ACQUIRE key limit lease_ms [TAKE numkeys key... capacity rate n...]: KEYS are the
+        -- lease key and the buckets; ARGV limit lease_ms [TAKE capacity rate n...] ID id [NOW t].
+        function M.cmd_acquire(keys, args, o)
+            local last, id_text, now_text = M.tail(args, o)
+            local count = last - o
+            if #keys < 1 or count < 2 then
+                M.arity('tb.acquire')
+            end
+            local limit = M.whole(args[o + 1], MAX_LIMIT)
+            if not limit then
+                M.fail(M.errors().lease_limit)
+            end
+            local lease_ms = M.whole(args[o + 2], MAX_LEASE_MS)
+            if not lease_ms then
+                M.fail(M.errors().lease_ms)
+            end
+            local nb = #keys - 1
+            local parts = {}
+            if count > 2 or nb > 0 then
+                if count < 3 or string.upper(args[o + 3]) ~= 'TAKE' or nb == 0 then
+                    M.fail(M.errors().take_syntax)
+                end
+                if nb > MAX_KEYS then
+                    M.fail(M.errors().too_many_keys)
+                end
+                if count - 3 ~= 3 * nb then
+                    M.fail(M.errors().take_syntax)
+                end
+                for i = 1, nb do
+                    local base = o + 3 + 3 * (i - 1)
+                    local cap, rate = M.parse_limit(args[base + 1], args[base + 2])
+                    parts[i] = { cap = cap, rate = rate, n = M.parse_n(args[base + 3]) }
+                end
+                local seen = {}
+                for i = 1, #keys do
+                    if seen[keys[i]] then
+                        M.fail(M.errors().take_duplicate)
+                    end
+                    seen[keys[i]] = true
+                end
+            end
+            local id = M.client_id(id_text)
+            local now_us = M.lease_clock(keys, now_text, true)
+            local now_ms = floor(now_us / 1000)
+            local clock = M.micros_clock(now_us)
+            local L, F, live = M.open_reclaiming(keys[1], now_ms, function(c)
+                return M.needed_earliest(limit, c)
+            end)
+            local earliest = {}
+            for i = 1, M.needed_earliest(limit, live) do
+                earliest[i] = F.live[i]
+            end
+            local buckets = {}
+            for i = 1, nb do
+                buckets[i] = M.open_bucket(keys[i + 1])
+            end
+            for i = 1, nb do
+                parts[i].st = M.read_bucket(buckets[i])
+            end
+            local member = 'lease:' .. id
+            local slot, total, each = M.acquire_with_buckets(limit, lease_ms, live, earliest, now_us, clock.now,
+                parts)
+            if slot.granted and L.exists then
+                -- The client's id must not be held already (an expired one is reclaimed below).
+                local s = rcall('ZSCORE', L.key, member)
+                local e = s and M.valid_expiry(tonumber(s))
+                if s and not (e and e <= now_ms) then
+                    M.fail(M.errors().id_taken)
+                end
+            end
+            M.lease_remove(L, F.expired, nil)
+            if slot.granted then
+                M.lease_put(L, member, slot.expiry, lease_ms, false)
+            elseif #F.expired > 0 then
+                M.lease_fit(L, now_ms)
+            end
+            M.round(clock, total)
+            local texts = {}
+            for i, d in ipairs(each) do
+                M.round(clock, d)
+                texts[i] = M.fmt(d.remaining)
+            end
+            for i, d in ipairs(each) do
+                M.store_bucket(buckets[i], d, texts[i], clock)
+            end
+            local reply = { slot.granted and 1 or 0, slot.in_flight, slot.granted and id or false, slot.ms }
+            if nb > 0 then
+                reply[5] = M.decision_reply(total)
+                local per = {}
+                for i, d in ipairs(each) do
+                    per[i] = M.decision_reply(d, texts[i])
+                end
+                reply[6] = per
+            end
+            return reply
+        end
+
+        -- TB.RELEASE key lease_id [NOW t] -> [released, in_flight].
+        function M.cmd_release(keys, args, o)
+            M.single_key(keys, 'tb.release')
+            local last, _, now_text = M.tail(args, o)
+            if last - o ~= 1 then
+                M.arity('tb.release')
+            end
+            local id = M.parse_id(args[o + 1])
+            if not id then
+                M.fail(M.errors().lease_id)
+            end
+            local now_ms = floor(M.lease_clock(keys, now_text, false) / 1000)
+            local L, F, live = M.open_reclaiming(keys[1], now_ms, function()
+                return 0
+            end)
+            local member = 'lease:' .. id
+            local held = M.live_lease(L, F, member, now_ms) ~= nil
+            if held or #F.expired > 0 then
+                M.lease_remove(L, F.expired, held and member or nil)
+                M.lease_fit(L, now_ms)
+            end
+            return { held and 1 or 0, live - (held and 1 or 0) }
+        end
+
+        -- TB.RENEW key id ms [NOW t]: a lease on a sorted set, a hold on a bucket's hash.
+        function M.cmd_renew(keys, args, o)
+            M.single_key(keys, 'tb.renew')
+            local last, _, now_text = M.tail(args, o)
+            if last - o ~= 2 then
+                M.arity('tb.renew')
+            end
+            local id = M.parse_id(args[o + 1])
+            if not id then
+                M.fail(M.errors().lease_id)
+            end
+            local lease_ms = M.whole(args[o + 2], MAX_LEASE_MS)
+            if not lease_ms then
+                M.fail(M.errors().lease_ms)
+            end
+            local now_us = M.lease_clock(keys, now_text, false)
+            local now_ms = floor(now_us / 1000)
+            if type(rpcall('ZCARD', keys[1])) ~= 'number' and rcall('TYPE', keys[1]).ok == 'hash' then
+                return M.renew_hold(keys[1], id, lease_ms, now_us)
+            end
+            local L, F, live = M.open_reclaiming(keys[1], now_ms, function()
+                return 0
+            end)
+            local member = 'lease:' .. id
+            local current = M.live_lease(L, F, member, now_ms)
+            local renewed = current and ceil(now_us / 1000) + lease_ms
+            M.lease_remove(L, F.expired, nil)
+            if renewed then
+                M.lease_put(L, member, renewed, lease_ms, true)
+            elseif #F.expired > 0 then
+                M.lease_fit(L, now_ms)
+            end
+            local ms = 0
+            if renewed then
+                ms = renewed > now_ms and renewed - now_ms or 0
+            end
+            return { renewed and 1 or 0, live, ms }
+        end
+
+        -- TB.PEEK key LEASES -> [in_flight, ms until the earliest live lease expires]. Reads only.
+        function M.peek_leases(keys, now_text)
+            local now_ms = floor(M.lease_clock(keys, now_text, false) / 1000)
+            local L = M.open_leases(keys[1])
+            local F = M.lease_front(L, now_ms, 1)
+            local live = L.count - #F.expired
+            local ms = 0
+            if F.live[1] then
+                ms = F.live[1] > now_ms and F.live[1] - now_ms or 0
+            end
+            return { live > 0 and live or 0, ms }
+        end
+
+        ---------------------------------------------------------------------------------------------
+        -- Holds (hold.rs): the bucket hash's `holds` field, `<id>:<amount>:<expiry ms>` by spaces.
+
+        -- hold.rs parse_holds: a list of records ({ id, a, e, et }), or nil when corrupt. Ids are
+        -- read as u64::from_str_radix reads 16 characters (a leading '+' included) and kept as
+        -- format_holds writes them back (16 lowercase digits); expiries as u64 digits.
+        function M.parse_holds(text)
+            local out = {}
+            for item in string.gmatch(text, '[^ ]+') do
+                local id, amount, expiry = smatch(item, '^([^:]*):([^:]*):([^:]*)$')
+                if not id or #id ~= 16 then
+                    return nil
+                end
+                if sbyte(id, 1) == 43 then
+                    id = '0' .. ssub(id, 2)
+                end
+                if not sfind(id, '^%x+$') then
+                    return nil
+                end
+                local a = M.parse_number(amount)
+                if not (a and a > 0 and a <= MAX_AMOUNT) then
+                    return nil
+                end
+                if not sfind(expiry, '^%d+$') then
+                    return nil
+                end
+                local et = smatch(expiry, '^0*(%d-)$')
+                if et == '' then
+                    et = '0'
+                end
+                if #et > 20 or (#et == 20 and et > '18446744073709551615') then
+                    return nil
+                end
+                out[#out + 1] = { id = string.lower(id), a = a, e = tonumber(et), et = et }
+                if #out > MAX_HOLDS then
+                    return nil
+                end
+            end
+            return out
+        end
+
+        function M.format_holds(holds)
+            local parts = {}
+            for i, h in ipairs(holds) do
+                parts[i] = h.id .. ':' .. M.fmt(h.a) .. ':' .. h.et
+            end
+            return table.concat(parts, ' ')
+        end
+
+        -- A bucket opened and read (owner and corrupt checks), with its holds.
+        function M.open_holds(key)
+            local b = M.open_bucket(key)
+            local st = M.read_bucket(b)
+            local all = {}
+            if b.existed then
+                local text = rcall('HGET', key, 'holds')
+                if text then
+                    all = M.parse_holds(text)
+                    if all == nil then
+                        M.fail(M.errors().corrupt_holds)
+                    end
+                end
+            end
+            return b, st, all
+        end
+
+        function M.live_holds(all, now_ms)
+            local live = {}
+            for _, h in ipairs(all) do
+                if h.e > now_ms then
+                    live[#live + 1] = h
+                end
+            end
+            return live
+        end
+
+        -- commands/hold.rs store_all: the holds when they changed, then the bucket's fields as
+        -- TB.TAKE stores them, and a TTL that outlives the time to full and every hold.
+        function M.store_holds(b, d, text, clock, holds, changed, now_ms)
+            local latest = 0
+            for _, h in ipairs(holds) do
+                if h.e > latest then
+                    latest = h.e
+                end
+            end
+            local cover = (latest > now_ms and latest - now_ms or 0) / 1000
+            if d.reset > cover then
+                cover = d.reset
+            end
+            if changed then
+                if #holds == 0 then
+                    rcall('HDEL', b.key, 'holds')
+                else
+                    rcall('HSET', b.key, 'holds', M.format_holds(holds))
+                end
+            end
+            if d.new then
+                M.store_bucket(b, { new = d.new, reset = cover }, text, clock)
+            elseif changed then
+                M.expire(b.key, b.existed, cover)
+            end
+        end
+
+        -- TB.HOLD key capacity rate estimate ttl_ms ID id [NOW t]
+        --   -> [allowed, remaining, retry_after, reset_after, hold_id | nil].
+        function M.cmd_hold(keys, args, o)
+            M.single_key(keys, 'tb.hold')
+            local last, id_text, now_text = M.tail(args, o)
+            if last - o ~= 4 then
+                M.arity('tb.hold')
+            end
+            local cap, rate = M.parse_limit(args[o + 1], args[o + 2])
+            local estimate = M.parse_number(args[o + 3])
+            if not (estimate and estimate > 0 and estimate <= MAX_AMOUNT) then
+                M.fail(M.errors().estimate)
+            end
+            local ttl_ms = M.whole(args[o + 4], MAX_LEASE_MS)
+            if not ttl_ms then
+                M.fail(M.errors().ttl_ms)
+            end
+            local id = M.client_id(id_text)
+            local now_us = M.lease_clock(keys, now_text, true)
+            local now_ms = floor(now_us / 1000)
+            local clock = M.micros_clock(now_us)
+            local b, st, all = M.open_holds(keys[1])
+            for _, h in ipairs(all) do
+                if h.id == id then
+                    M.fail(M.errors().id_taken)
+                end
+            end
+            local live = M.live_holds(all, now_ms)
+            -- hold.rs hold: at least one place's share of the bucket.
+            local amount = estimate
+            if cap / MAX_HOLDS > amount then
+                amount = cap / MAX_HOLDS
+            end
+            local d, made
+            if #live >= MAX_HOLDS then
+                d = M.report(cap, rate, amount, clock.now, st)
+                local place = nil
+                for _, h in ipairs(live) do
+                    if place == nil or h.e < place then
+                        place = h.e
+                    end
+                end
+                place = place and (place > now_ms and place - now_ms or 0) / 1000 or 0
+                if d.retry >= 0 and place > d.retry then
+                    d.retry = place
+                end
+                d.allowed = false
+            else
+                d = M.take(cap, rate, amount, clock.now, st)
+                if d.new then
+                    local e = ceil(now_us / 1000) + ttl_ms
+                    made = { id = id, a = amount, e = e, et = sfmt('%.0f', e) }
+                end
+            end
+            M.round(clock, d)
+            local changed = made ~= nil or #live ~= #all
+            if made then
+                live[#live + 1] = made
+            end
+            local text = M.fmt(d.remaining)
+            M.store_holds(b, d, text, clock, live, changed, now_ms)
+            local reply = M.decision_reply(d, text)
+            reply[5] = made and id or false
+            return reply
+        end
+
+        -- TB.SETTLE key capacity rate hold_id actual [max_wait] [NOW t]
+        --   -> [settled, remaining, charged, reset_after].
+        function M.cmd_settle(keys, args, o)
+            M.single_key(keys, 'tb.settle')
+            local last, _, now_text = M.tail(args, o)
+            local count = last - o
+            if count ~= 4 and count ~= 5 then
+                M.arity('tb.settle')
+            end
+            local cap, rate = M.parse_limit(args[o + 1], args[o + 2])
+            local actual = M.parse_number(args[o + 4])
+            if not (actual and actual >= 0 and actual <= MAX_AMOUNT) then
+                M.fail(M.errors().actual)
+            end
+            actual = actual + 0
+            local max_debt = MAX_AMOUNT
+            if count == 5 then
+                local w = M.number(args[o + 5], 'max_wait')
+                if not (w >= 0) then
+                    M.fail(M.errors().range.max_wait)
+                end
+                max_debt = (w + 0) * rate
+                if max_debt > MAX_AMOUNT then
+                    max_debt = MAX_AMOUNT
+                end
+            end
+            local id = M.parse_id(args[o + 3])
+            if not id then
+                M.fail(M.errors().hold_id)
+            end
+            local now_us = M.lease_clock(keys, now_text, false)
+            local now_ms = floor(now_us / 1000)
+            local clock = M.micros_clock(now_us)
+            local now = clock.now
+            local b, st, all = M.open_holds(keys[1])
+            local live = M.live_holds(all, now_ms)
+            local found
+            for i, h in ipairs(live) do
+                if h.id == id then
+                    found = i
+                    break
+                end
+            end
+            local d, charged
+            if not found then
+                d = M.report(cap, rate, 1, now, st)
+                d.allowed, d.retry, charged = false, 0, 0
+            else
+                local hold = live[found]
+                local effective = M.effective_time(st, now)
+                local current = M.tokens_at(cap, rate, st, effective)
+                local delta = actual - hold.a
+                local floor_ = -(max_debt < 0 and 0 or max_debt)
+                local tokens
+                if delta < 0 then
+                    tokens = current - delta
+                    if tokens > cap then
+                        tokens = cap
+                    end
+                    if current > tokens then
+                        tokens = current
+                    end
+                else
+                    tokens = current - delta
+                    local lowest = floor_ < current and floor_ or current
+                    if lowest > tokens then
+                        tokens = lowest
+                    end
+                end
+                local new = nil
+                if tokens ~= current or st == nil then
+                    new = { t = tokens, l = effective }
+                end
+                d = { allowed = true, remaining = tokens, retry = 0,
+                    reset = M.wait_until(cap, rate, new or st, cap, now), new = new }
+                charged = current - tokens
+                table.remove(live, found)
+            end
+            M.round(clock, d)
+            local text = M.fmt(d.remaining)
+            M.store_holds(b, d, text, clock, live, #live ~= #all, now_ms)
+            return { d.allowed and 1 or 0, text, M.fmt(charged), M.fmt(d.reset) }
+        end
+
+        -- TB.RENEW on a bucket's hash (commands/hold.rs renew) -> [renewed, live holds, ms left].
+        function M.renew_hold(key, id, ttl_ms, now_us)
+            local now_ms = floor(now_us / 1000)
+            local b, _, all = M.open_holds(key)
+            local live = M.live_holds(all, now_ms)
+            local renewed
+            for _, h in ipairs(live) do
+                if h.id == id then
+                    h.e = ceil(now_us / 1000) + ttl_ms
+                    h.et = sfmt('%.0f', h.e)
+                    renewed = h.e
+                end
+            end
+            if renewed or #live ~= #all then
+                if #live == 0 then
+                    rcall('HDEL', key, 'holds')
+                else
+                    rcall('HSET', key, 'holds', M.format_holds(live))
+                end
+                local current = rcall('PEXPIRETIME', key)
+                if renewed and current >= 0 then
+                    M.cover_expiry(key, current, renewed, ttl_ms)
+                end
+            end
+            local ms = 0
+            if renewed then
+                ms = renewed > now_ms and renewed - now_ms or 0
+            end
+            return { renewed and 1 or 0, #live, ms }
+        end
+
+        -- TB.PEEK key HOLDS -> [holds, amount held, ms until the earliest expires].
+        function M.peek_holds(keys, now_text)
+            local now_ms = floor(M.lease_clock(keys, now_text, false) / 1000)
+            local f, exists = M.read_hash(keys[1])
+            local b = { key = keys[1], existed = exists, f = f }
+            M.read_bucket(b)
+            local all = {}
+            if exists then
+                local text = rcall('HGET', keys[1], 'holds')
+                if text then
+                    all = M.parse_holds(text)
+                    if all == nil then
+                        M.fail(M.errors().corrupt_holds)
+                    end
+                end
+            end
+            local live = M.live_holds(all, now_ms)
+            local amount, earliest = 0, nil
+            for _, h in ipairs(live) do
+                amount = amount + h.a
+                if earliest == nil or h.e < earliest then
+                    earliest = h.e
+                end
+            end
+            local ms = 0
+            if earliest then
+                ms = earliest > now_ms and earliest - now_ms or 0
+            end
+            return { #live, M.fmt(amount), ms }
+        end
+    end
+
     ---------------------------------------------------------------------------------------------
     -- Entry
 
@@ -1670,11 +2533,15 @@ local function library()
         PEEK = 'bucket_part',
         REFUND = 'bucket_part',
         WINDOW = 'window_part',
+        ACQUIRE = 'lease_part',
+        RELEASE = 'lease_part',
+        RENEW = 'lease_part',
+        HOLD = 'lease_part',
+        SETTLE = 'lease_part',
     }
 
     -- The handler of a command word (any case), its part defined first; nil for an unknown
-    -- word. Leases (TB.ACQUIRE, TB.RELEASE, TB.RENEW) and holds (TB.HOLD, TB.SETTLE) come
-    -- with part 2 of issue 42: their words and parts go here, and in functions.lua.
+    -- word.
     function M.handler(word)
         word = string.upper(word)
         local part = PARTS[word]
@@ -1696,6 +2563,6 @@ local lib = library()
 local handler = lib.handler(ARGV[1] or '')
 if handler == nil then
     return redis.error_reply('ERR unknown command word ' .. string.format('%q', ARGV[1] or '') ..
-        ': the first argument is TAKE, MTAKE, RESERVE, PEEK, REFUND or WINDOW')
+        ': the first argument is TAKE, MTAKE, RESERVE, PEEK, REFUND, WINDOW, ACQUIRE, RELEASE, RENEW, HOLD or SETTLE')
 end
 return lib.run(handler, KEYS, ARGV, 1)
