@@ -181,10 +181,10 @@ pub fn renew(
         }
         // The key outlives the renewed hold (a TTL already beyond it is kept; a bucket
         // without one keeps none).
-        if let (Some(expiry), Some(current)) = (renewed, bucket.expiry()) {
-            if let Some(at) = lease::key_expiry(Some(current), expiry, ttl_ms) {
-                bucket.apply_expiry(crate::algo::expiry::ExpiryPlan::SetAt(at));
-            }
+        if let (Some(expiry), Some(current)) = (renewed, bucket.expiry())
+            && let Some(at) = lease::key_expiry(Some(current), expiry, ttl_ms)
+        {
+            bucket.apply_expiry(crate::algo::expiry::ExpiryPlan::SetAt(at));
         }
     }
     drop(bucket);

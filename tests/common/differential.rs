@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use super::scripts::Backend;
+use super::clock::SharedClock;
+use super::scripts::{Backend, random_id};
 use super::{Conn, Reply, Rng};
 
 /// TTLs of one key on both servers within this many ms of each other, plus the time the
@@ -56,6 +57,8 @@ pub struct Stats {
     pub ttl_keep_or_set: u64,
     /// Keys changed directly between calls (foreign values, corrupt fields, DEL).
     pub vandalized: u64,
+    /// TB.HOLD refused by a full table of 100 live holds (on a bucket with tokens to spare).
+    pub full_tables: u64,
 }
 
 impl Stats {
@@ -98,9 +101,12 @@ const BUCKETS: [&str; 5] = ["b0", "b1", "b2", "b3", "b4"];
 const FIXED: [&str; 3] = ["f0", "f1", "f2"];
 const SLIDING: [&str; 3] = ["s0", "s1", "s2"];
 const LOG: [&str; 3] = ["l0", "l1", "l2"];
+const LEASES: [&str; 4] = ["e0", "e1", "e2", "e3"];
+/// Buckets that a burst fills with holds (a full table of 100, and what follows it).
+const HOLD_BURST: [&str; 2] = ["bh0", "bh1"];
 /// Keys seeded with someone else's data or a corrupt state, and a bucket and a window with
 /// fields of their own beside the module's (these keep working).
-const FOREIGN: [&str; 11] = [
+const FOREIGN: [&str; 15] = [
     "user",
     "board",
     "text",
@@ -112,6 +118,10 @@ const FOREIGN: [&str; 11] = [
     "split",
     "owned",
     "badcounts",
+    "legacy",
+    "lookalike",
+    "badholds",
+    "oldholds",
 ];
 
 const CAPACITIES: [&str; 9] = ["1", "2", "5", "10", "20", "0.5", "1e1", "3.5", "100"];
@@ -135,6 +145,13 @@ const LOG_LIMITS: [&str; 6] = ["1", "2", "3", "5", "8", "20"];
 const WINDOWS: [&str; 7] = ["0.1", "0.5", "1", "2", "0.25", "3.7", "0.05"];
 const WINDOW_NS: [&str; 7] = ["0", "1", "1", "1", "2", "0.5", "3"];
 const LOG_NS: [&str; 6] = ["0", "1", "1", "1", "2", "3"];
+const LEASE_LIMITS: [&str; 8] = ["1", "2", "2", "3", "5", "1e1", "2.0", "100"];
+const LEASE_MS: [&str; 9] = ["1", "5", "50", "200", "200", "1000", "3000", "1e3", "60000"];
+const ESTIMATES: [&str; 8] = ["1", "2", "0.5", "5", "5e-324", "1e9", "3.5", "1"];
+const HOLD_TTLS: [&str; 7] = ["1", "50", "200", "1000", "5000", "60000", "1e3"];
+const ACTUALS: [&str; 10] = ["0", "1", "2", "5", "10", "100", "2.5", "1e9", "1", "-1"];
+/// Whole-number arguments that are not accepted (TB.ACQUIRE's limit, lease_ms, ttl_ms).
+const BAD_WHOLES: [&str; 8] = ["0", "1.5", "-1", "10001", "31536000001", "x", "", "1e-3"];
 /// Texts no command accepts as a number (docs/commands.md's grammar), and numbers out of
 /// every range.
 const BAD_NUMBERS: [&str; 17] = [
@@ -170,6 +187,19 @@ pub struct Differential {
     /// Whether to send times beyond the clock bound (refused by both). Off against a
     /// server that refuses TIME in scripts, where a key's first call cannot be bounded.
     pub far_ahead: bool,
+    /// The wall clock both servers read (tests/common/clock_shim.c), set before each call:
+    /// calls on the server's clock are then decided at the same instant on both, and
+    /// leases and holds (server clock only in the module) are part of the run. Without
+    /// it, the run sends only calls with a client's `now`.
+    pub clock: Option<SharedClock>,
+    /// The script server refuses TIME: lease and hold calls send it `NOW <the clock>`.
+    pub no_time: bool,
+    /// Percent of calls that are lease and hold commands (with a clock).
+    pub lease_share: u64,
+    /// Ids granted per key (TB.ACQUIRE's on lease keys, TB.HOLD's on buckets), newest last.
+    ids: HashMap<String, Vec<String>>,
+    /// The module's reply to the last call.
+    last_reply: Option<Reply>,
 }
 
 fn wall() -> f64 {
@@ -188,6 +218,11 @@ fn keys_of(cmd: &[String]) -> Vec<String> {
     if cmd[0] == "TB.MTAKE" {
         let n: usize = cmd[1].parse().unwrap_or(0);
         cmd[2..(2 + n).min(cmd.len())].to_vec()
+    } else if cmd[0] == "TB.ACQUIRE" && cmd.len() > 6 && cmd[4] == "TAKE" {
+        let n: usize = cmd[5].parse().unwrap_or(0);
+        let mut keys = vec![cmd[1].clone()];
+        keys.extend(cmd[6..(6 + n).min(cmd.len())].iter().cloned());
+        keys
     } else {
         cmd.get(1).cloned().into_iter().collect()
     }
@@ -206,6 +241,11 @@ impl Differential {
             last_now: format!("{}", wall()),
             stats: Stats::default(),
             far_ahead: true,
+            clock: None,
+            no_time: false,
+            lease_share: 28,
+            ids: HashMap::new(),
+            last_reply: None,
         };
         for key in FOREIGN {
             d.seed_foreign(key);
@@ -286,6 +326,39 @@ impl Differential {
                 "alice",
             ]),
             "badcounts" => s(&["HSET", key, "start", &t, "counts", "1 x"]),
+            // Leases from before the marker: adopted, and marked by the next write.
+            "legacy" => s(&[
+                "ZADD",
+                key,
+                &far,
+                "lease:00000000000000a1",
+                &format!("{}", (wall() * 1000.0) as u64 + 500),
+                "lease:00000000000000a2",
+            ]),
+            // A user's set whose lowest member looks like a lease: never written.
+            "lookalike" => s(&["ZADD", key, &far, "lease:00000000000000b1", "1e15", "alice"]),
+            "badholds" => s(&[
+                "HSET",
+                key,
+                "tokens",
+                "5",
+                "last_refill_time",
+                &t,
+                "holds",
+                "zz",
+            ]),
+            // Holds as a hand or an older writer may have spelled them: a '+' and capitals in
+            // ids, an amount as 1e0, an expired one; read, and rewritten plainly.
+            "oldholds" => s(&[
+                "HSET",
+                key,
+                "tokens",
+                "5",
+                "last_refill_time",
+                &t,
+                "holds",
+                &format!("+00000000000000A:2:{far}  00000000000000C1:1e0:5"),
+            ]),
             _ => unreachable!("{key}"),
         });
         if self.rng.below(2) == 0 {
@@ -293,14 +366,24 @@ impl Differential {
         }
         self.both(&cmds);
         self.read_ttls(&[key.to_string()]);
+        let known: &[&str] = match key {
+            "legacy" => &["00000000000000a1", "00000000000000a2"],
+            "lookalike" => &["00000000000000b1"],
+            "oldholds" => &["000000000000000a", "00000000000000c1"],
+            _ => &[],
+        };
+        self.ids.insert(
+            key.to_string(),
+            known.iter().map(|k| k.to_string()).collect(),
+        );
     }
 
     /// Changes a key directly between calls, the same way on both servers: someone else's
     /// value, a corrupt field, a foreign member in a log, a field of its own, or DEL.
     fn vandalize(&mut self) {
         self.stats.vandalized += 1;
-        let pools: [&[&str]; 5] = [&BUCKETS, &FIXED, &SLIDING, &LOG, &FOREIGN];
-        let pool = pools[self.rng.below(5) as usize];
+        let pools: [&[&str]; 6] = [&BUCKETS, &FIXED, &SLIDING, &LOG, &FOREIGN, &LEASES];
+        let pool = pools[self.rng.below(if self.clock.is_some() { 6 } else { 5 }) as usize];
         let key = self.pick(pool);
         // Not a key about to expire on one server and not the other.
         self.guard(&[key.to_string()]);
@@ -309,7 +392,16 @@ impl Differential {
             return;
         }
         let micros = self.micros_now();
-        let cmd = match self.rng.below(8) {
+        let far = format!("{}", (wall() as u64 + 86_400) * 1000);
+        let choice = if pool == LEASES.as_slice() {
+            [8, 9, 9, 7, 5][self.rng.below(5) as usize]
+        } else {
+            self.rng.below(if self.clock.is_some() { 11 } else { 8 })
+        };
+        let cmd = match choice {
+            8 => s(&["ZADD", key, "1e15", "alice"]),
+            9 => s(&["ZADD", key, &far, "lease:0123456789abcdef"]),
+            10 => s(&["HSET", key, "holds", "0123456789abcdef:1:x"]),
             0 => s(&["HSET", key, "tokens", "abc"]),
             1 => s(&["HSET", key, "owner", "alice"]),
             2 => s(&["HSET", key, "start", "5"]),
@@ -320,6 +412,11 @@ impl Differential {
             _ => s(&["DEL", key]),
         };
         // On a key of another type these are WRONGTYPE on both servers: nothing changes.
+        if let Ok(k) = std::env::var("TB_DIFF_TRACE")
+            && k == key
+        {
+            eprintln!("trace: vandal {cmd:?}");
+        }
         self.both(&[cmd]);
         self.read_ttls(&[key.to_string()]);
     }
@@ -399,7 +496,7 @@ impl Differential {
             return self.pick(&FOREIGN).to_string();
         }
         if self.rng.below(100) < 3 {
-            let all = [FIXED[0], SLIDING[1], LOG[2]];
+            let all = [FIXED[0], SLIDING[1], LOG[2], LEASES[3]];
             return self.pick(&all).to_string();
         }
         self.pooled(&BUCKETS, "b")
@@ -410,7 +507,7 @@ impl Differential {
             return self.pick(&FOREIGN).to_string();
         }
         if self.rng.below(100) < 4 {
-            let all = [BUCKETS[0], FIXED[1], SLIDING[2], LOG[0]];
+            let all = [BUCKETS[0], FIXED[1], SLIDING[2], LOG[0], LEASES[3]];
             return self.pick(&all).to_string();
         }
         let prefix = &pool[0][..1];
@@ -419,6 +516,9 @@ impl Differential {
 
     /// One random command, in the module's words.
     fn command(&mut self) -> Vec<String> {
+        if self.clock.is_some() && self.rng.below(100) < self.lease_share {
+            return self.lease_command();
+        }
         let now = self.now_text();
         // TB.WINDOW places `now` before its mode word; the others end with it.
         let mut placed = false;
@@ -509,6 +609,188 @@ impl Differential {
         cmd
     }
 
+    /// A lease key: mostly a busy one, sometimes a quiet one, a foreign key, or a key of
+    /// another command's kind.
+    fn lease_key(&mut self) -> String {
+        if self.rng.below(100) < 7 {
+            return self.pick(&FOREIGN).to_string();
+        }
+        if self.rng.below(100) < 3 {
+            let all = [BUCKETS[1], FIXED[2], LOG[1]];
+            return self.pick(&all).to_string();
+        }
+        self.pooled(&LEASES, "e")
+    }
+
+    /// A lease or hold id to send back: mostly one granted on `key`, sometimes one of
+    /// another key, an unknown one, the same in capitals, or no id at all.
+    fn id_for(&mut self, key: &str) -> String {
+        let r = self.rng.below(100);
+        let known = self.ids.get(key).filter(|v| !v.is_empty()).cloned();
+        match (r, known) {
+            (0..=71, Some(ids)) => {
+                // The newer ones mostly: those are the live ones.
+                let n = ids.len() as u64;
+                let back = self.rng.below(n.min(8)).min(n - 1);
+                ids[(n - 1 - back) as usize].clone()
+            }
+            (72..=77, Some(ids)) => ids[self.rng.below(ids.len() as u64) as usize].to_uppercase(),
+            (78..=85, _) => {
+                let keys: Vec<String> = self.ids.keys().cloned().collect();
+                let other = keys.get(self.rng.below(keys.len().max(1) as u64) as usize);
+                match other.and_then(|k| self.ids.get(k)).and_then(|v| v.last()) {
+                    Some(id) => id.clone(),
+                    None => random_id(),
+                }
+            }
+            (86..=88, _) => [
+                "xyz",
+                "0123456789abcde",
+                "0123456789abcdefa",
+                "0123456789abcdeg",
+            ][self.rng.below(4) as usize]
+                .to_string(),
+            _ => random_id(),
+        }
+    }
+
+    fn whole_or_bad(&mut self, good: &[&str]) -> String {
+        if self.rng.below(100) < 2 {
+            self.pick(&BAD_WHOLES).to_string()
+        } else {
+            self.pick(good).to_string()
+        }
+    }
+
+    /// One random lease or hold command, in the module's words.
+    fn lease_command(&mut self) -> Vec<String> {
+        let mut cmd = match self.rng.below(100) {
+            0..=29 => {
+                let key = self.lease_key();
+                let limit = self.whole_or_bad(&LEASE_LIMITS);
+                let ms = self.whole_or_bad(&LEASE_MS);
+                let mut cmd = s(&["TB.ACQUIRE", &key, &limit, &ms]);
+                if self.rng.below(100) < 25 {
+                    let count = 1 + self.rng.below(2) as usize;
+                    let mut buckets: Vec<String> = (0..count).map(|_| self.bucket_key()).collect();
+                    if self.rng.below(10) != 0 {
+                        buckets.sort();
+                        buckets.dedup();
+                    }
+                    if self.rng.below(50) == 0 {
+                        buckets.push(key.clone());
+                    }
+                    cmd.push("TAKE".into());
+                    cmd.push(buckets.len().to_string());
+                    cmd.extend(buckets.iter().cloned());
+                    for b in &buckets {
+                        let (c, r) = self.shape(b);
+                        let n = self.pick(&NS).to_string();
+                        cmd.extend([c, r, n]);
+                    }
+                }
+                cmd
+            }
+            30..=44 => {
+                let key = self.lease_key();
+                let id = self.id_for(&key);
+                s(&["TB.RELEASE", &key, &id])
+            }
+            45..=57 => {
+                // A lease's key, or a bucket whose hold is renewed.
+                let key = if self.rng.below(3) == 0 {
+                    self.bucket_key()
+                } else {
+                    self.lease_key()
+                };
+                let id = self.id_for(&key);
+                let ms = self.whole_or_bad(&LEASE_MS);
+                s(&["TB.RENEW", &key, &id, &ms])
+            }
+            58..=63 => {
+                let key = self.lease_key();
+                let mut cmd = s(&["TB.PEEK", &key, "LEASES"]);
+                if self.rng.below(30) == 0 {
+                    cmd.push("x".into());
+                }
+                if self.rng.below(20) == 0 {
+                    cmd[2] = "leases".into();
+                }
+                cmd
+            }
+            64..=69 => {
+                let key = if self.rng.below(10) == 0 {
+                    self.lease_key()
+                } else {
+                    self.bucket_key()
+                };
+                let mut cmd = s(&["TB.PEEK", &key, "HOLDS"]);
+                if self.rng.below(30) == 0 {
+                    cmd.push("x".into());
+                }
+                cmd
+            }
+            70..=86 => {
+                let key = self.bucket_key();
+                let (c, r) = self.shape(&key);
+                let estimate = self.pick(&ESTIMATES).to_string();
+                let ttl = self.whole_or_bad(&HOLD_TTLS);
+                s(&["TB.HOLD", &key, &c, &r, &estimate, &ttl])
+            }
+            _ => {
+                let key = self.bucket_key();
+                let (c, r) = self.shape(&key);
+                let id = self.id_for(&key);
+                let actual = self.pick(&ACTUALS).to_string();
+                let mut cmd = s(&["TB.SETTLE", &key, &c, &r, &id, &actual]);
+                if self.rng.below(2) == 0 {
+                    cmd.push(self.pick(&MAX_WAITS).to_string());
+                }
+                cmd
+            }
+        };
+        // Now and then a bad number where the command takes one, or a wrong count.
+        match self.rng.below(100) {
+            0..=1 if cmd[0] != "TB.PEEK" && cmd[0] != "TB.RELEASE" => {
+                let i = 2 + self.rng.below(3.min(cmd.len() as u64 - 2)) as usize;
+                if cmd[0] != "TB.RENEW" && cmd[0] != "TB.SETTLE" || i != 2 {
+                    cmd[i] = self.pick(&BAD_NUMBERS).to_string();
+                }
+            }
+            2 if cmd[0] != "TB.ACQUIRE" => cmd.truncate(cmd.len() - 1),
+            3 if cmd[0] != "TB.ACQUIRE" => cmd.extend(["1".to_string(), "1".to_string()]),
+            _ => {}
+        }
+        cmd
+    }
+
+    /// A bucket filled with holds beyond the 100 places, a few settled, more asked for.
+    fn hold_burst(&mut self) -> Result<(), String> {
+        let key = self.pick(&HOLD_BURST).to_string();
+        let capacity = ["1e4", "50", "1e6"][self.rng.below(3) as usize];
+        self.shapes
+            .insert(key.clone(), (capacity.to_string(), "1".to_string()));
+        let ttl = ["60000", "2000", "300"][self.rng.below(3) as usize];
+        for i in 0..110 {
+            let cmd = if i % 37 == 36 {
+                let id = self.id_for(&key);
+                s(&["TB.SETTLE", &key, capacity, "1", &id, "0"])
+            } else {
+                s(&["TB.HOLD", &key, capacity, "1", "1", ttl])
+            };
+            self.step(&cmd)
+                .map_err(|e| format!("hold burst: {cmd:?}\n{e}"))?;
+            if capacity == "1e6"
+                && let Some(Reply::Array(r)) = &self.last_reply
+                && r.first() == Some(&Reply::Int(0))
+                && cmd[0] == "TB.HOLD"
+            {
+                self.stats.full_tables += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes, on both servers, a key whose TTL is about to run out on either, so neither
     /// expires it alone under the call (see GUARD_MS).
     fn guard(&mut self, keys: &[String]) {
@@ -524,10 +806,13 @@ impl Differential {
                 .flatten()
                 .any(|l| (-GUARD_MS..=GUARD_MS).contains(&l));
             let gone = [a, b].into_iter().flatten().all(|l| l < -GUARD_MS) && a.is_some();
-            if soon {
+            if soon && self.clock.is_none() {
                 self.del_both(k);
                 self.stats.guarded_expiries += 1;
-            } else if gone && a.is_some() && b.is_some() {
+            } else if (gone || (self.clock.is_some() && a.is_some_and(|l| l < 0)))
+                && a.is_some()
+                && b.is_some()
+            {
                 self.stats.natural_expiries += 1;
                 self.ttl.remove(k);
             }
@@ -541,12 +826,16 @@ impl Differential {
                 0..=4 => self.vandalize(),
                 // Vandalized keys do not stay so for good: a busy key is deleted now and then.
                 5..=14 => {
-                    let pools: [&[&str]; 4] = [&BUCKETS, &FIXED, &SLIDING, &LOG];
-                    let pool = pools[self.rng.below(4) as usize];
+                    let pools: [&[&str]; 5] = [&BUCKETS, &FIXED, &SLIDING, &LOG, &LEASES];
+                    let pool =
+                        pools[self.rng.below(if self.clock.is_some() { 5 } else { 4 }) as usize];
                     let key = self.pick(pool);
                     self.del_both(key);
                 }
                 _ => {}
+            }
+            if self.clock.is_some() && self.lease_share > 0 && self.rng.below(2000) == 0 {
+                self.hold_burst().map_err(|e| format!("call {step}: {e}"))?;
             }
             let cmd = self.command();
             self.step(&cmd)
@@ -557,6 +846,26 @@ impl Differential {
 
     /// One call on both servers, then its keys' DUMP and PTTL on each, compared.
     pub fn step(&mut self, cmd: &[String]) -> Result<(), String> {
+        if let Ok(k) = std::env::var("TB_DIFF_TRACE")
+            && cmd.contains(&k)
+        {
+            eprintln!("trace: {cmd:?}");
+        }
+        let traced = std::env::var("TB_DIFF_TRACE")
+            .ok()
+            .filter(|k| cmd.contains(k));
+        let r = self.step_inner(cmd);
+        if let Some(k) = traced {
+            eprintln!(
+                "  module: {}\n  script: {}",
+                self.show(true, &k),
+                self.show(false, &k)
+            );
+        }
+        r
+    }
+
+    fn step_inner(&mut self, cmd: &[String]) -> Result<(), String> {
         let mut keys = keys_of(cmd);
         keys.sort();
         keys.dedup();
@@ -568,20 +877,77 @@ impl Differential {
         }
         let mut for_a = vec![self.a.backend.argv(cmd)];
         for_a.extend(reads.iter().cloned());
+        // A grant's id comes from the module on A; B's scripts are sent the same one, so
+        // both servers store the same bytes (README.md: the scripts take the client's id).
+        let grants = cmd[0] == "TB.ACQUIRE" || cmd[0] == "TB.HOLD";
+        let lease_call = grants
+            || ["TB.RELEASE", "TB.RENEW", "TB.SETTLE"].contains(&cmd[0].as_str())
+            || (cmd[0] == "TB.PEEK"
+                && cmd.get(2).is_some_and(|w| {
+                    w.eq_ignore_ascii_case("LEASES") || w.eq_ignore_ascii_case("HOLDS")
+                }));
         let backend_b = match &self.b.alternate {
+            Some(_) if grants => self
+                .b
+                .alternate
+                .iter()
+                .chain([&self.b.backend])
+                .find(|b| **b != Backend::Module)
+                .cloned()
+                .unwrap_or(Backend::Module),
             Some(other) if self.rng.below(2) == 0 => other.clone(),
             _ => self.b.backend.clone(),
         };
-        let mut for_b = vec![backend_b.argv(cmd)];
-        for_b.extend(reads.iter().cloned());
+        let micros = self.clock.as_ref().map(SharedClock::sync);
         let sent = Instant::now();
         self.a.conn.send_all(&for_a);
+        let id = if grants && backend_b != Backend::Module {
+            let ra: Vec<Reply> = for_a.iter().map(|_| self.a.conn.read()).collect();
+            let id = granted_id(cmd, &ra[0]);
+            Some((ra, id))
+        } else {
+            None
+        };
+        let mut argv_b = backend_b.argv_with(cmd, id.as_ref().and_then(|(_, id)| id.as_deref()));
+        if self.no_time && lease_call && backend_b != Backend::Module {
+            let us = micros.expect("a run without TIME has a clock");
+            argv_b.extend([
+                "NOW".to_string(),
+                format!("{}.{:06}", us / 1_000_000, us % 1_000_000),
+            ]);
+        }
+        let mut for_b = vec![argv_b];
+        for_b.extend(reads.iter().cloned());
         self.b.conn.send_all(&for_b);
-        let ra: Vec<Reply> = for_a.iter().map(|_| self.a.conn.read()).collect();
+        let (ra, granted) = match id {
+            Some((ra, id)) => (ra, id),
+            None => {
+                let ra: Vec<Reply> = for_a.iter().map(|_| self.a.conn.read()).collect();
+                let id = if grants {
+                    granted_id(cmd, &ra[0])
+                } else {
+                    None
+                };
+                (ra, id)
+            }
+        };
         let rb: Vec<Reply> = for_b.iter().map(|_| self.b.conn.read()).collect();
         let at = Instant::now();
-        let tolerance = TTL_TOLERANCE_MS + (at - sent).as_millis() as i64;
+        if let Some(id) = granted {
+            let ids = self.ids.entry(cmd[1].clone()).or_default();
+            ids.push(id);
+            if ids.len() > 300 {
+                ids.drain(..100);
+            }
+        }
+        // One clock: the same TTL to the millisecond.
+        let tolerance = if self.clock.is_some() {
+            0
+        } else {
+            TTL_TOLERANCE_MS + (at - sent).as_millis() as i64
+        };
         self.stats.count(&cmd[0], &ra[0]);
+        self.last_reply = Some(ra[0].clone());
         if ra[0] != rb[0] {
             return Err(format!(
                 "replies differ:\n  module: {}\n  script: {}",
@@ -591,7 +957,7 @@ impl Differential {
         }
         for (i, k) in keys.iter().enumerate() {
             let (da, db) = (&ra[1 + 2 * i], &rb[1 + 2 * i]);
-            if da != db {
+            if da != db && !self.same_hashtable(k) {
                 return Err(format!(
                     "{k} differs:\n  module: {}\n  script: {}",
                     self.show(true, k),
@@ -603,6 +969,35 @@ impl Differential {
             self.ttl.insert(k.clone(), Ttl { a: pa, b: pb, at });
         }
         Ok(())
+    }
+
+    /// The id a TB.ACQUIRE or TB.HOLD reply granted.
+    pub fn ids_granted(&self) -> usize {
+        self.ids.values().map(Vec::len).sum()
+    }
+
+    /// Whether `key` is a hash in hashtable encoding on both servers (a bucket whose `holds`
+    /// outgrew a listpack) with the same fields and values: its DUMP lists the fields in the
+    /// order of a table hashed with each process's random seed, so only the contents compare.
+    fn same_hashtable(&mut self, key: &str) -> bool {
+        let contents = |c: &mut Conn| {
+            let encoding = match c.cmd(&["OBJECT", "ENCODING", key]) {
+                Reply::Bulk(e) => String::from_utf8_lossy(&e).into_owned(),
+                _ => return None,
+            };
+            let mut fields = match c.cmd(&["HGETALL", key]) {
+                Reply::Array(items) => items
+                    .chunks(2)
+                    .map(|p| (p[0].text(), p[1].text()))
+                    .collect::<Vec<_>>(),
+                _ => return None,
+            };
+            fields.sort();
+            (encoding == "hashtable").then_some(fields)
+        };
+        let a = contents(&mut self.a.conn);
+        let b = contents(&mut self.b.conn);
+        a.is_some() && a == b
     }
 
     /// A key's type and contents on one server, for a difference's message.
@@ -654,5 +1049,17 @@ impl Differential {
         let at = self.a.conn.cmd(&["PEXPIRETIME", key]).int();
         self.b.conn.cmd(&["PEXPIREAT", key, &at.to_string()]);
         Ok(())
+    }
+}
+
+/// The id in a granting TB.ACQUIRE (third element) or TB.HOLD (fifth) reply.
+fn granted_id(cmd: &[String], reply: &Reply) -> Option<String> {
+    let at = if cmd[0] == "TB.ACQUIRE" { 2 } else { 4 };
+    match reply {
+        Reply::Array(items) => match items.get(at) {
+            Some(Reply::Bulk(id)) => Some(String::from_utf8_lossy(id).into_owned()),
+            _ => None,
+        },
+        _ => None,
     }
 }

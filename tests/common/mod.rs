@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod clock;
 pub mod differential;
 pub mod scripts;
 
@@ -389,6 +390,8 @@ pub struct Server {
     child: Option<Child>,
     args: Vec<String>,
     with_module: bool,
+    /// Environment variables of the process (the shared test clock's preload).
+    env: Vec<(String, String)>,
 }
 
 /// The load arguments that switch the clock bound off for every accepted `now`.
@@ -437,6 +440,11 @@ impl Server {
     }
 
     pub fn start_with(options: Options) -> Server {
+        Server::start_with_env(options, Vec::new())
+    }
+
+    /// `start_with`, the process given `env` as well (`clock::SharedClock::env`).
+    pub fn start_with_env(options: Options, env: Vec<(String, String)>) -> Server {
         let dir = std::env::temp_dir().join(format!(
             "redis-tb-test-{}-{}",
             std::process::id(),
@@ -450,6 +458,7 @@ impl Server {
             child: None,
             args: options.extra.clone(),
             with_module: options.with_module,
+            env,
         };
         server.launch();
         server
@@ -464,6 +473,7 @@ impl Server {
                 cmd.arg("--loadmodule").arg(module_path());
             }
             cmd.args(&self.args);
+            cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
             let child = cmd
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));

@@ -41,12 +41,35 @@ impl Backend {
     /// `command` (the module's words: `TB.TAKE key capacity rate n [now]`, `TB.MTAKE
     /// numkeys key ... [now]`) as this backend's call.
     pub fn argv(&self, command: &[String]) -> Vec<String> {
+        self.argv_with(command, None)
+    }
+
+    /// `argv`, with `id` as the id a TB.ACQUIRE or TB.HOLD grant gets through the scripts
+    /// (`ID id` after the module's arguments; a fresh random one when `None`).
+    pub fn argv_with(&self, command: &[String], id: Option<&str>) -> Vec<String> {
         // The module's own commands go through; anything else (HSET, DEL) is not one.
         if *self == Backend::Module || !command[0].to_ascii_uppercase().starts_with("TB.") {
             return command.to_vec();
         }
         let name = word(&command[0]);
-        let (keys, rest): (&[String], &[String]) = if name == "MTAKE" {
+        let mut take_keys: Vec<String> = Vec::new();
+        let mut take_rest: Vec<String> = Vec::new();
+        let (keys, rest): (&[String], &[String]) = if name == "ACQUIRE"
+            && command.len() > 6
+            && command[4].eq_ignore_ascii_case("TAKE")
+            && let Some(n) = command[5]
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1 && 6 + n <= command.len())
+        {
+            // TB.ACQUIRE key limit lease_ms TAKE numkeys bucket... triples: the buckets are
+            // KEYS after the lease key, and numkeys is EVALSHA's.
+            take_keys.push(command[1].clone());
+            take_keys.extend(command[6..6 + n].iter().cloned());
+            take_rest.extend(command[2..5].iter().cloned());
+            take_rest.extend(command[6 + n..].iter().cloned());
+            (&take_keys, &take_rest)
+        } else if name == "MTAKE" {
             let n = command
                 .get(1)
                 .and_then(|n| n.parse::<usize>().ok())
@@ -69,9 +92,13 @@ impl Backend {
         out.push(keys.len().to_string());
         out.extend(keys.iter().cloned());
         if matches!(self, Backend::Eval(_)) {
-            out.push(name);
+            out.push(name.clone());
         }
         out.extend(rest.iter().cloned());
+        if name == "ACQUIRE" || name == "HOLD" {
+            out.push("ID".to_string());
+            out.push(id.map_or_else(random_id, str::to_string));
+        }
         out
     }
 
@@ -85,6 +112,17 @@ impl Backend {
         let words: Vec<String> = line.split_whitespace().map(String::from).collect();
         self.call(c, &words)
     }
+}
+
+/// A fresh id as a client draws it for the scripts (16 hex digits; here from the process's
+/// randomly keyed hasher: a test needs ids that differ, not a CSPRNG).
+pub fn random_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("{:016x}", h.finish())
 }
 
 /// SCRIPT LOAD of `source`; its SHA.
