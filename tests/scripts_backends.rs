@@ -8,9 +8,10 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use common::clock::SharedClock;
 use common::differential::{Differential, Side};
 use common::scripts::{
-    Backend, LIBRARY, load_functions, load_script, start_script_server, start_script_server_with,
+    Backend, LIBRARY, load_functions, load_script, start_script_server, start_script_server_env,
 };
 use common::{
     Conn, Options, ReplStream, Reply, Server, Take, assert_same_dumps, dumps, hgetall,
@@ -30,9 +31,42 @@ fn words(line: &str) -> Vec<String> {
 
 /// A module server with the library loaded beside it: each call may go either way.
 fn both_backends() -> (Server, Backend) {
-    let s = Server::start();
+    both_backends_env(Vec::new())
+}
+
+fn both_backends_env(env: Vec<(String, String)>) -> (Server, Backend) {
+    let s = Server::start_with_env(Options::default(), env);
     let sha = load_script(&mut s.conn(), LIBRARY);
     (s, Backend::Eval(sha))
+}
+
+/// A shared test clock in a directory of its own (removed with the guard).
+struct Clock {
+    clock: Option<SharedClock>,
+    dir: std::path::PathBuf,
+}
+
+impl Clock {
+    fn new(name: &str) -> Clock {
+        let dir =
+            std::env::temp_dir().join(format!("redis-tb-clock-{}-{name}", std::process::id()));
+        Clock {
+            clock: Some(SharedClock::new(&dir)),
+            dir,
+        }
+    }
+    fn env(&self) -> Vec<(String, String)> {
+        self.clock.as_ref().unwrap().env()
+    }
+    fn take(&mut self) -> SharedClock {
+        self.clock.take().unwrap()
+    }
+}
+
+impl Drop for Clock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -129,13 +163,21 @@ fn a_key_written_by_either_backend_is_continued_by_the_other() {
 #[test]
 fn module_and_scripts_taking_turns_on_the_same_keys_match_the_module_alone() {
     // The differential run with every call on B sent to the module or the scripts at
-    // random: a deployment switched between backends mid-traffic, call by call.
-    let (b, script) = both_backends();
-    let a = Server::start();
+    // random: a deployment switched between backends mid-traffic, call by call. Leases
+    // and holds included (one clock for both servers): a grant on B goes through the scripts
+    // with A's id, and the releases, renewals, settlements and peeks of those leases and
+    // holds through either.
+    let mut clock = Clock::new("turns");
+    let (b, script) = both_backends_env(clock.env());
+    let a = Server::start_with_env(Options::default(), clock.env());
     let mut side_b = Side::new(b.conn(), Backend::Module);
     side_b.alternate = Some(script);
     let mut d = Differential::new(0x0bac_4e0d, Side::new(a.conn(), Backend::Module), side_b);
+    d.clock = Some(clock.take());
     d.run(20_000).unwrap_or_else(|e| panic!("{e}"));
+    for command in ["TB.RELEASE", "TB.RENEW", "TB.SETTLE"] {
+        assert!(d.stats.outcome(command, "allowed") > 20, "{:?}", d.stats);
+    }
     assert!(
         d.stats.outcome("TB.WINDOW", "allowed") > 100,
         "{:?}",
@@ -449,7 +491,12 @@ const NO_TIME: &str =
 /// Checks the script on a server whose scripts may not call TIME: `now` is required, the
 /// bound holds once a key has an expiry to read the server's clock from, and the
 /// differential run (times within the bound) finds nothing.
-fn refuses_time(s: &Server, script: &Backend) {
+fn refuses_time(
+    s: &Server,
+    script: &Backend,
+    clock: SharedClock,
+    clock_env: Vec<(String, String)>,
+) {
     let mut c = s.conn();
     let err = c.cmd(&["EVAL", "return redis.call('TIME')", "0"]);
     assert!(
@@ -492,34 +539,113 @@ fn refuses_time(s: &Server, script: &Backend) {
     assert!(Take::from_reply(&r).allowed);
     let r = script.q(&mut c, &format!("TB.WINDOW wl 10 60 1 {} LOG", now + 30.0));
     assert_eq!(r, Reply::Error(AHEAD.into()));
+    refuses_time_leases(&mut c, script, &clock);
     c.q("FLUSHALL");
-    // Everything else as the module, at times within the bound.
-    let a = Server::start();
+    // Everything else as the module, at times within the bound, leases and holds with
+    // `NOW` (the shared clock: what the module reads).
+    let a = Server::start_with_env(Options::default(), clock_env);
     let mut d = Differential::new(
         0x0071_3e00,
         Side::new(a.conn(), Backend::Module),
         Side::new(c, script.clone()),
     );
     d.far_ahead = false;
+    d.clock = Some(clock);
+    d.no_time = true;
     d.run(10_000).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        d.stats.outcome("TB.ACQUIRE", "allowed") > 100,
+        "{:?}",
+        d.stats
+    );
+}
+
+const NO_TIME_LEASE: &str = "ERR this server refuses TIME in scripts and no key tells its clock: send NOW <seconds since the Unix epoch> after the arguments";
+
+/// Leases and holds where TIME is refused: the server's millisecond from the key's TTL once
+/// it has one (a client's NOW only inside it), the client's NOW for a key's first grant.
+fn refuses_time_leases(c: &mut Conn, script: &Backend, clock: &SharedClock) {
+    let us = clock.sync();
+    let secs = |us: u64| format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+    let ms = us / 1000;
+    let acquire = |c: &mut Conn, key: &str, tail: &[&str]| {
+        let mut argv = script.argv(&words(&format!("TB.ACQUIRE {key} 5 1000")));
+        argv.extend(tail.iter().map(|s| s.to_string()));
+        c.cmd(&argv)
+    };
+    assert_eq!(acquire(c, "nl", &[]), Reply::Error(NO_TIME_LEASE.into()));
+    let mut hold = script.argv(&words("TB.HOLD nh 10 1 1 1000"));
+    assert_eq!(c.cmd(&hold), Reply::Error(NO_TIME_LEASE.into()));
+    // Nothing to read or write on a missing key: no clock needed.
+    assert_eq!(
+        script.q(c, "TB.RELEASE nl 0123456789abcdef"),
+        Reply::Array(vec![Reply::Int(0), Reply::Int(0)])
+    );
+    assert_eq!(
+        script.q(c, "TB.PEEK nl LEASES"),
+        Reply::Array(vec![Reply::Int(0), Reply::Int(0)])
+    );
+    // A first grant takes the client's NOW (nothing on the server tells the time).
+    let r = acquire(c, "nl", &["NOW", &secs(us)]);
+    assert_eq!(r.array()[0], Reply::Int(1), "{r:?}");
+    let score = |c: &mut Conn, key: &str| -> Vec<u64> {
+        let r = c.cmd(&["ZRANGE", key, "0", "-1", "WITHSCORES"]);
+        r.array()
+            .chunks(2)
+            .filter(|p| p[0].text() != "redis-tb:leases")
+            .map(|p| p[1].text().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(score(c, "nl"), vec![ms + 1 + 1000]);
+    // From then on the key's TTL tells the server's millisecond: a NOW an hour ahead (or
+    // behind) stays inside it, and no NOW at all is needed.
+    let r = acquire(c, "nl", &["NOW", &secs(us + 3_600_000_000)]);
+    assert!(matches!(r.array()[3], Reply::Int(1000 | 1001)), "{r:?}");
+    let r = acquire(c, "nl", &["NOW", &secs(us - 3_600_000_000)]);
+    assert!(matches!(r.array()[3], Reply::Int(1000 | 1001)), "{r:?}");
+    let r = acquire(c, "nl", &[]);
+    assert!(matches!(r.array()[3], Reply::Int(1000 | 1001)), "{r:?}");
+    let scores = score(c, "nl");
+    assert_eq!(scores.len(), 4);
+    for s in scores {
+        assert!((ms + 1000..=ms + 1001).contains(&s), "{s} against {ms}");
+    }
+    assert_eq!(script.q(c, "TB.PEEK nl LEASES").array()[0], Reply::Int(4));
+    // Holds alike: the bucket's stored time is the server's, whatever NOW says.
+    hold.extend(["NOW".to_string(), secs(us)]);
+    assert_eq!(c.cmd(&hold).array()[0], Reply::Int(1));
+    let mut hold = script.argv(&words("TB.HOLD nh 10 1 1 1000"));
+    hold.extend(["NOW".to_string(), secs(us + 3_600_000_000)]);
+    assert_eq!(c.cmd(&hold).array()[0], Reply::Int(1));
+    let time = c.cmd(&["HGET", "nh", "last_refill_time"]).text();
+    let stored: f64 = time.parse().unwrap();
+    assert!(
+        (stored - us as f64 / 1e6).abs() < 0.002,
+        "{time} against {us}"
+    );
 }
 
 #[test]
 fn a_server_that_renames_time_away_is_served_with_the_clients_now() {
-    let (s, script) = start_script_server_with(LIBRARY, &["--rename-command", "TIME", ""]);
-    refuses_time(&s, &script);
+    let mut clock = Clock::new("rename");
+    let (s, script) =
+        start_script_server_env(LIBRARY, &["--rename-command", "TIME", ""], clock.env());
+    let env = clock.env();
+    refuses_time(&s, &script, clock.take(), env);
 }
 
 #[test]
 fn a_user_whose_acl_refuses_time_is_served_with_the_clients_now() {
     // Scripts run their commands with the caller's ACL: a user without TIME has scripts
     // without it.
-    let (s, script) = start_script_server();
+    let mut clock = Clock::new("acl");
+    let (s, script) = start_script_server_env(LIBRARY, &[], clock.env());
     assert_eq!(
         s.conn().q("ACL SETUSER default -time"),
         Reply::Simple("OK".into())
     );
-    refuses_time(&s, &script);
+    let env = clock.env();
+    refuses_time(&s, &script, clock.take(), env);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -768,4 +894,132 @@ fn watch_is_aborted_by_a_script_call_that_writes_and_by_no_other() {
             "{line}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// A deployment switched between backends
+
+#[test]
+fn a_deployment_switched_from_scripts_to_the_module_and_back_keeps_every_key() {
+    // One server with both backends and a clock the test moves: traffic through the
+    // scripts, then through the module, then the scripts again. Every lease, hold, bucket
+    // and window made by one backend is held, renewed, released, settled and continued by
+    // the other, with the counts and tokens the calls imply.
+    let mut guard = Clock::new("switch");
+    let (s, script) = both_backends_env(guard.env());
+    let clock = guard.take();
+    let mut c = s.conn();
+    // Half a millisecond in: every expiry rounds up to the next whole millisecond.
+    let t0 = clock.sync() / 1000 * 1000 + 500;
+    clock.set(t0);
+    let ints = |r: &Reply| -> Vec<i64> { r.array().iter().map(Reply::int).collect() };
+    let id_of = |r: &Reply, at: usize| r.array()[at].text();
+    let now = |us: u64| format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+    let module = Backend::Module;
+
+    // Scripts: three leases of three, a hold, a bucket, the three windows.
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        let r = script.q(&mut c, "TB.ACQUIRE lk 3 60000");
+        assert_eq!(r.array()[0], Reply::Int(1), "{r:?}");
+        leases.push(id_of(&r, 2));
+    }
+    assert_eq!(
+        script.q(&mut c, "TB.ACQUIRE lk 3 60000").array()[0],
+        Reply::Int(0)
+    );
+    let r = script.q(&mut c, "TB.HOLD hb 100 0.001 10 60000");
+    let script_hold = id_of(&r, 4);
+    assert_eq!(r.array()[1].text(), "90");
+    let r = script.q(&mut c, "TB.ACQUIRE tl 2 60000 TAKE 1 tb 10 0.001 4");
+    assert_eq!(r.array()[0], Reply::Int(1));
+    let taken = id_of(&r, 2);
+    for (mode, key) in [("FIXED", "wf"), ("SLIDING", "ws"), ("LOG", "wl")] {
+        let r = script.q(
+            &mut c,
+            &format!("TB.WINDOW {key} 5 60 2 {} {mode}", now(t0)),
+        );
+        assert_eq!(r.array()[0], Reply::Int(1));
+    }
+
+    // Switched to the module a second later: everything is there.
+    let t1 = t0 + 1_000_000;
+    clock.set(t1);
+    let r = module.q(&mut c, "TB.PEEK lk LEASES");
+    assert_eq!(ints(&r), vec![3, 59_001], "{r:?}");
+    assert_eq!(
+        module.q(&mut c, "TB.ACQUIRE lk 3 60000").array()[0],
+        Reply::Int(0)
+    );
+    assert_eq!(
+        ints(&module.q(&mut c, &format!("TB.RENEW lk {} 120000", leases[0]))),
+        vec![1, 3, 120_001]
+    );
+    assert_eq!(
+        ints(&module.q(&mut c, &format!("TB.RELEASE lk {}", leases[1]))),
+        vec![1, 2]
+    );
+    let r = module.q(&mut c, "TB.ACQUIRE lk 3 60000");
+    assert_eq!(r.array()[0], Reply::Int(1));
+    let module_lease = id_of(&r, 2);
+    let r = module.q(&mut c, "TB.PEEK hb HOLDS");
+    assert_eq!(r.array()[0], Reply::Int(1));
+    // The scripts' hold of 10 settled at 4: 6 back (and a second's refill of 0.001).
+    let r = module.q(&mut c, &format!("TB.SETTLE hb 100 0.001 {script_hold} 4"));
+    assert_eq!(r.array()[0], Reply::Int(1), "{r:?}");
+    assert_eq!(r.array()[2].text(), "-6");
+    let r = module.q(&mut c, "TB.HOLD hb 100 0.001 20 60000");
+    let module_hold = id_of(&r, 4);
+    let r = module.q(&mut c, "TB.TAKE tb 10 0.001 6");
+    assert_eq!(r.array()[0], Reply::Int(1), "{r:?}");
+    assert_eq!(
+        ints(&module.q(&mut c, &format!("TB.RELEASE tl {taken}"))),
+        vec![1, 0]
+    );
+    for (mode, key) in [("FIXED", "wf"), ("SLIDING", "ws"), ("LOG", "wl")] {
+        let r = module.q(
+            &mut c,
+            &format!("TB.WINDOW {key} 5 60 3 {} {mode}", now(t1)),
+        );
+        assert_eq!(r.array()[0], Reply::Int(1), "{mode}");
+        assert_eq!(r.array()[1].text(), "0", "{mode}");
+    }
+
+    // Back to the scripts: the module's lease and hold are theirs to end.
+    let t2 = t1 + 1_000_000;
+    clock.set(t2);
+    assert_eq!(
+        ints(&script.q(&mut c, "TB.PEEK lk LEASES")),
+        vec![3, 58_001]
+    );
+    assert_eq!(
+        ints(&script.q(&mut c, &format!("TB.RENEW lk {module_lease} 1000"))),
+        vec![1, 3, 1001]
+    );
+    assert_eq!(
+        ints(&script.q(&mut c, &format!("TB.RELEASE lk {module_lease}"))),
+        vec![1, 2]
+    );
+    let r = script.q(&mut c, &format!("TB.SETTLE hb 100 0.001 {module_hold} 30"));
+    assert_eq!(r.array()[2].text(), "10", "{r:?}");
+    let r = script.q(&mut c, "TB.PEEK hb HOLDS");
+    assert_eq!((r.array()[0].int(), r.array()[2].int()), (0, 0), "{r:?}");
+    let r = script.q(&mut c, "TB.TAKE tb 10 0.001 1");
+    assert_eq!(r.array()[0], Reply::Int(0), "{r:?}");
+    for (mode, key) in [("FIXED", "wf"), ("SLIDING", "ws"), ("LOG", "wl")] {
+        let r = script.q(
+            &mut c,
+            &format!("TB.WINDOW {key} 5 60 1 {} {mode}", now(t2)),
+        );
+        assert_eq!(r.array()[0], Reply::Int(0), "{mode}: {r:?}");
+    }
+    for id in [&leases[0], &leases[2]] {
+        assert_eq!(
+            script.q(&mut c, &format!("TB.RELEASE lk {id}")).array()[0],
+            Reply::Int(1)
+        );
+    }
+    // The last lease gone, the key and its marker went with it.
+    assert_eq!(c.q("EXISTS lk").int(), 0);
+    clock.set(0);
 }

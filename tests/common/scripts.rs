@@ -150,6 +150,23 @@ pub fn start_script_server_with(source: &str, extra: &[&str]) -> (Server, Backen
     (server, Backend::Eval(sha))
 }
 
+/// `start_script_server_with`, the process given `env` (a shared test clock's).
+pub fn start_script_server_env(
+    source: &str,
+    extra: &[&str],
+    env: Vec<(String, String)>,
+) -> (Server, Backend) {
+    let server = Server::start_with_env(
+        Options {
+            with_module: false,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        },
+        env,
+    );
+    let sha = load_script(&mut server.conn(), source);
+    (server, Backend::Eval(sha))
+}
+
 /// A server without the module, the library loaded (SCRIPT LOAD).
 pub fn start_script_server() -> (Server, Backend) {
     start_script_server_with(LIBRARY, &[])
