@@ -61,6 +61,10 @@ on_both_backends!(
     a_client_clock_ahead_pins_a_bucket_for_at_most_the_bound,
     a_now_in_the_past_is_accepted_and_never_rewinds_the_stored_time,
     numbers_follow_the_documented_grammar,
+    a_sorted_set_the_module_did_not_make_is_never_written_by_a_lease_command,
+    a_hash_that_is_not_a_bucket_or_has_corrupt_holds_is_never_written_by_a_hold_command,
+    holds_of_no_cost_cannot_fill_a_table_and_a_full_table_is_a_refusal,
+    ids_are_read_as_the_module_reads_them,
 );
 
 const NOT_BUCKET: &str = "ERR key holds a hash that is not a token bucket (it has neither 'tokens' nor 'last_refill_time'): left unchanged";
@@ -578,10 +582,12 @@ fn no_input_the_scripts_accept_corrupts_a_key_or_adopts_a_foreign_one() {
         "leases",
     ];
     let own = ["b", "w", "v", "l", "fresh"];
+    c.cmd(&["ZADD", "legacy", "1e15", "lease:00000000000000a1"]);
     let before = fingerprint(&mut c, &foreign);
     let mut rng = common::Rng(0xf00d_cafe);
     let words = [
         "TAKE", "MTAKE", "RESERVE", "PEEK", "REFUND", "WINDOW", "take", "window", "NOPE", "",
+        "ACQUIRE", "RELEASE", "RENEW", "HOLD", "SETTLE", "acquire", "hold",
     ];
     let pieces: Vec<Vec<u8>> = [
         "1",
@@ -611,6 +617,13 @@ fn no_input_the_scripts_accept_corrupts_a_key_or_adopts_a_foreign_one() {
         "HOLDS",
         "1e400",
         "253402300800",
+        "ID",
+        "NOW",
+        "TAKE",
+        "0123456789abcdef",
+        "0123456789ABCDEF",
+        "60000",
+        "5e-324",
     ]
     .iter()
     .map(|p| p.as_bytes().to_vec())
@@ -639,12 +652,17 @@ fn no_input_the_scripts_accept_corrupts_a_key_or_adopts_a_foreign_one() {
             // A well-formed call (its numbers from a pool of valid ones), one argument
             // replaced now and then.
             let pick = |rng: &mut common::Rng| valid[rng.below(valid.len() as u64) as usize];
-            let (word, keys, count) = match rng.below(6) {
+            let (word, keys, count) = match rng.below(11) {
                 0 => ("TAKE", 1, 3),
                 1 => ("MTAKE", 2, 6),
                 2 => ("RESERVE", 1, 4),
                 3 => ("PEEK", 1, 2),
                 4 => ("REFUND", 1, 3),
+                5 => ("ACQUIRE", 1, 2),
+                6 => ("HOLD", 1, 4),
+                7 => ("SETTLE", 1, 4),
+                8 => ("RELEASE", 1, 1),
+                9 => ("RENEW", 1, 2),
                 _ => ("WINDOW", 1, 3),
             };
             cmd.push(keys.to_string().into_bytes());
@@ -655,7 +673,24 @@ fn no_input_the_scripts_accept_corrupts_a_key_or_adopts_a_foreign_one() {
             for _ in 0..count {
                 cmd.push(pick(&mut rng).as_bytes().to_vec());
             }
-            cmd.push(now_text.clone().into_bytes());
+            if matches!(word, "RELEASE" | "RENEW" | "SETTLE") {
+                // An id where the command takes one (a granted one when there is one).
+                let at = cmd.len() - count + if word == "SETTLE" { 2 } else { 0 };
+                let held = c.cmd(&["ZRANGE", "l", "-1", "-1"]);
+                let last = match &held {
+                    Reply::Array(items) => items.first().cloned(),
+                    _ => None,
+                };
+                cmd[at] = match last {
+                    Some(Reply::Bulk(m)) if m.starts_with(b"lease:") => m[6..].to_vec(),
+                    _ => b"0123456789abcdef".to_vec(),
+                };
+            }
+            if matches!(word, "ACQUIRE" | "HOLD") {
+                cmd.extend([b"ID".to_vec(), common::scripts::random_id().into_bytes()]);
+            } else if !matches!(word, "RELEASE" | "RENEW" | "SETTLE") {
+                cmd.push(now_text.clone().into_bytes());
+            }
             if word == "WINDOW" {
                 let mode = ["FIXED", "SLIDING", "LOG"][rng.below(3) as usize];
                 cmd.push(mode.as_bytes().to_vec());
@@ -694,9 +729,13 @@ fn no_input_the_scripts_accept_corrupts_a_key_or_adopts_a_foreign_one() {
             let has = |f: &str| fields.iter().any(|(k, _)| k == f.as_bytes());
             let check = match kind.as_str() {
                 "none" => continue,
+                "hash" if has("holds") => format!("TB.PEEK {key} HOLDS"),
                 "hash" if has("tokens") => format!("TB.PEEK {key} 10 1"),
                 "hash" if has("counts") => format!("TB.WINDOW {key} 10 1 0 SLIDING"),
                 "hash" => format!("TB.WINDOW {key} 10 1 0 FIXED"),
+                "zset" if c.cmd(&["ZSCORE", key, "redis-tb:leases"]) != Reply::Nil => {
+                    format!("TB.PEEK {key} LEASES")
+                }
                 "zset" => format!("TB.WINDOW {key} 10 1 0 LOG"),
                 other => panic!("call {i}: {key} is a {other}: {cmd:?}"),
             };
@@ -708,4 +747,302 @@ fn no_input_the_scripts_accept_corrupts_a_key_or_adopts_a_foreign_one() {
         }
     }
     assert!(accepted > 500, "only {accepted} calls accepted");
+}
+
+// ---------------------------------------------------------------------------------------
+// Leases and holds (issue 39's rows, and issue 42's scripts)
+
+const NOT_LEASES: &str = "ERR key holds a sorted set that is not TB.ACQUIRE's leases (members lease:<16 hex digits>, scores whole ms)";
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const CORRUPT_HOLDS: &str = "ERR bucket state is corrupt: field 'holds' is not a list of holds";
+
+/// Every lease and hold command on `key` (TB.ACQUIRE ... TAKE with the key as its lease key
+/// and as a bucket).
+fn lease_commands(key: &str) -> Vec<(&'static str, Vec<String>)> {
+    let id = "0123456789abcdef";
+    [
+        ("lease", format!("TB.ACQUIRE {key} 5 1000")),
+        (
+            "lease",
+            format!("TB.ACQUIRE {key} 5 1000 TAKE 1 fresh 10 1 1"),
+        ),
+        (
+            "bucket",
+            format!("TB.ACQUIRE fresh 5 1000 TAKE 1 {key} 10 1 1"),
+        ),
+        ("lease", format!("TB.RELEASE {key} {id}")),
+        ("either", format!("TB.RENEW {key} {id} 1000")),
+        ("lease", format!("TB.PEEK {key} LEASES")),
+        ("bucket", format!("TB.HOLD {key} 10 1 1 1000")),
+        ("bucket", format!("TB.SETTLE {key} 10 1 {id} 1")),
+        ("bucket", format!("TB.SETTLE {key} 10 1 {id} 1 5")),
+        ("bucket", format!("TB.PEEK {key} HOLDS")),
+    ]
+    .into_iter()
+    .map(|(what, l)| (what, l.split(' ').map(String::from).collect()))
+    .collect()
+}
+
+/// Issue 39 L6: a sorted set without the marker is written only if every member is a lease;
+/// a user's set (a leaderboard, one whose lowest member looks like a lease, a lease with a
+/// score no expiry has, a marker at the wrong score) is refused by every lease command and
+/// left byte for byte, TTL included; hold commands answer WRONGTYPE.
+fn a_sorted_set_the_module_did_not_make_is_never_written_by_a_lease_command(kind: Kind) {
+    let (_s, mut c) = start(kind);
+    let far = (server_now(&mut c.conn) as u64 + 86_400) * 1000;
+    let far = far.to_string();
+    let sets: [(&str, Vec<(&str, &str)>); 5] = [
+        ("board", vec![("1500", "alice"), ("1200", "bob")]),
+        (
+            "lookalike",
+            vec![(&far, "lease:00000000000000b1"), ("1e15", "alice")],
+        ),
+        (
+            "halfms",
+            vec![("1764456268123.5", "lease:00000000000000b2")],
+        ),
+        ("future", vec![("1e300", "lease:00000000000000b3")]),
+        (
+            "badmarker",
+            vec![("-2", "redis-tb:leases"), (&far, "lease:00000000000000b4")],
+        ),
+    ];
+    for (key, members) in &sets {
+        for (score, member) in members {
+            c.cmd(&["ZADD", key, score, member]);
+        }
+        c.cmd(&["PEXPIRE", key, "86400000"]);
+    }
+    for (key, _) in &sets {
+        let before = fingerprint(&mut c.conn, &[key, "fresh"]);
+        for (what, cmd) in lease_commands(key) {
+            let r = c.cmd(&cmd);
+            let want = if what == "bucket" {
+                WRONGTYPE
+            } else {
+                NOT_LEASES
+            };
+            assert_eq!(r, Reply::Error(want.into()), "{key}: {cmd:?}");
+            assert_eq!(fingerprint(&mut c.conn, &[key, "fresh"]), before, "{cmd:?}");
+        }
+    }
+}
+
+/// A user's record is not a bucket for TB.HOLD, TB.SETTLE, TB.PEEK key HOLDS or TB.RENEW of
+/// a hold, and a bucket whose `holds` is not a list of holds is refused, not rewritten.
+fn a_hash_that_is_not_a_bucket_or_has_corrupt_holds_is_never_written_by_a_hold_command(kind: Kind) {
+    let (_s, mut c) = start(kind);
+    c.q("HSET user name bob email bob@example.com");
+    c.q("PEXPIRE user 86400000");
+    for (key, value) in [
+        ("h1", "zz"),
+        ("h2", "0123456789abcdef:1"),
+        ("h3", "0123456789abcdef:0:5"),
+        ("h4", "0123456789abcdef:1:-5"),
+        ("h5", "0123456789abcdef:nan:5"),
+        ("h6", "123:1:5"),
+        ("h7", "0123456789abcdef:1:99999999999999999999999"),
+    ] {
+        c.cmd(&[
+            "HSET",
+            key,
+            "tokens",
+            "5",
+            "last_refill_time",
+            T0,
+            "holds",
+            value,
+        ]);
+    }
+    let cases: Vec<(&str, &str)> = vec![("user", NOT_BUCKET)]
+        .into_iter()
+        .chain(["h1", "h2", "h3", "h4", "h5", "h6", "h7"].map(|k| (k, CORRUPT_HOLDS)))
+        .collect();
+    for (key, want) in cases {
+        let before = fingerprint(&mut c.conn, &[key, "fresh"]);
+        for (what, cmd) in lease_commands(key) {
+            if what == "lease" {
+                continue;
+            }
+            // TB.ACQUIRE ... TAKE reads a bucket's fields, not its holds.
+            let want = if cmd[0] == "TB.ACQUIRE" && want == CORRUPT_HOLDS {
+                continue;
+            } else {
+                want
+            };
+            assert_eq!(c.cmd(&cmd), Reply::Error(want.into()), "{key}: {cmd:?}");
+            assert_eq!(fingerprint(&mut c.conn, &[key, "fresh"]), before, "{cmd:?}");
+        }
+    }
+}
+
+/// Issue 39 L7: a hold charges at least capacity/100, so 100 holds of 5e-324 spend the
+/// whole bucket; a full table refuses the next hold with the wait for a place, charging
+/// nothing, as a reply (never an error a client could take for Redis down).
+fn holds_of_no_cost_cannot_fill_a_table_and_a_full_table_is_a_refusal(kind: Kind) {
+    let (_s, mut c) = start(kind);
+    for i in 0..100 {
+        let r = c.q("TB.HOLD tiny 10 0.001 5e-324 60000");
+        assert_eq!(r.array()[0], Reply::Int(1), "hold {i}: {r:?}");
+    }
+    let r = c.q("TB.HOLD tiny 10 0.001 5e-324 60000");
+    assert_eq!(r.array()[0], Reply::Int(0), "{r:?}");
+    assert_eq!(r.array()[4], Reply::Nil);
+    // A bucket that refills faster than holds take (a million a second): a full table is
+    // a refusal whose wait is the place's.
+    for _ in 0..100 {
+        c.q("TB.HOLD big 100 1e6 1 60000");
+    }
+    let before = fingerprint(&mut c.conn, &["big"]);
+    let r = c.q("TB.HOLD big 100 1e6 1 60000");
+    assert_eq!(r.array()[0], Reply::Int(0), "{r:?}");
+    let wait: f64 = r.array()[2].text().parse().unwrap();
+    assert!((59.0..=60.001).contains(&wait), "{r:?}");
+    assert_eq!(fingerprint(&mut c.conn, &["big"]), before);
+    let r = c.q("TB.PEEK big HOLDS");
+    assert_eq!(r.array()[0], Reply::Int(100));
+}
+
+/// Ids are 16 hex digits in either case (sent back as replied or in capitals); anything else
+/// is the error naming the id, and a wrong id changes nothing.
+fn ids_are_read_as_the_module_reads_them(kind: Kind) {
+    let (_s, mut c) = start(kind);
+    let r = c.q("TB.ACQUIRE k 2 60000");
+    let id = r.array()[2].text();
+    for bad in [
+        "xyz",
+        "0123456789abcde",
+        "0123456789abcdef0",
+        "0123456789abcdeg",
+        "+123456789abcdef",
+    ] {
+        assert_eq!(
+            c.cmd(&["TB.RELEASE", "k", bad]),
+            Reply::Error("ERR lease_id must be the 16 hex digits TB.ACQUIRE replied".into())
+        );
+        assert_eq!(
+            c.cmd(&["TB.SETTLE", "b", "10", "1", bad, "1"]),
+            Reply::Error("ERR hold_id must be the 16 hex digits TB.HOLD replied".into())
+        );
+    }
+    let before = fingerprint(&mut c.conn, &["k"]);
+    assert_eq!(
+        c.q("TB.RELEASE k 0000000000000000").array()[0],
+        Reply::Int(0)
+    );
+    assert_eq!(fingerprint(&mut c.conn, &["k"]), before);
+    let upper = id.to_uppercase();
+    assert_eq!(
+        c.cmd(&["TB.RENEW", "k", &upper, "1000"]).array()[0],
+        Reply::Int(1)
+    );
+    assert_eq!(
+        c.cmd(&["TB.RELEASE", "k", &upper]).array()[0],
+        Reply::Int(1)
+    );
+}
+
+/// The scripts' own rules for the id a grant gets (README.md): the client's, 16 hex digits,
+/// not already held on the key; without it, malformed or taken, the call is refused before
+/// anything is written. And `NOW` never moves a lease where TIME works.
+#[test]
+fn the_scripts_take_the_clients_id_and_never_its_clock_where_time_works() {
+    let (s, backend) = start_script_server();
+    let sha = match &backend {
+        Backend::Eval(sha) => sha.clone(),
+        _ => unreachable!(),
+    };
+    let mut c = s.conn();
+    let eval = |c: &mut common::Conn, keys: &[&str], args: &[&str]| {
+        let mut cmd = vec!["EVALSHA".to_string(), sha.clone(), keys.len().to_string()];
+        cmd.extend(keys.iter().chain(args).map(|s| s.to_string()));
+        c.cmd(&cmd)
+    };
+    const ID: &str = "ERR the scripts take ID <16 hex digits from the client's CSPRNG> after TB.ACQUIRE's and TB.HOLD's arguments";
+    const TAKEN: &str = "ERR ID is already held on this key: send a fresh random one";
+    for args in [
+        vec!["ACQUIRE", "5", "1000"],
+        vec!["ACQUIRE", "5", "1000", "ID", "xyz"],
+        vec!["ACQUIRE", "5", "1000", "ID", "0123456789abcdeg"],
+    ] {
+        assert_eq!(
+            eval(&mut c, &["k"], &args),
+            Reply::Error(ID.into()),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        eval(&mut c, &["h"], &["HOLD", "10", "1", "1", "1000"]),
+        Reply::Error(ID.into())
+    );
+    assert_eq!(c.q("DBSIZE").int(), 0);
+    let r = eval(
+        &mut c,
+        &["k"],
+        &["ACQUIRE", "5", "60000", "ID", "0123456789ABCDEF"],
+    );
+    assert_eq!(r.array()[2].text(), "0123456789abcdef");
+    let before = fingerprint(&mut c, &["k", "b"]);
+    for args in [
+        vec!["ACQUIRE", "5", "1000", "ID", "0123456789abcdef"],
+        vec![
+            "ACQUIRE",
+            "5",
+            "1000",
+            "TAKE",
+            "10",
+            "1",
+            "1",
+            "ID",
+            "0123456789abcdef",
+        ],
+    ] {
+        let keys: &[&str] = if args.len() > 5 { &["k", "b"] } else { &["k"] };
+        assert_eq!(
+            eval(&mut c, keys, &args),
+            Reply::Error(TAKEN.into()),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        fingerprint(&mut c, &["k", "b"]),
+        before,
+        "a taken id wrote something"
+    );
+    let r = eval(
+        &mut c,
+        &["h"],
+        &["HOLD", "10", "1", "1", "60000", "ID", "00000000000000aa"],
+    );
+    assert_eq!(r.array()[4].text(), "00000000000000aa");
+    let before = fingerprint(&mut c, &["h"]);
+    let r = eval(
+        &mut c,
+        &["h"],
+        &["HOLD", "10", "1", "1", "60000", "ID", "00000000000000AA"],
+    );
+    assert_eq!(r, Reply::Error(TAKEN.into()));
+    assert_eq!(fingerprint(&mut c, &["h"]), before);
+    // A NOW an hour ahead is not read where TIME works: the lease lasts its lease_ms.
+    let ahead = format!("{}", server_now(&mut c) + 3600.0);
+    let r = eval(
+        &mut c,
+        &["k"],
+        &[
+            "ACQUIRE",
+            "5",
+            "1000",
+            "ID",
+            "00000000000000bb",
+            "NOW",
+            &ahead,
+        ],
+    );
+    assert!(matches!(r.array()[3], Reply::Int(1000 | 1001)), "{r:?}");
+    let r = eval(
+        &mut c,
+        &["k"],
+        &["RENEW", "00000000000000bb", "1000", "NOW", &ahead],
+    );
+    assert!(matches!(r.array()[2], Reply::Int(1000 | 1001)), "{r:?}");
 }

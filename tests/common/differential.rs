@@ -767,20 +767,27 @@ impl Differential {
     /// A bucket filled with holds beyond the 100 places, a few settled, more asked for.
     fn hold_burst(&mut self) -> Result<(), String> {
         let key = self.pick(&HOLD_BURST).to_string();
-        let capacity = ["1e4", "50", "1e6"][self.rng.below(3) as usize];
+        // The last shape refills faster than the holds take: its table, not its tokens, is
+        // what refuses.
+        let (capacity, rate) =
+            [("1e4", "1"), ("50", "1"), ("100", "1e6")][self.rng.below(3) as usize];
         self.shapes
-            .insert(key.clone(), (capacity.to_string(), "1".to_string()));
+            .insert(key.clone(), (capacity.to_string(), rate.to_string()));
         let ttl = ["60000", "2000", "300"][self.rng.below(3) as usize];
         for i in 0..110 {
-            let cmd = if i % 37 == 36 {
+            let cmd = if i % 23 == 22 {
+                // A renewal past the key's TTL: the key must come to outlive it.
                 let id = self.id_for(&key);
-                s(&["TB.SETTLE", &key, capacity, "1", &id, "0"])
+                s(&["TB.RENEW", &key, &id, "120000"])
+            } else if i % 37 == 36 {
+                let id = self.id_for(&key);
+                s(&["TB.SETTLE", &key, capacity, rate, &id, "0"])
             } else {
-                s(&["TB.HOLD", &key, capacity, "1", "1", ttl])
+                s(&["TB.HOLD", &key, capacity, rate, "1", ttl])
             };
             self.step(&cmd)
                 .map_err(|e| format!("hold burst: {cmd:?}\n{e}"))?;
-            if capacity == "1e6"
+            if rate == "1e6"
                 && let Some(Reply::Array(r)) = &self.last_reply
                 && r.first() == Some(&Reply::Int(0))
                 && cmd[0] == "TB.HOLD"
