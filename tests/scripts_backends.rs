@@ -804,7 +804,7 @@ fn the_functions_build_serves_peek_on_a_replica_and_matches_eval() {
     };
     assert_eq!(
         c.cmd(&["EVALSHA", sha, "1", "k", "NOPE"]).error(),
-        "ERR unknown command word \"NOPE\": the first argument is TAKE, MTAKE, RESERVE, PEEK, REFUND or WINDOW"
+        "ERR unknown command word \"NOPE\": the first argument is TAKE, MTAKE, RESERVE, PEEK, REFUND, WINDOW, ACQUIRE, RELEASE, RENEW, HOLD or SETTLE"
     );
     assert_eq!(
         f.q(&mut c, "TB.TAKE k 10 1"),
