@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-scripts test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-rust-client bench-accuracy unit integration lint fmt fuzz bench bench-scripts bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-scripts test-valgrind deps help clean
 
 all: build
 
@@ -27,6 +27,7 @@ help:
 	@echo "make test-http  one black-box HTTP suite over every example of examples/manifest.json (testing/http)"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    side-by-side throughput/latency/memory benchmark (writes bench/results/)"
+	@echo "make bench-scripts  the script backend (clients/lua) vs the module, the notes' script, Spring Cloud Gateway's, @upstash/ratelimit's and redis_rate's (bench/results/scripts.md)"
 	@echo "make bench-leases  TB.ACQUIRE/RELEASE vs redis-semaphore, combined call, hold+settle, bytes per lease"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
@@ -134,6 +135,13 @@ bench: build
 	python3 bench/bench.py
 	python3 bench/leases.py
 	python3 bench/leases_callgrind.py --out bench/results/leases-callgrind.md
+
+# The script backend against the module and the scripts people run instead (issue 42): each
+# peer's script from its current release through npm, the Go module proxy and Maven (into
+# ~/.cache/redis-tb/peers, never the repository), server CPU per call and throughput side by
+# side (writes bench/results/scripts.md).
+bench-scripts: build
+	python3 bench/scripts.py
 
 # In-flight limits and holds (issue 25): TB.ACQUIRE + TB.RELEASE against redis-semaphore
 # (installed by npm into ~/.cache/redis-tb), the combined call, hold + settle, bytes per
