@@ -5,6 +5,8 @@
 #   redis_tb-<v>-py3-none-any.whl, redis_tb-<v>.tar.gz              the Python package
 #   redis-tb-<v>.tgz                                                the npm package (npm pack)
 #   redis-tb-client-<v>.crate                                       the Rust client (cargo package)
+#   redis-tb-{core,lettuce,jedis,spring-boot-starter,spring-cloud-gateway}-<v>.jar and .pom,
+#   redis-tb-parent-<v>.pom                                          the Java client (mvn package)
 #
 # The modules are built with cargo-zigbuild: Zig's linker and glibc stubs of version 2.17
 # (the glibc of RHEL/CentOS 7, the oldest still found in production), so a module built
@@ -88,7 +90,19 @@ step "Rust client crate (cargo package)"
 cargo package --quiet --locked --no-verify --allow-dirty -p redis-tb-client
 cp "target/package/redis-tb-client-$crate_version.crate" "$out/"
 
-for f in "redis-tb-$module_version-linux-x86_64.so" "redis-tb-$module_version-linux-aarch64.so" \
+step "Java client jars and POMs (mvn package, clients/java)"
+java_version=$(sed -n '0,/<version>/s/.*<version>\(.*\)<\/version>.*/\1/p' clients/java/pom.xml)
+mvn -B -q -ntp -f clients/java/pom.xml package -DskipTests \
+  -pl :redis-tb-core,:redis-tb-lettuce,:redis-tb-jedis,:redis-tb-spring-boot-starter,:redis-tb-spring-cloud-gateway
+cp clients/java/pom.xml "$out/redis-tb-parent-$java_version.pom"
+java_jars=()
+for m in core lettuce jedis spring-boot-starter spring-cloud-gateway; do
+  cp "clients/java/$m/target/redis-tb-$m-$java_version.jar" "$out/"
+  cp "clients/java/$m/pom.xml" "$out/redis-tb-$m-$java_version.pom"
+  java_jars+=("redis-tb-$m-$java_version.jar" "redis-tb-$m-$java_version.pom")
+done
+
+for f in "${java_jars[@]}" "redis-tb-parent-$java_version.pom" "redis-tb-$module_version-linux-x86_64.so" "redis-tb-$module_version-linux-aarch64.so" \
   "redis_tb-$python_version-py3-none-any.whl" "redis_tb-$python_version.tar.gz" \
   "redis-tb-$node_version.tgz" "redis-tb-client-$crate_version.crate"; do
   [ -f "$out/$f" ] || { echo "dist.sh: $f was not produced; dist/ has: $(ls "$out")" >&2; exit 1; }

@@ -1,8 +1,10 @@
 //! The documentation stays navigable and complete: every relative link in README.md and
 //! docs/*.md points at a file that exists (and, for `page.md#anchor`, at a heading that
-//! exists), and every command the loaded module registers has its own section in
-//! docs/commands.md. The command list comes from a real redis-server with the module
-//! loaded (`COMMAND LIST FILTERBY MODULE`), so a new command without documentation fails.
+//! exists), every command the loaded module registers has its own section in
+//! docs/commands.md, and `make help` (which README.md points to for the targets beyond
+//! `make run` and `make test`) names every Makefile target. The command list comes from a
+//! real redis-server with the module loaded (`COMMAND LIST FILTERBY MODULE`), so a new
+//! command without documentation fails.
 
 mod common;
 
@@ -293,5 +295,105 @@ fn every_registered_command_has_a_section_in_docs_commands_md() {
     assert!(
         missing.is_empty(),
         "registered by module '{name}' but without a `## <COMMAND>` heading in docs/commands.md: {missing:?}"
+    );
+}
+
+/// The Makefile's rules (`name:` at the start of a line; not `NAME := value`, not a special
+/// `.TARGET`, not a file target such as `$(VAR)` or a path) and its `.PHONY` names.
+fn make_targets(makefile: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut rules, mut phony) = (BTreeSet::new(), BTreeSet::new());
+    for line in makefile.lines() {
+        if let Some(names) = line.strip_prefix(".PHONY:") {
+            phony.extend(names.split_whitespace().map(str::to_string));
+            continue;
+        }
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let is_name = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if is_name && !rest.starts_with('=') {
+            rules.insert(name.to_string());
+        }
+    }
+    (rules, phony)
+}
+
+/// The targets `make help` names: the word after `make` in each `echo "make ..."` line of
+/// the help recipe; the bare `make` line is `all`, the default target.
+fn help_targets(makefile: &str) -> BTreeSet<String> {
+    let mut lines = makefile.lines().skip_while(|l| *l != "help:").skip(1);
+    let mut named = BTreeSet::new();
+    while let Some(line) = lines.next().filter(|l| l.starts_with('\t')) {
+        let Some((_, listed)) = line.split_once("echo \"make ") else {
+            continue;
+        };
+        let word = listed.split_whitespace().next().unwrap_or("");
+        if listed.starts_with(' ') || word.is_empty() {
+            named.insert("all".to_string());
+        } else {
+            named.insert(word.to_string());
+        }
+    }
+    named
+}
+
+#[test]
+fn make_help_names_every_makefile_target_and_every_phony_name_has_a_rule() {
+    let makefile = std::fs::read_to_string(repo().join("Makefile")).unwrap();
+    let (rules, phony) = make_targets(&makefile);
+    let listed = help_targets(&makefile);
+    for expected in ["run", "test", "help", "lint", "bench"] {
+        assert!(
+            rules.contains(expected),
+            "no rule `{expected}:` found: {rules:?}"
+        );
+    }
+    let unlisted: Vec<&String> = rules.difference(&listed).collect();
+    assert!(
+        unlisted.is_empty(),
+        "targets `make help` does not name: {unlisted:?}"
+    );
+    let gone: Vec<&String> = listed.difference(&rules).collect();
+    assert!(
+        gone.is_empty(),
+        "`make help` names targets without a rule: {gone:?}"
+    );
+    let no_rule: Vec<&String> = phony.difference(&rules).collect();
+    assert!(
+        no_rule.is_empty(),
+        ".PHONY names without a rule: {no_rule:?}"
+    );
+}
+
+/// The parser itself, on a small Makefile: rules, not assignments or file targets; the
+/// help lines' names, the bare `make` as `all`.
+#[test]
+fn the_makefile_parser_finds_rules_phony_names_and_help_lines() {
+    let makefile = "\
+PORT ?= 6379
+X := $(HOME)/y
+.PHONY: all run gone
+all: build
+help:
+\t@echo \"make          build\"
+\t@echo \"make run      start it\"
+\t@echo \"other text\"
+
+run: build
+\tredis-server --port $(PORT)
+$(MODULE): build
+";
+    let (rules, phony) = make_targets(makefile);
+    assert_eq!(
+        rules.into_iter().collect::<Vec<_>>(),
+        ["all", "help", "run"]
+    );
+    assert_eq!(phony.len(), 3);
+    assert_eq!(
+        help_targets(makefile).into_iter().collect::<Vec<_>>(),
+        ["all", "run"]
     );
 }

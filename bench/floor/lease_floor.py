@@ -3,12 +3,12 @@
 redis-semaphore's acquire + release beside what any acquire + release of two commands
 costs (two PINGs) and what the least module pairs cost (lease_floor.c: a sorted-set
 member as in TB, a counter in a module type, the counter with nothing but the value and
-one replicated command), one at a time and pipelined, the same loops as bench/leases.py,
+one replicated command), one at a time and pipelined, the same loops as bench/commands/leases.py,
 in interleaved rounds on one server. `make bench-floor-leases`; not part of CI.
 
     python3 bench/floor/lease_floor.py [--ops 64000] [--rounds 5] [--out FILE]
 
-Server CPU is the server process's utime + stime per pair (/proc), as in bench/leases.py;
+Server CPU is the server process's utime + stime per pair (/proc), as in bench/commands/leases.py;
 the report gives each row's median and its ratio to redis-semaphore's pair in the same
 round (median and range over the rounds).
 """
@@ -28,10 +28,11 @@ import uuid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+# bench/commands: the shared harness (tb_bench) and leases.py, whose loops this reuses
+sys.path.insert(0, str(HERE.parent / "commands"))
 
 import leases as L
-from tb_bench.common import REPO_ROOT, SetupError
+from tb_bench.common import REPO_ROOT, RESULTS_DIR, SetupError
 from tb_bench.resp import RespClient
 from tb_bench.server import RedisServer, cpu_pinning, ensure_module
 
@@ -113,7 +114,7 @@ def main() -> int:
     ap.add_argument("--ops", type=int, default=64000, help="pipelined pairs per worker per row")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "lease-floor.md"))
+    ap.add_argument("--out", default=str(RESULTS_DIR / "lease-floor.md"))
     args = ap.parse_args()
     module = ensure_module()
     version, script = L.semaphore_script()
@@ -147,7 +148,7 @@ def main() -> int:
         "",
         (f"`python3 bench/floor/lease_floor.py --ops {args.ops} --workers {args.workers} "
          f"--rounds {args.rounds}` on Redis {redis_version}, {pin_note}; redis-semaphore {version}. "
-         "Every row is an acquire + release pair, sent as bench/leases.py sends them: pipelined "
+         "Every row is an acquire + release pair, sent as bench/commands/leases.py sends them: pipelined "
          f"({L.KEYS_PER_WORKER} acquires in one write, their replies, then the releases; "
          f"{args.workers} processes x {args.ops} pairs) and one at a time ({args.ops // 8} pairs a "
          "process). The module pairs are bench/floor/lease_floor.c: each does less than a "

@@ -21,7 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# bench/commands: the shared harness (tb_bench)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "commands"))
 from tb_bench.common import seed_log_script  # noqa: E402
 from tb_bench.resp import RespClient  # noqa: E402
 from tb_bench.server import RedisServer, cpu_pinning  # noqa: E402

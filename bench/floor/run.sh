@@ -29,7 +29,7 @@
 set -euo pipefail
 CELL_SO=
 if [ "${FLOOR_CELL:-on}" != off ]; then
-  CELL_SO=$(cd "$(dirname "$0")/.." && python3 -m tb_bench.peer) ||
+  CELL_SO=$(cd "$(dirname "$0")/../commands" && python3 -m tb_bench.peer) ||
     { echo "no redis-cell column: tb_bench.peer found or built none" >&2; CELL_SO=; }
 fi
 source "$(dirname "$0")/worktree.sh"

@@ -364,7 +364,7 @@ def test_a_redis_without_the_module_stops_the_server_at_startup(kind: str) -> No
         app.spawn()
         assert app.proc is not None
         code = app.proc.wait(60)
-        assert code != 0
+        assert code == 3  # SPEC U4 (gunicorn: its worker's boot error)
         out = app.output()
         line = f"redis-tb module not loaded on 127.0.0.1:{plain.port}: load libredis_tb.so with loadmodule"
         # SPEC U1: one line, no traceback, and (gunicorn) no worker started again and again
@@ -382,7 +382,7 @@ def test_an_unreachable_redis_stops_the_server_in_one_line(kind: str) -> None:
     try:
         app.spawn()
         assert app.proc is not None
-        assert app.proc.wait(60) != 0
+        assert app.proc.wait(60) == 3  # SPEC U4
         out = app.output()
         # SPEC U2: the address and what to do, once, and no traceback
         assert out.count(f"redis-tb: cannot reach Redis at 127.0.0.1:{port} (") == 1, out
@@ -390,3 +390,116 @@ def test_an_unreachable_redis_stops_the_server_in_one_line(kind: str) -> None:
         assert "Traceback" not in out, out
     finally:
         app.stop()
+
+
+CLUSTER_REFUSAL = (
+    "redis-tb: limiter 'api' sends several keys in one call (policies 'ip', 'user', 'orders', 'search', "
+    "'search-strict', 'streams'), which a Redis Cluster refuses unless they share a hash slot: set a tag "
+    "function (SPEC K6)"
+)
+
+
+@pytest.mark.parametrize("kind", ["wsgi", "asgi"])
+def test_a_redis_cluster_stops_the_server_in_one_line(kind: str) -> None:
+    """SPEC U3, U4: the configured policies go several in one call and there is no
+    HASH_TAG: on a cluster such calls would be refused CROSSSLOT, so the start is. The
+    line names them in the calls' order: 'orders' (the @rate_limit of POST /orders,
+    which joins the middleware's call) after the configured policies of that call."""
+    node = RedisServer(cluster=True).start()
+    app = server(kind, {"REDIS_URL": node.url})
+    try:
+        app.spawn()
+        assert app.proc is not None and app.proc.wait(60) == 3
+        out = app.output()
+        assert out.count(CLUSTER_REFUSAL) == 1 and "Traceback" not in out, out
+    finally:
+        app.stop()
+        node.stop()
+
+
+@pytest.mark.parametrize("kind", ["wsgi", "asgi"])
+def test_the_server_starts_degraded_only_when_asked(kind: str) -> None:
+    """SPEC U2, U4: REDIS_TB_START_DEGRADED=1 with Redis unreachable: one line, then the
+    API fails open (no rate-limit headers)."""
+    port = free_port()
+    app = server(kind, {"REDIS_URL": f"redis://127.0.0.1:{port}/0", "REDIS_TB_START_DEGRADED": "1"})
+    try:
+        app.start()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"{app.url}/items/1", headers={"host": "127.0.0.1"}, timeout=30)
+                break
+            except httpx.TransportError:  # gunicorn's worker still booting
+                assert time.monotonic() < deadline, app.output()
+                time.sleep(0.1)
+        assert r.status_code == 200 and "RateLimit" not in r.headers
+        line = (
+            f"redis-tb: Redis at 127.0.0.1:{port} unreachable at startup; starting degraded "
+            "(the limiter's failure mode applies until it answers)"
+        )
+        assert app.output().count(line) == 1, app.output()
+    finally:
+        app.stop()
+
+
+# -- issue 39: the stream's bounds, its end when the client goes or stops reading -------
+
+STREAM_BOUNDS = {"tokens": (0, 10000), "delay_ms": (0, 10000), "max_tokens": (1, 10000)}
+
+
+def test_a_stream_query_value_out_of_its_bounds_is_a_400_problem(stack: Stack) -> None:
+    """examples/manifest.json's bad_query: answered before anything is held or streamed."""
+    cases = [("tokens", "1000000"), ("tokens", "-1"), ("tokens", "abc"), ("delay_ms", "10001"), ("max_tokens", "0")]
+    with stack.client("198.51.100.30") as c:
+        for name, value in cases:
+            r = c.get("/stream", params={name: value})
+            low, high = STREAM_BOUNDS[name]
+            assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
+            assert r.text == (
+                '{"type":"about:blank","title":"Bad Request","status":400,'
+                f'"detail":"query parameter \'{name}\' must be a whole number from {low} to {high}"}}'
+            )
+
+
+def open_stream(stack: Stack, ip: str, query: str) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", stack.app.port), source_address=(PROXY, 0))
+    s.sendall(f"GET /stream?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: {ip}\r\n\r\n".encode())
+    return s
+
+
+def test_a_client_gone_mid_stream_stops_it_within_a_second_and_it_settles_what_it_sent(stack: Stack) -> None:
+    """A 100 s stream holding 500 tokens: its client reads 20 events and goes away;
+    within a second the stream stops and settles what it sent, not the 500 held."""
+    tb, ip = stack.tb(), "198.51.100.31"
+    s = open_stream(stack, ip, "tokens=10000&delay_ms=10&max_tokens=500")
+    got = b""
+    while b"token-20" not in got:
+        got += s.recv(4096)
+    assert tb.peek(f"rl:tokens:{ip}", 1000, 1000 / 3600).remaining == pytest.approx(500, abs=1)
+    s.close()
+    gone = time.monotonic()
+    while tb.peek(f"rl:tokens:{ip}", 1000, 1000 / 3600).remaining < 900:
+        assert time.monotonic() - gone < 1.5, "not settled a second after the client left"
+        time.sleep(0.05)
+    tb.close()
+
+
+def test_a_stream_whose_client_reads_nothing_is_ended_at_its_max_duration(stack: Stack) -> None:
+    """SPEC N7: 'streams' ends a stream 6 s after its grant, whatever its client does
+    (WSGI: the connection shut down; ASGI: the request's task cancelled)."""
+    tb, ip = stack.tb(), "198.51.100.33"
+    sent = time.monotonic()  # before the grant
+    s = open_stream(stack, ip, "tokens=10000&delay_ms=10&max_tokens=1000")
+    got = s.recv(4096)
+    assert leases(tb, f"rl:streams:{ip}") == 1
+    while leases(tb, f"rl:streams:{ip}") != 0:
+        assert time.monotonic() - sent < 10, "the stream's slot outlived its max_duration"
+        time.sleep(0.1)
+    assert time.monotonic() - sent >= 6  # not before its max_duration
+    s.settimeout(5)
+    while chunk := s.recv(1 << 16):
+        got += chunk
+    s.close()
+    assert b"token-1" in got and b"[DONE]" not in got
+    tb.close()

@@ -8,13 +8,17 @@ Run: see README.md beside this file. Configuration by environment:
 REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES (comma-separated
 CIDRs of your load balancers; default none), RATE_LIMIT=off (serve the same app
 without the limiter), REDIS_TB_TIMEOUT_MS (milliseconds per Redis call, default 50;
-the tests raise it so that a busy test machine does not turn into store errors).
+the tests raise it so that a busy test machine does not turn into store errors),
+REDIS_TB_START_DEGRADED=1 (start failing open when Redis is unreachable at startup;
+by default the app refuses to start: uvicorn prints the one line and exits with 3).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -45,6 +49,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TRUSTED_PROXIES = [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c]
 LIMITED = os.environ.get("RATE_LIMIT", "on") != "off"
 TIMEOUT = float(os.environ.get("REDIS_TB_TIMEOUT_MS", "50")) / 1000
+# SPEC U4: an unreachable Redis fails the start unless this says so
+START_DEGRADED = os.environ.get("REDIS_TB_START_DEGRADED") == "1"
 
 # -- who is calling -------------------------------------------------------------
 # A stand-in for your auth: API key -> (user id, plan).
@@ -102,9 +108,11 @@ POLICIES = [
     per_minute("search-strict", 20, cost=search_cost, routes=["GET /search"], shadow=True),
     # at most 2 streams in progress per client address (SPEC N): each holds a lease of
     # 2 s, renewed every second while it streams, released when its response ends (a
-    # client that goes away included). Checked in the same call as the buckets above
-    # (TB.ACQUIRE ... TAKE: the slot and the buckets, all or nothing).
-    Policy("streams", Limit.in_flight(2, lease=2), routes=["GET /stream"]),
+    # client that goes away included), and ended 6 s after its grant whatever its client
+    # does (N7: a client that reads nothing cannot keep its slot). Checked in the same
+    # call as the buckets above (TB.ACQUIRE ... TAKE: the slot and the buckets, all or
+    # nothing).
+    Policy("streams", Limit.in_flight(2, lease=2, max_duration=6), routes=["GET /stream"]),
     # 1000 tokens an hour per client address, charged after the fact (SPEC G): the
     # handler holds its max_tokens before it streams and settles what it sent.
     Policy("tokens", Limit.per_hour(1000), settle_later=True, routes=["GET /stream"]),
@@ -118,6 +126,7 @@ limiter = RateLimiter(
     timeout=TIMEOUT,
     client_ip=ClientIP(TRUSTED_PROXIES),
     metrics=PrometheusMetrics(registry, limiter="api"),
+    start_degraded=START_DEGRADED,
     # (The local deny cache, DenyCache(max_entries=10_000), refuses repeat offenders
     # without a Redis call; bench_app.py turns it on.)
 )
@@ -137,7 +146,10 @@ login_limit = RateLimit(strict, [Policy("login", Limit.window(20, 3600))])
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if LIMITED:
-        await limiter.startup()  # a missing module stops the app here, clearly
+        # SPEC U1-U4: an unreachable Redis, a missing module, or a Redis Cluster (these
+        # policies go several in one call and have no tag function) stops the app here,
+        # in one line (uvicorn exits with 3). The login's limiter shares this client.
+        await limiter.startup()
     yield
     await client.aclose()
 
@@ -215,19 +227,49 @@ async def login(d: Decision = Depends(login_limit)) -> dict[str, object]:
     return {"ok": True, "attempts_left": d.remaining}
 
 
+#: the stream's query values and their bounds (examples/manifest.json's GET /stream)
+STREAM_QUERY = {"tokens": (3, 0, 10000), "delay_ms": (0, 0, 10000), "max_tokens": (100, 1, 10000)}
+_WHOLE = re.compile(r"[0-9]{1,15}")
+
+
+def stream_query(request: Request) -> dict[str, int] | Response:
+    """The stream's query values, or the 400 naming the first out of its bounds: a
+    stream as long as a client asks would hold a worker and memory for as long."""
+    out: dict[str, int] = {}
+    for name, (default, low, high) in STREAM_QUERY.items():
+        raw = request.query_params.get(name)
+        value = default if raw is None else int(raw) if _WHOLE.fullmatch(raw) else -1
+        if not low <= value <= high:
+            body = {
+                "type": "about:blank", "title": "Bad Request", "status": 400,
+                "detail": f"query parameter '{name}' must be a whole number from {low} to {high}",
+            }
+            return Response(json.dumps(body, separators=(",", ":")), status_code=400, media_type="application/problem+json")
+        out[name] = value
+    return out
+
+
 @app.get("/stream")
-async def stream(
-    request: Request, tokens: int = 3, delay_ms: int = 0, max_tokens: int = 100
-) -> Response:
+async def stream(request: Request) -> Response:
     """An LLM proxy's stream (server-sent events): the middleware took one of this
     client's 2 stream slots; the handler holds max_tokens on 'tokens' before it
     streams, then settles the number of tokens it sent, also when the client goes
-    away (SPEC G1-G3). A refused hold is a 429 naming 'tokens' (G2)."""
+    away (SPEC G1-G3). A refused hold (a full hold table included, G6) is a 429 naming
+    'tokens' (G2); the middleware renews the hold while the stream runs (G5).
+
+    Written as the client reads it: each event is one ASGI send, which waits while
+    the client's socket is full; each event also yields to the event loop, so a client
+    that goes away stops the stream at its next event (and the other requests' timers
+    run meanwhile). At 6 s the middleware ends it whatever its client does (N7)."""
+    query = stream_query(request)
+    if isinstance(query, Response):
+        return query
+    tokens, delay = query["tokens"], query["delay_ms"] / 1000
     d = decision(request)
     hold: Hold | None = None
     if d is not None:
         try:
-            hold = await d.hold("tokens", max_tokens)
+            hold = await d.hold("tokens", query["max_tokens"])
         except StoreError:
             hold = None  # Redis is down: the stream fails open, as the check did
         if hold is not None:
@@ -239,15 +281,17 @@ async def stream(
         sent = 0
         try:
             for i in range(1, tokens + 1):
-                if i > 1 and delay_ms:
-                    await asyncio.sleep(delay_ms / 1000)
+                # a delay, or at least one turn of the event loop: a disconnect is seen
+                await asyncio.sleep(delay if i > 1 else 0)
                 yield f"data: token-{i}\n\n".encode()  # one model token per event
                 sent += 1
             yield b"data: [DONE]\n\n"
         finally:
             if hold is not None:
                 try:
-                    await hold.settle(sent)  # charged what was sent, surplus back
+                    # shielded: settled also when the stream was cancelled (the client
+                    # went away, or max_duration): charged what was sent, surplus back
+                    await asyncio.shield(hold.settle(sent))
                 except StoreError:
                     pass  # the hold keeps its estimate charged until it expires (G4)
 
@@ -275,6 +319,8 @@ async def stats() -> dict[str, int]:
         "deny_cache_hits": s.deny_cache_hits,
         "leases_in_flight": s.leases_in_flight,
         "leases_expired": s.leases_expired,
+        "leases_timed_out": s.leases_timed_out,
         "holds": s.holds,
+        "holds_lost": s.holds_lost,
         "settlements": s.settlements,
     }

@@ -12,7 +12,7 @@ import pytest
 from http_sfv.list import List
 from prometheus_client.parser import text_string_to_metric_families
 
-from redis_tb_testing.servers import RedisServer, Uvicorn, start_all
+from redis_tb_testing.servers import RedisServer, Uvicorn, free_port, start_all
 
 HERE = Path(__file__).parent
 PROXY = "127.0.0.2"  # trusted by the app under test; requests carry X-Forwarded-For
@@ -27,8 +27,16 @@ def sf(value: str) -> list[tuple[object, dict[str, object]]]:
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, Uvicorn]]:
-    store = RedisServer().start()
+def store() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(store: RedisServer) -> Iterator[dict[str, Uvicorn]]:
     env = {"REDIS_URL": store.url, "TRUSTED_PROXIES": f"{PROXY}/32", "REDIS_TB_TIMEOUT_MS": "5000"}
     apps = {
         "limited": Uvicorn("app:app", HERE, env),
@@ -40,7 +48,6 @@ def servers() -> Iterator[dict[str, Uvicorn]]:
     finally:
         for a in apps.values():
             a.stop()
-        store.stop()
 
 
 def client(app: Uvicorn, ip: str) -> httpx.Client:
@@ -210,3 +217,139 @@ def test_a_client_gone_mid_stream_frees_its_slot(servers: dict[str, Uvicorn]) ->
         while c.get("/stream", params={"tokens": 1}).status_code != 200:  # freed at the next event
             assert time.monotonic() < deadline, "the slots of clients gone mid-stream were not freed"
             time.sleep(0.1)  # no faster than 'ip' refills
+
+
+# -- issue 39: the stream's bounds, its end when the client goes or stops reading, startup
+
+STREAM_BOUNDS = {"tokens": (0, 10000), "delay_ms": (0, 10000), "max_tokens": (1, 10000)}
+
+
+@pytest.mark.parametrize("name,value", [
+    ("tokens", "1000000"), ("tokens", "10001"), ("tokens", "-1"), ("tokens", "1.5"), ("tokens", "abc"), ("tokens", ""),
+    ("delay_ms", "10001"), ("delay_ms", "1e3"), ("max_tokens", "0"), ("max_tokens", "10001"),
+])
+def test_a_stream_query_value_out_of_its_bounds_is_a_400_problem(servers: dict[str, Uvicorn], name: str, value: str) -> None:
+    """examples/manifest.json's bad_query: answered before anything is held or streamed."""
+    with client(servers["limited"], "198.51.100.30") as c:
+        r = c.get("/stream", params={name: value})
+    low, high = STREAM_BOUNDS[name]
+    assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
+    assert r.text == (
+        '{"type":"about:blank","title":"Bad Request","status":400,'
+        f'"detail":"query parameter \'{name}\' must be a whole number from {low} to {high}"}}'
+    )
+
+
+def tokens_left(store: RedisServer, ip: str) -> float:
+    """What the 'tokens' bucket (1000 an hour) of ``ip`` holds now."""
+    return float(store.cli("TB.PEEK", f"rl:tokens:{ip}", "1000", str(1000 / 3600)).split()[1])
+
+
+def open_stream(app: Uvicorn, ip: str, query: str) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", app.port), source_address=(PROXY, 0))
+    s.sendall(f"GET /stream?{query} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {ip}\r\n\r\n".encode())
+    return s
+
+
+def test_a_client_gone_mid_stream_stops_it_within_a_second_and_it_settles_what_it_sent(
+    servers: dict[str, Uvicorn], store: RedisServer,
+) -> None:
+    """A 100 s stream (10000 events, 10 ms apart) holding 500 tokens: its client reads
+    20 events and goes away; within a second the stream stops and settles what it sent
+    (tens of tokens), not the 500 held."""
+    app, ip = servers["limited"], "198.51.100.31"
+    s = open_stream(app, ip, "tokens=10000&delay_ms=10&max_tokens=500")
+    got = b""
+    while b"token-20" not in got:
+        got += s.recv(4096)
+    assert tokens_left(store, ip) == pytest.approx(500, abs=1)  # held
+    s.close()
+    gone = time.monotonic()
+    while tokens_left(store, ip) < 900:
+        assert time.monotonic() - gone < 1.5, f"not settled a second after the client left: {tokens_left(store, ip)}"
+        time.sleep(0.05)
+
+
+def test_a_client_gone_from_a_fast_stream_costs_no_log_storm(servers: dict[str, Uvicorn], store: RedisServer) -> None:
+    """Issue 39 L4: a stream with no delay whose client leaves stops at once; it used to
+    run to its end, one 'socket.send() raised exception' line per event."""
+    app, ip = servers["limited"], "198.51.100.32"
+    before = app.output().count("socket.send() raised exception")
+    s = open_stream(app, ip, "tokens=10000&delay_ms=0&max_tokens=1000")
+    s.recv(4096)
+    s.close()
+    time.sleep(1)
+    assert app.output().count("socket.send() raised exception") - before <= 10
+    assert tokens_left(store, ip) > 0  # settled what was sent, not the whole 10000 (and not the 1000 held)
+
+
+def test_a_stream_whose_client_reads_nothing_is_ended_at_its_max_duration(
+    servers: dict[str, Uvicorn], store: RedisServer,
+) -> None:
+    """SPEC N7: 'streams' ends a stream 6 s after its grant, whatever its client does: a
+    100 s stream whose client reads nothing loses its slot (and is counted), and the
+    connection is closed before [DONE]."""
+    app, ip = servers["limited"], "198.51.100.33"
+    before = metric(scrape(app), "redis_tb_leases_timed_out_total", limiter="api", policy="streams")
+    sent = time.monotonic()  # before the grant
+    s = open_stream(app, ip, "tokens=10000&delay_ms=10&max_tokens=1000")
+    got = s.recv(4096)
+    lease_key = f"rl:streams:{ip}"
+    assert store.cli("TB.PEEK", lease_key, "LEASES").split()[0] == "1"
+    while store.cli("TB.PEEK", lease_key, "LEASES").split()[0] != "0":
+        assert time.monotonic() - sent < 10, "the stream's slot outlived its max_duration"
+        time.sleep(0.1)
+    assert time.monotonic() - sent >= 6  # not before its max_duration
+    assert metric(scrape(app), "redis_tb_leases_timed_out_total", limiter="api", policy="streams") == before + 1
+    s.settimeout(5)
+    while chunk := s.recv(1 << 16):
+        got += chunk
+    s.close()
+    assert b"token-1" in got and b"[DONE]" not in got
+
+
+CLUSTER_REFUSAL = (
+    "redis-tb: limiter 'api' sends several keys in one call (policies 'ip', 'user', 'orders', 'search', "
+    "'search-strict', 'streams'), which a Redis Cluster refuses unless they share a hash slot: set a tag "
+    "function (SPEC K6)"
+)
+
+
+@pytest.mark.parametrize("cause", ["unreachable", "no-module", "cluster"])
+def test_the_app_exits_3_in_one_line_when_its_limiter_cannot_start(cause: str) -> None:
+    """SPEC U1-U4: the line of U1-U3, once, no traceback, exit status 3."""
+    store = None if cause == "unreachable" else RedisServer(module=cause != "no-module", cluster=cause == "cluster").start()
+    port = free_port() if store is None else store.port
+    app = Uvicorn("app:app", HERE, {"REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+    try:
+        app.spawn()
+        assert app.proc is not None and app.proc.wait(60) == 3
+        out = app.output()
+        line = {
+            "unreachable": f"redis-tb: cannot reach Redis at 127.0.0.1:{port} (",
+            "no-module": f"redis-tb module not loaded on 127.0.0.1:{port}: load libredis_tb.so with loadmodule",
+            "cluster": CLUSTER_REFUSAL,
+        }[cause]
+        assert out.count(line) == 1 and "Traceback" not in out, out
+    finally:
+        app.stop()
+        if store is not None:
+            store.stop()
+
+
+def test_the_app_starts_degraded_only_when_asked() -> None:
+    """SPEC U2, U4: REDIS_TB_START_DEGRADED=1 with Redis unreachable: one line, then the
+    API fails open (no rate-limit headers) until Redis answers."""
+    port = free_port()
+    app = Uvicorn("app:app", HERE, {"REDIS_URL": f"redis://127.0.0.1:{port}/0", "REDIS_TB_START_DEGRADED": "1"})
+    try:
+        app.start()
+        line = (
+            f"redis-tb: Redis at 127.0.0.1:{port} unreachable at startup; starting degraded "
+            "(the limiter's failure mode applies until it answers)"
+        )
+        assert app.output().count(line) == 1, app.output()
+        r = httpx.get(f"{app.url}/items/1", timeout=30)
+        assert r.status_code == 200 and "RateLimit" not in r.headers
+    finally:
+        app.stop()

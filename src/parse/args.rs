@@ -15,8 +15,8 @@ pub const LOG_MAX_N: f64 = 100_000.0;
 /// The largest LOG `limit`: a LOG key holds at most `limit` members, so this bounds its
 /// memory (1.37 MB at 10,000, measured) and the work of its worst call (removing a full
 /// log that left the window and adding `limit` entries: 9-14 ms at 10,000, against
-/// 104-195 ms at 100,000; `bench/log_worst_call.py`, docs/commands.md). Above it, SLIDING
-/// keeps 181 bytes per key at any limit.
+/// 104-195 ms at 100,000; `bench/studies/log_worst_call.py`, docs/commands.md). Above it,
+/// SLIDING keeps 181 bytes per key at any limit.
 pub const LOG_MAX_LIMIT: f64 = 10_000.0;
 
 /// Validated TB.WINDOW arguments.

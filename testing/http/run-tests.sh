@@ -8,7 +8,8 @@
 #     plus this suite's pinned requirements.txt;
 #   - Node (express, fastify): npm ci and npm run build in clients/node,
 #     examples/node-test-support and each example (their lockfiles);
-#   - Rust (axum): cargo build -p redis-tb-axum-example.
+#   - Rust (axum): cargo build -p redis-tb-axum-example;
+#   - Java (spring): mvn package of the example's jar (clients/java's reactor).
 # SKIP_BUILD=1 skips the Node and Rust builds (the venv is still checked).
 # HTTP_EXAMPLES=fastapi,axum runs a subset. Extra arguments go to pytest.
 #
@@ -44,6 +45,8 @@ if [ -z "${SKIP_BUILD:-}" ]; then
         (cd "$repo/$pkg" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
     done
     (cd "$repo" && cargo build -p redis-tb-axum-example)
+    # Java (spring): the starter and the example's executable jar (Maven, versions pinned)
+    (cd "$repo" && mvn -B -q -f clients/java/pom.xml package -DskipTests -pl :redis-tb-spring-example -am)
 fi
 
 log=$(mktemp)

@@ -10,13 +10,14 @@ import re
 import pytest
 
 import test_examples
+import test_identity
 import test_startup
 import test_streams
 from conftest import MANIFEST
 from tbhttp.procs import REPO
 
 PLACEHOLDERS = {"port", "redis_url", "trusted_proxies", "python", "repo"}
-CHECKS = (test_examples, test_streams, test_startup)  # the files whose checks deviations may cite
+CHECKS = (test_examples, test_streams, test_startup, test_identity)  # the files whose checks deviations may cite
 
 
 def case_names() -> list[str]:

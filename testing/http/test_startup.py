@@ -32,9 +32,11 @@ HOST = "127.0.0.1"
 
 def option(language: str) -> str:
     """SPEC U2's option, `start_degraded`, in the language's case (SPEC Names: snake_case
-    in Python and Rust, camelCase in Node)."""
+    in Python and Rust, camelCase in Node, and in Java, whose builder's option is
+    `startDegraded`)."""
     words = "start_degraded".split("_")
-    return words[0] + "".join(w.title() for w in words[1:]) if language == "node" else "_".join(words)
+    camel = language in ("node", "java")
+    return words[0] + "".join(w.title() for w in words[1:]) if camel else "_".join(words)
 
 
 def ends_a_line(output: str, pattern: str) -> bool:

@@ -610,3 +610,19 @@ def test_startup_check_fails_without_the_module_and_only_logs_when_unreachable(
     assert f"Redis at 127.0.0.1:{dead_port} unreachable at startup; starting degraded" in caplog.text
     with override_settings(REDIS_TB={"URL": dead, "CHECK_MODULE": False}):
         RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django).ready()
+
+
+def test_the_startup_names_the_policies_of_the_calls_in_their_order(redis_server: RedisServer) -> None:
+    """SPEC U3: the cluster check's policies are those the project's calls send: the
+    configured ones and, after the configured policies of its call, each joining
+    @rate_limit view's own (URLconf order); a view that is exempt, or a limiter of its
+    own, makes calls of its own and is left out."""
+    from redis_tb.django.calls import call_policies
+    from redis_tb.django.conf import parse_config
+
+    config = parse_config(conf(redis_server, [
+        {"NAME": "ip", "PER_SECOND": 10},
+        {"NAME": "items", "PER_SECOND": 10, "URL_NAMES": ["item"]},
+    ]))
+    names = [p.name for p in call_policies(config)]
+    assert names == ["ip", "deco", "adeco", "pair-a", "pair-b", "decofail", "items"]

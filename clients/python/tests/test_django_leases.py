@@ -3,11 +3,14 @@ WSGI, uvicorn for ASGI) and a real redis-server with the module: SPEC N4 (the le
 ends once, when the response is finished: a streamed body after its last chunk, a
 client gone mid-stream, a raising view), N5 (renewed while the request runs: a
 thread under WSGI, a task under ASGI) and G1-G3 (a settled hold changes the bucket by
-actual minus estimate). The server's own view is read with TB.PEEK.
+actual minus estimate) and G5 (a hold is renewed while the request runs: a stream that
+outlives the hold's ttl settles its actual cost). The server's own view is read with
+TB.PEEK.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import tempfile
 import threading
@@ -24,6 +27,9 @@ HERE = Path(__file__).parent
 LEASE_KEY = "rl:conc:127.0.0.1"
 
 
+GATES: dict[int, Path] = {}
+
+
 @pytest.fixture(scope="module", params=["wsgi", "asgi"])
 def server(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[Gunicorn | Uvicorn]:
     gate = Path(tempfile.mkdtemp()) / "gate"
@@ -33,6 +39,7 @@ def server(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterato
         s = Gunicorn("djangolease.wsgi:application", HERE, env, threads=4).start()
     else:
         s = Uvicorn("djangolease.asgi:application", HERE, env, extra=["--lifespan", "off"]).start()
+    GATES[s.port] = gate
     try:
         yield s
     finally:
@@ -115,3 +122,18 @@ def test_a_settled_hold_changes_the_bucket_by_actual_minus_estimate(http: httpx.
     refused = http.get("/hold", params={"estimate": 100, "actual": 1})
     assert refused.status_code == 429 and refused.json()["violated_policies"] == ["tokens"]
     assert refused.headers["ratelimit-policy"].startswith('"tokens";q=1000')
+
+
+def test_a_stream_that_outlives_its_hold_ttl_settles_its_actual_cost(server: Gunicorn | Uvicorn, http: httpx.Client, redis_server: RedisServer) -> None:
+    """SPEC G5: a hold of 0.5 s renewed every 0.25 s while a 2 s stream runs (a thread
+    under WSGI, a task under ASGI); the settlement finds it and charges what was sent."""
+    settled_file = GATES[server.port].with_name("settled")
+    settled_file.unlink(missing_ok=True)
+    body = http.get("/hold-stream", params={"estimate": 100, "actual": 300, "ttl": 0.5, "seconds": 2}).text
+    assert body.count("tick") == 40
+    wait_for("the stream never settled", settled_file.exists)
+    settled = json.loads(settled_file.read_text().splitlines()[-1])
+    assert settled["settled"] is True, settled
+    assert settled["charged"] == pytest.approx(200)
+    peek = redis_server.cli("TB.PEEK", "rl:tokens:127.0.0.1", "1000", "1e-9").split()
+    assert float(peek[1]) == pytest.approx(700, abs=1e-3)

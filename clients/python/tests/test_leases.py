@@ -1,8 +1,9 @@
 """In-flight policies and holds through a real HTTP server (uvicorn) and a real
 redis-server with the module: SPEC N4 (the lease ends once, when the response is
 finished: a streamed body's last chunk, a client gone mid-stream, a raising
-handler), N5 (renewed while the request runs) and G1-G3 (a settled hold changes the
-bucket by actual minus estimate). The server's own view is read with TB.PEEK.
+handler), N5 (renewed while the request runs, beside the responses' writes: issue 39's
+L4), G1-G3 (a settled hold changes the bucket by actual minus estimate) and G5 (a hold
+is renewed while its request runs). The server's own view is read with TB.PEEK.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
@@ -140,3 +141,52 @@ def test_a_raised_hold_refusal_is_its_429_and_frees_the_slot(http: httpx.Client,
     assert r.headers["ratelimit-policy"].startswith('"tokens";q=1000')
     assert in_flight(redis_server) == 0
     assert http.get("/hold-raise", params={"estimate": 10, "how": how}).json() == {"held": True}
+
+
+def stats(http: httpx.Client) -> dict[str, Any]:
+    got: dict[str, Any] = http.get("/stats").json()
+    return got
+
+
+def test_one_stalled_client_does_not_hold_up_another_requests_renewal(server: Uvicorn, http: httpx.Client, redis_server: RedisServer) -> None:
+    """Issue 39 L4: the renewals run beside the responses' writes. Client A (127.0.0.2)
+    reads nothing of an endless stream; client B (127.0.0.3) keeps a 1.2 s stream: its
+    0.4 s lease is renewed every 0.2 s all along."""
+    expired = stats(http)["leases_expired"]
+    stalled = socket.create_connection(("127.0.0.1", server.port), source_address=("127.0.0.2", 0))
+    with stalled:
+        stalled.sendall(b"GET /flood HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert stalled.recv(4096).startswith(b"HTTP/1.1 200")
+        with httpx.Client(base_url=server.url, timeout=10, transport=httpx.HTTPTransport(local_address="127.0.0.3")) as b:
+            with b.stream("GET", "/ticks") as r:
+                lines = r.iter_lines()
+                for _ in range(60):  # 1.2 s of ticks, three lease times
+                    next(lines)
+                assert int(redis_server.cli("TB.PEEK", "rl:conc:127.0.0.3", "LEASES").split()[0]) == 1
+    assert stats(http)["leases_expired"] == expired
+
+
+def test_a_stream_that_outlives_its_hold_ttl_settles_its_actual_cost(http: httpx.Client, redis_server: RedisServer) -> None:
+    """SPEC G5: a hold of 0.5 s renewed every 0.25 s while a 2 s stream runs; the
+    settlement finds it and charges what was sent (300), not the estimate (100)."""
+    body = http.get("/hold-stream", params={"estimate": 100, "actual": 300, "ttl": 0.5, "seconds": 2}).text
+    assert body.count("tick") == 40
+    wait_for("the stream never settled", lambda: len(stats(http)["settlements"]) >= 1)
+    settled = stats(http)["settlements"][-1]
+    assert settled["settled"] is True, settled
+    assert settled["charged"] == pytest.approx(200)  # actual minus the hold's charge
+    peek = redis_server.cli("TB.PEEK", "rl:tokens:127.0.0.1", "1000", "1e-9").split()
+    assert float(peek[1]) == pytest.approx(700, abs=1e-3)
+    assert stats(http)["holds_lost"] == 0
+
+
+def test_a_full_hold_table_is_a_429_never_a_store_error(http: httpx.Client, redis_server: RedisServer) -> None:
+    """SPEC G6: the module's 100 live holds on the 'tokens' bucket (made directly, at the
+    price of a place, capacity / 100): the handler's hold is refused, a ready 429 naming
+    'tokens' with a Retry-After, not a StoreError (a 500 from this app)."""
+    for _ in range(100):
+        assert redis_server.cli("TB.HOLD", "rl:tokens:127.0.0.1", "1000", "1e-9", "10", "60000").split()[0] == "1"
+    r = http.get("/hold", params={"estimate": 1, "actual": 1})
+    assert r.status_code == 429, r.text
+    assert r.json()["violated_policies"] == ["tokens"] and r.headers["retry-after"]
+    assert stats(http)["store_errors"] == 0

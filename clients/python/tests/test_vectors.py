@@ -13,8 +13,11 @@ reader), error reply, timeout, connection error, or a held answer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import math
+import re
 import threading
 from collections import deque
 from pathlib import Path
@@ -22,6 +25,7 @@ from typing import Any, Callable
 
 import pytest
 import redis.exceptions
+from redis._parsers.base import BaseParser
 
 from redis_tb import (
     AsyncClient,
@@ -36,6 +40,7 @@ from redis_tb import (
     Policy,
     PolicyResult,
     RateLimiter,
+    StartupError,
     SyncRateLimiter,
     check_policy_kinds,
 )
@@ -74,9 +79,9 @@ def ids(cases: list[dict[str, Any]]) -> list[str]:
 
 HANDLED = {
     "numbers.json", "config.json", "address.json", "keys.json", "header_identity.json",
-    "response.json", "limiter.json",
+    "response.json", "limiter.json", "startup.json",
 }
-KINDS = {"check", "release", "cancel", "refund", "finish", "renew", "take_hold", "settle"}
+KINDS = {"check", "release", "cancel", "refund", "finish", "renew", "take_hold", "settle", "renew_hold"}
 
 
 def test_every_file_has_a_handler() -> None:
@@ -154,10 +159,15 @@ def _configure(setting: str, value: Any) -> Any:
     elif setting == "window":
         Policy("p", Limit.window(value["limit"], value["seconds"], value["mode"]))
     elif setting == "in_flight":
+        unknown = set(value) - {"limit", "lease", "max_duration", "cost"}
+        assert not unknown, f"unknown in_flight fields {sorted(unknown)}"
         extra = {"cost": value["cost"]} if "cost" in value else {}
-        lim = Limit.in_flight(value["limit"], value["lease"])
+        lim = (
+            Limit.in_flight(value["limit"], value["lease"], value["max_duration"])
+            if "max_duration" in value else Limit.in_flight(value["limit"], value["lease"])
+        )
         Policy("p", lim, **extra)
-        return {"limit": lim.limit, "lease_ms": lim.lease_ms}
+        return {"limit": lim.limit, "lease_ms": lim.lease_ms, "max_duration_ms": lim.max_duration_ms}
     elif setting == "policy_kinds":
         check_policy_kinds([_kind_policy(i, k) for i, k in enumerate(value)])
     else:
@@ -339,6 +349,13 @@ def same_call(got: list[Any], want: list[Any]) -> bool:
     return True
 
 
+def redis_error(message: str) -> BaseException:
+    """An error reply as redis-py's parser raises it (``CROSSSLOT ...`` is its
+    ClusterCrossSlotError, ``NOPERM ...`` its NoPermissionError, the code cut off)."""
+    error: BaseException = BaseParser.parse_error(message)  # type: ignore[no-untyped-call]
+    return error
+
+
 class Script:
     """The calls a step must make, in order, and how each is answered."""
 
@@ -387,10 +404,10 @@ class FakeAsyncClient(AsyncClient):
         exp = self.script.next(decode_command(packed))
         answer = await self._answer(exp)
         if isinstance(answer, RespError):
-            raise redis.exceptions.ResponseError(answer.removeprefix("ERR "))
+            raise redis_error(answer)
         value = read(encode_reply(answer))
         if isinstance(value, RespError):
-            raise redis.exceptions.ResponseError(value)
+            raise redis_error(value)
         return value
 
     async def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:
@@ -399,7 +416,7 @@ class FakeAsyncClient(AsyncClient):
             exp = self.script.next(["TB.REFUND", b.key, float(b.capacity), float(b.rate), float(b.n)])
             answer = await self._answer(exp)
             if isinstance(answer, RespError):
-                raise redis.exceptions.ResponseError(answer.removeprefix("ERR "))
+                raise redis_error(answer)
             out.append(answer)
         return out
 
@@ -417,7 +434,7 @@ class FakeSyncClient(Client):
         if "reply" in exp:
             return exp["reply"]
         if "error" in exp:
-            raise redis.exceptions.ResponseError(exp["error"].removeprefix("ERR "))
+            raise redis_error(exp["error"])
         if exp.get("timeout"):
             raise redis.exceptions.TimeoutError("Timeout reading from socket")  # the socket timeout
         if exp.get("connection_error"):
@@ -430,7 +447,7 @@ class FakeSyncClient(Client):
         if "cancel" in box:
             raise Cancelled
         if "error" in box:
-            raise redis.exceptions.ResponseError(box["error"].removeprefix("ERR "))
+            raise redis_error(box["error"])
         return box["reply"]
 
     def call_packed(self, packed: bytes) -> Any:
@@ -472,8 +489,14 @@ def build_policies(case: dict[str, Any]) -> list[Policy]:
         if "window" in p:  # SPEC W1
             w = p["window"]
             base = Limit.window(w["limit"], w["seconds"], w["mode"])
-        elif "in_flight" in p:  # SPEC N1
-            base = Limit.in_flight(p["in_flight"]["limit"], p["in_flight"]["lease_ms"] / 1000)
+        elif "in_flight" in p:  # SPEC N1, N7
+            f = p["in_flight"]
+            unknown = set(f) - {"limit", "lease_ms", "max_duration_ms"}
+            assert not unknown, f"{case['id']}: unknown in_flight fields {sorted(unknown)}"
+            if "max_duration_ms" in f:
+                base = Limit.in_flight(f["limit"], f["lease_ms"] / 1000, f["max_duration_ms"] / 1000)
+            else:  # the default, 300 s
+                base = Limit.in_flight(f["limit"], f["lease_ms"] / 1000)
         else:
             base = Limit(p["capacity"], p["rate"])
         static_cost = num(p.get("cost", 1))
@@ -583,6 +606,21 @@ def check_lease_stats(where: str, limiter: Any, expect: dict[str, Any]) -> None:
         assert limiter.stats.leases_in_flight == want, f"{where}: leases_in_flight {limiter.stats.leases_in_flight}"
 
 
+def check_renew(where: str, expect: dict[str, Any], renewed: bool, timed_out: bool) -> None:
+    """A renew step's expectation (SPEC N5, N7): ``timed_out`` is whether this tick
+    ended the request at its max_duration."""
+    for k in expect:
+        assert k in ("renewed", "timed_out"), f"{where}: unknown expectation {k!r}"
+    assert renewed is expect["renewed"], f"{where}: renew() gave {renewed}"
+    if "timed_out" in expect:
+        assert timed_out is expect["timed_out"], f"{where}: timed out {timed_out}, want {expect['timed_out']}"
+
+
+def held_name(step: dict[str, Any]) -> str | None:
+    """The name of a step's held call (its answer comes with a later release step)."""
+    return next((r["hold"] for r in step["redis"] if "hold" in r), None)
+
+
 async def run_async(case: dict[str, Any]) -> None:
     clock = FakeClock()
     script = Script(case["id"])
@@ -590,7 +628,22 @@ async def run_async(case: dict[str, Any]) -> None:
     policies = build_policies(case)
     decisions: dict[int, Decision] = {}
     holds: dict[int, Hold | None] = {}
-    held: dict[str, tuple[int, asyncio.Task[Decision]]] = {}
+    # a held call: its step, its task, and whether it is a check's or a hold's
+    held: dict[str, tuple[int, asyncio.Task[Any], str]] = {}
+
+    async def await_held(where: str, name: str) -> None:
+        for _ in range(1000):
+            await asyncio.sleep(0)
+            if name in script.held:
+                return
+        raise AssertionError(f"{where}: the held call was not made")
+
+    async def take_hold(th: dict[str, Any]) -> tuple[Hold | None, Exception | None]:
+        try:
+            return await decisions[th["check"]].hold(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000), None
+        except (HoldError, StoreError) as exc:
+            return None, exc
+
     for i, step in enumerate(case["steps"]):
         kind = _step_kind(case["id"], i, step)
         clock.ms = step["at_ms"]
@@ -599,15 +652,13 @@ async def run_async(case: dict[str, Any]) -> None:
             c = step["check"]
             hs: dict[str, list[str]] = c.get("headers", {})
             script.calls.extend(step["redis"])
-            task = asyncio.create_task(limiter.check(Req(c), policies, None, peer=c["peer"], headers=getter(hs)))
-            hold = next((r["hold"] for r in step["redis"] if "hold" in r), None)
-            if hold is not None:
-                for _ in range(1000):
-                    await asyncio.sleep(0)
-                    if hold in script.held:
-                        break
-                assert hold in script.held, f"{where}: the held call was not made"
-                held[hold] = (i, task)
+            task: asyncio.Task[Any] = asyncio.create_task(
+                limiter.check(Req(c), policies, None, peer=c["peer"], headers=getter(hs))
+            )
+            name = held_name(step)
+            if name is not None:
+                await await_held(where, name)
+                held[name] = (i, task, "check")
                 assert step["expect"] is None, f"{where}: a held check is checked at its release"
                 continue
             d = await asyncio.wait_for(task, 5)
@@ -615,38 +666,47 @@ async def run_async(case: dict[str, Any]) -> None:
             assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
             check_result(case["id"], i, limiter, d, step["expect"])
         elif kind == "release":
-            idx, task = held.pop(step["release"])
+            idx, task, what = held.pop(step["release"])
             fut = script.held.pop(step["release"])
             fut.set_result(step["reply"] if "reply" in step else RespError(step["error"]))
-            d = await asyncio.wait_for(task, 5)
-            decisions[idx] = d
-            check_result(case["id"], i, limiter, d, step["expect"])
+            got = await asyncio.wait_for(task, 5)
+            if what == "check":
+                decisions[idx] = got
+                check_result(case["id"], i, limiter, got, step["expect"])
+            else:
+                holds[idx] = got[0]
+                check_hold(where, limiter, got[0], got[1], step["expect"])
         elif kind == "cancel":
-            idx, task = held.pop(step["cancel"])
+            idx, task, _ = held.pop(step["cancel"])
             script.held.pop(step["cancel"])
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        elif kind in ("finish", "renew", "take_hold", "settle"):
+        elif kind in ("finish", "renew", "take_hold", "settle", "renew_hold"):
             script.calls.extend(step["redis"])
             if kind == "finish":
                 await asyncio.wait_for(decisions[step["finish"]].finish(), 5)
                 check_lease_stats(where, limiter, step["expect"])
             elif kind == "renew":
-                renewed = await asyncio.wait_for(decisions[step["renew"]].renew(), 5)
-                assert step["expect"] == {"renewed": renewed}, f"{where}: renew() gave {renewed}"
+                d = decisions[step["renew"]]
+                before = d.timed_out
+                renewed = await asyncio.wait_for(d.renew(), 5)
+                check_renew(where, step["expect"], renewed, d.timed_out and not before)
             elif kind == "take_hold":
-                th = step["take_hold"]
-                hold_got: Hold | None = None
-                error: Exception | None = None
-                try:
-                    hold_got = await asyncio.wait_for(
-                        decisions[th["check"]].hold(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000), 5
-                    )
-                except (HoldError, StoreError) as exc:
-                    error = exc
+                name = held_name(step)
+                if name is not None:
+                    task = asyncio.create_task(take_hold(step["take_hold"]))
+                    await await_held(where, name)
+                    held[name] = (i, task, "hold")
+                    assert step["expect"] is None, f"{where}: a held hold is checked at its release"
+                    continue
+                hold_got, error = await asyncio.wait_for(take_hold(step["take_hold"]), 5)
                 holds[i] = hold_got
                 check_hold(where, limiter, hold_got, error, step["expect"])
+            elif kind == "renew_hold":
+                hold_of = holds[step["renew_hold"]]
+                renewed = False if hold_of is None else await asyncio.wait_for(hold_of.renew(), 5)
+                assert step["expect"] == {"renewed": renewed}, f"{where}: hold.renew() gave {renewed}"
             else:
                 st = step["settle"]
                 hold_of = holds[st["hold"]]
@@ -658,7 +718,7 @@ async def run_async(case: dict[str, Any]) -> None:
             returned = await asyncio.wait_for(decisions[step["refund"]].refund(), 5)
             assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
             assert returned is step["expect"]["returns"], f"{where}: refund() returned {returned}"
-    for _, task in held.values():  # never released: dropped
+    for _, task, _ in held.values():  # never released: dropped
         task.cancel()
     assert not script.unexpected, f"{case['id']}: unexpected calls {script.unexpected}"
     check_stats(case, limiter)
@@ -671,7 +731,30 @@ def run_sync(case: dict[str, Any]) -> None:
     policies = build_policies(case)
     decisions: dict[int, Decision] = {}
     holds: dict[int, Hold | None] = {}
-    held: dict[str, tuple[int, threading.Thread, dict[str, Any]]] = {}
+    # a held call: its step, its thread, what it gave, and whether it is a check's or a hold's
+    held: dict[str, tuple[int, threading.Thread, dict[str, Any], str]] = {}
+
+    def take_hold(th: dict[str, Any]) -> tuple[Hold | None, Exception | None]:
+        try:
+            return decisions[th["check"]].hold_sync(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000), None
+        except (HoldError, StoreError) as exc:
+            return None, exc
+
+    def in_thread(where: str, name: str, run: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+        out: dict[str, Any] = {}
+
+        def body() -> None:
+            try:
+                out["value"] = run()
+            except Cancelled:
+                out["cancelled"] = True
+
+        script.hold_seen.clear()
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        assert script.hold_seen.wait(5), f"{where}: the held call was not made"
+        return t, out
+
     for i, step in enumerate(case["steps"]):
         kind = _step_kind(case["id"], i, step)
         clock.ms = step["at_ms"]
@@ -681,62 +764,62 @@ def run_sync(case: dict[str, Any]) -> None:
             hs: dict[str, list[str]] = c.get("headers", {})
             script.calls.extend(step["redis"])
 
-            def run(c: dict[str, Any] = c, hs: dict[str, list[str]] = hs, out: dict[str, Any] | None = None) -> Decision:
+            def run(c: dict[str, Any] = c, hs: dict[str, list[str]] = hs) -> Decision:
                 return limiter.check(Req(c), policies, None, peer=c["peer"], headers=getter(hs))
 
-            hold = next((r["hold"] for r in step["redis"] if "hold" in r), None)
-            if hold is not None:
-                out: dict[str, Any] = {}
-
-                def in_thread(out: dict[str, Any] = out, run: Callable[[], Decision] = run) -> None:
-                    try:
-                        out["decision"] = run()
-                    except Cancelled:
-                        out["cancelled"] = True
-
-                script.hold_seen.clear()
-                t = threading.Thread(target=in_thread, daemon=True)
-                t.start()
-                assert script.hold_seen.wait(5), f"{where}: the held call was not made"
-                held[hold] = (i, t, out)
+            name = held_name(step)
+            if name is not None:
+                t, out = in_thread(where, name, run)
+                held[name] = (i, t, out, "check")
                 continue
             d = run()
             decisions[i] = d
             assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
             check_result(case["id"] + " (sync)", i, limiter, d, step["expect"])
         elif kind == "release":
-            idx, t, out = held.pop(step["release"])
+            idx, t, out, what = held.pop(step["release"])
             box = script.held.pop(step["release"])
             box.update({"reply": step["reply"]} if "reply" in step else {"error": step["error"]})
             box["event"].set()
             t.join(5)
-            decisions[idx] = out["decision"]
-            check_result(case["id"] + " (sync)", i, limiter, out["decision"], step["expect"])
+            if what == "check":
+                decisions[idx] = out["value"]
+                check_result(case["id"] + " (sync)", i, limiter, out["value"], step["expect"])
+            else:
+                holds[idx] = out["value"][0]
+                check_hold(where, limiter, out["value"][0], out["value"][1], step["expect"])
         elif kind == "cancel":
-            idx, t, out = held.pop(step["cancel"])
+            idx, t, out, _ = held.pop(step["cancel"])
             box = script.held.pop(step["cancel"])
             box["cancel"] = True
             box["event"].set()
             t.join(5)
             assert out.get("cancelled"), f"{where}: the cancelled check did not end"
-        elif kind in ("finish", "renew", "take_hold", "settle"):
+        elif kind in ("finish", "renew", "take_hold", "settle", "renew_hold"):
             script.calls.extend(step["redis"])
             if kind == "finish":
                 decisions[step["finish"]].finish_sync()
                 check_lease_stats(where, limiter, step["expect"])
             elif kind == "renew":
-                renewed = decisions[step["renew"]].renew_sync()
-                assert step["expect"] == {"renewed": renewed}, f"{where}: renew_sync() gave {renewed}"
+                d = decisions[step["renew"]]
+                before = d.timed_out
+                renewed = d.renew_sync()
+                check_renew(where, step["expect"], renewed, d.timed_out and not before)
             elif kind == "take_hold":
                 th = step["take_hold"]
-                hold_got: Hold | None = None
-                error: Exception | None = None
-                try:
-                    hold_got = decisions[th["check"]].hold_sync(th["policy"], num(th["estimate"]), th["ttl_ms"] / 1000)
-                except (HoldError, StoreError) as exc:
-                    error = exc
+                name = held_name(step)
+                if name is not None:
+                    t, out = in_thread(where, name, functools.partial(take_hold, th))
+                    held[name] = (i, t, out, "hold")
+                    assert step["expect"] is None, f"{where}: a held hold is checked at its release"
+                    continue
+                hold_got, error = take_hold(th)
                 holds[i] = hold_got
                 check_hold(where, limiter, hold_got, error, step["expect"])
+            elif kind == "renew_hold":
+                hold_of = holds[step["renew_hold"]]
+                renewed = False if hold_of is None else hold_of.renew_sync()
+                assert step["expect"] == {"renewed": renewed}, f"{where}: hold.renew_sync() gave {renewed}"
             else:
                 st = step["settle"]
                 hold_of = holds[st["hold"]]
@@ -840,3 +923,138 @@ async def test_r6_claim_given_back_async() -> None:
 
 def test_r6_claim_given_back_sync() -> None:
     run_sync(R6_CASE)
+
+
+# -- startup.json (SPEC U1-U4, K6), scripted ------------------------------------------
+
+
+class StartupScript:
+    """The calls a startup must make, in order (the README's ``redis``), and how each
+    is answered; ``flat``: HELLO's map as RESP2's flat list (what redis-py returns
+    unless the connection is RESP3)."""
+
+    def __init__(self, case: dict[str, Any], flat: bool) -> None:
+        self.case_id = case["id"]
+        self.calls: deque[dict[str, Any]] = deque(case["redis"])
+        self.flat = flat
+        self.unexpected: list[list[str]] = []
+
+    def answer(self, args: tuple[str, ...]) -> Any:
+        if not self.calls:
+            self.unexpected.append(list(args))
+            raise AssertionError(f"{self.case_id}: unexpected call {list(args)}")
+        exp = self.calls.popleft()
+        if list(args) != exp["call"]:
+            self.unexpected.append(list(args))
+            raise AssertionError(f"{self.case_id}: call {list(args)}, the case lists {exp['call']}")
+        unknown = set(exp) - {"call", "reply", "error", "connection_error"}
+        assert not unknown, f"{self.case_id}: unknown call fields {sorted(unknown)}"
+        if exp.get("connection_error"):
+            raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        if "error" in exp:
+            raise redis_error(exp["error"])
+        return self.encode(exp["reply"])
+
+    def encode(self, reply: Any) -> Any:
+        """As redis-py returns a raw reply: strings as bytes; a map as a dict, or flat."""
+        if isinstance(reply, dict):
+            pairs = [(self.encode(k), self.encode(v)) for k, v in reply.items()]
+            return [x for kv in pairs for x in kv] if self.flat else dict(pairs)
+        if isinstance(reply, list):
+            return [self.encode(v) for v in reply]
+        if isinstance(reply, str):
+            return reply.encode()
+        return reply
+
+
+class StartupAsyncClient(AsyncClient):
+    server = "127.0.0.1:6379"
+
+    def __init__(self, script: StartupScript) -> None:
+        self.script = script
+
+    async def command(self, *args: str) -> Any:
+        return self.script.answer(args)
+
+
+class StartupSyncClient(Client):
+    server = "127.0.0.1:6379"
+
+    def __init__(self, script: StartupScript) -> None:
+        self.script = script
+
+    def command(self, *args: str) -> Any:
+        return self.script.answer(args)
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def startup_limiter(case: dict[str, Any], make: Callable[..., Any], lines: Lines) -> tuple[Any, list[Policy]]:
+    cfg = case["limiter"]
+    unknown = set(cfg) - {"name", "policies", "tag", "start_degraded"}
+    assert not unknown, f"{case['id']}: unknown limiter settings {sorted(unknown)}"
+    log = logging.getLogger(f"redis_tb.vectors.{case['id']}")
+    log.propagate = False
+    log.handlers[:] = [lines]
+    log.setLevel(logging.DEBUG)
+    limiter = make(
+        name=cfg["name"], logger=log, start_degraded=cfg.get("start_degraded", False),
+        hash_tag=(lambda request: "t") if cfg.get("tag") else None,
+    )
+    return limiter, build_policies({"id": case["id"], "limiter": cfg, "steps": []})
+
+
+def check_started(case: dict[str, Any], error: Exception | None, lines: Lines, script: StartupScript) -> None:
+    where = f"{case['id']} {case['title']}"
+    exp = case["expect"]
+    assert set(exp) <= {"error", "started", "log"}, f"{where}: unknown expectation {sorted(exp)}"
+    assert not script.unexpected, f"{where}: unexpected calls {script.unexpected}"
+    assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
+    if "error" in exp:
+        assert error is not None, f"{where}: started, want {exp['error']!r}"
+        pattern = re.escape(exp["error"]).replace(re.escape("{reason}"), "[^\\n]+")
+        pattern = pattern.replace(re.escape("{start_degraded}"), "start_degraded")
+        assert isinstance(error, StartupError), f"{where}: raised {error!r}"
+        assert re.fullmatch(pattern, str(error)), f"{where}: {str(error)!r}"
+        return
+    assert error is None, f"{where}: failed with {error!r}"
+    assert exp["started"] is True
+    want = [] if exp["log"] is None else [exp["log"]]
+    assert lines.lines == want, f"{where}: logged {lines.lines}"
+
+
+STARTUP = load("startup.json")
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("case", STARTUP, ids=ids(STARTUP))
+async def test_startup_async(case: dict[str, Any], flat: bool) -> None:
+    script, lines = StartupScript(case, flat), Lines()
+    limiter, policies = startup_limiter(case, lambda **o: RateLimiter(StartupAsyncClient(script), **o), lines)
+    limiter.register_policies(policies)  # as the adapters do
+    error: Exception | None = None
+    try:
+        await limiter.startup()
+    except (StartupError, AssertionError) as exc:
+        error = exc
+    check_started(case, error, lines, script)
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("case", STARTUP, ids=ids(STARTUP))
+def test_startup_sync(case: dict[str, Any], flat: bool) -> None:
+    script, lines = StartupScript(case, flat), Lines()
+    limiter, policies = startup_limiter(case, lambda **o: SyncRateLimiter(StartupSyncClient(script), **o), lines)
+    error: Exception | None = None
+    try:
+        limiter.startup(policies)  # as code that calls check() itself does
+    except (StartupError, AssertionError) as exc:
+        error = exc
+    check_started(case, error, lines, script)

@@ -195,6 +195,9 @@ struct Inner {
     config: ClientConfig,
     conn: RwLock<Option<MultiplexedConnection>>,
     connecting: tokio::sync::Mutex<()>,
+    /// Started degraded (SPEC U2): a limiter's startup does not fail on an unreachable
+    /// Redis.
+    degraded: AtomicBool,
 }
 
 impl std::fmt::Debug for TbClient {
@@ -216,85 +219,59 @@ impl TbClient {
         TbClient::connect_with(url, ClientConfig::default()).await
     }
 
-    /// Connects to `url` with `config`; see [`TbClient::connect_client`].
+    /// Connects to `url` with `config`; the same start as [`TbClient::start`].
     pub async fn connect_with(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
-        let (client, fallback) = open_url(url)?;
-        let tb = TbClient::lazy_with_fallback(client, fallback, config);
-        tb.connect_checked().await?;
-        Ok(tb)
+        TbClient::start(url, config).await
     }
 
     /// Connects with a configured `redis::Client` (TLS, auth, RESP3...) and checks that the
     /// module is loaded ([`Error::ModuleNotLoaded`] if not): a missing module is found at
-    /// startup, not on the first request.
+    /// startup, not on the first request. Strict, as [`TbClient::start`].
     pub async fn connect_client(
         client: redis::Client,
         config: ClientConfig,
     ) -> Result<TbClient, Error> {
         let tb = TbClient::lazy(client, config);
-        tb.connect_checked().await?;
+        crate::startup::check_store(&tb, false).await?;
         Ok(tb)
     }
 
-    async fn connect_checked(&self) -> Result<(), Error> {
-        let startup = self.inner.config.startup_timeout;
-        let conn = self
-            .open(startup)
-            .await
-            .map_err(|e| self.startup_error(e))?;
-        self.store(Some(conn));
-        self.check_module_within(startup)
-            .await
-            .map_err(|e| self.startup_error(e))
+    /// Connects to `url` and checks the server (SPEC U1, U2), failing the start with one
+    /// line naming the address and what to do: Redis unreachable ([`Error::Unreachable`]:
+    /// `redis-tb: cannot reach Redis at <host:port> (<reason>): start it, or set
+    /// start_degraded to start failing open`), the module missing
+    /// ([`Error::ModuleNotLoaded`]) or `COMMAND INFO` not permitted
+    /// ([`Error::NoPermission`]). Then each limiter's [`crate::RateLimiter::startup`]
+    /// (U3: a cluster without a tag function). RESP3 unless the URL names a protocol.
+    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        let (client, fallback) = open_url(url)?;
+        let tb = TbClient::lazy_with_fallback(client, fallback, config);
+        crate::startup::check_store(&tb, false).await?;
+        Ok(tb)
     }
 
-    /// SPEC U1, U2: the startup failures as one line naming the address and what to do.
-    fn startup_error(&self, e: Error) -> Error {
-        let addr = self.inner.addr.clone();
-        match e {
-            Error::Connection { source, .. } if source.is_io_error() => Error::Unreachable {
-                addr,
-                reason: source.to_string(),
-            },
-            Error::Timeout { timeout, .. } => Error::Unreachable {
-                addr,
-                reason: format!("no answer within {} ms", timeout.as_millis()),
-            },
-            Error::Server { source, .. }
-                if source.to_string().to_ascii_uppercase().contains("NOPERM") =>
-            {
-                Error::NoPermission { addr }
-            }
-            other => other,
-        }
-    }
-
-    /// Like [`TbClient::connect_with`], but an unreachable Redis is not an error (SPEC U2's
-    /// `start_degraded`): one line is logged, and the client connects on first use (the
-    /// limiter's failure mode covers the requests until then), so the app can start before
-    /// Redis does. A server that answers without the module is still
+    /// Like [`TbClient::start`], but an unreachable Redis is not an error (SPEC U2's
+    /// `start_degraded`, an explicit choice): one line is logged, `redis-tb: Redis at
+    /// <host:port> unreachable at startup; starting degraded (the limiter's failure mode
+    /// applies until it answers)`, and the client connects on first use (the limiter's
+    /// failure mode covers the requests until then), so the app can start before Redis
+    /// does. A server that answers without the module is still
     /// [`Error::ModuleNotLoaded`], one without the right to run `COMMAND INFO`
     /// [`Error::NoPermission`]. RESP3 unless the URL names a protocol.
     pub async fn start_degraded(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
         let (client, fallback) = open_url(url)?;
         let tb = TbClient::lazy_with_fallback(client, fallback, config);
-        match tb.connect_checked().await {
-            Err(Error::Unreachable { addr, .. }) => {
-                tb.store(None);
-                tracing::warn!(
-                    target: "redis_tb",
-                    "redis-tb: Redis at {addr} unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)"
-                );
-                Ok(tb)
-            }
-            Err(e) => Err(e),
-            Ok(()) => Ok(tb),
+        let started = crate::startup::check_store(&tb, true).await?;
+        if started.degraded {
+            tb.store(None);
+            tb.inner.degraded.store(true, Ordering::Relaxed);
         }
+        Ok(tb)
     }
 
-    /// The old name of [`TbClient::start_degraded`].
-    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
-        TbClient::start_degraded(url, config).await
+    /// Whether [`TbClient::start_degraded`] found Redis unreachable (SPEC U2).
+    pub fn started_degraded(&self) -> bool {
+        self.inner.degraded.load(Ordering::Relaxed)
     }
 
     /// A client that connects on first use; no I/O here, no module check. The protocol is
@@ -318,6 +295,7 @@ impl TbClient {
                 config,
                 conn: RwLock::new(None),
                 connecting: tokio::sync::Mutex::new(()),
+                degraded: AtomicBool::new(false),
             }),
         }
     }
@@ -355,23 +333,54 @@ impl TbClient {
     }
 
     async fn check_module_within(&self, limit: Duration) -> Result<(), Error> {
-        let mut cmd = redis::cmd("COMMAND");
-        // SPEC U1.
-        cmd.arg("INFO").arg("tb.take");
-        let reply = self.query(&cmd, limit).await?;
-        let loaded = match &reply {
-            Value::Array(items) => {
-                matches!(items.first(), Some(Value::Array(entry)) if !entry.is_empty())
-            }
-            _ => false,
-        };
-        if loaded {
+        if self.module_loaded(limit).await? {
             Ok(())
         } else {
             Err(Error::ModuleNotLoaded {
                 addr: self.inner.addr.clone(),
             })
         }
+    }
+
+    /// `COMMAND INFO tb.take` (SPEC U1) within `limit`: whether the module's commands are
+    /// there.
+    async fn module_loaded(&self, limit: Duration) -> Result<bool, Error> {
+        let mut cmd = redis::cmd("COMMAND");
+        cmd.arg("INFO").arg("tb.take");
+        let reply = self.startup_query(&cmd, limit).await?;
+        Ok(match &reply {
+            Value::Array(items) => {
+                matches!(items.first(), Some(Value::Array(entry)) if !entry.is_empty())
+            }
+            _ => false,
+        })
+    }
+
+    /// One startup call: a connection made within `limit` when there is none, then the
+    /// call within `limit`.
+    async fn startup_query(&self, cmd: &Cmd, limit: Duration) -> Result<Value, Error> {
+        if self.current().is_none() {
+            let conn = self.open(limit).await?;
+            self.store(Some(conn));
+        }
+        let v = self.query(cmd, limit).await;
+        self.after_call(v)
+    }
+
+    /// SPEC U1 within the startup timeout (the [`crate::Store`] side of
+    /// [`crate::startup::check_store`]).
+    pub(crate) async fn startup_command_info(&self) -> Result<bool, Error> {
+        self.module_loaded(self.inner.config.startup_timeout).await
+    }
+
+    /// `HELLO` with no argument (SPEC U3: the protocol is not switched) within the startup
+    /// timeout: the server's `mode` (`standalone`, `cluster`, `sentinel`), `None` when the
+    /// reply has none.
+    pub(crate) async fn hello_mode(&self) -> Result<Option<String>, Error> {
+        let reply = self
+            .startup_query(&redis::cmd("HELLO"), self.inner.config.startup_timeout)
+            .await?;
+        Ok(mode_of(&reply))
     }
 
     /// `TB.TAKE key capacity rate n` on the server's clock.
@@ -601,7 +610,9 @@ impl TbClient {
         parse_hold(&v).map_err(|d| self.unexpected("TB.HOLD", d))
     }
 
-    /// `TB.SETTLE key capacity rate hold_id actual` (SPEC G3).
+    /// `TB.SETTLE key capacity rate hold_id actual max_wait` (SPEC G3): an excess over the
+    /// estimate leaves a debt of at most `max_wait x rate` (the limiter sends `capacity /
+    /// rate`: at most one bucket).
     pub async fn settle(
         &self,
         key: &str,
@@ -609,15 +620,24 @@ impl TbClient {
         rate: f64,
         id: &str,
         actual: f64,
+        max_wait: f64,
     ) -> Result<SettleReply, Error> {
         check_shape(capacity, rate)?;
         check_n(actual)?;
+        if !(max_wait.is_finite() && max_wait >= 0.0) {
+            return Err(Error::InvalidArgument {
+                name: "max_wait",
+                value: max_wait,
+                rule: ">= 0 seconds and finite",
+            });
+        }
         let mut cmd = redis::cmd("TB.SETTLE");
         cmd.arg(key)
             .arg(num(capacity))
             .arg(num(rate))
             .arg(id)
-            .arg(num(actual));
+            .arg(num(actual))
+            .arg(num(max_wait));
         let v = self.call(&cmd).await?;
         parse_settle(&v).map_err(|d| self.unexpected("TB.SETTLE", d))
     }
@@ -817,6 +837,26 @@ impl TbClient {
 
     fn multi_reply(&self, v: &Value, keys: usize) -> Result<MultiReply, Error> {
         parse_multi_reply(v, keys).map_err(|detail| self.unexpected("TB.MTAKE", detail))
+    }
+}
+
+/// The `mode` field of a HELLO reply: a RESP3 map, or RESP2's flat list of names and values.
+fn mode_of(v: &Value) -> Option<String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_owned),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+        _ => None,
+    };
+    match v {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some("mode"))
+            .and_then(|(_, v)| text(v)),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|kv| kv.first().and_then(text).as_deref() == Some("mode"))
+            .and_then(|kv| kv.get(1).and_then(text)),
+        _ => None,
     }
 }
 

@@ -1,6 +1,5 @@
 //! The result of one check (SPEC D1-D4), as handlers see it in the request extensions.
 
-use std::fmt;
 use std::sync::Arc;
 
 use crate::policy::LimitKind;
@@ -98,22 +97,6 @@ pub struct SettleTarget {
     pub rate: f64,
 }
 
-/// The limiter behind [`Decision::hold`] (TB.HOLD and TB.SETTLE through its store).
-#[derive(Clone)]
-pub(crate) struct Holds(pub(crate) Arc<dyn crate::lease::HoldStore>);
-
-impl fmt::Debug for Holds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Holds")
-    }
-}
-
-impl PartialEq for Holds {
-    fn eq(&self, _: &Holds) -> bool {
-        true
-    }
-}
-
 /// The decision for one request (SPEC D); in the request extensions for handlers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
@@ -142,7 +125,7 @@ pub struct Decision {
     pub lease: Option<Lease>,
     /// The `settle_later` policies of this check (SPEC G1), for [`Decision::hold`].
     pub settle_later: Vec<SettleTarget>,
-    pub(crate) holds: Option<Holds>,
+    pub(crate) holds: Option<crate::hold::Holds>,
 }
 
 impl Decision {
@@ -239,7 +222,9 @@ impl Decision {
     /// later with the actual cost. An invalid estimate (C3, `> 0`), a policy that is not
     /// a `settle_later` policy of this check (or was skipped, I1) or an invalid ttl is an
     /// [`crate::Error::InvalidArgument`] / [`crate::Error::NotSettleLater`] and sends
-    /// nothing; a failed call is a store error.
+    /// nothing; a failed call is a store error. Through the tower layer the hold is
+    /// renewed every `ttl / 2` while the request runs (G5), until it is settled or the
+    /// response ends.
     pub async fn hold(
         &self,
         policy: &str,
@@ -256,7 +241,7 @@ impl Decision {
                 policy: policy.to_owned(),
             });
         };
-        crate::lease::take_hold(holds.0.clone(), target, estimate, ttl).await
+        crate::hold::take_hold(holds, target, estimate, ttl).await
     }
 
     /// Whether the request's tokens were taken: admitted by every policy, shadow ones

@@ -34,6 +34,18 @@ pub enum Error {
         /// `host:port` of the server.
         addr: String,
     },
+    /// SPEC U3, K6: on a Redis Cluster, a limiter that sends several keys in one call has
+    /// no tag function, so its calls would be refused (`CROSSSLOT`).
+    #[error(
+        "redis-tb: limiter '{limiter}' sends several keys in one call (policies {}), which a Redis Cluster refuses unless they share a hash slot: set a tag function (SPEC K6)",
+        quoted(.policies)
+    )]
+    ClusterNeedsTag {
+        /// The limiter's name (its metrics label).
+        limiter: String,
+        /// Its policies that are in the call (not `settle_later`), in policy order.
+        policies: Vec<String>,
+    },
     /// The URL given to [`crate::TbClient::connect`] cannot be used.
     #[error("invalid redis URL {url:?}: {source}")]
     InvalidUrl {
@@ -111,7 +123,22 @@ pub enum Error {
     },
 }
 
+/// `'a', 'b'`: names as the SPEC's lines write them.
+pub(crate) fn quoted(names: &[impl AsRef<str>]) -> String {
+    names
+        .iter()
+        .map(|n| format!("'{}'", n.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Error {
+    /// Whether Redis answered `CROSSSLOT` (SPEC K6, L5): the keys of one call are in
+    /// different cluster slots, a configuration error rather than a store error.
+    pub fn is_cross_slot(&self) -> bool {
+        matches!(self, Error::Server { source, .. } if source.code() == Some("CROSSSLOT"))
+    }
+
     /// Whether the connection should be replaced before the next call.
     pub(crate) fn breaks_connection(&self) -> bool {
         // A timeout too: a silently dead peer would otherwise hold every later call until
@@ -164,6 +191,10 @@ pub enum BuildError {
     /// The limiter name (the `limiter` metrics label) must not be empty.
     #[error("limiter name {0:?} must not be empty")]
     InvalidLimiterName(String),
+    /// More than 64 policies in one limiter (SPEC C11): the module takes at most 64
+    /// buckets in one call.
+    #[error("a limiter holds at most 64 policies (SPEC C11); this one has {0}")]
+    TooManyPolicies(usize),
     /// No policy: the layer would do nothing.
     #[error("a rate-limit layer needs at least one policy")]
     NoPolicies,

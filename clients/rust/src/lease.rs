@@ -1,36 +1,44 @@
-//! Leases of in-flight policies (SPEC N4, N5) and holds settled later (SPEC G1-G4): the
-//! handles an adapter (or a handler) keeps for one request.
+//! Leases of in-flight policies (SPEC N4, N5, N7): the handle an adapter (or a handler)
+//! keeps for one request, and the request's scope, whose end also stops the renewals of
+//! the holds taken on its decision (G5).
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
-
-use crate::client::{HoldReply, SettleReply};
-use crate::decision::{Decision, Lease, PolicyResult, SettleTarget};
-use crate::error::Error;
-use crate::headers::rate_limit_headers_at;
-use crate::limiter::valid_cost;
-use crate::policy::{LimitKind, ceil_ms};
-use crate::problem;
+use crate::decision::Lease;
 
 /// A boxed, sendable future that owns what it needs.
 pub(crate) type OwnedFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// What a renewal did (SPEC N5).
+/// What a renewal call did (SPEC N5, G5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Renewed {
-    /// The lease was extended.
+    /// The lease (or hold) was extended.
     Yes,
-    /// The lease was lost (answered 0): renewals stop, no release is sent.
+    /// It was lost (answered 0): renewals stop, nothing more is sent for it.
     Lost,
     /// The call failed (or the breaker is open): the next tick tries again.
     Failed,
 }
 
-/// The limiter side of a lease: TB.RELEASE and TB.RENEW through its store.
+/// What one tick of a lease's renewal timer did (SPEC N5, N7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// TB.RENEW extended the lease.
+    Renewed,
+    /// Nothing was extended: no lease, finished, lost (now or before), or the call failed
+    /// (the next tick tries again).
+    NotRenewed,
+    /// The tick came at or after the request's `max_duration` (N7): the lease was released
+    /// instead of renewed, and the response is to be ended.
+    TimedOut,
+}
+
+/// The limiter side of a lease: TB.RELEASE and TB.RENEW through its store, its clock and
+/// its counters.
 pub(crate) trait LeaseStore: Send + Sync {
     /// The lease ended (SPEC N4): the gauge goes down now, whatever the answer.
     fn ended(&self, policy: usize);
@@ -44,6 +52,54 @@ pub(crate) trait LeaseStore: Send + Sync {
         id: String,
         lease_ms: u64,
     ) -> OwnedFuture<Renewed>;
+    /// The limiter's monotonic clock (SPEC T1), which the deadline (N7) is on.
+    fn now(&self) -> Duration;
+    /// SPEC N7: a request ended at its `max_duration`: counted, logged at most once a
+    /// second per policy.
+    fn timed_out(&self, policy: usize);
+}
+
+/// A one-shot event a task can wait for from a `poll` function (the response body, the
+/// request future): fired once, it stays fired.
+#[derive(Default)]
+pub(crate) struct Signal {
+    fired: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Signal {
+    pub(crate) fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// Ready once fired; else the task is woken when it fires (one waiter at a time: the
+    /// request future, then its body).
+    pub(crate) fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_fired() {
+            return Poll::Ready(());
+        }
+        {
+            let mut slot = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+            match slot.as_ref() {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *slot = Some(cx.waker().clone()),
+            }
+        }
+        // Fired between the first look and the registration: do not sleep through it.
+        if self.is_fired() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 pub(crate) struct LeaseState {
@@ -51,11 +107,37 @@ pub(crate) struct LeaseState {
     pub(crate) lease: Lease,
     pub(crate) policy: usize,
     pub(crate) lease_ms: u64,
+    /// SPEC N7: the grant's time plus `max_duration`, on the limiter's monotonic clock.
+    pub(crate) deadline: Duration,
     pub(crate) done: AtomicBool,
     pub(crate) lost: AtomicBool,
+    /// Fired when a tick ended the request at its deadline (N7).
+    pub(crate) timed_out: Signal,
 }
 
 impl LeaseState {
+    pub(crate) fn new(
+        store: Arc<dyn LeaseStore>,
+        lease: Lease,
+        policy: usize,
+        lease_ms: u64,
+        max_duration_ms: u64,
+    ) -> LeaseState {
+        let deadline = store
+            .now()
+            .saturating_add(Duration::from_millis(max_duration_ms));
+        LeaseState {
+            store,
+            lease,
+            policy,
+            lease_ms,
+            deadline,
+            done: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            timed_out: Signal::default(),
+        }
+    }
+
     /// Ends the lease once (SPEC N4): the release to send, if one is to be sent.
     fn end(&self) -> Option<OwnedFuture<()>> {
         if self.done.swap(true, Ordering::AcqRel) {
@@ -85,12 +167,59 @@ impl Drop for LeaseState {
     }
 }
 
-/// One request's lease (SPEC N4, N5): finished exactly once when its response ends. Clones
-/// share the lease; when the last clone is dropped unfinished, the release is spawned on
-/// the tokio runtime. Without a lease every method does nothing.
+/// The request itself, beyond its lease: its end stops the renewals of every hold taken
+/// on its decision (SPEC G5), and an adapter that drives timers marks it so that a hold
+/// taken later is renewed by a task of its own.
+#[derive(Default)]
+pub(crate) struct RequestScope {
+    ended: AtomicBool,
+    driven: AtomicBool,
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl RequestScope {
+    /// The response ended (N4's event, N7's included): renewals stop.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in tasks {
+            t.abort();
+        }
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Holds taken from now on are renewed by tasks of their own (the tower layer).
+    pub(crate) fn drive(&self) {
+        self.driven.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_driven(&self) -> bool {
+        self.driven.load(Ordering::Acquire)
+    }
+
+    /// Keeps a renewal task to stop at the end; one started after the end stops now.
+    pub(crate) fn adopt(&self, task: tokio::task::AbortHandle) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_ended() {
+            task.abort();
+        } else {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+    }
+}
+
+/// One request's lease (SPEC N4, N5, N7): finished exactly once when its response ends.
+/// Clones share the lease; when the last clone is dropped unfinished, the release is
+/// spawned on the tokio runtime. Without a lease the lease methods do nothing; `finish`
+/// still ends the request's hold renewals (G5).
 #[derive(Clone, Default)]
 pub struct LeaseHandle {
     pub(crate) state: Option<Arc<LeaseState>>,
+    pub(crate) scope: Option<Arc<RequestScope>>,
 }
 
 impl fmt::Debug for LeaseHandle {
@@ -121,9 +250,35 @@ impl LeaseHandle {
             .map(|s| Duration::from_millis((s.lease_ms / 2).max(1)))
     }
 
+    /// When the renewal timer fires next, from now (SPEC N5, N7): after `lease / 2`, or at
+    /// the request's deadline when that comes sooner; `None` without an active lease.
+    pub fn next_tick(&self) -> Option<Duration> {
+        let s = self.state.as_ref().filter(|_| self.is_active())?;
+        let every = Duration::from_millis((s.lease_ms / 2).max(1));
+        Some(every.min(s.deadline.saturating_sub(s.store.now())))
+    }
+
+    /// Whether the request was ended at its `max_duration` (SPEC N7).
+    pub fn timed_out(&self) -> bool {
+        self.state.as_ref().is_some_and(|s| s.timed_out.is_fired())
+    }
+
+    /// Ready once the request was ended at its `max_duration` (N7); pending for ever
+    /// without a lease.
+    pub(crate) fn poll_timed_out(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match &self.state {
+            Some(s) => s.timed_out.poll_fired(cx),
+            None => Poll::Pending,
+        }
+    }
+
     /// The response ended (SPEC N4: sent, disconnected, raised or cancelled): TB.RELEASE
-    /// once. A second call, or a lost lease, sends nothing.
+    /// once, and the renewals of the request's holds stop (G5). A second call, or a lost
+    /// lease, sends nothing.
     pub async fn finish(&self) {
+        if let Some(scope) = &self.scope {
+            scope.end();
+        }
         if let Some(release) = self.state.as_ref().and_then(|s| s.end()) {
             release.await;
         }
@@ -132,6 +287,9 @@ impl LeaseHandle {
     /// [`LeaseHandle::finish`] without waiting: the release is spawned on the tokio
     /// runtime (for `Drop` implementations, which must never block).
     pub fn finish_in_background(&self) {
+        if let Some(scope) = &self.scope {
+            scope.end();
+        }
         if let Some(release) = self.state.as_ref().and_then(|s| s.end())
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
@@ -139,15 +297,52 @@ impl LeaseHandle {
         }
     }
 
-    /// One renewal (SPEC N5): TB.RENEW; true when the lease was extended. False also when
-    /// nothing was sent (no lease, finished, or lost); an answer 0 marks the lease lost
-    /// (counted in `leases_expired`, no release will be sent).
-    pub async fn renew(&self) -> bool {
+    /// Marks the request as driven by an adapter: a hold taken on its decision from now on
+    /// is renewed every `ttl / 2` by a task of its own until it is settled or the
+    /// response ends (SPEC G5).
+    pub(crate) fn drive_holds(&self) {
+        if let Some(scope) = &self.scope {
+            scope.drive();
+        }
+    }
+
+    /// Whether the request has something for an adapter to hold until its response ends:
+    /// a lease, or holds to stop renewing (G5).
+    pub(crate) fn has_scope(&self) -> bool {
+        self.state.is_some() || self.scope.is_some()
+    }
+
+    /// One tick of the renewal timer (SPEC N5, N7). Before the deadline: TB.RENEW, and an
+    /// answer 0 marks the lease lost (counted in `leases_expired`, no release will be
+    /// sent). At or after it: no TB.RENEW; the lease is released (N4's one release), the
+    /// request counted in `leases_timed_out`, and [`Renewal::TimedOut`] tells the adapter
+    /// to end the response. A lost or finished lease sends nothing.
+    pub async fn tick(&self) -> Renewal {
         let Some(s) = &self.state else {
-            return false;
+            return Renewal::NotRenewed;
         };
         if s.done.load(Ordering::Acquire) || s.lost.load(Ordering::Acquire) {
-            return false;
+            return Renewal::NotRenewed;
+        }
+        if s.store.now() >= s.deadline {
+            let Some(release) = s.end() else {
+                return Renewal::NotRenewed;
+            };
+            s.store.timed_out(s.policy);
+            if let Some(scope) = &self.scope {
+                scope.end();
+            }
+            // The release first, then the response's end: ending it drops the adapter's
+            // guard, which aborts the timer's task. On a runtime the release is a task of
+            // its own, so that no abort (the client leaving at this moment) loses it.
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    let _ = rt.spawn(release).await;
+                }
+                Err(_) => release.await,
+            }
+            s.timed_out.fire();
+            return Renewal::TimedOut;
         }
         let r = s
             .store
@@ -160,240 +355,17 @@ impl LeaseHandle {
             )
             .await;
         match r {
-            Renewed::Yes => true,
+            Renewed::Yes => Renewal::Renewed,
             Renewed::Lost => {
                 s.lost.store(true, Ordering::Release);
-                false
+                Renewal::NotRenewed
             }
-            Renewed::Failed => false,
+            Renewed::Failed => Renewal::NotRenewed,
         }
     }
-}
 
-/// The limiter side of holds: TB.HOLD and TB.SETTLE through its store, and the counters.
-pub(crate) trait HoldStore: Send + Sync {
-    fn hold(
-        self: Arc<Self>,
-        target: SettleTarget,
-        estimate: f64,
-        ttl_ms: u64,
-    ) -> OwnedFuture<Result<HoldReply, Error>>;
-    fn settle(
-        self: Arc<Self>,
-        target: SettleTarget,
-        id: String,
-        actual: f64,
-    ) -> OwnedFuture<Result<SettleReply, Error>>;
-}
-
-/// SPEC G1: checks the estimate and ttl, then TB.HOLD.
-pub(crate) async fn take_hold(
-    store: Arc<dyn HoldStore>,
-    target: SettleTarget,
-    estimate: f64,
-    ttl: f64,
-) -> Result<Hold, Error> {
-    if !(valid_cost(estimate) && estimate > 0.0) {
-        return Err(Error::InvalidArgument {
-            name: "estimate",
-            value: estimate,
-            rule: "finite, > 0 and <= 2^53",
-        });
-    }
-    if !(ttl.is_finite() && ttl > 0.0 && ttl <= 31_536_000.0) {
-        return Err(Error::InvalidArgument {
-            name: "ttl",
-            value: ttl,
-            rule: "finite, > 0 and <= 31536000 seconds",
-        });
-    }
-    let ttl_ms = ceil_ms(ttl).max(1);
-    let reply = store.clone().hold(target.clone(), estimate, ttl_ms).await?;
-    Ok(Hold {
-        allowed: reply.reply.allowed && reply.id.is_some(),
-        remaining: reply.reply.remaining,
-        retry_after: reply.reply.retry_after,
-        reset_after: reply.reply.reset_after,
-        id: reply.id,
-        key: target.key.clone(),
-        policy: target.policy.clone(),
-        estimate,
-        target,
-        store,
-        settled: Arc::new(AtomicBool::new(false)),
-    })
-}
-
-/// An estimate taken now, settled later (SPEC G2).
-#[derive(Clone)]
-pub struct Hold {
-    /// Whether the estimate was taken.
-    pub allowed: bool,
-    /// Tokens left.
-    pub remaining: f64,
-    /// Seconds until the estimate would be admitted: 0 when allowed, -1 when never.
-    pub retry_after: f64,
-    /// Seconds until the bucket is full.
-    pub reset_after: f64,
-    /// The hold id, `None` when refused (nothing was charged).
-    pub id: Option<String>,
-    /// The bucket's key.
-    pub key: String,
-    /// The `settle_later` policy.
-    pub policy: Arc<str>,
-    /// The estimate held.
-    pub estimate: f64,
-    target: SettleTarget,
-    store: Arc<dyn HoldStore>,
-    settled: Arc<AtomicBool>,
-}
-
-impl fmt::Debug for Hold {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Hold")
-            .field("allowed", &self.allowed)
-            .field("remaining", &self.remaining)
-            .field("retry_after", &self.retry_after)
-            .field("reset_after", &self.reset_after)
-            .field("id", &self.id)
-            .field("key", &self.key)
-            .field("policy", &self.policy)
-            .finish()
-    }
-}
-
-/// What a settlement did (SPEC G3).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Settlement {
-    /// False for a hold refused, settled already or expired: nothing changed.
-    pub settled: bool,
-    /// Tokens left (0 when nothing was sent).
-    pub remaining: f64,
-    /// Actual minus estimate, as the module bounded it (0 when nothing changed).
-    pub charged: f64,
-    /// Seconds until the bucket is full (0 when nothing was sent).
-    pub reset_after: f64,
-}
-
-impl Hold {
-    /// TB.SETTLE with the actual cost (SPEC G3). A second settle of the same hold, or of
-    /// a refused one, sends nothing and returns `settled` false. An invalid `actual` (C3)
-    /// is an [`Error::InvalidArgument`]; a failed call is a store error (the estimate then
-    /// stays charged until the hold expires, G4).
-    pub async fn settle(&self, actual: f64) -> Result<Settlement, Error> {
-        if !valid_cost(actual) {
-            return Err(Error::InvalidArgument {
-                name: "actual",
-                value: actual,
-                rule: "finite, >= 0 and <= 2^53",
-            });
-        }
-        let nothing = Settlement {
-            settled: false,
-            remaining: 0.0,
-            charged: 0.0,
-            reset_after: 0.0,
-        };
-        let Some(id) = &self.id else {
-            return Ok(nothing);
-        };
-        if self.settled.swap(true, Ordering::AcqRel) {
-            return Ok(nothing);
-        }
-        let r = self
-            .store
-            .clone()
-            .settle(self.target.clone(), id.clone(), actual)
-            .await?;
-        Ok(Settlement {
-            settled: r.settled,
-            remaining: r.remaining,
-            charged: r.charged,
-            reset_after: r.reset_after,
-        })
-    }
-
-    /// The refusal as a decision of this one policy (SPEC G2).
-    fn refused_decision(&self) -> Option<Decision> {
-        if self.allowed {
-            return None;
-        }
-        Some(Decision::from_results(vec![PolicyResult {
-            name: self.policy.clone(),
-            key: self.key.clone(),
-            capacity: self.target.capacity,
-            rate: self.target.rate,
-            cost: self.estimate,
-            allowed: false,
-            remaining: self.remaining,
-            retry_after: self.retry_after,
-            reset_after: self.reset_after,
-            shadow: false,
-            kind: LimitKind::Bucket,
-        }]))
-    }
-
-    /// A refused hold's answer (SPEC G2): 429, H1-H3's headers for the policy, P1's body;
-    /// `None` when the hold was taken.
-    pub fn refusal(&self) -> Option<(StatusCode, HeaderMap, String)> {
-        let d = self.refused_decision()?;
-        let mut map = HeaderMap::new();
-        map.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static(problem::CONTENT_TYPE),
-        );
-        if let Some(h) = rate_limit_headers_at(&d, None, 0.0) {
-            h.apply(&mut map);
-        }
-        Some((
-            StatusCode::TOO_MANY_REQUESTS,
-            map,
-            problem::too_many_requests(&d),
-        ))
-    }
-
-    /// [`Hold::refusal`] as an `http` response, ready to return from a handler (axum:
-    /// `Response<String>` is `IntoResponse`); `None` when the hold was taken.
-    pub fn too_many_requests(&self) -> Option<Response<String>> {
-        let (status, headers, body) = self.refusal()?;
-        let mut resp = Response::new(body);
-        *resp.status_mut() = status;
-        *resp.headers_mut() = headers;
-        Some(resp)
-    }
-}
-
-/// A refused hold as an error a handler can return with `?` (SPEC G2): its response is the
-/// 429 of [`Hold::refusal`].
-#[derive(Debug)]
-pub struct HoldRefused(pub Box<Hold>);
-
-impl fmt::Display for HoldRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "hold refused for policy '{}'", self.0.policy)
-    }
-}
-
-impl std::error::Error for HoldRefused {}
-
-impl Hold {
-    /// `Ok(self)` when taken, else [`HoldRefused`] (an axum `IntoResponse` with the
-    /// `axum` feature).
-    pub fn or_refused(self) -> Result<Hold, HoldRefused> {
-        if self.allowed {
-            Ok(self)
-        } else {
-            Err(HoldRefused(Box::new(self)))
-        }
-    }
-}
-
-#[cfg(feature = "axum")]
-impl axum::response::IntoResponse for HoldRefused {
-    fn into_response(self) -> axum::response::Response {
-        match self.0.too_many_requests() {
-            Some(r) => r.into_response(),
-            None => StatusCode::TOO_MANY_REQUESTS.into_response(),
-        }
+    /// [`LeaseHandle::tick`], true when the lease was extended.
+    pub async fn renew(&self) -> bool {
+        self.tick().await == Renewal::Renewed
     }
 }

@@ -45,12 +45,15 @@ mod decision;
 mod deny_cache;
 mod error;
 pub mod headers;
+mod hold;
 pub mod ip;
 pub mod keys;
 mod lease;
 mod limiter;
 pub mod policy;
 pub mod problem;
+mod renewal;
+pub mod startup;
 pub mod telemetry;
 pub mod tower;
 
@@ -64,15 +67,19 @@ pub use decision::Status;
 pub use decision::{Decision, Lease, Outcome, PolicyResult, SettleTarget};
 pub use error::{BuildError, Error};
 pub use headers::LegacyReset;
+pub use hold::{Hold, HoldRefused, Settlement};
 pub use ip::{ClientIp, ClientIpConfig, ForwardedHeader};
-pub use lease::{Hold, HoldRefused, LeaseHandle, Settlement};
+pub use lease::{LeaseHandle, Renewal};
 #[allow(deprecated)]
 pub use limiter::Metrics;
 pub use limiter::{
-    Call, CallKind, Check, FailureMode, FromLimiter, RateLimiter, RateLimiterBuilder, RefundHandle,
-    Stats, Store, valid_cost, valid_limit,
+    Call, CallKind, Check, FailureMode, FromLimiter, MAX_POLICIES, RateLimiter, RateLimiterBuilder,
+    RefundHandle, Stats, Store, valid_cost, valid_limit,
 };
-pub use policy::{BoxFuture, Identity, Key, Limit, LimitKind, Policy, Route};
+pub use policy::{BoxFuture, DEFAULT_MAX_DURATION, Identity, Key, Limit, LimitKind, Policy, Route};
 /// The `redis` crate this client is built on (to configure a `redis::Client`).
 pub use redis;
-pub use tower::{LeaseBody, PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer, RouteTemplate};
+pub use tower::{
+    LeaseBody, MaxDurationExceeded, PeerAddr, RateLimit, RateLimitBuilder, RateLimitLayer,
+    RouteTemplate,
+};

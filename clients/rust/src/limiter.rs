@@ -22,18 +22,22 @@ use crate::client::{
     WindowMode, num,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{Decision, Holds, Lease, Outcome, PolicyResult, SettleTarget};
+use crate::decision::{Decision, Lease, Outcome, PolicyResult, SettleTarget};
 use crate::deny_cache::{DenyCache, Entry, Lookup, Probe};
 use crate::error::{BuildError, Error};
 use crate::headers::{
     LegacyReset, PolicyHeader, RateLimitHeaders, layer_headers, rate_limit_headers_at,
 };
+use crate::hold::Holds;
 use crate::ip::{ClientIpConfig, ForwardedHeader};
 use crate::keys::{self, Head};
-use crate::lease::{HoldStore, LeaseHandle, LeaseState, LeaseStore, OwnedFuture, Renewed};
+use crate::lease::{LeaseHandle, LeaseState, RequestScope};
 use crate::policy::{Identity, Limit, LimitKind, Policy, Route, ceil_ms, valid_name};
 use crate::problem;
 use crate::telemetry::{LimiterMetrics, PolicyMetrics};
+
+mod cluster;
+mod stores;
 
 type TagFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type StatusFn = dyn Fn(StatusCode) -> bool + Send + Sync;
@@ -81,15 +85,30 @@ pub trait Store: Send + Sync + 'static {
         let _ = (target, estimate, ttl_ms);
         async { Err(unsupported("TB.HOLD")) }
     }
-    /// `TB.SETTLE key capacity rate id actual` (SPEC G3).
+    /// `TB.SETTLE key capacity rate id actual max_wait` (SPEC G3).
     fn settle(
         &self,
         target: &SettleTarget,
         id: &str,
         actual: f64,
+        max_wait: f64,
     ) -> impl Future<Output = Result<SettleReply, Error>> + Send {
-        let _ = (target, id, actual);
+        let _ = (target, id, actual, max_wait);
         async { Err(unsupported("TB.SETTLE")) }
+    }
+    /// `COMMAND INFO tb.take` (SPEC U1): whether the module's commands are there.
+    fn command_info(&self) -> impl Future<Output = Result<bool, Error>> + Send {
+        async { Err(unsupported("COMMAND INFO")) }
+    }
+    /// `HELLO` with no argument (SPEC U3): the server's `mode`, `None` when the reply has
+    /// none.
+    fn hello(&self) -> impl Future<Output = Result<Option<String>, Error>> + Send {
+        async { Err(unsupported("HELLO")) }
+    }
+    /// Whether the store was started degraded (SPEC U2): a limiter's startup then does not
+    /// fail on an unreachable store.
+    fn started_degraded(&self) -> bool {
+        false
     }
     /// `host:port`, for log lines.
     fn addr(&self) -> &str;
@@ -152,8 +171,30 @@ impl Store for TbClient {
         target: &SettleTarget,
         id: &str,
         actual: f64,
+        max_wait: f64,
     ) -> Result<SettleReply, Error> {
-        TbClient::settle(self, &target.key, target.capacity, target.rate, id, actual).await
+        TbClient::settle(
+            self,
+            &target.key,
+            target.capacity,
+            target.rate,
+            id,
+            actual,
+            max_wait,
+        )
+        .await
+    }
+
+    async fn command_info(&self) -> Result<bool, Error> {
+        self.startup_command_info().await
+    }
+
+    async fn hello(&self) -> Result<Option<String>, Error> {
+        self.hello_mode().await
+    }
+
+    fn started_degraded(&self) -> bool {
+        TbClient::started_degraded(self)
     }
 
     fn addr(&self) -> &str {
@@ -248,7 +289,9 @@ struct Counters {
     invalid_inputs: AtomicU64,
     leases_in_flight: AtomicU64,
     leases_expired: AtomicU64,
+    leases_timed_out: AtomicU64,
     holds: AtomicU64,
+    holds_lost: AtomicU64,
     settlements: AtomicU64,
 }
 
@@ -305,6 +348,14 @@ impl Stats {
     pub fn leases_expired(&self) -> u64 {
         self.0.leases_expired.load(Ordering::Relaxed)
     }
+    /// Requests ended at their in-flight policy's `max_duration` (SPEC N7, M2).
+    pub fn leases_timed_out(&self) -> u64 {
+        self.0.leases_timed_out.load(Ordering::Relaxed)
+    }
+    /// Holds whose renewal answered 0: lost before their settle (SPEC G5, M2).
+    pub fn holds_lost(&self) -> u64 {
+        self.0.holds_lost.load(Ordering::Relaxed)
+    }
     /// Holds taken (SPEC G1, M2).
     pub fn holds(&self) -> u64 {
         self.0.holds.load(Ordering::Relaxed)
@@ -314,6 +365,10 @@ impl Stats {
         self.0.settlements.load(Ordering::Relaxed)
     }
 }
+
+/// SPEC C11: the most policies one limiter holds (the module's bound on the buckets of one
+/// TB.MTAKE or TB.ACQUIRE ... TAKE).
+pub const MAX_POLICIES: usize = 64;
 
 /// How much of an unread request body an adapter reads before answering itself.
 const DRAIN_LIMIT: usize = 64 * 1024;
@@ -536,6 +591,10 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
         if self.policies.is_empty() {
             return Err(BuildError::NoPolicies);
         }
+        // SPEC C11: the module takes at most 64 buckets in one call.
+        if self.policies.len() > MAX_POLICIES {
+            return Err(BuildError::TooManyPolicies(self.policies.len()));
+        }
         keys::check_prefix(&self.prefix)?;
         let mut seen = std::collections::HashSet::new();
         for p in &self.policies {
@@ -609,11 +668,16 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
             if matches!(p.kind, LimitKind::InFlight { .. }) {
                 metrics = metrics.with_leases(&name, &p.name);
             }
+            if p.settle_later {
+                metrics = metrics.with_holds(&name, &p.name);
+            }
             runtime.push(PolicyRuntime {
                 metrics,
                 shadow_log: LogLimiter::new(),
                 invalid_log: LogLimiter::new(),
                 lease_log: LogLimiter::new(),
+                timeout_log: LogLimiter::new(),
+                hold_log: LogLimiter::new(),
                 head: Head::new(&self.prefix, &p.name).with_fixed(p.key.fixed_identity()),
                 fixed: fixed.map(|l| (l, num(l.capacity), num(l.rate))),
                 cost: p.fixed_cost().map(|c| (c, num(c))),
@@ -644,6 +708,7 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
             stats: Stats::default(),
             breaker,
             log: LogLimiter::new(),
+            cross_slot_log: LogLimiter::new(),
             clock: self.clock,
         };
         Ok(T::from_limiter(RateLimiter {
@@ -676,7 +741,10 @@ fn check_limit(l: &Limit) -> Result<(), String> {
                 Ok(())
             }
         }
-        LimitKind::InFlight { lease } => {
+        LimitKind::InFlight {
+            lease,
+            max_duration,
+        } => {
             if !(l.capacity >= 1.0 && l.capacity <= 10_000.0 && l.capacity.fract() == 0.0) {
                 Err(format!(
                     "in-flight limit {} must be a whole number in [1, 10000]",
@@ -685,6 +753,11 @@ fn check_limit(l: &Limit) -> Result<(), String> {
             } else if !(lease.is_finite() && (0.001..=31_536_000.0).contains(&lease)) {
                 Err(format!(
                     "lease {lease} must be finite, in [0.001, 31536000] seconds"
+                ))
+            } else if !(max_duration.is_finite() && (0.001..=31_536_000.0).contains(&max_duration))
+            {
+                Err(format!(
+                    "max_duration {max_duration} must be finite, in [0.001, 31536000] seconds (SPEC C9)"
                 ))
             } else {
                 Ok(())
@@ -778,6 +851,8 @@ struct Inner<S: Store> {
     stats: Stats,
     breaker: Breaker,
     log: LogLimiter,
+    /// `CROSSSLOT` answers (SPEC K6), logged at most once a second per limiter.
+    cross_slot_log: LogLimiter,
     clock: Arc<dyn Clock>,
 }
 
@@ -788,6 +863,10 @@ struct PolicyRuntime {
     invalid_log: LogLimiter,
     /// Lost leases (SPEC N5), logged at most once a second per policy.
     lease_log: LogLimiter,
+    /// Requests ended at `max_duration` (SPEC N7), likewise.
+    timeout_log: LogLimiter,
+    /// Lost holds (SPEC G5), likewise.
+    hold_log: LogLimiter,
     head: Head,
     /// The fixed limit with its capacity and rate as command arguments.
     fixed: Option<(Limit, String, String)>,
@@ -814,6 +893,8 @@ struct InFlight {
     key: String,
     n: f64,
     lease_ms: u64,
+    /// SPEC N7: how long after its grant the request may hold the slot.
+    max_duration_ms: u64,
     policy: usize,
     /// Its place among the applied policies (the results are in policy order, D2).
     pos: usize,
@@ -1020,7 +1101,7 @@ impl<S: Store> Inner<S> {
                 }
                 Planned::Charges(Plan { settle, .. }) | Planned::NotLimited(settle) => {
                     let mut check = Check::pass(Decision::not_limited());
-                    self.settle_later(this, &mut check.decision, settle);
+                    check.lease.scope = self.settle_later(this, &mut check.decision, settle);
                     return check;
                 }
                 Planned::BadRequest(header) => {
@@ -1077,6 +1158,12 @@ impl<S: Store> Inner<S> {
             plan.charges = charges;
             let reply = match result {
                 Ok(reply) => reply,
+                // SPEC K6, L5: a configuration error, never the failure mode; the breaker
+                // is untouched.
+                Err(e) if e.is_cross_slot() => {
+                    drop(probe);
+                    return self.cross_slot(&plan, what);
+                }
                 Err(e) => {
                     self.failed(&e, what);
                     drop(probe);
@@ -1117,18 +1204,18 @@ impl<S: Store> Inner<S> {
                             .0
                             .leases_in_flight
                             .fetch_add(1, Ordering::Relaxed);
-                        if let Some((g, _)) = &self.runtime[f.policy].metrics.leases {
-                            g.increment(1.0);
+                        if let Some(l) = &self.runtime[f.policy].metrics.leases {
+                            l.in_flight.increment(1.0);
                         }
                         LeaseHandle {
-                            state: Some(Arc::new(LeaseState {
-                                store: this.clone(),
-                                lease: l,
-                                policy: f.policy,
-                                lease_ms: f.lease_ms,
-                                done: AtomicBool::new(false),
-                                lost: AtomicBool::new(false),
-                            })),
+                            state: Some(Arc::new(LeaseState::new(
+                                this.clone(),
+                                l,
+                                f.policy,
+                                f.lease_ms,
+                                f.max_duration_ms,
+                            ))),
+                            scope: None,
                         }
                     }
                     None => LeaseHandle::default(),
@@ -1144,7 +1231,8 @@ impl<S: Store> Inner<S> {
                     }),
                 false => RefundHandle::default(),
             };
-            self.settle_later(this, &mut decision, settle);
+            let mut lease = lease;
+            lease.scope = self.settle_later(this, &mut decision, settle);
             // Returned from here, not moved out of the block and again out of the future.
             return Check {
                 decision,
@@ -1156,22 +1244,29 @@ impl<S: Store> Inner<S> {
         };
         // A store error (a refusal when failing closed, an admission when failing open).
         if check.problem.is_none() {
-            self.settle_later(this, &mut check.decision, settle);
+            check.lease.scope = self.settle_later(this, &mut check.decision, settle);
         }
         check
     }
 
-    /// SPEC G1: the settle_later policies' keys and limits, for `decision.hold`.
+    /// SPEC G1: the settle_later policies' keys and limits, for `decision.hold`, and the
+    /// request's scope, whose end stops the renewals of the holds taken (G5).
     fn settle_later(
         &self,
         this: &Arc<Inner<S>>,
         decision: &mut Decision,
         settle: Vec<SettleTarget>,
-    ) {
-        if !settle.is_empty() {
-            decision.settle_later = settle;
-            decision.holds = Some(Holds(this.clone()));
+    ) -> Option<Arc<RequestScope>> {
+        if settle.is_empty() {
+            return None;
         }
+        let scope = Arc::new(RequestScope::default());
+        decision.settle_later = settle;
+        decision.holds = Some(Holds {
+            store: this.clone(),
+            scope: scope.clone(),
+        });
+        Some(scope)
     }
 
     /// SPEC L3: the application gave an out-of-range cost or limit. Nothing is sent,
@@ -1325,13 +1420,18 @@ impl<S: Store> Inner<S> {
                 });
                 continue;
             }
-            if let LimitKind::InFlight { lease } = limit.kind {
+            if let LimitKind::InFlight {
+                lease,
+                max_duration,
+            } = limit.kind
+            {
                 // SPEC N2, C9: one slot, no cost.
                 let key = self.runtime[i].head.key(tag, segment, &identity);
                 plan.in_flight = Some(InFlight {
                     key,
                     n: limit.capacity,
                     lease_ms: ceil_ms(lease),
+                    max_duration_ms: ceil_ms(max_duration),
                     policy: i,
                     pos: plan.charges.len(),
                 });
@@ -1780,172 +1880,5 @@ impl RefundHandle {
         self.state
             .as_ref()
             .is_some_and(|s| s.done.load(Ordering::Acquire))
-    }
-}
-
-impl<S: Store> LeaseStore for Inner<S> {
-    fn ended(&self, policy: usize) {
-        let _ =
-            self.stats
-                .0
-                .leases_in_flight
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if let Some((g, _)) = self
-            .runtime
-            .get(policy)
-            .and_then(|r| r.metrics.leases.as_ref())
-        {
-            g.decrement(1.0);
-        }
-    }
-
-    fn release(self: Arc<Self>, policy: usize, key: String, id: String) -> OwnedFuture<()> {
-        Box::pin(async move {
-            // SPEC N4, B2: not while the breaker is open; the lease then expires.
-            if !self.breaker.admit() {
-                return;
-            }
-            let started = Instant::now();
-            let result = self.store.release(&key, &id).await;
-            self.telemetry
-                .call_duration
-                .record(started.elapsed().as_secs_f64());
-            match result {
-                Ok((released, _)) => {
-                    self.breaker.success();
-                    if !released {
-                        self.lease_expired(policy);
-                    }
-                }
-                Err(e) => self.failed(&e, "TB.RELEASE"),
-            }
-        })
-    }
-
-    fn renew(
-        self: Arc<Self>,
-        policy: usize,
-        key: String,
-        id: String,
-        lease_ms: u64,
-    ) -> OwnedFuture<Renewed> {
-        Box::pin(async move {
-            if !self.breaker.admit() {
-                return Renewed::Failed;
-            }
-            let started = Instant::now();
-            let result = self.store.renew(&key, &id, lease_ms).await;
-            self.telemetry
-                .call_duration
-                .record(started.elapsed().as_secs_f64());
-            match result {
-                Ok((true, _, _)) => {
-                    self.breaker.success();
-                    Renewed::Yes
-                }
-                Ok((false, _, _)) => {
-                    // SPEC N5: lost (expired, or a failover lost it); renewals stop.
-                    self.breaker.success();
-                    self.lease_expired(policy);
-                    if let Some(rt) = self.runtime.get(policy)
-                        && let Some(held_back) = rt.lease_log.admit(&*self.clock)
-                    {
-                        let name = self.policies.get(policy).map_or("", |p| p.name());
-                        tracing::warn!(
-                            target: "redis_tb",
-                            "redis-tb: a lease of in-flight policy '{name}' was lost before its request ended (it expired, or a failover lost it); the request goes on ({} since the last line)",
-                            held_back + 1
-                        );
-                    }
-                    Renewed::Lost
-                }
-                Err(e) => {
-                    self.failed(&e, "TB.RENEW");
-                    Renewed::Failed
-                }
-            }
-        })
-    }
-}
-
-impl<S: Store> Inner<S> {
-    /// SPEC M2: a lease that ended without a release.
-    fn lease_expired(&self, policy: usize) {
-        bump(&self.stats.0.leases_expired);
-        if let Some((_, c)) = self
-            .runtime
-            .get(policy)
-            .and_then(|r| r.metrics.leases.as_ref())
-        {
-            c.increment(1);
-        }
-    }
-}
-
-impl<S: Store> Inner<S> {
-    /// One hold or settlement call (SPEC G1, G3): not sent while the breaker is open (B2),
-    /// timed, and its failure counted and logged like any store error (B5).
-    async fn hold_call<T>(
-        &self,
-        command: &'static str,
-        call: impl Future<Output = Result<T, Error>>,
-    ) -> Result<T, Error> {
-        if !self.breaker.admit() {
-            return Err(Error::StoreUnavailable {
-                addr: self.store.addr().to_owned(),
-            });
-        }
-        let started = Instant::now();
-        let result = call.await;
-        self.telemetry
-            .call_duration
-            .record(started.elapsed().as_secs_f64());
-        match result {
-            Ok(r) => {
-                self.breaker.success();
-                Ok(r)
-            }
-            Err(e) => {
-                self.failed(&e, command);
-                Err(e)
-            }
-        }
-    }
-}
-
-impl<S: Store> HoldStore for Inner<S> {
-    fn hold(
-        self: Arc<Self>,
-        target: SettleTarget,
-        estimate: f64,
-        ttl_ms: u64,
-    ) -> OwnedFuture<Result<HoldReply, Error>> {
-        Box::pin(async move {
-            let r = self
-                .hold_call("TB.HOLD", self.store.hold(&target, estimate, ttl_ms))
-                .await?;
-            if r.reply.allowed && r.id.is_some() {
-                bump(&self.stats.0.holds);
-            }
-            Ok(r)
-        })
-    }
-
-    fn settle(
-        self: Arc<Self>,
-        target: SettleTarget,
-        id: String,
-        actual: f64,
-    ) -> OwnedFuture<Result<SettleReply, Error>> {
-        Box::pin(async move {
-            // The hold keeps its estimate when this fails (G3).
-            let r = self
-                .hold_call("TB.SETTLE", self.store.settle(&target, &id, actual))
-                .await?;
-            if r.settled {
-                bump(&self.stats.0.settlements);
-            }
-            Ok(r)
-        })
     }
 }

@@ -52,10 +52,13 @@ pub enum LimitKind {
         /// `Sliding` (the default) or `Fixed` (SPEC C8: `Log` is not offered).
         mode: WindowMode,
     },
-    /// At most `n` in progress, each holding a lease of `lease` seconds (SPEC N1).
+    /// At most `n` in progress, each holding a lease of `lease` seconds (SPEC N1), for
+    /// at most `max_duration` seconds after its grant (N7).
     InFlight {
         /// The lease in seconds (renewed every half, SPEC N5).
         lease: f64,
+        /// The longest a request holds its slot, in seconds (SPEC N7; default 300).
+        max_duration: f64,
     },
 }
 
@@ -109,20 +112,45 @@ impl Limit {
 
     /// At most `n` requests of the policy's key in progress at once, each holding a lease
     /// of `lease` seconds (SPEC N1; 30 is the usual choice), released when its response
-    /// ends (N4) and renewed while it runs (N5). Such a policy has no cost (C9).
+    /// ends (N4) and renewed while it runs (N5), for at most [`DEFAULT_MAX_DURATION`]
+    /// seconds (N7; [`Limit::max_duration`] sets another). Such a policy has no cost (C9).
     pub fn in_flight(n: f64, lease: f64) -> Limit {
         Limit {
             capacity: n,
             rate: 0.0,
-            kind: LimitKind::InFlight { lease },
+            kind: LimitKind::InFlight {
+                lease,
+                max_duration: DEFAULT_MAX_DURATION,
+            },
         }
+    }
+
+    /// An in-flight limit whose requests hold their slot for at most `seconds` after the
+    /// grant (SPEC N7: then the lease is released, the request counted in
+    /// `leases_timed_out` and its response ended, whatever its client does). Checked when
+    /// the limiter is built (C9: finite, in `[0.001, 31536000]`). Other limits are
+    /// returned unchanged.
+    pub fn max_duration(mut self, seconds: f64) -> Limit {
+        if let LimitKind::InFlight { max_duration, .. } = &mut self.kind {
+            *max_duration = seconds;
+        }
+        self
     }
 
     /// The lease in whole milliseconds (SPEC C9: `ceil(lease x 1000)`), for an in-flight
     /// limit.
     pub fn lease_ms(&self) -> Option<u64> {
         match self.kind {
-            LimitKind::InFlight { lease } => Some(ceil_ms(lease)),
+            LimitKind::InFlight { lease, .. } => Some(ceil_ms(lease)),
+            _ => None,
+        }
+    }
+
+    /// The maximum duration in whole milliseconds (SPEC C9, N7: `ceil(max_duration x
+    /// 1000)`), for an in-flight limit.
+    pub fn max_duration_ms(&self) -> Option<u64> {
+        match self.kind {
+            LimitKind::InFlight { max_duration, .. } => Some(ceil_ms(max_duration)),
             _ => None,
         }
     }
@@ -143,6 +171,9 @@ impl Limit {
         Limit::new(n, n / 86400.0)
     }
 }
+
+/// How long an in-flight request may hold its slot by default, in seconds (SPEC N7).
+pub const DEFAULT_MAX_DURATION: f64 = 300.0;
 
 /// `ceil(seconds x 1000)` (SPEC C9, G1), with float noise below 1e-9 snapped.
 pub(crate) fn ceil_ms(seconds: f64) -> u64 {

@@ -158,6 +158,23 @@ pub fn invalid_input(policy: &str) -> String {
     out
 }
 
+/// The 500 body of a call Redis answered `CROSSSLOT` (SPEC K6, P4): names the policies of
+/// the call, in policy order.
+pub fn cross_slot<S: AsRef<str>>(policies: &[S]) -> String {
+    let mut out = String::new();
+    head(
+        &mut out,
+        "Internal Server Error",
+        500,
+        &format!(
+            "rate limit policies {} have keys in different cluster slots: give the limiter a hash tag",
+            crate::error::quoted(policies)
+        ),
+    );
+    out.push('}');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,12 @@ pub const LEASES_IN_FLIGHT: &str = "redis_tb_leases_in_flight";
 /// `redis_tb_leases_expired_total{limiter,policy}`: leases that ended without a release
 /// (SPEC M2).
 pub const LEASES_EXPIRED_TOTAL: &str = "redis_tb_leases_expired_total";
+/// `redis_tb_leases_timed_out_total{limiter,policy}`: requests ended at their in-flight
+/// policy's `max_duration` (SPEC N7, M2).
+pub const LEASES_TIMED_OUT_TOTAL: &str = "redis_tb_leases_timed_out_total";
+/// `redis_tb_holds_lost_total{limiter,policy}`: holds whose renewal answered 0 (SPEC G5,
+/// M2).
+pub const HOLDS_LOST_TOTAL: &str = "redis_tb_holds_lost_total";
 /// `redis_tb_store_errors_total{limiter}`: failed Redis calls (errors, timeouts).
 pub const STORE_ERRORS_TOTAL: &str = "redis_tb_store_errors_total";
 /// `redis_tb_degraded_total{limiter}`: requests decided by the failure mode.
@@ -56,7 +62,16 @@ pub(crate) struct PolicyMetrics {
     pub(crate) deny_cache_hits: Counter,
     pub(crate) invalid_inputs: Counter,
     /// SPEC M2, for in-flight policies only.
-    pub(crate) leases: Option<(Gauge, Counter)>,
+    pub(crate) leases: Option<LeaseMetrics>,
+    /// SPEC M2, for `settle_later` policies only.
+    pub(crate) holds_lost: Option<Counter>,
+}
+
+/// An in-flight policy's series (SPEC M2).
+pub(crate) struct LeaseMetrics {
+    pub(crate) in_flight: Gauge,
+    pub(crate) expired: Counter,
+    pub(crate) timed_out: Counter,
 }
 
 /// The layer's own series.
@@ -139,10 +154,29 @@ impl PolicyMetrics {
             Unit::Count,
             "Leases that ended without a release (a release or renewal answered 0)"
         );
-        self.leases = Some((
-            metrics::gauge!(LEASES_IN_FLIGHT, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
-            metrics::counter!(LEASES_EXPIRED_TOTAL, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
-        ));
+        metrics::describe_counter!(
+            LEASES_TIMED_OUT_TOTAL,
+            Unit::Count,
+            "Requests ended at their in-flight policy's max_duration (lease released, response ended)"
+        );
+        self.leases = Some(LeaseMetrics {
+            in_flight: metrics::gauge!(LEASES_IN_FLIGHT, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
+            expired: metrics::counter!(LEASES_EXPIRED_TOTAL, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
+            timed_out: metrics::counter!(LEASES_TIMED_OUT_TOTAL, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
+        });
+        self
+    }
+
+    /// Adds SPEC M2's lost-holds counter (a `settle_later` policy).
+    pub(crate) fn with_holds(mut self, limiter: &Arc<str>, policy: &str) -> PolicyMetrics {
+        metrics::describe_counter!(
+            HOLDS_LOST_TOTAL,
+            Unit::Count,
+            "Holds whose renewal answered 0 (lost before their settle)"
+        );
+        self.holds_lost = Some(
+            metrics::counter!(HOLDS_LOST_TOTAL, "limiter" => limiter.to_string(), "policy" => policy.to_owned()),
+        );
         self
     }
 
@@ -156,6 +190,7 @@ impl PolicyMetrics {
             deny_cache_hits: counter(DENY_CACHE_HITS_TOTAL),
             invalid_inputs: counter(INVALID_INPUTS_TOTAL),
             leases: None,
+            holds_lost: None,
         }
     }
 }

@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request};
-use redis_tb_client::redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis_tb_client::redis::{ErrorKind, RedisError};
 use redis_tb_client::{
     Acquired, Call, CallKind, Charge, Check, ClientIpConfig, Decision, Error, FailureMode,
     ForwardedHeader, Hold, HoldReply, Identity, Key, LegacyReset, Limit, LimitKind, ManualClock,
-    MultiReply, Outcome, Policy, PolicyResult, RateLimiter, Reply, SettleReply, SettleTarget,
-    Store, WindowMode, headers, ip, keys, policy, problem,
+    MultiReply, Outcome, Policy, PolicyResult, RateLimiter, Renewal, Reply, SettleReply,
+    SettleTarget, Store, WindowMode, headers, ip, keys, policy, problem,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -201,18 +201,20 @@ fn config(case: &Value, fails: &mut Failures) {
             build_with(vec![Policy::new("win", limit)], |b| b)
         }
         "in_flight" => {
-            let limit = Limit::in_flight(num(&value["limit"]), num(&value["lease"]));
+            let mut limit = Limit::in_flight(num(&value["limit"]), num(&value["lease"]));
+            if let Some(d) = value.get("max_duration") {
+                limit = limit.max_duration(num(d));
+            }
             if let Some(want) = case["expect"].get("normalized") {
-                let got = serde_json::json!({
-                    "limit": limit.capacity,
-                    "lease_ms": limit.lease_ms(),
-                });
+                let got = (limit.capacity, limit.lease_ms(), limit.max_duration_ms());
+                // SPEC N7: 300 s when the case gives none.
+                let want_max = want["max_duration_ms"].as_u64().or(Some(300_000));
                 check!(
                     fails,
                     case,
                     "normalized",
-                    (num(&got["limit"]), got["lease_ms"].as_u64()),
-                    (num(&want["limit"]), want["lease_ms"].as_u64())
+                    got,
+                    (num(&want["limit"]), want["lease_ms"].as_u64(), want_max)
                 );
             }
             let mut p = Policy::new("conc", limit);
@@ -388,7 +390,7 @@ fn result_of(r: &Value) -> PolicyResult {
             seconds: capacity / num(&r["rate"]),
             mode: WindowMode::Sliding,
         },
-        Some("in_flight") => LimitKind::InFlight { lease: 30.0 },
+        Some("in_flight") => Limit::in_flight(1.0, 30.0).kind,
         Some(other) => panic!("unknown result kind {other}"),
     };
     PolicyResult {
@@ -518,6 +520,7 @@ fn response(case: &Value, fails: &mut Failures) {
 struct FakeStore {
     state: Arc<Mutex<FakeState>>,
     timeout: Duration,
+    addr: String,
 }
 
 #[derive(Default)]
@@ -525,6 +528,7 @@ struct FakeState {
     expected: VecDeque<Value>,
     errors: Vec<String>,
     holds: HashMap<String, oneshot::Sender<Value>>,
+    degraded: bool,
 }
 
 impl FakeStore {
@@ -532,6 +536,7 @@ impl FakeStore {
         FakeStore {
             state: Arc::default(),
             timeout,
+            addr: "fake:0".to_owned(),
         }
     }
 
@@ -592,14 +597,7 @@ impl FakeStore {
             want
         };
         if let Some(e) = answer["error"].as_str() {
-            return Err(Error::Server {
-                addr: "fake:0".into(),
-                source: RedisError::from((
-                    ErrorKind::Server(ServerErrorKind::ResponseError),
-                    "An error was signalled by the server",
-                    e.to_owned(),
-                )),
-            });
+            return Err(server_error(e));
         }
         if answer["timeout"].as_bool() == Some(true) {
             return Err(Error::Timeout {
@@ -611,6 +609,19 @@ impl FakeStore {
             return Err(conn_error());
         }
         Ok(answer["reply"].clone())
+    }
+}
+
+/// An error reply as the `redis` crate reads it off the wire (its code parsed: `CROSSSLOT`,
+/// `NOPERM`, ...).
+fn server_error(text: &str) -> Error {
+    let source = redis_tb_client::redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+        .and_then(|v| v.extract_error())
+        .err()
+        .unwrap_or_else(|| RedisError::from((ErrorKind::Io, "not an error reply")));
+    Error::Server {
+        addr: "fake:0".into(),
+        source,
     }
 }
 
@@ -771,7 +782,13 @@ impl Store for FakeStore {
         })
     }
 
-    async fn settle(&self, t: &SettleTarget, id: &str, actual: f64) -> Result<SettleReply, Error> {
+    async fn settle(
+        &self,
+        t: &SettleTarget,
+        id: &str,
+        actual: f64,
+        max_wait: f64,
+    ) -> Result<SettleReply, Error> {
         let v = self
             .answer(vec![
                 b"TB.SETTLE".to_vec(),
@@ -780,6 +797,7 @@ impl Store for FakeStore {
                 t.rate.to_string().into_bytes(),
                 id.as_bytes().to_vec(),
                 actual.to_string().into_bytes(),
+                max_wait.to_string().into_bytes(),
             ])
             .await?;
         let r = reply4(&v).ok_or_else(bad_reply)?;
@@ -791,8 +809,30 @@ impl Store for FakeStore {
         })
     }
 
+    async fn command_info(&self) -> Result<bool, Error> {
+        let v = self
+            .answer(vec![
+                b"COMMAND".to_vec(),
+                b"INFO".to_vec(),
+                b"tb.take".to_vec(),
+            ])
+            .await?;
+        // `[null]` without the module, `[[name, arity, ...]]` with it.
+        Ok(v.get(0)
+            .is_some_and(|e| e.as_array().is_some_and(|a| !a.is_empty())))
+    }
+
+    async fn hello(&self) -> Result<Option<String>, Error> {
+        let v = self.answer(vec![b"HELLO".to_vec()]).await?;
+        Ok(v["mode"].as_str().map(str::to_owned))
+    }
+
+    fn started_degraded(&self) -> bool {
+        self.state.lock().unwrap().degraded
+    }
+
     fn addr(&self) -> &str {
-        "fake:0"
+        &self.addr
     }
 
     fn timeout(&self) -> Duration {
@@ -808,6 +848,10 @@ struct StepInputs {
 }
 
 fn limiter_of(case: &Value, store: FakeStore, clock: ManualClock) -> RateLimiter<FakeStore> {
+    limiter_builder(case, store, clock).build().unwrap()
+}
+
+fn limiter_builder(case: &Value, store: FakeStore, clock: ManualClock) -> TestBuilder {
     let l = &case["limiter"];
     let steps = case["steps"].as_array().unwrap();
     let has = |field: &str, name: &str| steps.iter().any(|s| s["check"][field].get(name).is_some());
@@ -821,7 +865,11 @@ fn limiter_of(case: &Value, store: FakeStore, clock: ManualClock) -> RateLimiter
             };
             Limit::window(num(&w["limit"]), num(&w["seconds"]), mode)
         } else if let Some(f) = p.get("in_flight") {
-            Limit::in_flight(num(&f["limit"]), num(&f["lease_ms"]) / 1000.0)
+            let limit = Limit::in_flight(num(&f["limit"]), num(&f["lease_ms"]) / 1000.0);
+            match f.get("max_duration_ms") {
+                Some(ms) => limit.max_duration(num(ms) / 1000.0),
+                None => limit,
+            }
         } else {
             Limit::new(num(&p["capacity"]), num(&p["rate"]))
         };
@@ -876,7 +924,7 @@ fn limiter_of(case: &Value, store: FakeStore, clock: ManualClock) -> RateLimiter
     if let Some(n) = l["deny_cache"]["max_entries"].as_u64() {
         b = b.deny_cache(usize::try_from(n).unwrap());
     }
-    b.build().unwrap()
+    b
 }
 
 fn step_parts(check: &Value) -> Result<Parts, Vec<u8>> {
@@ -1028,12 +1076,12 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
     let clock = ManualClock::new(1_764_456_268_000);
     let limiter = limiter_of(case, store.clone(), clock.clone());
     let mut checks: HashMap<usize, Check> = HashMap::new();
-    let mut held: HashMap<String, (usize, tokio::task::JoinHandle<Check>)> = HashMap::new();
+    let mut held: HashMap<String, (usize, Held)> = HashMap::new();
     let mut holds: HashMap<usize, Hold> = HashMap::new();
     for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
         clock.set_ms(step["at_ms"].as_u64().unwrap());
         // An unknown step field (or expectation of a check) fails the runner.
-        const STEP: [&str; 14] = [
+        const STEP: [&str; 15] = [
             "at_ms",
             "check",
             "redis",
@@ -1048,6 +1096,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
             "take_hold",
             "settle",
             "timeout",
+            "renew_hold",
         ];
         for k in step.as_object().into_iter().flat_map(|o| o.keys()) {
             if !STEP.contains(&k.as_str()) {
@@ -1132,7 +1181,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                         id(case)
                     ));
                 }
-                held.insert(name.to_owned(), (i, task));
+                held.insert(name.to_owned(), (i, Held::Check(task)));
             } else {
                 let c = limiter.check(&mut parts, peer, Some("/")).await;
                 compare_check(case, i, fails, &c, &step["expect"]);
@@ -1144,13 +1193,31 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 continue;
             };
             store.release(name, step.clone());
-            let c = task.await.unwrap();
-            compare_check(case, i, fails, &c, &step["expect"]);
-            checks.insert(at, c);
+            match task {
+                Held::Check(task) => {
+                    let c = task.await.unwrap();
+                    compare_check(case, i, fails, &c, &step["expect"]);
+                    checks.insert(at, c);
+                }
+                Held::Hold(task) => match task.await.unwrap() {
+                    Ok(h) => {
+                        compare_hold(case, i, fails, &h, &step["expect"]);
+                        holds.insert(at, h);
+                    }
+                    Err(e) => fails.push(format!("{} [step {i}]: hold failed: {e}", id(case))),
+                },
+            }
         } else if let Some(name) = step["cancel"].as_str() {
-            if let Some((_, task)) = held.remove(name) {
-                task.abort();
-                let _ = task.await;
+            match held.remove(name) {
+                Some((_, Held::Check(task))) => {
+                    task.abort();
+                    let _ = task.await;
+                }
+                Some((_, Held::Hold(task))) => {
+                    task.abort();
+                    let _ = task.await;
+                }
+                None => {}
             }
         } else if let Some(at) = step["refund"].as_u64() {
             let Some(c) = checks.get(&usize::try_from(at).unwrap()) else {
@@ -1185,12 +1252,43 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 fails.push(format!("{} [step {i}]: no decision at step {at}", id(case)));
                 continue;
             };
-            let renewed = c.lease.renew().await;
+            let tick = c.lease.tick().await;
             check!(
                 fails,
                 case,
                 format!("renewed [step {i}]"),
-                renewed,
+                tick == Renewal::Renewed,
+                step["expect"]["renewed"].as_bool().unwrap()
+            );
+            if let Some(w) = step["expect"]["timed_out"].as_bool() {
+                check!(
+                    fails,
+                    case,
+                    format!("timed_out [step {i}]"),
+                    tick == Renewal::TimedOut,
+                    w
+                );
+            }
+            let known = ["renewed", "timed_out"];
+            for k in step["expect"]
+                .as_object()
+                .into_iter()
+                .flat_map(|o| o.keys())
+            {
+                if !known.contains(&k.as_str()) {
+                    fails.push(format!("{} [step {i}]: unknown expectation {k}", id(case)));
+                }
+            }
+        } else if let Some(at) = step["renew_hold"].as_u64() {
+            let Some(h) = holds.get(&usize::try_from(at).unwrap()) else {
+                fails.push(format!("{} [step {i}]: no hold at step {at}", id(case)));
+                continue;
+            };
+            check!(
+                fails,
+                case,
+                format!("renewed [step {i}]"),
+                h.renew().await,
                 step["expect"]["renewed"].as_bool().unwrap()
             );
         } else if let Some(t) = step.get("take_hold") {
@@ -1200,14 +1298,34 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 continue;
             };
             let want = &step["expect"];
-            let got = c
-                .decision
-                .hold(
-                    t["policy"].as_str().unwrap(),
-                    num(&t["estimate"]),
-                    num(&t["ttl_ms"]) / 1000.0,
-                )
-                .await;
+            let (policy, estimate, ttl) = (
+                t["policy"].as_str().unwrap().to_owned(),
+                num(&t["estimate"]),
+                num(&t["ttl_ms"]) / 1000.0,
+            );
+            let hold = step["redis"]
+                .as_array()
+                .and_then(|calls| calls.iter().find_map(|c| c["hold"].as_str()));
+            if let Some(name) = hold {
+                // The hold's call is held (`expect: null`): its `release` step checks it.
+                let d = c.decision.clone();
+                let task = tokio::spawn(async move { d.hold(&policy, estimate, ttl).await });
+                for _ in 0..1000 {
+                    if store.holding(name) {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                if !store.holding(name) {
+                    fails.push(format!(
+                        "{} [step {i}]: the held call was never made",
+                        id(case)
+                    ));
+                }
+                held.insert(name.to_owned(), (i, Held::Hold(task)));
+                continue;
+            }
+            let got = c.decision.hold(&policy, estimate, ttl).await;
             match (got, want["error"].as_str()) {
                 (
                     Err(Error::InvalidArgument { .. } | Error::NotSettleLater { .. }),
@@ -1272,7 +1390,10 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
         }
     }
     for (_, (_, task)) in held.drain() {
-        task.abort();
+        match task {
+            Held::Check(t) => t.abort(),
+            Held::Hold(t) => t.abort(),
+        }
     }
     if let Some(want) = case["expect_stats"].as_object() {
         let s = limiter.stats();
@@ -1290,6 +1411,8 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 "invalid_inputs" => s.invalid_inputs(),
                 "leases_in_flight" => s.leases_in_flight(),
                 "leases_expired" => s.leases_expired(),
+                "leases_timed_out" => s.leases_timed_out(),
+                "holds_lost" => s.holds_lost(),
                 "holds" => s.holds(),
                 "settlements" => s.settlements(),
                 other => {
@@ -1304,6 +1427,93 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 got,
                 w.as_u64().unwrap()
             );
+        }
+    }
+}
+
+/// A call held by the store until a later `release` step: a check's or a hold's.
+enum Held {
+    Check(tokio::task::JoinHandle<Check>),
+    Hold(tokio::task::JoinHandle<Result<Hold, Error>>),
+}
+
+// ---------------------------------------------------------------- startup.json
+
+/// SPEC U1-U4: the store's check (what `TbClient::start` / `start_degraded` run), then the
+/// limiter's (U3), against a store at 127.0.0.1:6379 that answers the listed calls.
+async fn startup_case(case: &Value, fails: &mut Failures) {
+    let mut store = FakeStore::new(Duration::from_millis(50));
+    store.addr = "127.0.0.1:6379".to_owned();
+    store.expect(&case["redis"]);
+    let l = &case["limiter"];
+    let clock = ManualClock::new(1_764_456_268_000);
+    let as_limiter = serde_json::json!({"limiter": l, "steps": []});
+    let mut b = limiter_builder(&as_limiter, store.clone(), clock);
+    if let Some(name) = l["name"].as_str() {
+        b = b.name(name);
+    }
+    if l["tag"].as_bool() == Some(true) {
+        b = b.hash_tag(|_| Some("t".to_owned()));
+    }
+    let limiter = b.build().unwrap();
+    let degraded = l["start_degraded"].as_bool() == Some(true);
+    let result = match redis_tb_client::startup::check_store(&store, degraded).await {
+        Err(e) => Err(e),
+        Ok(started) => {
+            store.state.lock().unwrap().degraded = started.degraded;
+            limiter.startup().await.map(|()| started.log)
+        }
+    };
+    let want = &case["expect"];
+    match (result, want["error"].as_str()) {
+        (Err(e), Some(line)) => {
+            let got = e.to_string();
+            if !line_matches(&got, line) {
+                fails.push(format!(
+                    "{}: the start failed with {got:?}, want {line:?}",
+                    id(case)
+                ));
+            }
+        }
+        (Err(e), None) => fails.push(format!("{}: the start failed: {e}", id(case))),
+        (Ok(log), Some(line)) => fails.push(format!(
+            "{}: started (log {log:?}), want the error {line:?}",
+            id(case)
+        )),
+        (Ok(log), None) => {
+            check!(
+                fails,
+                case,
+                "started",
+                true,
+                want["started"].as_bool().unwrap()
+            );
+            match (log.as_deref(), want["log"].as_str()) {
+                (Some(got), Some(line)) if line_matches(got, line) => {}
+                (None, None) => {}
+                (got, line) => fails.push(format!("{}: logged {got:?}, want {line:?}", id(case))),
+            }
+        }
+    }
+    for e in store.errors() {
+        fails.push(format!("{}: {e}", id(case)));
+    }
+    for c in store.leftover() {
+        fails.push(format!("{}: listed call not made: {}", id(case), c["call"]));
+    }
+}
+
+/// An expected line: `{reason}` stands for any non-empty text without a line break,
+/// `{start_degraded}` for the option's name in Rust (`start_degraded`).
+fn line_matches(got: &str, want: &str) -> bool {
+    let want = want.replace("{start_degraded}", "start_degraded");
+    match want.split_once("{reason}") {
+        None => got == want,
+        Some((head, tail)) => {
+            got.len() > head.len() + tail.len()
+                && got.starts_with(head)
+                && got.ends_with(tail)
+                && !got[head.len()..got.len() - tail.len()].contains('\n')
         }
     }
 }
@@ -1342,6 +1552,7 @@ async fn every_vector_file_passes() {
                 "header_identity.json" => header_identity(case, &mut fails).await,
                 "response.json" => response(case, &mut fails),
                 "limiter.json" => limiter_case(case, &mut fails).await,
+                "startup.json" => startup_case(case, &mut fails).await,
                 other => {
                     fails.push(format!("{other}: no handler for this file"));
                     break;

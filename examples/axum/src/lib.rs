@@ -87,7 +87,8 @@ impl Default for Config {
             shadow_policies: Vec::new(),
             deny_cache: 0,
             name: "api".to_owned(),
-            streams: Limit::in_flight(2.0, 2.0),
+            // SPEC N7: a stream still running 6 s after its grant is ended.
+            streams: Limit::in_flight(2.0, 2.0).max_duration(6.0),
             tokens: Limit::per_hour(1000.0),
             login: Limit::window_per_hour(20.0, WindowMode::Sliding),
         }
@@ -459,59 +460,109 @@ async fn login(decision: Option<Extension<Decision>>, body: Bytes) -> Response {
 }
 
 /// `GET /stream`'s query: `tokens` to send (default 3), `delay_ms` between events
-/// (default 0), `max_tokens` held before streaming (default 100).
-#[derive(Clone, Copy, Debug)]
-struct StreamQuery {
-    tokens: u64,
-    delay_ms: u64,
-    max_tokens: f64,
+/// (default 0), `max_tokens` held before streaming (default 100); each a whole number
+/// within [`STREAM_BOUNDS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamQuery {
+    /// Token events to send.
+    pub tokens: u64,
+    /// Milliseconds between events.
+    pub delay_ms: u64,
+    /// The estimate held on `tokens` before streaming (SPEC G1).
+    pub max_tokens: u64,
 }
 
-fn stream_query(uri: &Uri) -> StreamQuery {
-    let mut q = StreamQuery {
-        tokens: 3,
-        delay_ms: 0,
-        max_tokens: 100.0,
-    };
+/// The bounds of `GET /stream`'s query (examples/manifest.json's `bounds`): a value
+/// outside them, or not a whole number, is a 400 before anything is held or streamed.
+pub const STREAM_BOUNDS: [(&str, u64, u64); 3] = [
+    ("tokens", 0, 10_000),
+    ("delay_ms", 0, 10_000),
+    ("max_tokens", 1, 10_000),
+];
+
+/// The query of `GET /stream`, or the name of the first parameter (in [`STREAM_BOUNDS`]'s
+/// order) that is not a whole number within its bounds.
+pub fn stream_query(uri: &Uri) -> Result<StreamQuery, &'static str> {
+    let mut values = [3, 0, 100];
     for (k, v) in uri
         .query()
         .unwrap_or("")
         .split('&')
         .filter_map(|kv| kv.split_once('='))
     {
-        match k {
-            "tokens" => q.tokens = v.parse().unwrap_or(q.tokens),
-            "delay_ms" => q.delay_ms = v.parse().unwrap_or(q.delay_ms),
-            "max_tokens" => q.max_tokens = v.parse().unwrap_or(q.max_tokens),
-            _ => {}
+        if let Some(i) = STREAM_BOUNDS.iter().position(|(name, _, _)| *name == k) {
+            // Digits only: `+3`, `-1`, `1.5`, `1e3` and an empty value are refused; a
+            // number too large for u64 is out of bounds.
+            values[i] = match v.bytes().all(|b| b.is_ascii_digit()) && !v.is_empty() {
+                true => v.parse().unwrap_or(u64::MAX),
+                false => u64::MAX,
+            };
         }
     }
-    q
+    for ((name, min, max), v) in STREAM_BOUNDS.iter().zip(values) {
+        if !(*min..=*max).contains(&v) {
+            return Err(name);
+        }
+    }
+    let [tokens, delay_ms, max_tokens] = values;
+    Ok(StreamQuery {
+        tokens,
+        delay_ms,
+        max_tokens,
+    })
+}
+
+/// The 400 of a query value out of its bounds (the manifest's `bad_query` body).
+fn bad_query(name: &str) -> Response {
+    let (min, max) = STREAM_BOUNDS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map_or((0, 0), |(_, min, max)| (*min, *max));
+    // RFC 9457, compact, the keys in the order of every problem body (SPEC P6).
+    let detail = Value::String(format!(
+        "query parameter '{name}' must be a whole number from {min} to {max}"
+    ));
+    let body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":{detail}}}"
+    );
+    (
+        StatusCode::BAD_REQUEST,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            redis_tb_client::problem::CONTENT_TYPE,
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// `GET /stream`: an LLM-proxy-style server-sent-event stream. The limiter's check took a
 /// `streams` slot (SPEC N: released when this body ends, or when the client goes away;
-/// renewed while it runs); the handler holds `max_tokens` on `tokens` (SPEC G1), answers
-/// a refused hold with its 429 (G2), streams `data: token-<i>` events and `data: [DONE]`,
-/// and settles the number of token events it sent (G3), also when the client
-/// disconnected mid-stream.
+/// renewed while it runs; ended 6 s after its grant whatever the client does, N7); the
+/// handler refuses a query out of bounds with a 400, holds `max_tokens` on `tokens` (SPEC
+/// G1, renewed by the layer every 30 s while the response runs, G5), answers a refused
+/// hold with its 429 (G2, G6), streams `data: token-<i>` events and `data: [DONE]`, and
+/// settles the number of token events it sent (G3), also when the client disconnected
+/// mid-stream.
+///
+/// The events are written as the client reads them: the writer hands one event at a time
+/// to the body through a channel of one, so a client that stops reading stops the writer
+/// (hyper polls the body only when it can write). A client that goes away drops the body
+/// and the channel's receiver: the writer sees it at once, even in the middle of a delay,
+/// stops and settles.
 async fn stream(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
-    let q = stream_query(&uri);
+    let q = match stream_query(&uri) {
+        Ok(q) => q,
+        Err(name) => return bad_query(name),
+    };
     let hold = match decision {
         Some(Extension(d)) if !d.settle_later.is_empty() => {
-            match d.hold("tokens", q.max_tokens, 60.0).await {
+            match d.hold("tokens", q.max_tokens as f64, 60.0).await {
                 Ok(h) => match h.or_refused() {
                     Ok(h) => Some(h),
+                    // SPEC G2, G6: a refusal (a full hold table included) is a 429.
                     Err(refused) => return refused.into_response(),
                 },
-                // An invalid max_tokens is the caller's mistake here.
-                Err(redis_tb_client::Error::InvalidArgument { .. }) => {
-                    return (
-                        StatusCode::BAD_REQUEST,
-                        Json(json!({"error": "max_tokens must be > 0"})),
-                    )
-                        .into_response();
-                }
                 // The store is down: stream without a hold (the failure mode is open).
                 Err(e) => {
                     tracing::warn!("GET /stream: no hold on 'tokens' ({e}); streaming anyway");
@@ -523,20 +574,7 @@ async fn stream(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
     tokio::spawn(async move {
-        let mut sent: u64 = 0;
-        for i in 1..=q.tokens {
-            if q.delay_ms > 0 && i > 1 {
-                tokio::time::sleep(Duration::from_millis(q.delay_ms)).await;
-            }
-            if tx
-                .send(Bytes::from(format!("data: token-{i}\n\n")))
-                .await
-                .is_err()
-            {
-                break; // the client went away (the body was dropped)
-            }
-            sent += 1;
-        }
+        let sent = write_events(&tx, q).await;
         if let Some(hold) = hold {
             // SPEC G3: the actual count; the surplus of the estimate goes back.
             if let Err(e) = hold.settle(sent as f64).await {
@@ -560,6 +598,30 @@ async fn stream(uri: Uri, decision: Option<Extension<Decision>>) -> Response {
         axum::body::Body::from_stream(events),
     )
         .into_response()
+}
+
+/// Writes the token events of `q` as the body takes them; the number sent. Stops as soon
+/// as the body is gone (the client disconnected, or the request reached its
+/// `max_duration`), a delay included.
+async fn write_events(tx: &tokio::sync::mpsc::Sender<Bytes>, q: StreamQuery) -> u64 {
+    let mut sent = 0;
+    for i in 1..=q.tokens {
+        if q.delay_ms > 0 && i > 1 {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(q.delay_ms)) => {}
+                () = tx.closed() => break,
+            }
+        }
+        if tx
+            .send(Bytes::from(format!("data: token-{i}\n\n")))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        sent += 1;
+    }
+    sent
 }
 
 /// `GET /search?q=..&size=N`: a stand-in search (limited by `search`, whose cost grows

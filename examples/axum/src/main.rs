@@ -2,7 +2,13 @@
 //! (default `127.0.0.1:3000`), `TRUSTED_PROXIES` (comma-separated CIDRs), `FAIL_CLOSED=1`,
 //! `SHADOW_POLICIES` (comma-separated policy names: `ip,user,orders,search`), `DENY_CACHE`
 //! (max entries; 0 or unset: off), `LEGACY_HEADERS` (`unix` or `delta`),
-//! `REDIS_TB_TIMEOUT_MS` (the Redis call timeout, default 50).
+//! `REDIS_TB_TIMEOUT_MS` (the Redis call timeout, default 50), `REDIS_TB_START_DEGRADED=1`
+//! (start even when Redis is unreachable, SPEC U2; by default that fails the start).
+//!
+//! A limiter that cannot start (Redis unreachable, the module missing, `COMMAND INFO` not
+//! permitted, a Redis Cluster refusing a limiter without a tag function: SPEC U1-U3)
+//! prints the one line of SPEC U4 and exits with status 3, as uvicorn and gunicorn do for
+//! a failed start; any other error exits with status 1.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -24,14 +30,35 @@ async fn main() -> ExitCode {
         .init();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        // SPEC U4: the line, word for word, and status 3.
+        Err(Failed::Start(line)) => {
+            eprintln!("{line}");
+            ExitCode::from(3)
+        }
+        Err(Failed::Other(e)) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// Why the app stopped: its limiters could not start (status 3), or anything else.
+enum Failed {
+    Start(String),
+    Other(Box<dyn std::error::Error>),
+}
+
+impl<E: Into<Box<dyn std::error::Error>>> From<E> for Failed {
+    fn from(e: E) -> Failed {
+        Failed::Other(e.into())
+    }
+}
+
+fn start_failed(e: impl std::fmt::Display) -> Failed {
+    Failed::Start(e.to_string())
+}
+
+async fn run() -> Result<(), Failed> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let mut config = Config::default();
@@ -51,10 +78,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         Ok("unix") => Some(LegacyReset::UnixTime),
         Ok("delta") => Some(LegacyReset::DeltaSeconds),
         Ok("") | Err(_) => None,
-        Ok(other) => return Err(format!("LEGACY_HEADERS={other:?}: use unix or delta").into()),
+        Ok(other) => {
+            return Err(format!("LEGACY_HEADERS={other:?}: use unix or delta").into());
+        }
     };
-    // Fails here, at startup, when the server runs without the module. An unreachable
-    // Redis is only logged: the app starts, and the failure mode applies until it answers.
     let mut client_config = ClientConfig::default();
     if let Ok(ms) = std::env::var("REDIS_TB_TIMEOUT_MS") {
         let ms: u64 = ms.trim().parse()?;
@@ -63,9 +90,21 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
         client_config.call_timeout = Duration::from_millis(ms);
     }
-    let client = TbClient::start(&url, client_config).await?;
-    let layer = limiter(client.clone(), &config)?;
-    let login = login_limiter(client, &config)?;
+    // SPEC U1, U2: fails here when Redis is unreachable or runs without the module. Only
+    // REDIS_TB_START_DEGRADED=1 starts anyway (one line logged; the failure mode applies
+    // until Redis answers).
+    let client = if std::env::var("REDIS_TB_START_DEGRADED").is_ok_and(|v| v == "1") {
+        TbClient::start_degraded(&url, client_config).await
+    } else {
+        TbClient::start(&url, client_config).await
+    }
+    .map_err(start_failed)?;
+    let layer = limiter(client.clone(), &config).map_err(start_failed)?;
+    let login = login_limiter(client, &config).map_err(start_failed)?;
+    // SPEC U3: on a Redis Cluster, a limiter that sends several keys in one call needs a
+    // tag function.
+    layer.startup().await.map_err(start_failed)?;
+    login.startup().await.map_err(start_failed)?;
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     tracing::info!("listening on http://{}", listener.local_addr()?);
     axum::serve(

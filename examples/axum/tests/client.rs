@@ -160,8 +160,10 @@ async fn a_dead_server_is_a_connection_error_and_a_restart_reconnects() -> TestR
     Ok(())
 }
 
+/// SPEC U2, L11: `TbClient::start` is strict (it was the old name of `start_degraded`);
+/// `start_degraded` is the explicit opt-in.
 #[tokio::test]
-async fn start_tolerates_an_unreachable_redis_but_not_a_missing_module() -> TestResult {
+async fn start_is_strict_and_only_start_degraded_tolerates_an_unreachable_redis() -> TestResult {
     let config = ClientConfig {
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
@@ -169,8 +171,20 @@ async fn start_tolerates_an_unreachable_redis_but_not_a_missing_module() -> Test
     };
     // Nothing listens on the port of a server that was stopped.
     let mut redis = RedisServer::start()?;
+    let addr = format!("127.0.0.1:{}", redis.port());
     redis.stop();
-    let tb = TbClient::start(&redis.url(), config.clone()).await?;
+    let err = TbClient::start(&redis.url(), config.clone())
+        .await
+        .err()
+        .ok_or("TbClient::start started with Redis unreachable")?;
+    let line = err.to_string();
+    assert!(
+        line.starts_with(&format!("redis-tb: cannot reach Redis at {addr} ("))
+            && line.ends_with("): start it, or set start_degraded to start failing open"),
+        "{line}"
+    );
+    let tb = TbClient::start_degraded(&redis.url(), config.clone()).await?;
+    assert!(tb.started_degraded());
     assert!(matches!(
         tb.take("k", 1.0, 1.0, 1.0).await,
         Err(Error::Connection { .. } | Error::Timeout { .. })
@@ -180,11 +194,14 @@ async fn start_tolerates_an_unreachable_redis_but_not_a_missing_module() -> Test
     assert!(tb.take("k", 1.0, 1.0, 1.0).await?.allowed);
 
     let bare = RedisServer::start_without_module()?;
-    let err = TbClient::start(&bare.url(), config)
-        .await
-        .err()
-        .ok_or("started")?;
-    assert!(matches!(err, Error::ModuleNotLoaded { .. }), "{err:?}");
+    for degraded in [false, true] {
+        let started = match degraded {
+            false => TbClient::start(&bare.url(), config.clone()).await,
+            true => TbClient::start_degraded(&bare.url(), config.clone()).await,
+        };
+        let err = started.err().ok_or("started without the module")?;
+        assert!(matches!(err, Error::ModuleNotLoaded { .. }), "{err:?}");
+    }
     Ok(())
 }
 

@@ -3,7 +3,9 @@
 Environment: REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES
 (comma-separated CIDRs of your load balancers; default none: X-Forwarded-For is
 then never read), REDIS_TB_TIMEOUT_MS (milliseconds, default 50), RATE_LIMIT=off
-(the same project without the middleware).
+(the same project without the middleware), REDIS_TB_START_DEGRADED=1 (start failing
+open when Redis is unreachable at startup; by default the server refuses to start:
+the one line, then exit status 3).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ DATABASES: dict[str, dict[str, str]] = {}
 LIMITED = os.environ.get("RATE_LIMIT", "on") != "off"
 
 INSTALLED_APPS = [
-    # the module check at startup: a Redis without the module stops the server here
+    # the startup checks (SPEC U1-U4): an unreachable Redis, a Redis without the module,
+    # or a Redis Cluster (these policies go several in one call without a HASH_TAG)
+    # stops the server here, in one line, with exit status 3
     "redis_tb.django",
 ] if LIMITED else []
 
@@ -52,6 +56,8 @@ REDIS_TB = {
     "FAIL_OPEN": True,
     # seconds a Redis call may take before the failure mode applies (default 50 ms)
     "TIMEOUT": float(os.environ.get("REDIS_TB_TIMEOUT_MS", "50")) / 1000,
+    # SPEC U4: start failing open when Redis is unreachable at startup, only when asked
+    "START_DEGRADED": os.environ.get("REDIS_TB_START_DEGRADED") == "1",
     # our own 5xx do not count against callers
     "REFUND_ON": range(500, 600),
     # never limited: health checks and the Prometheus scrape (URL names)
@@ -81,8 +87,9 @@ REDIS_TB = {
         },
         # at most 2 streams in progress per client address (SPEC N): a lease of 2 s,
         # renewed every second while the stream runs, released when its response ends (a
-        # client gone mid-stream included); in the same call as the buckets above
-        {"NAME": "streams", "IN_FLIGHT": {"LIMIT": 2, "LEASE": 2}, "URL_NAMES": ["stream"]},
+        # client gone mid-stream included), and ended 6 s after its grant whatever its
+        # client does (N7); in the same call as the buckets above
+        {"NAME": "streams", "IN_FLIGHT": {"LIMIT": 2, "LEASE": 2, "MAX_DURATION": 6}, "URL_NAMES": ["stream"]},
         # 1000 tokens an hour per client address, charged after the fact (SPEC G): the view
         # holds max_tokens before it streams and settles the tokens it sent
         {"NAME": "tokens", "PER_HOUR": 1000, "URL_NAMES": ["stream"], "SETTLE_LATER": True},

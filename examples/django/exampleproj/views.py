@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import AsyncIterator, Iterator
 
@@ -103,11 +104,26 @@ async def login(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"token": "not-a-real-token"})
 
 
-def _query_int(request: HttpRequest, name: str, default: int) -> int:
-    try:
-        return int(request.GET.get(name, default))
-    except ValueError:
-        return default
+#: the stream's query values and their bounds (examples/manifest.json's GET /stream)
+STREAM_QUERY = {"tokens": (3, 0, 10000), "delay_ms": (0, 0, 10000), "max_tokens": (100, 1, 10000)}
+_WHOLE = re.compile(r"[0-9]{1,15}")
+
+
+def stream_query(request: HttpRequest) -> dict[str, int] | HttpResponse:
+    """The stream's query values, or the 400 naming the first out of its bounds: a
+    stream as long as a client asks would hold a worker and memory for as long."""
+    out: dict[str, int] = {}
+    for name, (default, low, high) in STREAM_QUERY.items():
+        raw = request.GET.get(name)
+        value = default if raw is None else int(raw) if _WHOLE.fullmatch(raw) else -1
+        if not low <= value <= high:
+            body = {
+                "type": "about:blank", "title": "Bad Request", "status": 400,
+                "detail": f"query parameter '{name}' must be a whole number from {low} to {high}",
+            }
+            return HttpResponse(json.dumps(body, separators=(",", ":")), status=400, content_type="application/problem+json")
+        out[name] = value
+    return out
 
 
 @require_GET
@@ -115,15 +131,21 @@ def stream(request: HttpRequest) -> HttpResponseBase:
     """An LLM proxy's stream (server-sent events): the middleware took one of this
     client's 2 stream slots; the view holds max_tokens on 'tokens' before it streams,
     then settles the number of tokens it sent, also when the client goes away (SPEC
-    G1-G3). A refused hold is a 429 naming 'tokens' (G2). Under WSGI the body is a
-    generator, under ASGI an async generator (each server streams its own kind)."""
-    tokens = _query_int(request, "tokens", 3)
-    delay = _query_int(request, "delay_ms", 0) / 1000
+    G1-G3). A refused hold (a full hold table included, G6) is a 429 naming 'tokens'
+    (G2); the middleware renews the hold while the stream runs (G5) and ends the stream
+    6 s after its grant whatever its client does (N7). Under WSGI the body is a
+    generator (each event written whole before the next: the server's blocking write
+    is the backpressure, and a client gone makes it fail), under ASGI an async
+    generator (each event one ASGI send, and one turn of the event loop)."""
+    query = stream_query(request)
+    if isinstance(query, HttpResponse):
+        return query
+    tokens, delay = query["tokens"], query["delay_ms"] / 1000
     d = decision(request)
     hold: Hold | None = None
     if d is not None:
         try:
-            hold = d.hold("tokens", _query_int(request, "max_tokens", 100))
+            hold = d.hold("tokens", query["max_tokens"])
         except StoreError:
             hold = None  # Redis is down: the stream fails open, as the check did
         if hold is not None:
@@ -156,14 +178,16 @@ async def _aevents(hold: Hold | None, tokens: int, delay: float) -> AsyncIterato
     sent = 0
     try:
         for i in range(1, tokens + 1):
-            if i > 1 and delay:
-                await asyncio.sleep(delay)
+            # a delay, or at least one turn of the event loop: a disconnect is seen
+            await asyncio.sleep(delay if i > 1 else 0)
             yield f"data: token-{i}\n\n".encode()
             sent += 1
         yield b"data: [DONE]\n\n"
     finally:
         if hold is not None:
             try:
-                await hold.settle(sent)
+                # shielded: settled also when the stream was cancelled (the client
+                # went away, or max_duration)
+                await asyncio.shield(hold.settle(sent))
             except StoreError:
                 pass

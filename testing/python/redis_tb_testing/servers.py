@@ -75,11 +75,15 @@ class Process:
 
 
 class RedisServer(Process):
-    """redis-server on a free loopback port, persistence off, the module loaded."""
+    """redis-server on a free loopback port, persistence off, the module loaded.
+    ``cluster=True``: a single-node Redis Cluster (``cluster-enabled yes``, every slot
+    assigned to it), which answers CROSSSLOT to a call whose keys are in different
+    slots and ``mode cluster`` to HELLO."""
 
-    def __init__(self, *, module: bool = True, port: int | None = None) -> None:
+    def __init__(self, *, module: bool = True, port: int | None = None, cluster: bool = False) -> None:
         super().__init__()
         self.module = module
+        self.cluster = cluster
         self.port = port or free_port()
         if module and not MODULE.exists():
             raise RuntimeError(
@@ -97,9 +101,27 @@ class RedisServer(Process):
         ]
         if self.module:
             args += ["--loadmodule", str(MODULE)]
+        if self.cluster:
+            # the bus port on a free port of its own: port + 10000 (the default) may be taken,
+            # or above 65535
+            args += [
+                "--cluster-enabled", "yes", "--cluster-config-file", str(self.logdir / "nodes.conf"),
+                "--cluster-port", str(free_port()),
+            ]
         self.proc = subprocess.Popen(args, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
         _wait_port(self.port, self.proc, "redis-server", self.log)
+        if self.cluster:
+            self._own_every_slot()
         return self
+
+    def _own_every_slot(self) -> None:
+        if "cluster_state:ok" not in self.cli("CLUSTER", "INFO"):
+            self.cli("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+        deadline = time.monotonic() + START_TIMEOUT
+        while "cluster_state:ok" not in self.cli("CLUSTER", "INFO"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster node on {self.port} never reached cluster_state:ok")
+            time.sleep(0.05)
 
     def cli(self, *args: str) -> str:
         out = subprocess.run(

@@ -9,6 +9,7 @@ from typing import Any
 
 from .address import ClientIP, ClientIp, ClientIpConfig
 from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError
+from .cluster import CrossSlot
 from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache
 from .headers import decision_headers, respond
@@ -27,6 +28,7 @@ __all__ = [
     "ClientIp",
     "ClientIpConfig",
     "Clock",
+    "CrossSlot",
     "Key",
     "StartupError",
     "respond",

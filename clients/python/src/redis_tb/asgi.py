@@ -2,13 +2,15 @@
 
 Pure ASGI rather than ``BaseHTTPMiddleware``: responses stream through untouched
 (the headers are added to ``http.response.start``), background tasks and
-contextvars behave, and there is no extra task per request.
+contextvars behave, and there is no extra task per request (but for a request with a
+lease or a settle_later policy: its app runs in a task of its own beside the timers that
+renew the lease and the holds, so that max_duration can end it, SPEC N7).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Awaitable, Callable, Collection, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,6 +22,7 @@ from .decision import Decision, Hold
 from .keys import ClientIpKey, FixedKey, HeaderKey
 from .limiter import BaseLimiter, RateLimiter
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, check_policy_names, route_set
+from .renewal import AsyncTimers
 
 __all__ = ["HoldRefused", "RateLimitMiddleware", "hold_rejection", "route_template"]
 
@@ -45,24 +48,29 @@ class HoldRefused(Exception):
         self.hold = hold
 
 
-async def _renew_every(decision: Decision) -> None:
-    """SPEC N5: TB.RENEW every lease / 2 while the request runs (a failed renewal
-    tries again at the next tick; a lost lease stops it)."""
-    period = decision.lease_seconds / 2
-    while True:
-        await asyncio.sleep(period)
-        if not decision.lease_active:
-            return
-        await decision.renew()
-
-
-async def _end_lease(decision: Decision, renewer: asyncio.Task[None] | None) -> None:
-    """SPEC N4: stop renewing and release the lease once (shielded: a cancelled
-    request still releases)."""
-    if renewer is not None:
-        renewer.cancel()
+async def _end(decision: Decision, timers: AsyncTimers) -> None:
+    """SPEC N4, G5: stop the renewals (the lease's and the holds') and release the
+    lease once (shielded: a cancelled request still releases)."""
+    timers.stop()
     if decision.lease is not None:
         await asyncio.shield(decision.finish())
+
+
+async def _app_with_timers(app: Awaitable[None], decision: Decision, timers: AsyncTimers) -> None:
+    """The app in a task of its own, beside the request's timers: at the lease's
+    max_duration (SPEC N7) the task is cancelled, so a streamed body stops (a write a
+    client that reads nothing holds up included) and nothing more is sent. The ASGI
+    server then closes the connection of a response it saw start and not end; a
+    response not yet started is never sent (the server answers the request itself,
+    uvicorn with a bare 500)."""
+    task = asyncio.ensure_future(app)
+    timers.on_timeout = task.cancel
+    timers.start()
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not decision.timed_out or not task.cancelled():
+            raise  # the request itself was cancelled (the client went away, shutdown)
 
 
 def _match(routes: Sequence[Any], scope: Scope, prefix: str) -> str | None:
@@ -134,7 +142,8 @@ class RateLimitMiddleware:
     ) -> None:
         self.app = app
         self.limiter = limiter
-        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10
+        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10, C11
+        limiter.register_policies(self.policies)  # startup's cluster check (U3)
         self.limit_unmatched = limit_unmatched
         self.exclude = frozenset(route_set(exclude) or ())
         self._refund_on: Callable[[int], bool] = (
@@ -193,10 +202,11 @@ class RateLimitMiddleware:
     ) -> None:
         status = 500
         started = False
-        # SPEC N5: a lease is renewed every lease / 2 while the request runs
-        # (no lease, the hot path: nothing to renew or release, no coroutine made for it)
-        leased = decision.lease is not None
-        renewer = asyncio.create_task(_renew_every(decision)) if leased and decision.lease_active else None
+        # SPEC N5, N7, G5: a lease, and the holds the handler takes, are renewed while
+        # the request runs; at its max_duration the lease is released and the response
+        # ended (the app's task cancelled). No lease and no settle_later policy (the
+        # hot path): nothing to renew or release, no task made for it.
+        timers = AsyncTimers(decision) if decision.lease is not None or decision._holdable else None
 
         async def send_with_headers(message: Message) -> None:
             nonlocal status, started
@@ -217,30 +227,34 @@ class RateLimitMiddleware:
                 # SPEC N4: the body is sent (a streamed body's last chunk included):
                 # the lease ends before the final message, so a client that has the
                 # whole response finds its slot free.
-                if leased:
-                    await _end_lease(decision, renewer)
+                if timers is not None:
+                    await _end(decision, timers)
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_headers)
+            if timers is None:
+                await self.app(scope, receive, send_with_headers)
+            else:
+                await _app_with_timers(self.app(scope, receive, send_with_headers), decision, timers)
         except HoldRefused as refused:
             if started:
                 raise
             status, headers, body = refused.limiter.hold_response(refused.hold)
             raw = _raw(headers) + [(b"content-length", str(len(body or b"")).encode())]
-            if leased:
-                await _end_lease(decision, renewer)
+            if timers is not None:
+                await _end(decision, timers)
             await send({"type": "http.response.start", "status": status, "headers": raw})
             await send({"type": "http.response.body", "body": body or b""})
         finally:
             # The app failed before finishing its response (or never sent one), the
-            # client went away mid-response, or the task was cancelled (SPEC N4).
+            # client went away mid-response, the task was cancelled, or the request
+            # reached its max_duration (SPEC N4, N7).
             try:
                 if self._refund_on(status):
                     await decision.refund()
             finally:
-                if leased:
-                    await _end_lease(decision, renewer)
+                if timers is not None:
+                    await _end(decision, timers)
 
 
 async def _lifespan(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:

@@ -42,8 +42,8 @@ _PROBE = ("COMMAND", "INFO", "tb.take")  # SPEC U1
 
 
 class StartupError(RuntimeError):
-    """The limiter cannot start (SPEC U1, U2); the message is one line naming the
-    address and what to do."""
+    """The limiter cannot start (SPEC U1-U3); the message is one line naming the
+    address (or the limiter) and what to do."""
 
 
 class ModuleNotLoadedError(StartupError):
@@ -226,23 +226,26 @@ class AsyncClient:
             pipe.execute_command(*refund_args(b.key, b.capacity, b.rate, b.n, now))
         return [parse_reply(r) for r in await pipe.execute()]
 
-    async def check_module(self) -> None:
-        """Raise :class:`ModuleNotLoadedError` unless TB.MTAKE exists on the server.
-
-        Reads the raw reply: redis-py's COMMAND parser does not accept the nil
-        entry an unknown command gets.
-        """
+    async def command(self, *args: str) -> Any:
+        """One command's raw reply, without redis-py's reply callbacks (startup's
+        COMMAND INFO, whose nil entry for an unknown command they refuse, and HELLO).
+        An error reply raises redis-py's exception for it."""
         pool: Any = self.redis.connection_pool
         conn = await pool.get_connection()
         try:
-            await conn.send_command(*_PROBE)
-            info = await conn.read_response()
-        except BaseException:
-            await conn.disconnect()
+            await conn.send_command(*args)
+            return await conn.read_response()
+        except BaseException as exc:
+            if not isinstance(exc, redis.exceptions.ResponseError):
+                await conn.disconnect()
             raise
         finally:
             await pool.release(conn)
-        if _module_missing(info):
+
+    async def check_module(self) -> None:
+        """Raise :class:`ModuleNotLoadedError` unless TB.TAKE exists on the server
+        (SPEC U1: COMMAND INFO tb.take)."""
+        if _module_missing(await self.command(*_PROBE)):
             raise ModuleNotLoadedError(self.server)
 
     async def aclose(self) -> None:
@@ -322,18 +325,22 @@ class Client:
             pipe.execute_command(*refund_args(b.key, b.capacity, b.rate, b.n, now))
         return [parse_reply(r) for r in pipe.execute()]
 
-    def check_module(self) -> None:
+    def command(self, *args: str) -> Any:
+        """:meth:`AsyncClient.command`, blocking."""
         pool: Any = self.redis.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_command(*_PROBE)
-            info = conn.read_response()
-        except BaseException:
-            conn.disconnect()
+            conn.send_command(*args)
+            return conn.read_response()
+        except BaseException as exc:
+            if not isinstance(exc, redis.exceptions.ResponseError):
+                conn.disconnect()
             raise
         finally:
             pool.release(conn)
-        if _module_missing(info):
+
+    def check_module(self) -> None:
+        if _module_missing(self.command(*_PROBE)):
             raise ModuleNotLoadedError(self.server)
 
     def close(self) -> None:

@@ -7,6 +7,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple
 
+from .hold import Hold, HoldError, Holds, Settlement, StoreError
+
 if TYPE_CHECKING:
     from .limiter import BaseLimiter
 
@@ -60,17 +62,6 @@ class PolicyResult(NamedTuple):
         return self.retry_after < 0
 
 
-class StoreError(Exception):
-    """A call to the store failed (SPEC G3: a hold or a settlement that did not reach
-    Redis, or that the open breaker kept from it, B2). ``__cause__`` is the error."""
-
-
-class HoldError(ValueError):
-    """The application asked for a hold the check cannot take (SPEC G1): an estimate
-    or actual out of range, a ttl out of range, or a policy that is not a
-    ``settle_later`` policy of this check. Nothing was sent."""
-
-
 @dataclass(frozen=True, slots=True)
 class Lease:
     """SPEC N6: one request's lease on an in-flight policy's key."""
@@ -78,100 +69,6 @@ class Lease:
     key: str
     id: str
     policy: str
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """SPEC G3: what ``hold.settle(actual)`` changed. ``settled`` is False for a hold
-    settled already, expired or refused (nothing changed); ``charged`` is what the
-    bucket changed by (``actual - estimate`` as the module bounded it)."""
-
-    settled: bool
-    remaining: float
-    charged: float
-    reset_after: float
-
-
-class Hold:
-    """SPEC G2: an estimate taken now from a ``settle_later`` policy's bucket (``id``
-    None when refused: nothing charged). Settle it once with :meth:`settle` (async)
-    or :meth:`settle_sync`; a hold never settled keeps its estimate charged until its
-    record expires (G4)."""
-
-    __slots__ = (
-        "allowed", "remaining", "retry_after", "reset_after", "id", "key", "policy",
-        "capacity", "rate", "estimate", "settlement", "_limiter",
-    )
-
-    def __init__(
-        self,
-        limiter: BaseLimiter,
-        *,
-        allowed: bool,
-        remaining: float,
-        retry_after: float,
-        reset_after: float,
-        id: str | None,
-        key: str,
-        policy: str,
-        capacity: float,
-        rate: float,
-        estimate: float,
-    ) -> None:
-        self.allowed = allowed
-        self.remaining = remaining
-        self.retry_after = retry_after
-        self.reset_after = reset_after
-        self.id = id
-        self.key = key
-        self.policy = policy
-        self.capacity = capacity
-        self.rate = rate
-        self.estimate = estimate
-        #: the settlement once settled (None before)
-        self.settlement: Settlement | None = None
-        self._limiter = limiter
-
-    @property
-    def result(self) -> PolicyResult:
-        """The hold as its policy's result (what a refused hold's 429 shows, G2)."""
-        return PolicyResult(
-            self.policy, self.key, self.capacity, self.rate, self.estimate, self.allowed,
-            self.remaining, self.retry_after, self.reset_after,
-        )
-
-    @property
-    def decision(self) -> Decision:
-        """A one-policy decision of the hold: limited when refused (SPEC G2), so
-        ``limiter.response(hold.decision)`` is its 429 (H1-H3, P1)."""
-        return Decision.of((self.result,))
-
-    def _unsettled(self) -> Settlement | None:
-        """The answer without a call: a refused hold, or one settled already (G3)."""
-        if self.id is None or self.settlement is not None:
-            return Settlement(False, self.remaining, 0.0, self.reset_after)
-        return None
-
-    async def settle(self, actual: float) -> Settlement:
-        """SPEC G3: TB.SETTLE with the actual cost (checked as a cost, C3)."""
-        self._limiter._check_actual(actual)
-        done = self._unsettled()
-        if done is not None:
-            return done
-        out: Settlement = await self._limiter._settle(self, actual)  # type: ignore[attr-defined]
-        return out
-
-    def settle_sync(self, actual: float) -> Settlement:
-        """:meth:`settle` for a hold of the synchronous path."""
-        self._limiter._check_actual(actual)
-        done = self._unsettled()
-        if done is not None:
-            return done
-        out: Settlement = self._limiter._settle_sync(self, actual)  # type: ignore[attr-defined]
-        return out
-
-    def __repr__(self) -> str:
-        return f"Hold({self.policy}, allowed={self.allowed}, id={self.id}, remaining={self.remaining:g})"
 
 
 Refunder = Callable[["Decision"], Awaitable[bool]]
@@ -193,15 +90,19 @@ class Decision:
     charged then, and went on unless an enforced policy refused too). ``from_cache``
     is True for a refusal answered by the local deny cache without calling Redis.
     ``culprit`` names the policy of an ``invalid_input`` decision, or the header of a
-    ``bad_request`` one. The aggregates (``remaining``, ``reset_after``,
+    ``bad_request`` one; ``error`` is a :class:`~redis_tb.cluster.CrossSlot` for the
+    ``invalid_input`` of a call Redis Cluster refused (SPEC K6). The aggregates (``remaining``, ``reset_after``,
     ``retry_after``) are over enforced policies only (SPEC D3).
     """
 
     __slots__ = (
         "outcome", "allowed", "results", "error", "refunded", "shadow_limited", "from_cache",
         "culprit", "_refunder", "_sync_refunder", "lease", "_limiter", "_holdable", "_lease_state",
-        "_lease_owner", "_lease_ms",
+        "_lease_owner", "_lease_ms", "_lease_deadline", "_holds",
     )
+    #: set with a granted lease (SPEC N7): the limiter's monotonic seconds at which the
+    #: request reaches its max_duration
+    _lease_deadline: float
 
     def __init__(
         self,
@@ -232,10 +133,15 @@ class Decision:
         self._limiter: BaseLimiter | None = None
         #: SPEC G1: each settle_later policy's (key, capacity, rate) for this request
         self._holdable: dict[str, tuple[str, float, float]] = _NO_HOLDS
-        #: the lease: 0 none, 1 held, 2 lost (a renewal answered 0), 3 ended (N4)
+        #: the lease: 0 none, 1 held, 2 lost (a renewal answered 0), 3 ended (N4),
+        #: 4 ended by its max_duration (N7); with 1, ``_lease_deadline`` is set (the
+        #: limiter's monotonic seconds at which N7 ends the request)
         self._lease_state = 0
         self._lease_ms = 0
         self._lease_owner: Decision | None = None
+        #: SPEC G5: the holds taken on this decision (None until one is, or an adapter
+        #: watches for them)
+        self._holds: Holds | None = None
 
     @classmethod
     def of(cls, results: tuple[PolicyResult, ...]) -> Decision:
@@ -331,22 +237,43 @@ class Decision:
         owner = self._lease_owner or self
         return owner._lease_ms / 1000
 
+    @property
+    def timed_out(self) -> bool:
+        """SPEC N7: the request was ended at its in-flight policy's ``max_duration``
+        (its lease released then): the adapter ends the response."""
+        owner = self._lease_owner or self
+        return owner._lease_state == 4
+
+    def lease_time_left(self) -> float | None:
+        """Seconds until the lease's ``max_duration`` ends the request (N7; at most 0
+        once it has passed), on the limiter's clock; None when no lease is held."""
+        owner = self._lease_owner or self
+        if owner._lease_state != 1 or owner._limiter is None:
+            return None
+        left: float = owner._lease_deadline - owner._limiter._mono()
+        return left
+
     async def finish(self) -> None:
         """SPEC N4: the response is over (sent, disconnected, raised or cancelled):
-        release the lease, exactly once (later calls do nothing)."""
+        the renewals of its holds stop (G5) and the lease is released, exactly once
+        (later calls do nothing)."""
+        self.end_holds()
         owner = self._lease_owner or self
         if owner._lease_state in (1, 2) and owner._limiter is not None:
             await owner._limiter._release(owner)  # type: ignore[attr-defined]
 
     def finish_sync(self) -> None:
         """:meth:`finish` for a decision of the synchronous path."""
+        self.end_holds()
         owner = self._lease_owner or self
         if owner._lease_state in (1, 2) and owner._limiter is not None:
             owner._limiter._release_sync(owner)  # type: ignore[attr-defined]
 
     async def renew(self) -> bool:
         """SPEC N5: extend the lease (TB.RENEW) now; True when renewed, False when
-        nothing was sent (no lease, ended, lost) or it was lost or failed."""
+        nothing was sent (no lease, ended, lost) or it was lost or failed. At or past
+        the lease's ``max_duration`` (N7) it sends no TB.RENEW: the lease is released
+        instead, once, and :attr:`timed_out` becomes True."""
         owner = self._lease_owner or self
         if owner._lease_state != 1 or owner._limiter is None:
             return False
@@ -361,17 +288,43 @@ class Decision:
         done: bool = owner._limiter._renew_sync(owner)  # type: ignore[attr-defined]
         return done
 
-    # -- holds (SPEC G1-G4) ----------------------------------------------------
+    # -- holds (SPEC G1-G6) ----------------------------------------------------
+
+    def watch_holds(self, on_take: Callable[[Hold], None]) -> None:
+        """For an adapter (SPEC G5): ``on_take(hold)`` is called for each hold taken on
+        this decision from now on, so that it renews it while the request runs;
+        :meth:`finish` (or :meth:`end_holds`) stops those renewals."""
+        self._hold_book().on_take = on_take
+
+    def end_holds(self) -> None:
+        """SPEC G5: the response is over: the holds taken on this decision are no
+        longer renewed (they can still be settled)."""
+        if self._holds is not None:
+            self._holds.stop()
+
+    @property
+    def holds(self) -> tuple[Hold, ...]:
+        """The holds taken on this decision (refused ones left out)."""
+        return () if self._holds is None else tuple(self._holds.taken)
+
+    def _hold_book(self) -> Holds:
+        book = self._holds
+        if book is None:
+            book = self._holds = Holds()
+        return book
 
     async def hold(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
         """SPEC G1: take ``estimate`` now from the ``settle_later`` policy ``policy``'s
         bucket for this request (TB.HOLD), settled later with ``hold.settle(actual)``.
         Raises :class:`HoldError` (nothing sent) for an invalid estimate or ttl or a
         policy that is not a settle_later policy of this check, :class:`StoreError`
-        when the call fails."""
+        when the call fails. A full hold table is a refused hold (G6), never an
+        error. The hold is renewed while the request runs (G5) by the adapter that
+        watches this decision."""
         key, capacity, rate, ttl_ms = self._hold_args(policy, estimate, ttl)
         assert self._limiter is not None
         out: Hold = await self._limiter._hold(policy, key, capacity, rate, estimate, ttl_ms)  # type: ignore[attr-defined]
+        self._hold_book().add(out)
         return out
 
     def hold_sync(self, policy: str, estimate: float, ttl: float = 60) -> Hold:
@@ -379,6 +332,7 @@ class Decision:
         key, capacity, rate, ttl_ms = self._hold_args(policy, estimate, ttl)
         assert self._limiter is not None
         out: Hold = self._limiter._hold_sync(policy, key, capacity, rate, estimate, ttl_ms)  # type: ignore[attr-defined]
+        self._hold_book().add(out)
         return out
 
     def _hold_args(self, policy: str, estimate: float, ttl: float) -> tuple[str, float, float, int]:
@@ -433,6 +387,15 @@ class Decision:
         out.refunded = self.refunded and other.refunded
         out._limiter = self._limiter or other._limiter
         out._holdable = {**other._holdable, **self._holdable}
+        # SPEC G5: one book of holds for the parts and the merged decision, so that the
+        # adapter that watches a part renews (and stops) holds taken on any of them
+        if self._holds is not None or other._holds is not None:
+            book = self._hold_book()
+            if other._holds is not None and other._holds is not book:
+                book.taken.extend(other._holds.taken)
+                if book.on_take is None:
+                    book.on_take = other._holds.on_take
+            other._holds = out._holds = book
         owner = self if (self._lease_owner or self).lease is not None else other
         out.lease = owner.lease
         out._lease_owner = owner._lease_owner or owner

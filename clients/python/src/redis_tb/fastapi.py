@@ -86,7 +86,7 @@ class RateLimit:
 
     def __init__(self, limiter: RateLimiter, policies: Sequence[Policy]) -> None:
         self.limiter = limiter
-        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10
+        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10, C11
         if any(p.kind == "in_flight" for p in self.policies):
             # SPEC N4: a lease ends when the response is finished, which only the
             # middleware sees; a dependency returns before the response exists.
@@ -94,6 +94,7 @@ class RateLimit:
                 "an in-flight policy belongs on RateLimitMiddleware (its lease ends with the "
                 "response), not on a RateLimit dependency"
             )
+        limiter.register_policies(self.policies)  # startup's cluster check (U3)
 
     async def __call__(self, request: Request, response: Response) -> Decision:
         decision = await self.limiter.check(request, self.policies, _route_of(request))

@@ -37,6 +37,7 @@ from typing import Literal, Sequence
 from http_sfv.item import Item
 from http_sfv.list import List
 
+from .cluster import CrossSlot, crossslot_detail
 from .decision import Decision, Outcome, PolicyResult
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "SF_INT_MAX",
     "Response",
     "bad_request_problem",
+    "crossslot_problem",
     "body_number",
     "invalid_input_problem",
     "problem_bytes",
@@ -313,6 +315,16 @@ def invalid_input_problem(policy: str) -> dict[str, object]:
     }
 
 
+def crossslot_problem(policies: Sequence[str]) -> dict[str, object]:
+    """SPEC P4, K6: the body of the 500 for a call Redis Cluster refused (CROSSSLOT)."""
+    return {
+        "type": "about:blank",
+        "title": "Internal Server Error",
+        "status": 500,
+        "detail": crossslot_detail(policies),
+    }
+
+
 def _json_value(v: object) -> str:
     if v is None:
         return "null"
@@ -363,7 +375,11 @@ def respond(
     elif outcome is Outcome.BAD_REQUEST:
         hs, status, body = [], 400, problem_body(bad_request_problem(decision.culprit or ""))
     elif outcome is Outcome.INVALID_INPUT:
-        hs, status, body = [], 500, problem_body(invalid_input_problem(decision.culprit or ""))
+        error = decision.error
+        if isinstance(error, CrossSlot):  # SPEC K6: Redis Cluster refused the call
+            hs, status, body = [], 500, problem_body(crossslot_problem(error.policies))
+        else:  # SPEC L3
+            hs, status, body = [], 500, problem_body(invalid_input_problem(decision.culprit or ""))
     else:  # a store error, failing closed (SPEC H5, B4)
         hs, status, body = [("Retry-After", "1")], 503, problem_body(store_error_problem())
     hs.append(("Content-Type", PROBLEM_TYPE))

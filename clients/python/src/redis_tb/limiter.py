@@ -35,9 +35,10 @@ How a framework adapter uses it
 - Refund: ``await decision.refund()`` (async path) / ``decision.refund_sync()``
   (sync path), by the handler, or by the adapter's ``refund_on`` after the response.
 - Startup: ``await limiter.startup()`` / ``limiter.startup()`` (sync), which raise
-  :class:`StartupError` (one line, SPEC U1, U2) without the module, without the
-  permission to run COMMAND INFO, or with Redis unreachable (unless
-  ``start_degraded``).
+  :class:`StartupError` (one line, SPEC U1-U3) without the module, without the
+  permission to run COMMAND INFO, with Redis unreachable (unless
+  ``start_degraded``), or on Redis Cluster when several keys go in one call and no
+  tag function is set (K6).
 
 The rules are clients/SPEC.md's (cited by number below). Failure handling (B1-B5):
 
@@ -73,13 +74,18 @@ import redis.exceptions
 
 from .address import ClientIpConfig, HeaderGetter
 from .breaker import CALL, PROBE, SKIP, Breaker
-from .client import AsyncClient, Client, ModuleNotLoadedError, StartupError
-from .decision import _NO_HOLDS, Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
+from .cluster import CrossSlot, is_crossslot
+from .client import AsyncClient, Client
+from .decision import _NO_HOLDS, Decision, Lease, Outcome, PolicyResult
+from .hold import Hold, HoldRules, Settlement
+from .lease import LeaseRules
 from .deny_cache import DenyCache, DenyEntry
 from .headers import Response, decision_headers, respond
 from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, is_plain
 from .metrics import Metrics
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
+from .startup import start as _start
+from .startup import start_sync as _start_sync
 from .replies import (
     AcquireValues,
     Bucket,
@@ -87,11 +93,8 @@ from .replies import (
     acquire_reader,
     acquire_values,
     encode_arg,
-    hold_values,
     packed,
-    pair_values,
     read_resp,
-    settle_values,
     mtake_reader,
     mtake_values,
     take_reader,
@@ -165,11 +168,6 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
     OSError,
 )
-_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
-    ModuleNotLoadedError,
-    redis.exceptions.NoPermissionError,
-    *_CONNECTION_ERRORS,
-)
 _STORE_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.RedisError,
     UnexpectedReplyError,
@@ -205,8 +203,12 @@ class LimiterStats:
     leases_in_flight: int = 0
     #: leases that ended without a release (a TB.RELEASE or TB.RENEW answered 0, M2)
     leases_expired: int = 0
+    #: requests ended at their in-flight policy's max_duration (SPEC N7, M2)
+    leases_timed_out: int = 0
     #: holds taken (TB.HOLD granted, SPEC G1)
     holds: int = 0
+    #: holds whose renewal answered 0 (SPEC G5, M2)
+    holds_lost: int = 0
     #: holds settled (TB.SETTLE answered 1, G3)
     settlements: int = 0
 
@@ -224,6 +226,7 @@ class _Plan:
     __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow", "kind", "window")
     mode: str = ""
     lease_ms: int = 0
+    max_duration_ms: int = 0
 
     def __init__(
         self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
@@ -249,18 +252,19 @@ class _Plan:
 
 class _SpecialPlan(_Plan):
     """A plan that is not a bucket's: ``kind`` a window (W2: ``window`` its seconds,
-    ``mode`` its limit's), an in-flight slot (N2: ``lease_ms``) or a settle_later
-    policy kept for a hold (G1)."""
+    ``mode`` its limit's), an in-flight slot (N2: ``lease_ms``, N7: ``max_duration_ms``)
+    or a settle_later policy kept for a hold (G1)."""
 
-    __slots__ = ("mode", "lease_ms")
+    __slots__ = ("mode", "lease_ms", "max_duration_ms")
 
     def __init__(
         self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
-        kind: str, *, window: float | None = None, mode: str = "", lease_ms: int = 0,
+        kind: str, *, window: float | None = None, mode: str = "", lease_ms: int = 0, max_duration_ms: int = 0,
     ) -> None:
         super().__init__(policy, key, capacity, rate, cost, shadow, kind, window)
         self.mode = mode
         self.lease_ms = lease_ms
+        self.max_duration_ms = max_duration_ms
 
 
 class _Mixed(list):  # type: ignore[type-arg]
@@ -329,7 +333,7 @@ def _pending(value: object) -> bool:
     return type(value) not in _PLAIN and inspect.isawaitable(value)
 
 
-class BaseLimiter:
+class BaseLimiter(LeaseRules, HoldRules):
     """Everything both paths share: configuration, plans, decisions, failure mode,
     breaker, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
     :class:`SyncRateLimiter` add the Redis calls.
@@ -351,6 +355,8 @@ class BaseLimiter:
     default) or in delta seconds (``"delta"``), with ``legacy_headers=True`` (H4).
     ``start_degraded``: an unreachable Redis at startup logs one line and starts in
     the failure mode instead of failing the start (U2).
+    ``name``: the limiter's name in its log lines and startup errors (U3); default its
+    metrics' ``limiter`` label, else ``default``.
     """
 
     client: AsyncClient | Client
@@ -373,6 +379,7 @@ class BaseLimiter:
         deny_cache: DenyCache | None = None,
         legacy_reset: Literal["unix", "delta"] = "unix",
         start_degraded: bool = False,
+        name: str | None = None,
     ) -> None:
         if legacy_reset not in ("unix", "delta"):
             raise ValueError(f"legacy_reset must be 'unix' or 'delta', got {legacy_reset!r}")
@@ -407,14 +414,22 @@ class BaseLimiter:
         )
         self.legacy_reset: Literal["unix", "delta"] = legacy_reset
         self.start_degraded = start_degraded
+        #: the limiter's name in log lines and startup errors: ``name``, else its
+        #: metrics' ``limiter`` label (M1), else ``default``
+        self.name: str = name or getattr(metrics, "name", None) or "default"
         self.log = logger or logging.getLogger("redis_tb")
         self.stats = LimiterStats()
+        #: the sets of policies checked together, as the adapters registered them (U3)
+        self.policy_sets: list[tuple[Policy, ...]] = []
         self.breaker = Breaker(cooldown, self._mono)
         self._last_log = float("-inf")
         self._unlogged = 0
         self._shadow_log: dict[str, tuple[float, int]] = {}
         self._invalid_log: dict[str, tuple[float, int]] = {}
         self._lease_log: dict[str, tuple[float, int]] = {}
+        self._timeout_log: dict[str, tuple[float, int]] = {}
+        self._cluster_log: dict[str, tuple[float, int]] = {}
+        self._hold_log: dict[str, tuple[float, int]] = {}
         # Encoded once: each (capacity, rate, cost) shape.
         self._shapes: dict[tuple[float, float, float], bytes] = {}
 
@@ -422,27 +437,15 @@ class BaseLimiter:
     def store_errors(self) -> int:
         return self.stats.store_errors
 
-    # -- startup (SPEC U1, U2) -------------------------------------------------
+    # -- startup (SPEC U1-U4) -------------------------------------------------
 
-    def _startup_failed(self, exc: BaseException) -> None:
-        server = self.client.server
-        if isinstance(exc, ModuleNotLoadedError):
-            raise exc
-        if isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in str(exc):
-            raise StartupError(
-                f"redis-tb: user cannot run COMMAND INFO on {server}: grant +command|info "
-                "(see docs/operations.md)"
-            ) from None
-        reason = "no answer" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else (str(exc) or type(exc).__name__)
-        if not self.start_degraded:
-            raise StartupError(
-                f"redis-tb: cannot reach Redis at {server} ({reason}): start it, or set "
-                "start_degraded to start failing open"
-            ) from None
-        self.log.warning(
-            "redis-tb: Redis at %s unreachable at startup; starting degraded (fail-%s)",
-            server, "open" if self.fail_open else "closed",
-        )
+    def register_policies(self, policies: Sequence[Policy]) -> None:
+        """Tell startup (SPEC U3) of a set of policies this limiter checks in one call:
+        the adapters do it for theirs; code that calls :meth:`check` itself may pass
+        its policies to ``startup`` instead."""
+        found = tuple(policies)
+        if not any(s == found for s in self.policy_sets):
+            self.policy_sets.append(found)
 
     # -- keys ------------------------------------------------------------------
 
@@ -541,7 +544,7 @@ class BaseLimiter:
                     if p.kind == _IN_FLIGHT:  # SPEC N2, N3: cost one slot
                         plan = _SpecialPlan(
                             p, key, float(limit.limit), None, 1, self.shadow or p.shadow, _IN_FLIGHT,
-                            lease_ms=limit.lease_ms,
+                            lease_ms=limit.lease_ms, max_duration_ms=limit.max_duration_ms,
                         )
                         plans.append(plan)
                         continue
@@ -730,11 +733,35 @@ class BaseLimiter:
             parts.append(encode_arg(now))
         return b"".join(parts)
 
-    def _after_error(self, exc: BaseException, started: float | None, n: int = 2, what: str = "") -> Decision:
+    def _after_error(
+        self, exc: BaseException, started: float | None, n: int = 2, what: str = "", plans: Sequence[_Plan] = (),
+    ) -> Decision:
         if self.metrics is not None and started is not None:
             self.metrics.redis_call(time.perf_counter() - started)
+        if plans and is_crossslot(exc):  # SPEC K6, L5: a configuration error, not a store error
+            return self._misrouted(exc, plans)
         self._failed(exc, what or ("TB.TAKE" if n == 1 else "TB.MTAKE"))
         return self._degraded(exc)
+
+    def _misrouted(self, exc: BaseException, plans: Sequence[_Plan]) -> Decision:
+        """SPEC K6: Redis Cluster refused the call (CROSSSLOT): a 500 naming its
+        policies, nothing admitted (never the failure mode), counted in
+        ``invalid_inputs`` (not ``store_errors``), the breaker untouched, one line a
+        second per limiter."""
+        names = tuple(pl.policy.name for pl in plans)
+        self.stats.invalid_inputs += 1
+        if self.metrics is not None:
+            for name in names:
+                self.metrics.invalid_input(name)
+        self._log_once(
+            self._cluster_log, self.name,
+            "redis-tb: limiter '%s': Redis Cluster refused a call of policies " + ", ".join(f"'{n}'" for n in names)
+            + " (CROSSSLOT: their keys are in different slots); answered 500: give the limiter a hash tag "
+            "(%d since the last line)",
+        )
+        error = CrossSlot(names)
+        error.__cause__ = exc
+        return Decision(Outcome.INVALID_INPUT, False, error=error)
 
     def _after_reply(
         self, plans: list[_Plan], values: Any, started: float, holdable: dict[str, tuple[str, float, float]]
@@ -771,11 +798,7 @@ class BaseLimiter:
         d = self._decision(plans, v.granted, per_key)
         if v.granted and v.id is not None and slot is not None:
             d.lease = Lease(slot.key, v.id, slot.policy.name)
-            d._lease_state = 1
-            d._lease_ms = slot.lease_ms
-            self.stats.leases_in_flight += 1
-            if self.metrics is not None:
-                self.metrics.lease_started(slot.policy.name)
+            self._lease_granted(d, slot.lease_ms, slot.max_duration_ms)  # SPEC N6, N7, M2
         return d
 
     def _decision(
@@ -941,102 +964,6 @@ class BaseLimiter:
             d._holdable = holdable
         return d
 
-    def _lease_ended(self, d: Decision) -> bool:
-        """SPEC N4, M2: the lease ends now (once); True when a release is to be sent
-        (it was not lost)."""
-        held = d._lease_state == 1
-        d._lease_state = 3
-        self.stats.leases_in_flight -= 1
-        if self.metrics is not None and d.lease is not None:
-            self.metrics.lease_ended(d.lease.policy)
-        return held
-
-    def _lease_gone(self, d: Decision, what: str) -> None:
-        """SPEC N4, N5, M2: a TB.RELEASE or TB.RENEW answered 0: the lease had expired."""
-        self.stats.leases_expired += 1
-        policy = d.lease.policy if d.lease is not None else ""
-        if self.metrics is not None:
-            self.metrics.lease_expired(policy)
-        self._log_once(
-            self._lease_log, policy,
-            "redis-tb: a lease of in-flight policy '%s' had expired before its " + what
-            + " (%d since the last line): renew it within its lease",
-        )
-
-    def _release_command(self, d: Decision) -> bytes:
-        assert d.lease is not None
-        return packed("TB.RELEASE", d.lease.key, d.lease.id)
-
-    def _renew_command(self, d: Decision) -> bytes:
-        assert d.lease is not None
-        return packed("TB.RENEW", d.lease.key, d.lease.id, d._lease_ms)
-
-    def _released(self, d: Decision, raw: Any) -> None:
-        self.breaker.succeeded()
-        if pair_values(raw, "TB.RELEASE", 2)[0] != 1:
-            self._lease_gone(d, "release")
-
-    def _renewed(self, d: Decision, raw: Any) -> bool:
-        self.breaker.succeeded()
-        if pair_values(raw, "TB.RENEW", 3)[0] == 1:
-            return True
-        if d._lease_state == 1:  # SPEC N5: lost: renewals stop, no release is sent
-            d._lease_state = 2
-            self._lease_gone(d, "renewal")
-        return False
-
-    def _check_actual(self, actual: object) -> None:
-        if not cost_ok(actual):  # SPEC G3: checked as a cost (C3)
-            raise HoldError(f"a settlement's actual cost must be >= 0 and <= 2^53, got {actual!r}")
-
-    def _store_way(self, what: str) -> int:
-        """The breaker's answer for a hold or a settlement: raises StoreError when
-        it is open (SPEC B2)."""
-        way = self._acquire()
-        if way == _SKIP:
-            raise StoreError(f"redis-tb: {what} not sent: Redis is skipped after a failure (breaker open)")
-        return way
-
-    def _hold_command(self, key: str, capacity: float, rate: float, estimate: float, ttl_ms: int) -> bytes:
-        return packed("TB.HOLD", key, capacity, rate, estimate, ttl_ms)
-
-    def _held(
-        self, policy: str, key: str, capacity: float, rate: float, estimate: float, raw: Any
-    ) -> Hold:
-        self.breaker.succeeded()
-        allowed, remaining, retry_after, reset_after, hold_id = hold_values(raw)
-        if allowed:
-            self.stats.holds += 1
-        return Hold(
-            self, allowed=allowed and hold_id is not None, remaining=remaining, retry_after=retry_after,
-            reset_after=reset_after, id=hold_id if allowed else None, key=key, policy=policy,
-            capacity=capacity, rate=rate, estimate=estimate,
-        )
-
-    def _settle_command(self, hold: Hold, actual: float) -> bytes:
-        assert hold.id is not None
-        return packed("TB.SETTLE", hold.key, hold.capacity, hold.rate, hold.id, actual)
-
-    def _settled(self, hold: Hold, raw: Any) -> Settlement:
-        self.breaker.succeeded()
-        settled, remaining, charged, reset_after = settle_values(raw)
-        if settled:
-            self.stats.settlements += 1
-        out = Settlement(settled, remaining, charged, reset_after)
-        hold.settlement = out
-        return out
-
-    def _store_failed(self, exc: BaseException, what: str) -> StoreError:
-        self._failed(exc, what)
-        err = StoreError(f"redis-tb: {what} failed: {exc or type(exc).__name__}")
-        err.__cause__ = exc
-        return err
-
-    def hold_response(self, hold: Hold) -> Response:
-        """SPEC G2: ``(status, headers, body)`` of a hold: 429 with H1-H3's headers of
-        its policy and P1's body when refused; 200 with its headers when taken."""
-        return self.response(hold.decision)
-
     # -- answering -------------------------------------------------------------
 
     def headers(self, decision: Decision) -> list[tuple[str, str]]:
@@ -1080,18 +1007,14 @@ class RateLimiter(BaseLimiter):
         self.client = client if isinstance(client, AsyncClient) else AsyncClient(client)
         self._readers: dict[int, Callable[[bytes], Any]] = {1: take_reader}
 
-    async def startup(self) -> None:
-        """Call in the app's lifespan (SPEC U1, U2): raises :class:`StartupError` (one
-        line) when the module is missing, COMMAND INFO is not permitted, or Redis is
-        unreachable (unless ``start_degraded``: then one line is logged)."""
-        try:
-            await asyncio.wait_for(self.client.check_module(), max(self.timeout, 1.0))
-        except _STARTUP_ERRORS as exc:
-            self._startup_failed(exc)
-        except redis.exceptions.ResponseError as exc:
-            if "NOPERM" not in str(exc):
-                raise
-            self._startup_failed(exc)
+    async def startup(self, policies: Sequence[Policy] | None = None) -> None:
+        """Call in the app's lifespan (SPEC U1-U3): raises :class:`StartupError` (one
+        line) when the module is missing, COMMAND INFO is not permitted, Redis is
+        unreachable (unless ``start_degraded``: then one line is logged), or Redis is a
+        cluster and the limiter sends several keys in one call without a tag function
+        (K6). ``policies``: a set checked together besides those the adapters
+        registered (:meth:`register_policies`)."""
+        await _start(self, policies)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -1137,7 +1060,7 @@ class RateLimiter(BaseLimiter):
                         reader = self._readers[len(plans)] = mtake_reader(len(plans))
                 values = await _bounded(self.client.call_packed(command, reader), self.timeout)
             except _STORE_ERRORS as exc:
-                return self._own(self._after_error(exc, started, len(plans), what), holdable)
+                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable)
             finally:
                 if way == _PROBE:
                     self._probe_over()
@@ -1173,8 +1096,10 @@ class RateLimiter(BaseLimiter):
     async def _release(self, d: Decision) -> None:
         """SPEC N4: TB.RELEASE once, with the timeout, never retried, not while the
         breaker is open (B2); a failure is a store error (the lease expires)."""
-        if not self._lease_ended(d):
-            return
+        if self._lease_ended(d):
+            await self._send_release(d)
+
+    async def _send_release(self, d: Decision) -> None:
         way = self._acquire()
         if way == _SKIP:
             return
@@ -1187,7 +1112,12 @@ class RateLimiter(BaseLimiter):
                 self._probe_over()
 
     async def _renew(self, d: Decision) -> bool:
-        """SPEC N5: TB.RENEW; a lost lease stops renewals; a failure is a store error."""
+        """SPEC N5: TB.RENEW; a lost lease stops renewals; a failure is a store error.
+        N7: at or past the max_duration, the release instead."""
+        if self._past_deadline(d):
+            self._timed_out(d)
+            await self._send_release(d)
+            return False
         way = self._acquire()
         if way == _SKIP:
             return False
@@ -1204,7 +1134,7 @@ class RateLimiter(BaseLimiter):
         way = self._store_way("TB.HOLD")
         try:
             raw = await self._call(self._hold_command(key, capacity, rate, estimate, ttl_ms))
-            return self._held(policy, key, capacity, rate, estimate, raw)
+            return self._held(policy, key, capacity, rate, estimate, ttl_ms, raw)
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.HOLD") from exc
         finally:
@@ -1218,6 +1148,21 @@ class RateLimiter(BaseLimiter):
             return self._settled(hold, await self._call(self._settle_command(hold, actual)))
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.SETTLE") from exc
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    async def _renew_hold(self, hold: Hold) -> bool:
+        """SPEC G5: TB.RENEW on the hold's bucket; a failure is a store error (B1-B3:
+        it may be the probe; the next tick tries again)."""
+        way = self._acquire()
+        if way == _SKIP:
+            return False
+        try:
+            return self._hold_renewed(hold, await self._call(self._hold_renew_command(hold)))
+        except _STORE_ERRORS as exc:
+            self._failed(exc, "TB.RENEW")
+            return False
         finally:
             if way == _PROBE:
                 self._probe_over()
@@ -1240,16 +1185,9 @@ class SyncRateLimiter(BaseLimiter):
         self.client = client if isinstance(client, Client) else Client(client)
         self._lease_lock = threading.Lock()
 
-    def startup(self) -> None:
+    def startup(self, policies: Sequence[Policy] | None = None) -> None:
         """:meth:`RateLimiter.startup`, blocking (e.g. in Django's ``AppConfig.ready``)."""
-        try:
-            self.client.check_module()
-        except _STARTUP_ERRORS as exc:
-            self._startup_failed(exc)
-        except redis.exceptions.ResponseError as exc:
-            if "NOPERM" not in str(exc):
-                raise
-            self._startup_failed(exc)
+        _start_sync(self, policies)
 
     def close(self) -> None:
         self.client.close()
@@ -1287,7 +1225,7 @@ class SyncRateLimiter(BaseLimiter):
                 else:
                     values = take_values(raw) if len(plans) == 1 else mtake_values(raw, len(plans))
             except _STORE_ERRORS as exc:
-                return self._own(self._after_error(exc, started, len(plans), what), holdable)
+                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable)
             finally:
                 if way == _PROBE:
                     self._probe_over()
@@ -1320,8 +1258,10 @@ class SyncRateLimiter(BaseLimiter):
             if d._lease_state not in (1, 2):
                 return
             send = self._lease_ended(d)
-        if not send:
-            return
+        if send:
+            self._send_release_sync(d)
+
+    def _send_release_sync(self, d: Decision) -> None:
         way = self._acquire()
         if way == _SKIP:
             return
@@ -1334,6 +1274,16 @@ class SyncRateLimiter(BaseLimiter):
                 self._probe_over()
 
     def _renew_sync(self, d: Decision) -> bool:
+        """:meth:`RateLimiter._renew`, blocking (SPEC N5, N7)."""
+        with self._lease_lock:
+            if d._lease_state != 1:
+                return False
+            ended = self._past_deadline(d)
+            if ended:
+                self._timed_out(d)
+        if ended:
+            self._send_release_sync(d)
+            return False
         way = self._acquire()
         if way == _SKIP:
             return False
@@ -1352,7 +1302,7 @@ class SyncRateLimiter(BaseLimiter):
         way = self._store_way("TB.HOLD")
         try:
             raw = self.client.call_packed(self._hold_command(key, capacity, rate, estimate, ttl_ms))
-            return self._held(policy, key, capacity, rate, estimate, raw)
+            return self._held(policy, key, capacity, rate, estimate, ttl_ms, raw)
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.HOLD") from exc
         finally:
@@ -1366,6 +1316,22 @@ class SyncRateLimiter(BaseLimiter):
             return self._settled(hold, self.client.call_packed(self._settle_command(hold, actual)))
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.SETTLE") from exc
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    def _renew_hold_sync(self, hold: Hold) -> bool:
+        """:meth:`RateLimiter._renew_hold`, blocking."""
+        way = self._acquire()
+        if way == _SKIP:
+            return False
+        try:
+            raw = self.client.call_packed(self._hold_renew_command(hold))
+            with self._lease_lock:
+                return self._hold_renewed(hold, raw)
+        except _STORE_ERRORS as exc:
+            self._failed(exc, "TB.RENEW")
+            return False
         finally:
             if way == _PROBE:
                 self._probe_over()

@@ -50,7 +50,8 @@ try:
     from limits.storage.base import TimestampedSlidingWindow
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError(
-        "redis_tb.limits needs the limits library: pip install 'redis-tb[limits]'"
+        "redis_tb.limits needs the limits library: install redis_tb with its limits extra "
+        "(pip install './clients/python[limits]' from a checkout, or the wheel of dist/ with [limits])"
     ) from exc
 
 __all__ = [

@@ -22,9 +22,18 @@ name) only, never a client identity: cardinality stays bounded by configuration.
 ``redis_tb_redis_call_duration_seconds{limiter}``        histogram of every Redis call
                                                          (TB.MTAKE, refunds; failed
                                                          and timed-out calls too)
+``redis_tb_leases_in_flight{limiter,policy}``            leases this process holds now
+                                                         (SPEC M2)
+``redis_tb_leases_expired_total{limiter,policy}``        leases that ended without a
+                                                         release (M2)
+``redis_tb_leases_timed_out_total{limiter,policy}``      requests ended at their
+                                                         max_duration (N7)
+``redis_tb_holds_lost_total{limiter,policy}``            holds whose renewal answered
+                                                         0 (G5)
 =======================================================  ===========================
 
-``prometheus_client`` is an optional dependency (``pip install 'redis-tb[prometheus]'``)
+``prometheus_client`` is an optional dependency (the ``prometheus`` extra: ``pip install
+'./clients/python[prometheus]'`` from a checkout, or the wheel of ``dist/`` with it)
 imported only when :class:`PrometheusMetrics` is built. Without ``metrics=`` a limiter
 makes no metric calls at all.
 """
@@ -60,6 +69,9 @@ class Metrics(Protocol):
     def lease_started(self, policy: str) -> None: ...
     def lease_ended(self, policy: str) -> None: ...
     def lease_expired(self, policy: str) -> None: ...
+    # SPEC N7, G5 (a Metrics without them is still accepted: those counts are skipped)
+    def lease_timed_out(self, policy: str) -> None: ...
+    def hold_lost(self, policy: str) -> None: ...
 
 
 class _Families:
@@ -108,6 +120,16 @@ class _Families:
         self.leases_expired = Counter(
             "redis_tb_leases_expired",
             "Leases that ended without a release (a TB.RELEASE or TB.RENEW answered 0)",
+            per_policy, **kw,
+        )
+        self.leases_timed_out = Counter(  # SPEC N7
+            "redis_tb_leases_timed_out",
+            "Requests of in-flight policies ended at their max_duration (their lease released)",
+            per_policy, **kw,
+        )
+        self.holds_lost = Counter(  # SPEC G5
+            "redis_tb_holds_lost",
+            "Holds whose renewal answered 0 (expired or lost in a failover): their settlement sends nothing",
             per_policy, **kw,
         )
         self.duration = Histogram(
@@ -196,3 +218,9 @@ class PrometheusMetrics:
 
     def lease_expired(self, policy: str) -> None:
         self._child("leases_expired", policy).inc()
+
+    def lease_timed_out(self, policy: str) -> None:
+        self._child("leases_timed_out", policy).inc()
+
+    def hold_lost(self, policy: str) -> None:
+        self._child("holds_lost", policy).inc()

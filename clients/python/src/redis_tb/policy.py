@@ -140,23 +140,33 @@ class WindowLimit:
 @dataclass(frozen=True, slots=True)
 class InFlightLimit:
     """At most ``limit`` requests in progress at once (SPEC N1), each holding a lease
-    of ``lease`` seconds (whole milliseconds, rounded up: ``lease_ms``). Built with
+    of ``lease`` seconds (whole milliseconds, rounded up: ``lease_ms``), renewed while
+    it runs but for at most ``max_duration`` seconds after its grant (N7: then the
+    lease is released and the response ended, whatever its client does). Built with
     :meth:`Limit.in_flight`; checked when built (C9)."""
 
     limit: int
     lease: float = 30.0
+    max_duration: float = 300.0
 
     def __post_init__(self) -> None:
         if not _whole(self.limit) or not 1 <= self.limit <= 10000:  # SPEC C9
             raise ValueError(f"in-flight limit must be a whole number >= 1 and <= 10000, got {self.limit!r}")
         if not _is_number(self.lease) or not 0.001 <= self.lease <= 31536000:
             raise ValueError(f"lease must be >= 0.001 and <= 31536000 seconds, got {self.lease!r}")
+        if not _is_number(self.max_duration) or not 0.001 <= self.max_duration <= 31536000:  # SPEC C9, N7
+            raise ValueError(f"max_duration must be >= 0.001 and <= 31536000 seconds, got {self.max_duration!r}")
         object.__setattr__(self, "limit", int(self.limit))
 
     @property
     def lease_ms(self) -> int:
         """SPEC C9: ``ceil(lease x 1000)``."""
         return _whole_ms(self.lease)
+
+    @property
+    def max_duration_ms(self) -> int:
+        """SPEC C9, N7: ``ceil(max_duration x 1000)``."""
+        return _whole_ms(self.max_duration)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,11 +238,12 @@ class Limit:
         return WindowLimit(n, 86400, mode)
 
     @staticmethod
-    def in_flight(n: int, lease: float = 30) -> InFlightLimit:
+    def in_flight(n: int, lease: float = 30, max_duration: float = 300) -> InFlightLimit:
         """At most ``n`` requests of a key in progress at once (SPEC N1), each
         holding a lease of ``lease`` seconds, renewed while it runs and released when
-        its response ends."""
-        return InFlightLimit(n, lease)
+        its response ends, or ``max_duration`` seconds after its grant (N7: the
+        response is then ended, so a client that reads nothing cannot keep its slot)."""
+        return InFlightLimit(n, lease, max_duration)
 
 
 #: what a policy's limit is: a bucket, a window (W) or an in-flight limit (N)
@@ -370,11 +381,22 @@ class Policy:
         return out
 
 
+#: SPEC C11: the most policies one limiter holds (the module takes at most 64 buckets
+#: in one TB.MTAKE or TB.ACQUIRE ... TAKE)
+MAX_POLICIES = 64
+
+
 def check_policy_kinds(policies: Iterable[Policy]) -> tuple[Policy, ...]:
     """SPEC C10: the kinds of limit of one limiter's policies mix only as one module
     call can check them: at most one in-flight policy, and a window policy alone
-    (settle_later policies have bucket limits, checked by :class:`Policy`)."""
+    (settle_later policies have bucket limits, checked by :class:`Policy`). SPEC C11:
+    at most 64 policies."""
     out = tuple(policies)
+    if len(out) > MAX_POLICIES:
+        raise ValueError(
+            f"a limiter holds at most {MAX_POLICIES} policies (the module takes at most {MAX_POLICIES} "
+            f"buckets in one call), got {len(out)}: split them between limiters"
+        )
     in_flight = [p.name for p in out if p.kind == "in_flight"]
     if len(in_flight) > 1:
         raise ValueError(f"at most one in-flight policy per limiter, got {in_flight}")

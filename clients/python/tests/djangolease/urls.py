@@ -11,4 +11,7 @@ urlpatterns = [
     path("slow", views.slow, name="slow"),
     path("boom", views.boom, name="boom"),
     path("hold", views.hold, name="hold"),
+    path("flood", views.flood, name="flood"),
+    path("hold-stream", views.hold_stream, name="hold-stream"),
+    path("stats", views.stats, name="stats"),
 ]

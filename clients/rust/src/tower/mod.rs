@@ -11,7 +11,6 @@
 use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -19,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use http_body_util::{BodyExt, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -27,8 +26,12 @@ use tower_service::Service;
 use crate::client::TbClient;
 use crate::decision::Decision;
 use crate::headers::RateLimitHeaders;
-use crate::lease::LeaseHandle;
 use crate::limiter::{Check, FromLimiter, RateLimiter, RateLimiterBuilder, Stats, Store};
+
+mod body;
+
+use body::LeaseGuard;
+pub use body::{LeaseBody, MaxDurationExceeded};
 
 /// A boxed error, as tower and hyper use.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -90,6 +93,11 @@ impl<S: Store> RateLimitLayer<S> {
     /// The limiter.
     pub fn limiter(&self) -> &RateLimiter<S> {
         &self.limiter
+    }
+
+    /// The limiter's startup check (SPEC U3, K6): see [`RateLimiter::startup`].
+    pub async fn startup(&self) -> Result<(), crate::Error> {
+        self.limiter.startup().await
     }
 
     /// The limiter's counters.
@@ -159,6 +167,7 @@ where
     // type (axum's `Body`, `Full<Bytes>`, ...), so the response is passed through
     // unwrapped: no second body layer, no boxing by the framework.
     ResB: Body<Data = Bytes> + From<Bytes> + Send,
+    ResB::Error: Into<BoxError>,
 {
     type Response = Response<LeaseBody<ResB>>;
     type Error = I::Error;
@@ -265,15 +274,27 @@ where
         }
         // SPEC N4, N5: from here the lease ends exactly once: with the response body (its
         // end, or its drop when the client goes away), or with this future (an error from
-        // the inner service, a panic, a cancelled request).
+        // the inner service, a panic, a cancelled request). The holds taken on the
+        // decision are renewed until then (G5).
+        let timed = lease.is_active();
         let guard = LeaseGuard::start(lease);
         let charged = refund.is_charged();
         insert_decision(&mut parts, decision);
         parts.extensions.insert(refund.clone());
-        let mut resp = inner
-            .call(Request::from_parts(parts, body))
-            .await?
-            .map(|body| LeaseBody::new(body, guard));
+        let call = inner.call(Request::from_parts(parts, body));
+        // SPEC N7: the request's deadline may come before its handler answers.
+        let mut resp = match match (&guard, timed) {
+            (Some(g), true) => until_timed_out(call, &g.lease).await,
+            _ => Some(call.await),
+        } {
+            Some(answered) => answered?.map(|body| LeaseBody::new(body, guard)),
+            None => {
+                // SPEC N7: the response had not started: none is sent.
+                let mut resp = Response::new(LeaseBody::cut(ResB::from(Bytes::new())));
+                *resp.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+                return Ok(resp);
+            }
+        };
         if charged && limiter.refund_on(resp.status()) {
             refund.refund().await;
         }
@@ -338,107 +359,23 @@ where
     }
 }
 
-/// Holds a request's lease (SPEC N4) and renews it every `lease / 2` while the request
-/// runs (N5); dropping it stops the renewals and releases the lease (spawned on the tokio
-/// runtime: a `Drop` never blocks).
-struct LeaseGuard {
-    lease: LeaseHandle,
-    renewal: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl LeaseGuard {
-    fn start(lease: LeaseHandle) -> Option<LeaseGuard> {
-        let every = lease.renew_every()?;
-        let renewing = lease.clone();
-        let renewal = tokio::runtime::Handle::try_current().ok().map(|rt| {
-            rt.spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    if !renewing.is_active() {
-                        break;
-                    }
-                    // SPEC N5: a failed renewal tries again at the next tick; a lost
-                    // lease stops the renewals.
-                    renewing.renew().await;
-                    if !renewing.is_active() {
-                        break;
-                    }
-                }
-            })
-        });
-        Some(LeaseGuard { lease, renewal })
-    }
-}
-
-impl Drop for LeaseGuard {
-    fn drop(&mut self) {
-        if let Some(task) = self.renewal.take() {
-            task.abort();
+/// The inner service's answer, or `None` when the request reached its `max_duration`
+/// first (SPEC N7: the handler's future is dropped).
+async fn until_timed_out<F: Future>(
+    call: F,
+    lease: &crate::lease::LeaseHandle,
+) -> Option<F::Output> {
+    let mut call = std::pin::pin!(call);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = call.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
         }
-        self.lease.finish_in_background();
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The response body of a request through the layer: the inner service's body, and the
-    /// request's lease (SPEC N4), released when the body ends, fails or is dropped (a
-    /// client that disconnects mid-stream). Without a lease it is the inner body.
-    pub struct LeaseBody<B> {
-        #[pin]
-        inner: B,
-        guard: Option<LeaseGuard>,
-    }
-}
-
-impl<B: fmt::Debug> fmt::Debug for LeaseBody<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseBody")
-            .field("inner", &self.inner)
-            .field("lease", &self.guard.as_ref().map(|g| &g.lease))
-            .finish()
-    }
-}
-
-impl<B> LeaseBody<B> {
-    fn new(inner: B, guard: Option<LeaseGuard>) -> LeaseBody<B> {
-        LeaseBody { inner, guard }
-    }
-
-    /// The inner body.
-    pub fn into_inner(self) -> B {
-        self.inner
-    }
-}
-
-impl<B: Body> Body for LeaseBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let polled = this.inner.poll_frame(cx);
-        let ended = match &polled {
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => true,
-            Poll::Ready(Some(Ok(_))) => false,
-            Poll::Pending => false,
-        };
-        if ended {
-            // SPEC N4: the body is sent (or failed): the lease ends now.
-            drop(this.guard.take());
+        match lease.poll_timed_out(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
         }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
+    })
+    .await
 }
 
 fn insert_decision(parts: &mut Parts, decision: Decision) {

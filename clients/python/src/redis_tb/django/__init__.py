@@ -7,7 +7,8 @@ single views, settings in ``settings.REDIS_TB`` (see :mod:`redis_tb.django.conf`
     MIDDLEWARE = [..., "redis_tb.django.RateLimitMiddleware"]
     REDIS_TB = {"URL": "redis://127.0.0.1:6379/0", "POLICIES": [{"NAME": "ip", "PER_SECOND": 10}]}
 
-Needs Django (``pip install redis-tb[django]``).
+Needs Django (the ``django`` extra: ``pip install './clients/python[django]'`` from a
+checkout, or the wheel of ``dist/`` with it).
 """
 
 from .conf import Config, DjangoPolicy, normalise_route, parse_config

@@ -18,7 +18,7 @@
 
 A window policy (SPEC W) is ``{"NAME": "login", "WINDOW": {"LIMIT": 20, "SECONDS": 3600,
 "MODE": "sliding"}}``, an in-flight one (SPEC N) ``{"NAME": "streams", "IN_FLIGHT":
-{"LIMIT": 2, "LEASE": 2}}``, a held one (SPEC G) has ``"SETTLE_LATER": True``.
+{"LIMIT": 2, "LEASE": 2, "MAX_DURATION": 60}}`` (MAX_DURATION: N7, default 300 s), a held one (SPEC G) has ``"SETTLE_LATER": True``.
 
 Keys are case-insensitive (``"url"`` is ``"URL"``). Functions (``KEY``, ``COST``,
 ``LIMIT``, ``TIER``, ``HASH_TAG``, ``CLOCK``, ``REFUND_ON``) may be given as
@@ -37,7 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..keys import ClientIP
-from ..policy import InFlightLimit, Limit, Policy, WindowLimit, tiered
+from ..policy import MAX_POLICIES, InFlightLimit, Limit, Policy, WindowLimit, tiered
 
 __all__ = ["Config", "DjangoPolicy", "normalise_route", "parse_config", "parse_policies"]
 
@@ -217,19 +217,22 @@ def _policy_from_dict(spec: Mapping[str, Any], index: int) -> DjangoPolicy:
     )
     limit: Any
     if "WINDOW" in d or "IN_FLIGHT" in d:
-        # SPEC W1 {"LIMIT": n, "SECONDS": s, "MODE": "sliding"}, N1 {"LIMIT": n, "LEASE": s}
+        # SPEC W1 {"LIMIT": n, "SECONDS": s, "MODE": "sliding"}, N1 {"LIMIT": n, "LEASE": s,
+        # "MAX_DURATION": s} (N7, default 300)
         kind = "WINDOW" if "WINDOW" in d else "IN_FLIGHT"
         others = [k for k in (*_PERIODS, "CAPACITY", "RATE", "LIMIT", "TIERS", "WINDOW", "IN_FLIGHT") if k in d and k != kind]
         spec = d[kind]
         if others or not isinstance(spec, Mapping):
             raise ImproperlyConfigured(f"REDIS_TB: {what}: {kind} is a dict (LIMIT, ...) and the policy's only limit")
-        sd = _upper(spec, f"{what} {kind}", {"LIMIT", "SECONDS", "MODE"} if kind == "WINDOW" else {"LIMIT", "LEASE"})
+        sd = _upper(
+            spec, f"{what} {kind}", {"LIMIT", "SECONDS", "MODE"} if kind == "WINDOW" else {"LIMIT", "LEASE", "MAX_DURATION"}
+        )
         try:
             if kind == "WINDOW":
                 mode = sd.get("MODE", "sliding")
                 limit = Limit.window(sd.get("LIMIT", 0), sd.get("SECONDS", 0), mode.lower() if isinstance(mode, str) else mode)
             else:
-                limit = Limit.in_flight(sd.get("LIMIT", 0), sd.get("LEASE", 30))
+                limit = Limit.in_flight(sd.get("LIMIT", 0), sd.get("LEASE", 30), sd.get("MAX_DURATION", 300))
         except (ValueError, TypeError) as exc:
             raise ImproperlyConfigured(f"REDIS_TB: {what}: {exc}") from exc
     elif "TIERS" in d:
@@ -371,9 +374,15 @@ def parse_config(raw: Any) -> Config:
     prefix = d.get("PREFIX", "rl")
     if not isinstance(prefix, str) or not prefix:
         raise ImproperlyConfigured(f"REDIS_TB: PREFIX must be a non-empty string, got {prefix!r}")
+    policies = parse_policies(d.get("POLICIES", []))
+    if len(policies) > MAX_POLICIES:  # SPEC C11: the configured policies are one limiter's
+        raise ImproperlyConfigured(
+            f"REDIS_TB: a limiter holds at most {MAX_POLICIES} policies (the module takes at most "
+            f"{MAX_POLICIES} buckets in one call), POLICIES has {len(policies)}"
+        )
     return Config(
         url=url,
-        policies=parse_policies(d.get("POLICIES", [])),
+        policies=policies,
         prefix=prefix,
         name=name,
         client_ip=client_ip,

@@ -26,7 +26,8 @@ from django.http import HttpRequest, HttpResponseBase
 from ..limiter import BaseLimiter
 from ..policy import CostFunc, KeyFunc, Limit, Policy
 from .conf import _func
-from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, end_with_response, get_rate_limit, route_of
+from .ending import end_with_response
+from .runtime import ATTR, CHECKED, SEEN, VIEW_ATTR, RequestDecision, ViewLimit, get_rate_limit, route_of
 
 __all__ = ["rate_limit", "rate_limit_exempt"]
 

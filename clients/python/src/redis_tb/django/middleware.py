@@ -25,6 +25,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from ..policy import Policy
+from .ending import end_with_response
 from .runtime import (
     ATTR,
     CHECKED,
@@ -33,7 +34,6 @@ from .runtime import (
     DjangoRateLimit,
     RequestDecision,
     ViewLimit,
-    end_with_response,
     get_rate_limit,
 )
 

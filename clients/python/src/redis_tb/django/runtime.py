@@ -20,7 +20,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from ..client import AsyncClient, Client
 from ..decision import Decision, Hold, Outcome, PolicyResult
@@ -28,7 +28,9 @@ from ..deny_cache import DenyCache
 from ..limiter import BaseLimiter, RateLimiter, SyncRateLimiter
 from ..metrics import Metrics, PrometheusMetrics
 from ..policy import Policy, check_policy_kinds
+from ..renewal import AsyncTimers, ThreadTimers
 from .conf import Config, parse_config
+from .ending import ender
 
 __all__ = [
     "DjangoRateLimit",
@@ -114,7 +116,7 @@ class RequestDecision:
     def __init__(self, decision: Decision, is_async: bool) -> None:
         self.decision = decision
         self._parts: tuple[tuple[Decision, bool], ...] = ((decision, is_async),)
-        self._renewers: list[Any] = []
+        self._renewers: list[AsyncTimers | ThreadTimers] = []
 
     def merged(self, other: Decision, is_async: bool) -> RequestDecision:
         out = RequestDecision(self.decision.merged(other), is_async)
@@ -132,33 +134,33 @@ class RequestDecision:
                 return d.lease
         return None
 
-    def start_renewing(self) -> None:
-        """SPEC N5: renew each lease every lease / 2 until :meth:`finish` (a thread
-        for a sync-path decision, a task on the event loop for an async one)."""
+    @property
+    def timed_out(self) -> bool:
+        """SPEC N7: the request reached its in-flight policy's max_duration (its lease
+        released): the response is being ended."""
+        return any(d.timed_out for d, _ in self._parts)
+
+    def start_renewing(self, on_timeout: Callable[[], object] | None = None) -> None:
+        """SPEC N5, N7, G5: renew each lease every lease / 2, and each hold taken on the
+        request every ttl / 2, until :meth:`finish` (a thread for a sync-path decision,
+        tasks on the event loop for an async one); at a lease's max_duration
+        ``on_timeout()`` ends the response."""
         for d, was_async in self._parts:
-            if not d.lease_active or any(r[0] is d for r in self._renewers):
+            if (d.lease is None and not d._holdable) or any(r.decision is d for r in self._renewers):
                 continue
-            period = d.lease_seconds / 2
-            if was_async:
-                self._renewers.append((d, asyncio.get_running_loop().create_task(_renew_every(d, period))))
-            else:
-                stop = threading.Event()
-                t = threading.Thread(target=_renew_sync_every, args=(d, period, stop), daemon=True, name="redis-tb-renew")
-                t.start()
-                self._renewers.append((d, stop))
+            timers = AsyncTimers(d, on_timeout) if was_async else ThreadTimers(d, on_timeout)
+            self._renewers.append(timers.start())
 
     def _stop_renewing(self) -> None:
-        for _, r in self._renewers:
-            if isinstance(r, threading.Event):
-                r.set()
-            else:
-                r.get_loop().call_soon_threadsafe(r.cancel)
+        for r in self._renewers:
+            r.stop()
 
     def finish(self) -> None:
-        """SPEC N4: the response is over: stop renewing and release the lease once
-        (from sync code; later calls do nothing)."""
+        """SPEC N4: the response is over: stop renewing (the lease and the holds) and
+        release the lease once (from sync code; later calls do nothing)."""
         self._stop_renewing()
         for d, was_async in self._parts:
+            d.end_holds()
             if d.lease is None:
                 continue
             if was_async:
@@ -172,6 +174,7 @@ class RequestDecision:
         """:meth:`finish` from async code."""
         self._stop_renewing()
         for d, was_async in self._parts:
+            d.end_holds()
             if d.lease is None:
                 continue
             if was_async:
@@ -296,21 +299,6 @@ class RequestDecision:
         return repr(self.decision)
 
 
-async def _renew_every(d: Decision, period: float) -> None:
-    while True:
-        await asyncio.sleep(period)
-        if not d.lease_active:
-            return
-        await d.renew()
-
-
-def _renew_sync_every(d: Decision, period: float, stop: threading.Event) -> None:
-    while not stop.wait(period):
-        if not d.lease_active:
-            return
-        d.renew_sync()
-
-
 def hold_rejection(hold: Hold) -> HttpResponse | None:
     """SPEC G2: the ready 429 of a refused hold (H1-H3's headers of its policy, P1's
     body), or None when it was taken: ``return`` it from the view."""
@@ -318,44 +306,6 @@ def hold_rejection(hold: Hold) -> HttpResponse | None:
         return None
     status, headers, body = hold._limiter.hold_response(hold)
     return HttpResponse(body, status=status, headers=dict(headers))
-
-
-def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
-    """SPEC N4 for a response that has a lease: a streamed response releases it
-    after its last chunk (or when it is closed: a client gone mid-stream); True
-    when the caller is to release it now (the whole body is there)."""
-    if rd.lease is None:
-        return False
-    response._resource_closers.append(rd.finish)  # type: ignore[attr-defined]  # the server closes every response
-    if not isinstance(response, StreamingHttpResponse):
-        return True
-    # the view's own iterator (streaming_content is a mapping over it), so that a
-    # client gone mid-stream closes the view's generator too (its finally runs)
-    content: Any = response._iterator  # type: ignore[attr-defined]
-    if response.is_async:
-
-        async def aiter_then_end() -> Any:
-            try:
-                async for chunk in content:
-                    yield chunk
-            finally:
-                try:
-                    if hasattr(content, "aclose"):
-                        await content.aclose()
-                finally:
-                    await rd.afinish()
-
-        response.streaming_content = aiter_then_end()
-    else:
-
-        def iter_then_end() -> Any:
-            try:
-                yield from content
-            finally:
-                rd.finish()
-
-        response.streaming_content = iter_then_end()
-    return False
 
 
 @dataclass(frozen=True, eq=False)
@@ -437,6 +387,7 @@ class DjangoRateLimit:
             "metrics": self._metrics_for(label),
             "deny_cache": self.deny_cache,
             "start_degraded": c.start_degraded,
+            "name": label or c.name,
         }
 
     def sync_limiter(self, fail_open: bool | None = None, label: str | None = None) -> SyncRateLimiter:
@@ -467,15 +418,19 @@ class DjangoRateLimit:
             found = limiters[key] = RateLimiter(client, **self.options(fail_open, label))
         return found
 
-    def startup(self) -> None:
-        """The module check (SPEC U1, U2): raises StartupError (ModuleNotLoadedError
+    def startup(self, policies: Sequence[Policy] | None = None) -> None:
+        """The startup checks (SPEC U1-U3): raises StartupError (ModuleNotLoadedError
         when Redis answers without the module) in one line; an unreachable Redis too,
-        unless ``START_DEGRADED`` (then one line is logged). On its own connection with
-        at least 1 s to answer (as the async path's startup allows), so a loaded
-        machine's slow first reply does not pass for an unreachable Redis."""
+        unless ``START_DEGRADED`` (then one line is logged); and on Redis Cluster when
+        ``policies`` (default: the configured ones; the app passes those of its calls,
+        :func:`~redis_tb.django.calls.call_policies`) go several in one call and there
+        is no HASH_TAG (K6).
+        On its own connection with at least 1 s to answer (as the async path's startup
+        allows), so a loaded machine's slow first reply does not pass for an
+        unreachable Redis."""
         client = Client.from_url(self.config.url, timeout=max(self.config.timeout, 1.0))
         try:
-            SyncRateLimiter(client, **self.options()).startup()
+            SyncRateLimiter(client, **self.options()).startup(self.policies if policies is None else policies)
         finally:
             client.close()
 
@@ -562,8 +517,8 @@ class DjangoRateLimit:
         else:  # nothing earlier, or the middleware's placeholder (no policy applied)
             current = RequestDecision(decision, is_async)
         setattr(request, ATTR, current)
-        if decision.lease is not None:
-            current.start_renewing()  # SPEC N5
+        if decision.lease is not None or decision._holdable:
+            current.start_renewing(ender(request, is_async))  # SPEC N5, N7, G5
         return None
 
     def add_headers(self, response: HttpResponseBase, decision: RequestDecision, limiter: BaseLimiter) -> None:

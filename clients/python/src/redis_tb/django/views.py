@@ -1,5 +1,5 @@
 """``metrics``: the Prometheus text exposition of a registry (``prometheus_client``,
-the optional extra ``redis-tb[prometheus]``), as a Django view.
+the package's optional ``prometheus`` extra), as a Django view.
 
 ::
 

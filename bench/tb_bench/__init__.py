@@ -1,1 +1,0 @@
-"""The benchmark behind bench/bench.py (`make bench`); see that file for the layout."""

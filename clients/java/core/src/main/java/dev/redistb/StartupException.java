@@ -1,0 +1,32 @@
+package dev.redistb;
+
+/** SPEC U1-U3: why a limiter cannot start, in one line naming the address and what to do. */
+public final class StartupException extends RuntimeException {
+  private static final long serialVersionUID = 1L;
+
+  /** What stopped the start. */
+  public enum Reason {
+    MODULE_NOT_LOADED,
+    NO_PERMISSION,
+    UNREACHABLE,
+    /** SPEC U3, K6: several keys in one call, without a tag function, on a Redis Cluster */
+    CLUSTER_KEYS
+  }
+
+  private final Reason reason;
+
+  StartupException(Reason reason, String message, Throwable cause) {
+    super(message, cause);
+    this.reason = reason;
+  }
+
+  public Reason reason() {
+    return reason;
+  }
+
+  /** One line, no stack trace needed. */
+  @Override
+  public String toString() {
+    return getMessage();
+  }
+}

@@ -1,0 +1,131 @@
+"""SPEC U1-U4: what a limiter checks before it serves, on both paths.
+
+1. ``COMMAND INFO tb.take`` (U1): a server without the module fails the start, as does
+   ``NOPERM``; an unreachable Redis fails it too (U2), unless ``start_degraded``: then one
+   line is logged and the limiter starts in its failure mode.
+2. ``HELLO`` (U3, K6), only for a limiter that can send several keys in one call (two or
+   more policies that are not ``settle_later``) and has no tag function: a reply whose
+   ``mode`` is ``cluster`` fails the start (such calls would be refused CROSSSLOT); any
+   other reply, an error reply included, passes.
+
+Each failure is a :class:`~redis_tb.client.StartupError` whose message is the one line of
+U1-U3, word for word (U4)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import redis.exceptions
+
+from .client import ModuleNotLoadedError, StartupError
+from .cluster import cluster_refusal, mode_of, several_keys
+from .policy import Policy
+
+if TYPE_CHECKING:
+    from .limiter import BaseLimiter, RateLimiter, SyncRateLimiter
+
+__all__ = ["start", "start_sync"]
+
+#: SPEC U1: the module's probe
+PROBE = ("COMMAND", "INFO", "tb.take")
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    asyncio.TimeoutError,
+    OSError,
+)
+#: what a start turns into its one line (or re-raises, _failed)
+_STARTUP_ERRORS: tuple[type[BaseException], ...] = (StartupError, redis.exceptions.ResponseError, *_CONNECTION_ERRORS)
+
+
+def _module_missing(info: Any) -> bool:
+    # COMMAND INFO answers one entry per name asked, nil for an unknown command.
+    return not isinstance(info, (list, tuple)) or not info or info[0] is None
+
+
+def _several_keys(limiter: BaseLimiter, policies: Sequence[Policy] | None) -> tuple[str, ...]:
+    """SPEC U3: the first set of policies this limiter sends several keys of in one
+    call (the adapters' sets, then ``policies``), when it has no tag function."""
+    if limiter.hash_tag is not None:
+        return ()
+    sets: list[Iterable[Policy]] = list(limiter.policy_sets)
+    if policies is not None:
+        sets.append(policies)
+    for found in sets:
+        names = several_keys(found)
+        if names:
+            return names
+    return ()
+
+
+def _checked(limiter: BaseLimiter, info: Any) -> None:
+    if _module_missing(info):
+        raise ModuleNotLoadedError(limiter.client.server)
+
+
+def _on_cluster(limiter: BaseLimiter, names: tuple[str, ...], hello: Any) -> None:
+    if mode_of(hello) == "cluster":
+        raise StartupError(cluster_refusal(limiter.name, names))
+
+
+def _failed(limiter: BaseLimiter, exc: BaseException) -> None:
+    """SPEC U1, U2: the one line of a start that cannot reach Redis, or is not allowed
+    to ask it; with ``start_degraded`` an unreachable Redis is one logged line."""
+    server = limiter.client.server
+    if isinstance(exc, StartupError):
+        raise exc
+    if isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in str(exc):
+        raise StartupError(
+            f"redis-tb: user cannot run COMMAND INFO on {server}: grant +command|info "
+            "(see docs/operations.md)"
+        ) from None
+    if not isinstance(exc, _CONNECTION_ERRORS):
+        raise exc
+    reason = "no answer" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else (str(exc) or type(exc).__name__)
+    reason = " ".join(reason.split())  # one line (U4)
+    if not limiter.start_degraded:
+        raise StartupError(
+            f"redis-tb: cannot reach Redis at {server} ({reason}): start it, or set "
+            "start_degraded to start failing open"
+        ) from None
+    limiter.log.warning(
+        "redis-tb: Redis at %s unreachable at startup; starting degraded "
+        "(the limiter's failure mode applies until it answers)",
+        server,
+    )
+
+
+async def start(limiter: RateLimiter, policies: Sequence[Policy] | None = None) -> None:
+    """SPEC U1-U3 on the asyncio path (:meth:`RateLimiter.startup`)."""
+    client = limiter.client
+    bound = max(limiter.timeout, 1.0)  # a loaded machine's slow first reply is not "unreachable"
+    try:
+        _checked(limiter, await asyncio.wait_for(client.command(*PROBE), bound))
+        names = _several_keys(limiter, policies)
+        if names:
+            try:
+                hello = await asyncio.wait_for(client.command("HELLO"), bound)
+            except redis.exceptions.ResponseError:
+                return  # an error reply passes (U3)
+            _on_cluster(limiter, names, hello)
+    except _STARTUP_ERRORS as exc:
+        _failed(limiter, exc)
+
+
+def start_sync(limiter: SyncRateLimiter, policies: Sequence[Policy] | None = None) -> None:
+    """SPEC U1-U3 on the synchronous path (:meth:`SyncRateLimiter.startup`); the
+    client's socket timeout bounds each call."""
+    client = limiter.client
+    try:
+        _checked(limiter, client.command(*PROBE))
+        names = _several_keys(limiter, policies)
+        if names:
+            try:
+                hello = client.command("HELLO")
+            except redis.exceptions.ResponseError:
+                return  # an error reply passes (U3)
+            _on_cluster(limiter, names, hello)
+    except _STARTUP_ERRORS as exc:
+        _failed(limiter, exc)
