@@ -25,8 +25,8 @@ const mtakeReply = await redis.sendCommand(['TB.MTAKE', '1', 'micro:k', '1000000
 
 const fake = (argv) => Promise.resolve(argv[0] === 'TB.TAKE' ? takeReply : mtakeReply);
 const clientIp = new ClientIpConfig({ trustedProxies: ['127.0.0.0/8'] });
-const limiter = new RateLimiter(fake, { clientIp, timeoutMs: 1000 });
 const policies = [perSecond('ip', 1_000_000)];
+const limiter = new RateLimiter(fake, { policies, clientIp, timeoutMs: 1000 });
 const app = express();
 app.get('/items/:id', (req, res) => res.json({}));
 const req = {
@@ -66,7 +66,7 @@ function raceBounded(call, ms, what) {
 }
 const deadlines = new Deadlines(1000);
 
-let decision = await limiter.check({ request: req, peer: '127.0.0.1', header, route: 'GET /items/:id' }, policies);
+let decision = await limiter.check({ request: req, peer: '127.0.0.1', header, route: 'GET /items/:id' });
 const rows = [];
 rows.push(['the floor: one awaited promise', await time(async () => { await Promise.resolve(1); })]);
 rows.push(['routeTemplate(req): the route walk (1 route)', await time(async () => routeTemplate(req))]);
@@ -74,7 +74,7 @@ rows.push(['clientIp.identity(peer, X-Forwarded-For)', await time(async (i) => c
 rows.push(['  the same by the general path (`identityGeneral`: no IPv4 fast path)', await time(async (i) => clientIp.identityGeneral('127.0.0.1', [xff[i & 4095]]))]);
 rows.push(['limiter.check(...) with a fake client (identity, plan, args, bounded call, parse, decision)', await time(async (i) => {
   req.headers['x-forwarded-for'] = xff[i & 4095];
-  decision = await limiter.check({ request: req, peer: '127.0.0.1', header, route: 'GET /items/:id' }, policies);
+  decision = await limiter.check({ request: req, peer: '127.0.0.1', header, route: 'GET /items/:id' });
 })]);
 rows.push(['limiter.headers(decision): RateLimit-Policy + RateLimit', await time(async () => limiter.headers(decision))]);
 rows.push(['  the same through serializeList per request (as before)', await time(async () => listHeaders(decision))]);
@@ -104,7 +104,7 @@ async function cpuPerCall(fn, n = Math.min(N, 5000)) {
 // node-redis 6 (the newest major) beside the 5.x line the example uses, same commands
 const { createClient: createClient6 } = await import('redis6');
 const redis6 = await createClient6({ url: opt('redis', process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') }).connect();
-const realLimiter = new RateLimiter(redis, { clientIp, timeoutMs: 1000 });
+const realLimiter = new RateLimiter(redis, { policies, clientIp, timeoutMs: 1000 });
 rows.push(['CPU per round trip: node-redis 5.12.1 `client.ping()`', await cpuPerCall(() => redis.ping())]);
 rows.push(['CPU per round trip: node-redis 5.12.1 `sendCommand(TB.TAKE key 1000000 1000000 1)`', await cpuPerCall((i) => redis.sendCommand(['TB.TAKE', `micro:${xff[i & 4095]}`, '1000000', '1000000', '1']))]);
 rows.push(['CPU per round trip: node-redis 5.12.1 `sendCommand(TB.MTAKE 1 key 1000000 1000000 1)`', await cpuPerCall((i) => redis.sendCommand(['TB.MTAKE', '1', `micro:${xff[i & 4095]}`, '1000000', '1000000', '1']))]);
@@ -113,7 +113,7 @@ rows.push(['  the same on node-redis 6.3.1: `sendCommand(TB.MTAKE ...)`', await 
 redis6.destroy();
 rows.push(['CPU per call: limiter.check(...) on node-redis (the whole check, round trip included)', await cpuPerCall(async (i) => {
   req.headers['x-forwarded-for'] = xff[i & 4095];
-  await realLimiter.check({ request: req, peer: '127.0.0.1', header, route: 'GET /items/:id' }, policies);
+  await realLimiter.check({ request: req, peer: '127.0.0.1', header, route: 'GET /items/:id' });
 })]);
 redis.destroy();
 

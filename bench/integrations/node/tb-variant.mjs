@@ -6,8 +6,9 @@
 // `redis-tb` is this folder's dependency (clients/node), unless TB_PACKAGE_DIR names another
 // built copy of clients/node (bench.mjs --baseline: an older revision's), whose `.` and
 // `./express` entry points are imported through its own exports map instead. Everything
-// else (node-redis, Express, this code) is the same for both; the one difference of the
-// API used here at 88fc3cc is taken care of in loadRedisTb.
+// else (node-redis, Express, this code) is the same for both; the differences of the API
+// used here (at 88fc3cc, the class ClientIp; before issue 40, the policies given to the
+// middleware instead of the limiter) are taken care of in loadRedisTb.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -38,28 +39,35 @@ export async function loadRedisTb(packageDir) {
   const missing = Object.entries(api).filter(([, f]) => typeof f !== 'function').map(([k]) => (k === 'ClientIpConfig' ? clientIpClass : k));
   if (typeof tb.RateLimiter?.prototype?.startup !== 'function') missing.push('RateLimiter.prototype.startup');
   if (missing.length) throw new Error(`redis-tb at ${packageDir ?? 'node_modules'} lacks ${missing.join(', ')}`);
-  return { ...api, clientIpClass, entry: fileURLToPath(indexUrl) };
+  // Issue 40: a limiter owns its policies (`new RateLimiter(redis, { policies })`, the
+  // middleware takes the limiter alone); before it, the middleware took them and the
+  // limiter had `register`.
+  const ownsPolicies = typeof tb.RateLimiter.prototype.register !== 'function';
+  return { ...api, clientIpClass, ownsPolicies, entry: fileURLToPath(indexUrl) };
 }
 
 export async function tbMiddleware(redisUrl, limit, policies = 1) {
-  const { ClientIpConfig, Limit, Policy, RateLimiter, perSecond, rateLimit, entry: tbEntry } = await loadRedisTb(process.env.TB_PACKAGE_DIR);
+  const { ClientIpConfig, Limit, Policy, RateLimiter, perSecond, rateLimit, ownsPolicies, entry: tbEntry } = await loadRedisTb(process.env.TB_PACKAGE_DIR);
   const redis = await createClient({ url: redisUrl, disableOfflineQueue: true }).connect();
   const denyCache = Number(process.env.TB_DENY_CACHE ?? 0);
   // timeoutMs 1000: on a loaded machine a 50 ms bound would send some requests down the
   // fail-open path (no Redis call); the bench measures the work, every request reaching Redis.
-  const limiter = new RateLimiter(redis, {
-    clientIp: new ClientIpConfig({ trustedProxies: ['127.0.0.0/8'] }),
-    timeoutMs: 1000,
-    denyCache: denyCache > 0 ? { maxEntries: denyCache } : undefined,
-  });
-  await limiter.startup();
   const policy = process.env.TB_CAPACITY
     ? new Policy({ name: 'ip', limit: new Limit(Number(process.env.TB_CAPACITY), Number(process.env.TB_RATE)) })
     : perSecond('ip', limit);
   const all = policies === 3
     ? [policy, perSecond('endpoint', limit, { perRoute: true }), perSecond('all', limit, { key: () => 'everyone' })]
     : [policy];
-  const middleware = rateLimit(limiter, { policies: all, exclude: ['GET /_stats'] });
+  const scope = { policies: all, exclude: ['GET /_stats'] };
+  const limiter = new RateLimiter(redis, {
+    // since issue 40 the limiter owns its policies and scope; before, the middleware took them
+    ...(ownsPolicies ? scope : {}),
+    clientIp: new ClientIpConfig({ trustedProxies: ['127.0.0.0/8'] }),
+    timeoutMs: 1000,
+    denyCache: denyCache > 0 ? { maxEntries: denyCache } : undefined,
+  });
+  await limiter.startup();
+  const middleware = ownsPolicies ? rateLimit(limiter) : rateLimit(limiter, scope);
   middleware.limiter = limiter;
   middleware.tbEntry = tbEntry;
   return middleware;
