@@ -150,25 +150,20 @@ export class TbClient {
   }
 
   /** One raw command; an error reply rejects with {@link RedisTbError}. */
-  send(args: string[]): Promise<unknown> {
-    // (a plain promise chain, not an async function: one promise fewer per call)
-    let sent: Promise<unknown>;
+  async send(args: string[]): Promise<unknown> {
     try {
-      sent = Promise.resolve(this.sendFn(args));
+      return await this.sendFn(args);
     } catch (err) {
-      return Promise.reject(replyError(args, err));
-    }
-    return sent.then(undefined, (err: unknown) => {
       throw replyError(args, err);
-    });
+    }
   }
 
-  take(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<Reply> {
-    return this.send(takeArgs(key, capacity, rate, n, opts.now)).then(parseReply);
+  async take(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<Reply> {
+    return parseReply(await this.send(takeArgs(key, capacity, rate, n, opts.now)));
   }
 
-  async mtake(buckets: readonly Charge[], opts: NowOption = {}): Promise<MultiReply> {
-    return parseMultiReply(await this.send(mtakeArgs(buckets, opts.now)), buckets.length);
+  async mtake(charges: readonly Charge[], opts: NowOption = {}): Promise<MultiReply> {
+    return parseMultiReply(await this.send(mtakeArgs(charges, opts.now)), charges.length);
   }
 
   async reserve(
