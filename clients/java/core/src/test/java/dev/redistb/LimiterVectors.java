@@ -36,7 +36,8 @@ final class LimiterVectors {
           "cooldown_ms",
           "deny_cache",
           "exclude",
-          "limit_unmatched");
+          "limit_unmatched",
+          "refund_on");
   private static final Set<String> POLICY =
       Set.of(
           "name",
@@ -64,6 +65,7 @@ final class LimiterVectors {
           "cancel",
           "refund",
           "finish",
+          "status",
           "renew",
           "take_hold",
           "settle",
@@ -123,6 +125,13 @@ final class LimiterVectors {
       b.exclude(r.asText());
     }
     b.limitUnmatched(cfg.path("limit_unmatched").asBoolean(false));
+    if (cfg.has("refund_on")) {
+      int[] statuses = new int[cfg.get("refund_on").size()];
+      for (int k = 0; k < statuses.length; k++) {
+        statuses[k] = cfg.get("refund_on").get(k).asInt();
+      }
+      b.refundOn(statuses); // SPEC F2
+    }
     for (JsonNode p : cfg.get("policies")) {
       Fields.only(p, POLICY, id + " policy " + p.path("name").asText());
       b.policy(policy(p, costFns, limitFns));
@@ -269,7 +278,12 @@ final class LimiterVectors {
         boolean got = decision(step.get("refund").asInt()).refund().join();
         assertEquals(step.get("expect").get("returns").asBoolean(), got, where);
       } else if (step.has("finish")) {
-        decision(step.get("finish").asInt()).finish().join();
+        Decision d = decision(step.get("finish").asInt());
+        if (step.has("status")) {
+          d.finish(step.get("status").asInt()).join(); // SPEC F2: the handler's status
+        } else {
+          d.finish().join();
+        }
         JsonNode e = step.get("expect");
         if (e != null && e.has("leases_in_flight")) {
           assertEquals(e.get("leases_in_flight").asLong(), limiter.stats().leasesInFlight(), where);
