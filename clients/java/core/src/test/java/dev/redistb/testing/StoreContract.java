@@ -31,7 +31,6 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -328,16 +327,11 @@ public abstract class StoreContract {
 
   @Test
   void a_hold_renewed_while_its_request_runs_settles_after_its_ttl() throws Exception {
+    // the module renews a hold on its bucket as it renews a lease (G5)
     HoldReply probe = get(store.hold("probe", 1000, 1, 10, 60000));
-    CompletableFuture<LeaseReply> renewed = store.renew("probe", probe.id(), 60000);
-    boolean renews;
-    try {
-      renews = renewed.join().ok();
-    } catch (CompletionException e) {
-      renews = false; // WRONGTYPE: a module without hold renewal
-    }
-    Assumptions.assumeTrue(
-        renews, "the module does not renew holds with TB.RENEW yet (issue 39's module part)");
+    LeaseReply renewed = get(store.renew("probe", probe.id(), 60000));
+    assertTrue(renewed.ok());
+    assertFalse(get(store.renew("probe", "0000000000000000", 60000)).ok());
     RateLimiter limiter =
         RateLimiter.builder(store)
             .timeoutMillis(2000)
@@ -351,6 +345,31 @@ public abstract class StoreContract {
     Settlement s = hold.settle(40).join();
     assertTrue(s.settled());
     assertEquals(0, limiter.stats().holdsLost());
+    assertEquals(0, limiter.stats().storeErrors());
     d.finish().join();
+  }
+
+  @Test
+  void a_full_hold_table_is_a_refused_hold_with_a_wait_never_a_store_error() {
+    // SPEC G6: the module keeps at most 100 live holds on one bucket
+    RateLimiter limiter =
+        RateLimiter.builder(store)
+            .timeoutMillis(2000)
+            .policy(Policy.perHour("tokens", 1000).settleLater(true))
+            .build();
+    Decision d = limiter.check(request("203.0.113.9", "GET /x")).join();
+    String key = limiter.key("tokens", "203.0.113.9", null, null);
+    for (int i = 0; i < 100; i++) {
+      HoldReply h = get(store.hold(key, 1000, 1000.0 / 3600, 10, 60000));
+      assertTrue(h.reply().allowed(), "hold " + i);
+    }
+    assertEquals(100, get(store.peekHolds(key)).holds());
+    Hold refused = d.hold("tokens", 1).join();
+    assertFalse(refused.allowed());
+    assertNull(refused.id());
+    assertTrue(refused.retryAfter() > 0, "a wait until a place frees: " + refused.retryAfter());
+    assertEquals(429, refused.response().status());
+    assertEquals(0, limiter.stats().storeErrors());
+    assertEquals(100, get(store.peekHolds(key)).holds());
   }
 }
