@@ -2,8 +2,8 @@ package dev.redistb;
 
 import dev.redistb.store.HoldReply;
 import dev.redistb.store.LeaseReply;
+import dev.redistb.store.Reply;
 import dev.redistb.store.SettleReply;
-import dev.redistb.store.TakeReply;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ScheduledExecutorService;
@@ -16,7 +16,7 @@ import java.util.function.Function;
  */
 final class Holds {
   private final GuardedStore guarded;
-  private final Stats stats;
+  private final LimiterStats stats;
   private final LimiterMetrics metrics;
   private final String name;
   private final RateLog log;
@@ -25,7 +25,7 @@ final class Holds {
 
   Holds(
       GuardedStore guarded,
-      Stats stats,
+      LimiterStats stats,
       LimiterMetrics metrics,
       String name,
       RateLog log,
@@ -47,7 +47,7 @@ final class Holds {
         .call("TB.HOLD", s -> s.hold(t.key(), t.capacity(), t.rate(), estimate, ttlMs))
         .thenApply(
             (HoldReply r) -> {
-              TakeReply x = r.reply();
+              Reply x = r.reply();
               if (x.allowed()) {
                 stats.holds.increment();
               }

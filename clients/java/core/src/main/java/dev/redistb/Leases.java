@@ -11,7 +11,7 @@ import java.util.concurrent.ScheduledExecutorService;
  */
 final class Leases {
   private final GuardedStore guarded;
-  private final Stats stats;
+  private final LimiterStats stats;
   private final LimiterMetrics metrics;
   private final String name;
   private final RateLog log;
@@ -20,7 +20,7 @@ final class Leases {
 
   Leases(
       GuardedStore guarded,
-      Stats stats,
+      LimiterStats stats,
       LimiterMetrics metrics,
       String name,
       RateLog log,

@@ -27,7 +27,7 @@ public final class RateLimiter {
   private final Headers.Options headerOptions;
   private final Clock clock;
   private final LimiterMetrics metrics;
-  private final Stats stats = new Stats();
+  private final LimiterStats stats = new LimiterStats();
   private final RouteSet exclude;
   private final boolean limitUnmatched;
   private final boolean anyRoutes;
@@ -119,7 +119,7 @@ public final class RateLimiter {
       return CompletableFuture.completedFuture(cached);
     }
     List<DenyCache.Probe> probes = denyCache == null ? List.of() : denyCache.claimProbes(plan, now);
-    CompletableFuture<Plan.Reply> call = plan.call(guarded);
+    CompletableFuture<Plan.Answer> call = plan.call(guarded);
     if (!probes.isEmpty()) {
       call.whenComplete((reply, err) -> denyCache.endProbes(probes, err));
     }
@@ -167,7 +167,7 @@ public final class RateLimiter {
   }
 
   /** SPEC D, N3, S2, R1, R5: the decision of a reply. */
-  private Decision decide(Plan plan, Plan.Reply reply) {
+  private Decision decide(Plan plan, Plan.Answer reply) {
     List<PolicyResult> results = plan.results(reply);
     if (reply.allowed()) {
       stats.allowed.increment();
@@ -324,7 +324,7 @@ public final class RateLimiter {
     return failOpen;
   }
 
-  public Stats stats() {
+  public LimiterStats stats() {
     return stats;
   }
 
