@@ -14,7 +14,7 @@ import java.util.function.Function;
  * call (B2, B3: a hold, its renewal or its settlement may be the probe), the counters, and the 429
  * of a refused hold.
  */
-final class Holds {
+final class Holds implements Hold.Ops {
   private final GuardedStore guarded;
   private final LimiterStats stats;
   private final LimiterMetrics metrics;
@@ -74,7 +74,8 @@ final class Holds {
   }
 
   /** G5: TB.RENEW key id ttl_ms: true renewed, false lost, null a failed call or none sent. */
-  CompletableFuture<Boolean> renew(Hold hold) {
+  @Override
+  public CompletableFuture<Boolean> renew(Hold hold) {
     return guarded
         .call("TB.RENEW", s -> s.renew(hold.key(), hold.id(), hold.ttlMs()))
         .handle(
@@ -104,7 +105,8 @@ final class Holds {
   }
 
   /** G3: TB.SETTLE once, with max_wait = capacity / rate (at most one bucket of debt). */
-  CompletableFuture<Settlement> settle(Hold hold, double actual) {
+  @Override
+  public CompletableFuture<Settlement> settle(Hold hold, double actual) {
     SettleTarget t = hold.target();
     double maxWait = t.capacity() / t.rate();
     return guarded
@@ -120,7 +122,8 @@ final class Holds {
             });
   }
 
-  ScheduledExecutorService scheduler() {
+  @Override
+  public ScheduledExecutorService scheduler() {
     return scheduler.get();
   }
 }
