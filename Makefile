@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-java lint-java test-rust-client test-http bench-accuracy lint fmt fuzz bench bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-java lint-java test-rust-client test-http bench-accuracy lint fmt fuzz bench bench-scripts test-scripts bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -36,6 +36,7 @@ help:
 	@echo "make test-http  one black-box HTTP suite over every example of examples/manifest.json (testing/http)"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    every command against HSET, PING, the Lua scripts and redis-cell 0.5.0, then make bench-leases (bench/README.md; writes bench/results/)"
+	@echo "make bench-scripts  the script backend (clients/lua) vs the module, the notes' script, Spring Cloud Gateway's, @upstash/ratelimit's and redis_rate's (bench/results/scripts.md)"
 	@echo "make bench-leases  TB.ACQUIRE/RELEASE vs redis-semaphore, combined call, hold+settle, bytes per lease"
 	@echo "make bench-accuracy  SLIDING vs LOG decisions and rate error on synthetic traffic (bench/results/window-accuracy.md)"
 	@echo "make bench-floor  TB.TAKE vs the same module API calls with no parsing/math/formatting (bench/floor/)"
@@ -45,6 +46,7 @@ help:
 	@echo "make test-valgrind  the integration suite under valgrind (MALLOC=libc Redis 8.0); fails on a leak or memory error in the module"
 	@echo "make soak     10-minute mixed load: memory and latency over time (bench/results/soak.md)"
 	@echo "make test-compat  the integration suite on Redis 8.0, Valkey 8.1 and Valkey 9.1 (built from Debian sources, cached)"
+	@echo "make test-scripts  the script backend (clients/lua) against the module: differential run, hostile inputs, replica, AOF, no-TIME servers, cluster"
 
 deps:
 	@scripts/install-deps.sh
@@ -64,6 +66,7 @@ dist: deps
 test-dist: dist
 	scripts/test-dist.sh
 
+# `cargo test --release` runs every tests/*.rs, `make test-scripts`'s included.
 test: build
 	cargo test --release
 	$(MAKE) test-examples
@@ -148,6 +151,13 @@ bench: build
 	python3 bench/commands/leases.py
 	python3 bench/commands/leases_callgrind.py --out bench/results/leases-callgrind.md
 
+# The script backend against the module and the scripts people run instead (issue 42): each
+# peer's script from its current release through npm, the Go module proxy and Maven (into
+# ~/.cache/redis-tb/peers, never the repository), server CPU per call and throughput side by
+# side (writes bench/results/scripts.md).
+bench-scripts: build
+	python3 bench/commands/scripts.py
+
 # In-flight limits and holds (issue 25): TB.ACQUIRE + TB.RELEASE against redis-semaphore
 # (installed by npm into ~/.cache/redis-tb), the combined call, hold + settle, bytes per
 # lease (writes bench/results/leases.md); then the server's instructions per acquire +
@@ -191,7 +201,15 @@ test-valgrind: build
 soak: build
 	python3 scripts/soak.py
 
-# The integration suite, unchanged, on each newer server: Redis 8.0 and Valkey 8.1 from
+# The script backend (clients/lua, issue 42) held to the module: 100,000 differential calls,
+# keys continued by either backend, the hostile cases, replica, AOF restart, servers that
+# refuse TIME in scripts, a 3+3 cluster (clients/lua/README.md). Part of `make test` and,
+# on each newer server, of `make test-compat`.
+test-scripts: build
+	cargo test --release --test scripts_differential --test scripts_backends --test scripts_cluster --test hostile
+
+# The integration suite, unchanged (the script backend's tests included), on each newer
+# server: Redis 8.0 and Valkey 8.1 from
 # Debian trixie source packages, Valkey 9.1 from Debian unstable (sid) ones; each built once
 # and cached under ~/.cache/redis-tb (see scripts/servers.sh). A server that cannot be
 # fetched or built fails the run: scripts/servers.sh exits non-zero.

@@ -10,6 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod clock;
+pub mod differential;
+pub mod scripts;
+
 /// A reply, as sent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -193,6 +197,21 @@ impl Conn {
         read_reply(&mut self.reader).expect("read reply from redis")
     }
 
+    /// Sends several commands in one write (a pipeline); their replies are read with `read`.
+    pub fn send_all<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) {
+        let mut buf = Vec::new();
+        for args in commands {
+            buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in args {
+                let a = a.as_ref();
+                buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                buf.extend_from_slice(a);
+                buf.extend_from_slice(b"\r\n");
+            }
+        }
+        self.writer.write_all(&buf).expect("write to redis");
+    }
+
     /// Sends a command and reads its reply, or returns the I/O error.
     pub fn try_cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> std::io::Result<Reply> {
         self.try_send(args)?;
@@ -371,6 +390,8 @@ pub struct Server {
     child: Option<Child>,
     args: Vec<String>,
     with_module: bool,
+    /// Environment variables of the process (the shared test clock's preload).
+    env: Vec<(String, String)>,
 }
 
 /// The load arguments that switch the clock bound off for every accepted `now`.
@@ -419,6 +440,11 @@ impl Server {
     }
 
     pub fn start_with(options: Options) -> Server {
+        Server::start_with_env(options, Vec::new())
+    }
+
+    /// `start_with`, the process given `env` as well (`clock::SharedClock::env`).
+    pub fn start_with_env(options: Options, env: Vec<(String, String)>) -> Server {
         let dir = std::env::temp_dir().join(format!(
             "redis-tb-test-{}-{}",
             std::process::id(),
@@ -432,6 +458,7 @@ impl Server {
             child: None,
             args: options.extra.clone(),
             with_module: options.with_module,
+            env,
         };
         server.launch();
         server
@@ -446,6 +473,7 @@ impl Server {
                 cmd.arg("--loadmodule").arg(module_path());
             }
             cmd.args(&self.args);
+            cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
             let child = cmd
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
