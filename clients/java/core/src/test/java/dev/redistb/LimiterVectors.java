@@ -106,6 +106,9 @@ final class LimiterVectors {
         check.path("limit").fieldNames().forEachRemaining(limitFns::add);
       }
     }
+    if (cfg.has("backend")) {
+      fail(id + ": SPEC E: Java has no script backend (" + cfg.get("backend") + ", issue 42)");
+    }
     Fields.only(cfg, LIMITER, id + " limiter");
     RateLimiter.Builder b = RateLimiter.builder(store).clock(clock).logger(line -> {});
     if (cfg.has("fail_open")) {

@@ -45,6 +45,41 @@ class VectorsTest {
           "limiter", LimiterVectors::check,
           "startup", StartupVectors::check);
 
+  /**
+   * Cases of a rule Java does not implement yet, each expected to FAIL (a case that passes is an
+   * error: take it off this list): SPEC E, the script backend (issue 42), whose vectors main holds
+   * before every language has it. The runners above fail them on their SPEC E fields, with a
+   * message naming the field; nothing here hides a failure of another case.
+   */
+  static final Map<String, String> PENDING =
+      Map.ofEntries(
+          Map.entry("lim-092", "E3"),
+          Map.entry("lim-093", "E3"),
+          Map.entry("lim-094", "E3"),
+          Map.entry("lim-095", "E4"),
+          Map.entry("lim-096", "E5"),
+          Map.entry("lim-097", "E7"),
+          Map.entry("su-006", "E6"),
+          Map.entry("su-007", "E6"),
+          Map.entry("su-008", "E6"),
+          Map.entry("su-009", "E6"),
+          Map.entry("su-010", "E6"),
+          Map.entry("su-013", "E1"),
+          Map.entry("su-014", "E2"),
+          Map.entry("su-015", "E2"),
+          Map.entry("su-016", "E1"),
+          Map.entry("su-017", "E5"),
+          Map.entry("su-018", "E6"));
+
+  private static void pending(String id, Runnable run) {
+    try {
+      run.run();
+    } catch (AssertionError expected) {
+      return; // SPEC E: not in Java yet (issue 42)
+    }
+    fail(id + " passes: take it off VectorsTest.PENDING (SPEC " + PENDING.get(id) + ")");
+  }
+
   @TestFactory
   Stream<DynamicNode> vectors() throws IOException {
     Path dir = Repo.root().resolve("clients/vectors");
@@ -71,7 +106,9 @@ class VectorsTest {
           cases.add(
               DynamicTest.dynamicTest(
                   id + " (" + c.get("rule").asText() + ") " + c.get("title").asText(),
-                  () -> handler.accept(c)));
+                  PENDING.containsKey(id)
+                      ? () -> pending(id, () -> handler.accept(c))
+                      : () -> handler.accept(c)));
         }
       }
       out.add(DynamicContainer.dynamicContainer(name, cases));
