@@ -10,11 +10,11 @@ import java.util.List;
  */
 final class CachedRefusals {
   private final DenyCache cache;
-  private final Stats stats;
+  private final LimiterStats stats;
   private final LimiterMetrics metrics;
   private final String name;
 
-  CachedRefusals(DenyCache cache, Stats stats, LimiterMetrics metrics, String name) {
+  CachedRefusals(DenyCache cache, LimiterStats stats, LimiterMetrics metrics, String name) {
     this.cache = cache;
     this.stats = stats;
     this.metrics = metrics;

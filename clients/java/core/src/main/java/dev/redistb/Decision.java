@@ -17,6 +17,12 @@ public final class Decision {
   interface Operations {
     CompletableFuture<Boolean> refund(Decision decision);
 
+    /** SPEC F2: whether the limiter refunds a response of {@code status} (its refund_on). */
+    boolean refundsOn(int status);
+
+    /** SPEC F2: whether the limiter has a refund_on at all. */
+    boolean refundsOnAny();
+
     CompletableFuture<Hold> hold(SettleTarget target, double estimate, double ttlSeconds);
   }
 
@@ -396,6 +402,19 @@ public final class Decision {
     return lease == null ? CompletableFuture.completedFuture(null) : lease.finish();
   }
 
+  /**
+   * SPEC F2, N4, G5: {@link #finish()} for a response the handler answered with {@code status}:
+   * when the limiter's refund_on lists it, {@link #refund()} first (sent before the lease's
+   * release, neither waiting for the other). A failed refund is counted, never raised.
+   */
+  public CompletableFuture<Void> finish(int status) {
+    if (ops == null || !charged || !ops.refundsOn(status)) {
+      return finish();
+    }
+    CompletableFuture<Boolean> refunded = refund();
+    return CompletableFuture.allOf(refunded, finish());
+  }
+
   /** SPEC N5, N7: one renewal now (or the request's end past its max_duration); false when none. */
   public CompletableFuture<Boolean> renew() {
     return lease == null ? CompletableFuture.completedFuture(false) : lease.renew();
@@ -425,11 +444,17 @@ public final class Decision {
   }
 
   /**
-   * SPEC N4, G5: whether the end of the response matters (a lease to release, holds to stop
-   * renewing): an adapter calls {@link #keepAlive()} and {@link #finish()} for such a decision.
+   * SPEC N4, G5, F2: whether the end of the response matters (a lease to release, holds to stop
+   * renewing, a refund_on that may refund it): an adapter calls {@link #keepAlive()} and {@link
+   * #finish(int)} (or {@link #finish()} when no status was answered) for such a decision.
    */
   public boolean tracksResponse() {
-    return lease != null || !settleTargets.isEmpty();
+    return lease != null || !settleTargets.isEmpty() || refundsOnStatus();
+  }
+
+  /** SPEC F2: whether {@link #finish(int)} may refund this request (charged, and refund_on set). */
+  public boolean refundsOnStatus() {
+    return charged && ops != null && ops.refundsOnAny();
   }
 
   /** SPEC N7: whether the limiter ended this request at its in-flight policy's max_duration. */

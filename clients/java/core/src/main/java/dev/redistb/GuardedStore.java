@@ -22,7 +22,7 @@ final class GuardedStore {
   private final Breaker breaker;
   private final Clock clock;
   private final long timeoutMs;
-  private final Stats stats;
+  private final LimiterStats stats;
   private final LimiterMetrics metrics;
   private final String name;
   private final RateLog log;
@@ -34,7 +34,7 @@ final class GuardedStore {
       Clock clock,
       long timeoutMs,
       double cooldownMs,
-      Stats stats,
+      LimiterStats stats,
       LimiterMetrics metrics,
       String name,
       RateLog log,

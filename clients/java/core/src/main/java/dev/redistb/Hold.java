@@ -1,6 +1,7 @@
 package dev.redistb;
 
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -9,6 +10,21 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * {@link #response()} is the 429 the adapters send for it.
  */
 public final class Hold {
+  /**
+   * The limiter's side of a hold ({@code Holds}): a seam of its own, so that a hold names no file
+   * above it.
+   */
+  interface Ops {
+    /** G5: TB.RENEW on the hold's bucket; true when renewed. */
+    CompletableFuture<Boolean> renew(Hold hold);
+
+    /** G3: TB.SETTLE with max_wait. */
+    CompletableFuture<Settlement> settle(Hold hold, double actual);
+
+    /** The renewal timers' thread. */
+    ScheduledExecutorService scheduler();
+  }
+
   /** held: renewed; stopped: its response ended (a settle may still come). */
   private enum State {
     HELD,
@@ -25,7 +41,7 @@ public final class Hold {
   private final long ttlMs;
   private final RateLimitResponse response;
   private final SettleTarget target;
-  private final Holds ops;
+  private final Ops ops;
   private final AtomicBoolean renewing = new AtomicBoolean();
   private State state;
   private RenewalTimer timer;
@@ -37,7 +53,7 @@ public final class Hold {
       long ttlMs,
       RateLimitResponse response,
       SettleTarget target,
-      Holds ops) {
+      Ops ops) {
     this.result = result;
     this.id = id;
     this.estimate = estimate;

@@ -2,8 +2,8 @@ package dev.redistb;
 
 import dev.redistb.store.HoldReply;
 import dev.redistb.store.LeaseReply;
+import dev.redistb.store.Reply;
 import dev.redistb.store.SettleReply;
-import dev.redistb.store.TakeReply;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ScheduledExecutorService;
@@ -14,9 +14,9 @@ import java.util.function.Function;
  * call (B2, B3: a hold, its renewal or its settlement may be the probe), the counters, and the 429
  * of a refused hold.
  */
-final class Holds {
+final class Holds implements Hold.Ops {
   private final GuardedStore guarded;
-  private final Stats stats;
+  private final LimiterStats stats;
   private final LimiterMetrics metrics;
   private final String name;
   private final RateLog log;
@@ -25,7 +25,7 @@ final class Holds {
 
   Holds(
       GuardedStore guarded,
-      Stats stats,
+      LimiterStats stats,
       LimiterMetrics metrics,
       String name,
       RateLog log,
@@ -47,7 +47,7 @@ final class Holds {
         .call("TB.HOLD", s -> s.hold(t.key(), t.capacity(), t.rate(), estimate, ttlMs))
         .thenApply(
             (HoldReply r) -> {
-              TakeReply x = r.reply();
+              Reply x = r.reply();
               if (x.allowed()) {
                 stats.holds.increment();
               }
@@ -74,7 +74,8 @@ final class Holds {
   }
 
   /** G5: TB.RENEW key id ttl_ms: true renewed, false lost, null a failed call or none sent. */
-  CompletableFuture<Boolean> renew(Hold hold) {
+  @Override
+  public CompletableFuture<Boolean> renew(Hold hold) {
     return guarded
         .call("TB.RENEW", s -> s.renew(hold.key(), hold.id(), hold.ttlMs()))
         .handle(
@@ -104,7 +105,8 @@ final class Holds {
   }
 
   /** G3: TB.SETTLE once, with max_wait = capacity / rate (at most one bucket of debt). */
-  CompletableFuture<Settlement> settle(Hold hold, double actual) {
+  @Override
+  public CompletableFuture<Settlement> settle(Hold hold, double actual) {
     SettleTarget t = hold.target();
     double maxWait = t.capacity() / t.rate();
     return guarded
@@ -120,7 +122,8 @@ final class Holds {
             });
   }
 
-  ScheduledExecutorService scheduler() {
+  @Override
+  public ScheduledExecutorService scheduler() {
     return scheduler.get();
   }
 }

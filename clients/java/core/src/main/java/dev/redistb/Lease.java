@@ -3,6 +3,7 @@ package dev.redistb;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -12,6 +13,30 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * gone.
  */
 public final class Lease {
+  /**
+   * The limiter's side of a lease ({@code Leases}): a seam of its own, so that a lease names no
+   * file above it (the limiter's file imports this one, never the other way).
+   */
+  interface Ops {
+    /** SPEC T1: the limiter's monotonic clock, ms. */
+    double now();
+
+    /** N4: the gauge down; TB.RELEASE unless the lease was lost. */
+    CompletableFuture<Void> end(Lease lease, boolean lost);
+
+    /** N5: TB.RENEW; true when renewed. */
+    CompletableFuture<Boolean> renew(Lease lease);
+
+    /** N7: counted and logged, the lease released. */
+    void timedOut(Lease lease);
+
+    /** An onTimeout action that threw: logged. */
+    void actionFailed(Lease lease, RuntimeException e);
+
+    /** The renewal timers' thread. */
+    ScheduledExecutorService scheduler();
+  }
+
   private enum State {
     HELD,
     LOST,
@@ -28,7 +53,7 @@ public final class Lease {
   /** SPEC N7: the limiter's monotonic ms at which the request has held its slot max_duration. */
   private final double deadline;
 
-  private final Leases ops;
+  private final Ops ops;
   private State state = State.HELD;
   private final AtomicBoolean renewing = new AtomicBoolean();
   private RenewalTimer timer;
@@ -41,7 +66,7 @@ public final class Lease {
       long leaseMs,
       long maxDurationMs,
       double grantedAt,
-      Leases ops) {
+      Ops ops) {
     this.key = key;
     this.id = id;
     this.policy = policy;

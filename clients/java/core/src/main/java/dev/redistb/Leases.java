@@ -9,9 +9,9 @@ import java.util.concurrent.ScheduledExecutorService;
  * guarded store call, the gauge of leases held, leases that ended without a release, and requests
  * ended at their max_duration.
  */
-final class Leases {
+final class Leases implements Lease.Ops {
   private final GuardedStore guarded;
-  private final Stats stats;
+  private final LimiterStats stats;
   private final LimiterMetrics metrics;
   private final String name;
   private final RateLog log;
@@ -20,7 +20,7 @@ final class Leases {
 
   Leases(
       GuardedStore guarded,
-      Stats stats,
+      LimiterStats stats,
       LimiterMetrics metrics,
       String name,
       RateLog log,
@@ -44,12 +44,14 @@ final class Leases {
   }
 
   /** SPEC T1: the limiter's monotonic clock. */
-  double now() {
+  @Override
+  public double now() {
     return clock.monotonicMillis();
   }
 
   /** N4: the gauge down whatever the answer; TB.RELEASE unless lost (and not while open, B2). */
-  CompletableFuture<Void> end(Lease lease, boolean lost) {
+  @Override
+  public CompletableFuture<Void> end(Lease lease, boolean lost) {
     stats.leasesInFlight.decrement();
     metrics.leaseEnded(name, lease.policy());
     if (lost) {
@@ -67,7 +69,8 @@ final class Leases {
   }
 
   /** N5: true renewed, false lost, null a failed call (the next tick tries again). */
-  CompletableFuture<Boolean> renew(Lease lease) {
+  @Override
+  public CompletableFuture<Boolean> renew(Lease lease) {
     return guarded
         .call("TB.RENEW", s -> s.renew(lease.key(), lease.id(), lease.leaseMs()))
         .handle(
@@ -83,7 +86,8 @@ final class Leases {
   }
 
   /** M2, N7: counted, logged at most once a second per policy (the release is {@link #end}'s). */
-  void timedOut(Lease lease) {
+  @Override
+  public void timedOut(Lease lease) {
     stats.leasesTimedOut.increment();
     metrics.leaseTimedOut(name, lease.policy());
     log.warn(
@@ -97,7 +101,8 @@ final class Leases {
   }
 
   /** An adapter's timeout action that raised: logged, the others still run. */
-  void actionFailed(Lease lease, RuntimeException e) {
+  @Override
+  public void actionFailed(Lease lease, RuntimeException e) {
     log.warn(
         "timeout-action:" + lease.policy(),
         n ->
@@ -127,7 +132,8 @@ final class Leases {
   }
 
   /** The renewal timers' thread, made on first use (daemon). */
-  ScheduledExecutorService scheduler() {
+  @Override
+  public ScheduledExecutorService scheduler() {
     return scheduler.get();
   }
 }

@@ -79,20 +79,44 @@ public record Limit(double capacity, double rate) implements AnyLimit {
     return new WindowLimit(n, seconds, mode);
   }
 
+  /** SPEC W1: at most {@code n} a second, sliding. */
   public static WindowLimit windowPerSecond(long n) {
-    return window(n, 1);
+    return windowPerSecond(n, WindowMode.SLIDING);
   }
 
+  /** SPEC W1: at most {@code n} a second, sliding or fixed. */
+  public static WindowLimit windowPerSecond(long n, WindowMode mode) {
+    return window(n, 1, mode);
+  }
+
+  /** SPEC W1: at most {@code n} a minute, sliding. */
   public static WindowLimit windowPerMinute(long n) {
-    return window(n, 60);
+    return windowPerMinute(n, WindowMode.SLIDING);
   }
 
+  /** SPEC W1: at most {@code n} a minute, sliding or fixed. */
+  public static WindowLimit windowPerMinute(long n, WindowMode mode) {
+    return window(n, 60, mode);
+  }
+
+  /** SPEC W1: at most {@code n} an hour, sliding. */
   public static WindowLimit windowPerHour(long n) {
-    return window(n, 3600);
+    return windowPerHour(n, WindowMode.SLIDING);
   }
 
+  /** SPEC W1: at most {@code n} an hour, sliding or fixed. */
+  public static WindowLimit windowPerHour(long n, WindowMode mode) {
+    return window(n, 3600, mode);
+  }
+
+  /** SPEC W1: at most {@code n} a day, sliding. */
   public static WindowLimit windowPerDay(long n) {
-    return window(n, 86400);
+    return windowPerDay(n, WindowMode.SLIDING);
+  }
+
+  /** SPEC W1: at most {@code n} a day, sliding or fixed. */
+  public static WindowLimit windowPerDay(long n, WindowMode mode) {
+    return window(n, 86400, mode);
   }
 
   /** SPEC N1: at most {@code n} in progress, each with a lease of 30 s (and max_duration 300 s). */

@@ -1,9 +1,9 @@
 package dev.redistb;
 
-import dev.redistb.store.AcquireReply;
-import dev.redistb.store.Bucket;
+import dev.redistb.store.Acquired;
+import dev.redistb.store.Charge;
 import dev.redistb.store.MultiReply;
-import dev.redistb.store.TakeReply;
+import dev.redistb.store.Reply;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -44,7 +44,7 @@ final class Plan {
   }
 
   /** What the call answered, per part in order (a slot's part reads {@code acquired}). */
-  record Reply(boolean allowed, List<TakeReply> buckets, AcquireReply acquired) {}
+  record Answer(boolean allowed, List<Reply> buckets, Acquired acquired) {}
 
   /** I2 or L3 stopped planning: the outcome and its culprit (the header or the policy). */
   final Outcome stop;
@@ -92,10 +92,10 @@ final class Plan {
     return "TB.MTAKE";
   }
 
-  private static List<Bucket> buckets(List<Part> ps) {
-    List<Bucket> out = new ArrayList<>(ps.size());
+  private static List<Charge> buckets(List<Part> ps) {
+    List<Charge> out = new ArrayList<>(ps.size());
     for (Part p : ps) {
-      out.add(new Bucket(p.key(), p.capacity(), p.rate(), p.cost()));
+      out.add(new Charge(p.key(), p.capacity(), p.rate(), p.cost()));
     }
     return out;
   }
@@ -105,7 +105,7 @@ final class Plan {
    * a window is TB.WINDOW; N2: an in-flight part makes it TB.ACQUIRE, with TAKE and the buckets
    * when any apply.
    */
-  CompletableFuture<Reply> call(GuardedStore guarded) {
+  CompletableFuture<Answer> call(GuardedStore guarded) {
     Part slot = slot();
     if (slot != null) {
       List<Part> rest = new ArrayList<>(parts);
@@ -114,7 +114,7 @@ final class Plan {
       return Futures.map(
           guarded.call(
               "TB.ACQUIRE", s -> s.acquire(slot.key(), f.limit(), f.leaseMs(), buckets(rest))),
-          a -> new Reply(a.granted(), a.take() == null ? List.of() : a.take().keys(), a));
+          a -> new Answer(a.granted(), a.take() == null ? List.of() : a.take().keys(), a));
     }
     Part first = parts.get(0);
     if (parts.size() == 1 && first.limit() instanceof WindowLimit w) {
@@ -122,27 +122,27 @@ final class Plan {
           guarded.call(
               "TB.WINDOW",
               s -> s.window(first.key(), w.limit(), w.seconds(), first.cost(), null, w.mode())),
-          r -> new Reply(r.allowed(), List.of(r), null));
+          r -> new Answer(r.allowed(), List.of(r), null));
     }
     if (parts.size() == 1) {
       return Futures.map(
           guarded.call(
               "TB.TAKE",
               s -> s.take(first.key(), first.capacity(), first.rate(), first.cost(), null)),
-          r -> new Reply(r.allowed(), List.of(r), null));
+          r -> new Answer(r.allowed(), List.of(r), null));
     }
     return Futures.map(
         guarded.call("TB.MTAKE", s -> s.mtake(buckets(parts), null)),
-        (MultiReply m) -> new Reply(m.aggregate().allowed(), m.keys(), null));
+        (MultiReply m) -> new Answer(m.aggregate().allowed(), m.keys(), null));
   }
 
   /** SPEC D2, N3: the per-policy results of a reply, in policy order. */
-  List<PolicyResult> results(Reply reply) {
+  List<PolicyResult> results(Answer reply) {
     List<PolicyResult> out = new ArrayList<>(parts.size());
     int k = 0;
     for (Part p : parts) {
       if (p.kind() == LimitKind.IN_FLIGHT && reply.acquired() != null) {
-        AcquireReply a = reply.acquired();
+        Acquired a = reply.acquired();
         double n = p.capacity();
         // N3: the slot was refused when not granted and in_flight >= n
         boolean free = a.granted() || a.inFlight() < n;
@@ -163,7 +163,7 @@ final class Plan {
                 p.shadow()));
         continue;
       }
-      TakeReply r = reply.buckets().get(k++);
+      Reply r = reply.buckets().get(k++);
       Double window = p.limit() instanceof WindowLimit w ? w.seconds() : null;
       out.add(
           new PolicyResult(

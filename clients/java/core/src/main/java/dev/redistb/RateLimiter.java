@@ -3,11 +3,14 @@ package dev.redistb;
 import dev.redistb.store.Store;
 import dev.redistb.store.StoreException;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Consumer;
 import java.util.function.Function;
+import java.util.function.IntPredicate;
 import java.util.logging.Logger;
 
 /**
@@ -24,7 +27,7 @@ public final class RateLimiter {
   private final Headers.Options headerOptions;
   private final Clock clock;
   private final LimiterMetrics metrics;
-  private final Stats stats = new Stats();
+  private final LimiterStats stats = new LimiterStats();
   private final RouteSet exclude;
   private final boolean limitUnmatched;
   private final boolean anyRoutes;
@@ -37,6 +40,7 @@ public final class RateLimiter {
   private final Function<RequestView, String> hashTag;
   private final RateLog log;
   private final Decision.Operations ops;
+  private final IntPredicate refundOn;
 
   private RateLimiter(Builder b) {
     this.name = b.name;
@@ -64,11 +68,22 @@ public final class RateLimiter {
     this.leases = new Leases(guarded, stats, b.metrics, b.name, log, b.clock, renewals);
     this.holds = new Holds(guarded, stats, b.metrics, b.name, log, renewals, this::respond);
     this.hashTag = b.hashTag;
+    this.refundOn = b.refundOn;
     this.ops =
         new Decision.Operations() {
           @Override
           public CompletableFuture<Boolean> refund(Decision d) {
             return refunds.refund(d);
+          }
+
+          @Override
+          public boolean refundsOn(int status) {
+            return refundOn != null && refundOn.test(status);
+          }
+
+          @Override
+          public boolean refundsOnAny() {
+            return refundOn != null;
           }
 
           @Override
@@ -104,7 +119,7 @@ public final class RateLimiter {
       return CompletableFuture.completedFuture(cached);
     }
     List<DenyCache.Probe> probes = denyCache == null ? List.of() : denyCache.claimProbes(plan, now);
-    CompletableFuture<Plan.Reply> call = plan.call(guarded);
+    CompletableFuture<Plan.Answer> call = plan.call(guarded);
     if (!probes.isEmpty()) {
       call.whenComplete((reply, err) -> denyCache.endProbes(probes, err));
     }
@@ -152,7 +167,7 @@ public final class RateLimiter {
   }
 
   /** SPEC D, N3, S2, R1, R5: the decision of a reply. */
-  private Decision decide(Plan plan, Plan.Reply reply) {
+  private Decision decide(Plan plan, Plan.Answer reply) {
     List<PolicyResult> results = plan.results(reply);
     if (reply.allowed()) {
       stats.allowed.increment();
@@ -309,7 +324,7 @@ public final class RateLimiter {
     return failOpen;
   }
 
-  public Stats stats() {
+  public LimiterStats stats() {
     return stats;
   }
 
@@ -351,6 +366,7 @@ public final class RateLimiter {
     private final List<Policy> policies = new ArrayList<>();
     private final List<String> exclude = new ArrayList<>();
     private boolean limitUnmatched;
+    private IntPredicate refundOn;
 
     private Builder(Store store) {
       if (store == null) {
@@ -481,6 +497,24 @@ public final class RateLimiter {
     /** SPEC L1: limit requests that match no route (only route-less policies apply). */
     public Builder limitUnmatched(boolean on) {
       this.limitUnmatched = on;
+      return this;
+    }
+
+    /**
+     * SPEC F2: refund automatically after the handler answered one of {@code statuses} (default
+     * none): {@link Decision#finish(int)} refunds the request's bucket policies (F1, F3).
+     */
+    public Builder refundOn(int... statuses) {
+      Set<Integer> set = new HashSet<>();
+      for (int s : statuses) {
+        set.add(s);
+      }
+      return refundOn(set::contains);
+    }
+
+    /** SPEC F2: refund automatically after a status {@code when} accepts ({@code s >= 500}). */
+    public Builder refundOn(IntPredicate when) {
+      this.refundOn = when;
       return this;
     }
 

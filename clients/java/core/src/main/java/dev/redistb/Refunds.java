@@ -1,6 +1,6 @@
 package dev.redistb;
 
-import dev.redistb.store.Bucket;
+import dev.redistb.store.Charge;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -12,14 +12,14 @@ import java.util.concurrent.CompletableFuture;
  */
 final class Refunds {
   private final GuardedStore guarded;
-  private final Stats stats;
+  private final LimiterStats stats;
   private final LimiterMetrics metrics;
   private final String name;
   private final CachedRefusals cache;
 
   Refunds(
       GuardedStore guarded,
-      Stats stats,
+      LimiterStats stats,
       LimiterMetrics metrics,
       String name,
       CachedRefusals cache) {
@@ -32,19 +32,19 @@ final class Refunds {
 
   /** F1, F3, B2, R8: the request's bucket policies only; false and nothing sent when none. */
   CompletableFuture<Boolean> refund(Decision d) {
-    List<Bucket> buckets = new ArrayList<>();
+    List<Charge> charges = new ArrayList<>();
     List<PolicyResult> charged = new ArrayList<>();
     for (PolicyResult r : d.results()) {
       if (r.kind() == LimitKind.BUCKET && r.cost() > 0 && r.rate() != null) {
-        buckets.add(new Bucket(r.key(), r.capacity(), r.rate(), r.cost()));
+        charges.add(new Charge(r.key(), r.capacity(), r.rate(), r.cost()));
         charged.add(r);
       }
     }
-    if (buckets.isEmpty()) {
+    if (charges.isEmpty()) {
       return CompletableFuture.completedFuture(false);
     }
     return guarded
-        .call("TB.REFUND", s -> s.refundAll(buckets))
+        .call("TB.REFUND", s -> s.refundAll(charges))
         .handle(
             (replies, err) -> {
               if (err != null) {

@@ -9,8 +9,11 @@ import static org.junit.jupiter.api.Assertions.fail;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.redistb.store.StoreException;
 import dev.redistb.store.WindowMode;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
@@ -22,7 +25,65 @@ import java.util.concurrent.CompletionException;
  * set, a store answering from the script; per step the calls made and the result.
  */
 final class LimiterVectors {
+  /** The route of a check without {@code route}: one no policy lists and no exclude names. */
   private static final String ROUTE = "GET /vectors";
+
+  private static final Set<String> LIMITER =
+      Set.of(
+          "policies",
+          "fail_open",
+          "timeout_ms",
+          "cooldown_ms",
+          "deny_cache",
+          "exclude",
+          "limit_unmatched",
+          "refund_on");
+  private static final Set<String> POLICY =
+      Set.of(
+          "name",
+          "capacity",
+          "rate",
+          "cost",
+          "shadow",
+          "key",
+          "window",
+          "in_flight",
+          "settle_later",
+          "routes",
+          "per_route",
+          "tiers",
+          "default_tier");
+  private static final Set<String> STEP =
+      Set.of(
+          "at_ms",
+          "redis",
+          "expect",
+          "check",
+          "release",
+          "reply",
+          "error",
+          "cancel",
+          "refund",
+          "finish",
+          "status",
+          "renew",
+          "take_hold",
+          "settle",
+          "renew_hold");
+  private static final Set<String> CHECK =
+      Set.of("peer", "headers", "cost", "limit", "tier", "route");
+  private static final Set<String> DECISION =
+      Set.of(
+          "outcome",
+          "allowed",
+          "from_cache",
+          "status",
+          "headers",
+          "body",
+          "violated",
+          "shadow_limited",
+          "results",
+          "lease");
 
   private final ScriptedStore store = new ScriptedStore();
   private final ManualClock clock = new ManualClock();
@@ -45,6 +106,10 @@ final class LimiterVectors {
         check.path("limit").fieldNames().forEachRemaining(limitFns::add);
       }
     }
+    if (cfg.has("backend")) {
+      fail(id + ": SPEC E: Java has no script backend (" + cfg.get("backend") + ", issue 42)");
+    }
+    Fields.only(cfg, LIMITER, id + " limiter");
     RateLimiter.Builder b = RateLimiter.builder(store).clock(clock).logger(line -> {});
     if (cfg.has("fail_open")) {
       b.failOpen(cfg.get("fail_open").asBoolean());
@@ -58,7 +123,20 @@ final class LimiterVectors {
     if (cfg.has("deny_cache")) {
       b.denyCache(cfg.get("deny_cache").get("max_entries").asInt());
     }
+    // SPEC L1: the limiter's scope (its policies' routes come with each policy)
+    for (JsonNode r : cfg.path("exclude")) {
+      b.exclude(r.asText());
+    }
+    b.limitUnmatched(cfg.path("limit_unmatched").asBoolean(false));
+    if (cfg.has("refund_on")) {
+      int[] statuses = new int[cfg.get("refund_on").size()];
+      for (int k = 0; k < statuses.length; k++) {
+        statuses[k] = cfg.get("refund_on").get(k).asInt();
+      }
+      b.refundOn(statuses); // SPEC F2
+    }
     for (JsonNode p : cfg.get("policies")) {
+      Fields.only(p, POLICY, id + " policy " + p.path("name").asText());
       b.policy(policy(p, costFns, limitFns));
     }
     this.limiter = b.build();
@@ -85,16 +163,40 @@ final class LimiterVectors {
                   f.get("limit").asLong(),
                   f.get("lease_ms").asDouble() / 1000,
                   f.path("max_duration_ms").asDouble(300000) / 1000));
+    } else if (p.has("tiers")) {
+      // SPEC L2: the tier function answers the check's "tier" for this policy (null: none)
+      Map<String, Limit> tiers = new LinkedHashMap<>();
+      p.get("tiers")
+          .properties()
+          .forEach(
+              t ->
+                  tiers.put(
+                      t.getKey(),
+                      Limit.checked(
+                          t.getValue().get("capacity").asDouble(),
+                          t.getValue().get("rate").asDouble())));
+      pb =
+          Policy.tiered(
+              name,
+              tiers,
+              req -> ((TestRequest) req.request()).tiers.get(name),
+              p.has("default_tier") ? p.get("default_tier").asText() : null);
     } else {
       Limit fixed = Limit.checked(p.get("capacity").asDouble(), p.get("rate").asDouble());
       if (limitFns.contains(name)) {
+        // SPEC L2: the check's "limit" for this policy is what its limit function returns
+        // (a JSON null: nothing, which skips the policy); absent, the policy's own limit
         pb =
             Policy.builder(
                 name,
                 req -> {
-                  JsonNode l = ((TestRequest) req.request()).limits.get(name);
-                  return l == null
-                      ? fixed
+                  Map<String, JsonNode> limits = ((TestRequest) req.request()).limits;
+                  if (!limits.containsKey(name)) {
+                    return fixed;
+                  }
+                  JsonNode l = limits.get(name);
+                  return l.isNull()
+                      ? null
                       : new Limit(
                           TestRequest.number(l.get("capacity")), TestRequest.number(l.get("rate")));
                 });
@@ -122,6 +224,12 @@ final class LimiterVectors {
           });
     }
     pb.shadow(p.path("shadow").asBoolean(false));
+    if (p.has("routes")) {
+      List<String> routes = new ArrayList<>();
+      p.get("routes").forEach(r -> routes.add(r.asText()));
+      pb.routes(routes);
+    }
+    pb.perRoute(p.path("per_route").asBoolean(false));
     JsonNode key = p.get("key");
     if (key != null) {
       switch (key.get("kind").asText()) {
@@ -142,6 +250,7 @@ final class LimiterVectors {
     int i = 0;
     for (JsonNode step : c.get("steps")) {
       String where = id + " step " + i;
+      Fields.only(step, STEP, where);
       clock.nowMs = step.get("at_ms").asDouble();
       store.expect(step.get("redis"));
       if (step.has("check")) {
@@ -172,7 +281,12 @@ final class LimiterVectors {
         boolean got = decision(step.get("refund").asInt()).refund().join();
         assertEquals(step.get("expect").get("returns").asBoolean(), got, where);
       } else if (step.has("finish")) {
-        decision(step.get("finish").asInt()).finish().join();
+        Decision d = decision(step.get("finish").asInt());
+        if (step.has("status")) {
+          d.finish(step.get("status").asInt()).join(); // SPEC F2: the handler's status
+        } else {
+          d.finish().join();
+        }
         JsonNode e = step.get("expect");
         if (e != null && e.has("leases_in_flight")) {
           assertEquals(e.get("leases_in_flight").asLong(), limiter.stats().leasesInFlight(), where);
@@ -227,7 +341,11 @@ final class LimiterVectors {
   }
 
   private void check(int i, JsonNode step, String where) {
-    TestRequest req = TestRequest.of(step.get("check"), ROUTE);
+    JsonNode c = step.get("check");
+    Fields.only(c, CHECK, where + " check");
+    // SPEC L1, K5: the route the request matched; null: none; absent: ROUTE
+    JsonNode r = c.get("route");
+    TestRequest req = TestRequest.of(c, r == null ? ROUTE : r.isNull() ? null : r.asText());
     CompletableFuture<Decision> d = limiter.check(req);
     checks.put(i, d);
     for (JsonNode call : step.get("redis")) {
@@ -245,6 +363,7 @@ final class LimiterVectors {
   }
 
   private void expectDecision(Decision d, JsonNode e, String where) {
+    Fields.only(e, DECISION, where + " expect");
     RateLimitResponse resp = limiter.respond(d);
     if (e.has("outcome")) {
       assertEquals(e.get("outcome").asText(), d.outcome().wire(), where);
@@ -270,6 +389,9 @@ final class LimiterVectors {
     if (e.has("shadow_limited")) {
       assertEquals(ResponseVectors.strings(e.get("shadow_limited")), d.shadowLimited(), where);
     }
+    if (e.has("results")) {
+      expectResults(d, e.get("results"), where);
+    }
     if (e.has("lease")) {
       JsonNode l = e.get("lease");
       if (l.isNull()) {
@@ -279,6 +401,65 @@ final class LimiterVectors {
         assertEquals(l.get("key").asText(), d.lease().key(), where);
         assertEquals(l.get("id").asText(), d.lease().id(), where);
         assertEquals(l.get("policy").asText(), d.lease().policy(), where);
+      }
+    }
+  }
+
+  /** SPEC D2: one result per applied policy, in order, each field compared. */
+  private static void expectResults(Decision d, JsonNode want, String where) {
+    assertEquals(want.size(), d.results().size(), where + ": results " + d.results());
+    for (int k = 0; k < want.size(); k++) {
+      JsonNode w = want.get(k);
+      PolicyResult got = d.results().get(k);
+      String at = where + " results[" + k + "]";
+      Fields.only(
+          w,
+          Set.of(
+              "name",
+              "key",
+              "capacity",
+              "rate",
+              "cost",
+              "allowed",
+              "remaining",
+              "retry_after",
+              "reset_after",
+              "shadow"),
+          at);
+      if (w.has("name")) {
+        assertEquals(w.get("name").asText(), got.name(), at + ".name");
+      }
+      if (w.has("key")) {
+        assertEquals(w.get("key").asText(), got.key(), at + ".key");
+      }
+      if (w.has("capacity")) {
+        assertEquals(w.get("capacity").asDouble(), got.capacity(), 1e-9, at + ".capacity");
+      }
+      if (w.has("rate")) {
+        if (w.get("rate").isNull()) {
+          assertNull(got.rate(), at + ".rate");
+        } else {
+          assertNotNull(got.rate(), at + ".rate");
+          assertEquals(w.get("rate").asDouble(), got.rate(), 1e-9, at + ".rate");
+        }
+      }
+      if (w.has("cost")) {
+        assertEquals(w.get("cost").asDouble(), got.cost(), 1e-9, at + ".cost");
+      }
+      if (w.has("allowed")) {
+        assertEquals(w.get("allowed").asBoolean(), got.allowed(), at + ".allowed");
+      }
+      if (w.has("remaining")) {
+        assertEquals(w.get("remaining").asDouble(), got.remaining(), 1e-9, at + ".remaining");
+      }
+      if (w.has("retry_after")) {
+        assertEquals(w.get("retry_after").asDouble(), got.retryAfter(), 1e-9, at + ".retry_after");
+      }
+      if (w.has("reset_after")) {
+        assertEquals(w.get("reset_after").asDouble(), got.resetAfter(), 1e-9, at + ".reset_after");
+      }
+      if (w.has("shadow")) {
+        assertEquals(w.get("shadow").asBoolean(), got.shadow(), at + ".shadow");
       }
     }
   }

@@ -32,6 +32,11 @@ final class StartupVectors {
 
   private static void run(JsonNode c, String where) {
     JsonNode cfg = c.get("limiter");
+    // SPEC E1: Java has one backend, the module (as if forced to it); no script backend yet
+    String backend = cfg.path("backend").asText("auto");
+    if (!backend.equals("auto") && !backend.equals("module")) {
+      fail(where + ": SPEC E: Java has no script backend (backend=" + backend + ", issue 42)");
+    }
     ScriptedStore store = new ScriptedStore();
     List<String> logged = new ArrayList<>();
     RateLimiter.Builder b =
@@ -61,6 +66,18 @@ final class StartupVectors {
     RateLimiter limiter = b.build();
     store.expect(c.get("redis"));
     JsonNode e = c.get("expect");
+    // SPEC E6: Java neither chooses nor logs a backend yet: a case that expects a choice or its
+    // line fails here, not silently
+    if (!e.path("backend").isNull() && !e.path("backend").isMissingNode()
+        || !e.path("backend_log").isNull() && !e.path("backend_log").isMissingNode()) {
+      fail(
+          where
+              + ": SPEC E6: Java logs no backend choice (expected backend "
+              + e.get("backend")
+              + ", line "
+              + e.get("backend_log")
+              + "; issue 42)");
+    }
     String error = null;
     try {
       limiter.startup();

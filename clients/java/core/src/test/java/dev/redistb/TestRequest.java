@@ -18,6 +18,9 @@ final class TestRequest implements RequestView {
 
   final Map<String, JsonNode> limits = new HashMap<>();
 
+  /** per-policy answers of a tiered policy's tier function (SPEC L2) */
+  final Map<String, String> tiers = new HashMap<>();
+
   TestRequest(String peer, String route) {
     this.peer = peer;
     this.route = route;
@@ -42,6 +45,13 @@ final class TestRequest implements RequestView {
     }
     if (check.has("limit")) {
       check.get("limit").properties().forEach(e -> r.limits.put(e.getKey(), e.getValue()));
+    }
+    if (check.has("tier")) {
+      check
+          .get("tier")
+          .properties()
+          .forEach(
+              e -> r.tiers.put(e.getKey(), e.getValue().isNull() ? null : e.getValue().asText()));
     }
     return r;
   }

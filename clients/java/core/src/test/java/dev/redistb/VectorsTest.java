@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.redistb.store.CommandStore;
 import dev.redistb.store.WindowMode;
 import dev.redistb.testing.Repo;
 import java.io.IOException;
@@ -44,6 +45,41 @@ class VectorsTest {
           "limiter", LimiterVectors::check,
           "startup", StartupVectors::check);
 
+  /**
+   * Cases of a rule Java does not implement yet, each expected to FAIL (a case that passes is an
+   * error: take it off this list): SPEC E, the script backend (issue 42), whose vectors main holds
+   * before every language has it. The runners above fail them on their SPEC E fields, with a
+   * message naming the field; nothing here hides a failure of another case.
+   */
+  static final Map<String, String> PENDING =
+      Map.ofEntries(
+          Map.entry("lim-092", "E3"),
+          Map.entry("lim-093", "E3"),
+          Map.entry("lim-094", "E3"),
+          Map.entry("lim-095", "E4"),
+          Map.entry("lim-096", "E5"),
+          Map.entry("lim-097", "E7"),
+          Map.entry("su-006", "E6"),
+          Map.entry("su-007", "E6"),
+          Map.entry("su-008", "E6"),
+          Map.entry("su-009", "E6"),
+          Map.entry("su-010", "E6"),
+          Map.entry("su-013", "E1"),
+          Map.entry("su-014", "E2"),
+          Map.entry("su-015", "E2"),
+          Map.entry("su-016", "E1"),
+          Map.entry("su-017", "E5"),
+          Map.entry("su-018", "E6"));
+
+  private static void pending(String id, Runnable run) {
+    try {
+      run.run();
+    } catch (AssertionError expected) {
+      return; // SPEC E: not in Java yet (issue 42)
+    }
+    fail(id + " passes: take it off VectorsTest.PENDING (SPEC " + PENDING.get(id) + ")");
+  }
+
   @TestFactory
   Stream<DynamicNode> vectors() throws IOException {
     Path dir = Repo.root().resolve("clients/vectors");
@@ -70,7 +106,9 @@ class VectorsTest {
           cases.add(
               DynamicTest.dynamicTest(
                   id + " (" + c.get("rule").asText() + ") " + c.get("title").asText(),
-                  () -> handler.accept(c)));
+                  PENDING.containsKey(id)
+                      ? () -> pending(id, () -> handler.accept(c))
+                      : () -> handler.accept(c)));
         }
       }
       out.add(DynamicContainer.dynamicContainer(name, cases));
@@ -228,6 +266,53 @@ class VectorsTest {
               b.build();
             };
         break;
+      case "timeout_ms":
+        build = () -> RateLimiter.builder(new ScriptedStore()).timeoutMillis(whole(v, "timeout"));
+        break;
+      case "cooldown_ms":
+        build =
+            () -> RateLimiter.builder(new ScriptedStore()).cooldownMillis(TestRequest.number(v));
+        break;
+      case "deny_cache_max_entries":
+        build =
+            () ->
+                RateLimiter.builder(new ScriptedStore())
+                    .denyCache(Math.toIntExact(whole(v, "deny_cache.max_entries")));
+        break;
+      case "window_helper":
+        build =
+            () -> {
+              long n = whole(v.get("n"), "n");
+              WindowLimit w;
+              if (v.has("mode")) {
+                WindowMode mode =
+                    WindowMode.valueOf(v.get("mode").asText().toUpperCase(java.util.Locale.ROOT));
+                w =
+                    switch (v.get("unit").asText()) {
+                      case "second" -> Limit.windowPerSecond(n, mode);
+                      case "minute" -> Limit.windowPerMinute(n, mode);
+                      case "hour" -> Limit.windowPerHour(n, mode);
+                      case "day" -> Limit.windowPerDay(n, mode);
+                      default -> throw new AssertionError("unknown unit " + v.get("unit"));
+                    };
+              } else {
+                w =
+                    switch (v.get("unit").asText()) {
+                      case "second" -> Limit.windowPerSecond(n);
+                      case "minute" -> Limit.windowPerMinute(n);
+                      case "hour" -> Limit.windowPerHour(n);
+                      case "day" -> Limit.windowPerDay(n);
+                      default -> throw new AssertionError("unknown unit " + v.get("unit"));
+                    };
+              }
+              normalized[0] =
+                  JSON.createObjectNode()
+                      .put("limit", w.limit())
+                      .put("seconds", CommandStore.arg(w.seconds()))
+                      .put("mode", w.mode().name().toLowerCase(java.util.Locale.ROOT))
+                      .toString();
+            };
+        break;
       default:
         throw new AssertionError("unknown config setting " + c.get("setting"));
     }
@@ -236,11 +321,30 @@ class VectorsTest {
       build.run();
       if (expect.has("normalized")) {
         JsonNode n = expect.get("normalized");
+        if (c.get("setting").asText().equals("window_helper")) {
+          // the seconds as the module's argument text, so 60 and 60.0 are one number
+          n =
+              ((com.fasterxml.jackson.databind.node.ObjectNode) n.deepCopy())
+                  .put("seconds", CommandStore.arg(n.get("seconds").asDouble()));
+        }
         assertEquals(n.isTextual() ? n.asText() : n.toString(), normalized[0], id);
       }
     } else {
       assertThrows(ConfigException.class, build::run, id);
     }
+  }
+
+  /**
+   * SPEC C7: the builder takes a whole number ({@code timeoutMillis(long)}, {@code
+   * denyCache(int)}), so a value that is not one (NaN, 1.5) cannot reach it: Java's type refuses
+   * it, as Rust's does, and the runner says so with the ConfigException the case expects.
+   */
+  static long whole(JsonNode v, String setting) {
+    double x = TestRequest.number(v);
+    if (!(x == Math.rint(x) && Math.abs(x) <= Integer.MAX_VALUE)) {
+      throw new ConfigException(setting + " takes a whole number, got " + x);
+    }
+    return (long) x;
   }
 
   // -- address.json ------------------------------------------------------------------------

@@ -71,24 +71,24 @@ public abstract class CommandStore implements Store {
     return withNow(list("TB.TAKE", key, arg(capacity), arg(rate), arg(n)), now);
   }
 
-  static void appendBuckets(List<String> out, List<Bucket> buckets) {
-    out.add(Integer.toString(buckets.size()));
-    for (Bucket b : buckets) {
+  static void appendCharges(List<String> out, List<Charge> charges) {
+    out.add(Integer.toString(charges.size()));
+    for (Charge b : charges) {
       out.add(b.key());
     }
-    for (Bucket b : buckets) {
+    for (Charge b : charges) {
       out.add(arg(b.capacity()));
       out.add(arg(b.rate()));
-      out.add(arg(b.n()));
+      out.add(arg(b.cost()));
     }
   }
 
-  static List<String> mtakeArgs(List<Bucket> buckets, Double now) {
-    if (buckets.isEmpty()) {
+  static List<String> mtakeArgs(List<Charge> charges, Double now) {
+    if (charges.isEmpty()) {
       throw new IllegalArgumentException("TB.MTAKE needs at least one bucket");
     }
     List<String> out = list("TB.MTAKE");
-    appendBuckets(out, buckets);
+    appendCharges(out, charges);
     return withNow(out, now);
   }
 
@@ -96,11 +96,11 @@ public abstract class CommandStore implements Store {
     return withNow(list("TB.REFUND", key, arg(capacity), arg(rate), arg(n)), now);
   }
 
-  static List<String> acquireArgs(String key, long limit, long leaseMs, List<Bucket> take) {
+  static List<String> acquireArgs(String key, long limit, long leaseMs, List<Charge> take) {
     List<String> out = list("TB.ACQUIRE", key, Long.toString(limit), Long.toString(leaseMs));
     if (take != null && !take.isEmpty()) {
       out.add("TAKE");
-      appendBuckets(out, take);
+      appendCharges(out, take);
     }
     return out;
   }
@@ -108,81 +108,81 @@ public abstract class CommandStore implements Store {
   // -- the commands -----------------------------------------------------------------------
 
   @Override
-  public CompletableFuture<TakeReply> take(
+  public CompletableFuture<Reply> take(
       String key, double capacity, double rate, double n, Double now) {
-    return send(takeArgs(key, capacity, rate, n, now)).thenApply(CommandStore::takeReply);
+    return send(takeArgs(key, capacity, rate, n, now)).thenApply(CommandStore::reply);
   }
 
   @Override
-  public CompletableFuture<MultiReply> mtake(List<Bucket> buckets, Double now) {
-    int numkeys = buckets.size();
-    return send(mtakeArgs(buckets, now)).thenApply(raw -> multiReply(raw, numkeys));
+  public CompletableFuture<MultiReply> mtake(List<Charge> charges, Double now) {
+    int numkeys = charges.size();
+    return send(mtakeArgs(charges, now)).thenApply(raw -> multiReply(raw, numkeys));
   }
 
   @Override
-  public CompletableFuture<ReserveReply> reserve(
+  public CompletableFuture<Reservation> reserve(
       String key, double capacity, double rate, double n, double maxWait, Double now) {
     List<String> args =
         withNow(list("TB.RESERVE", key, arg(capacity), arg(rate), arg(n), arg(maxWait)), now);
     return send(args)
         .thenApply(
             raw -> {
-              TakeReply r = takeReply(raw);
-              return new ReserveReply(r, r.allowed() ? r.retryAfter() : 0);
+              Reply r = reply(raw);
+              return new Reservation(r, r.allowed() ? r.retryAfter() : 0);
             });
   }
 
   @Override
-  public CompletableFuture<TakeReply> peek(String key, double capacity, double rate, Double now) {
+  public CompletableFuture<Reply> peek(String key, double capacity, double rate, Double now) {
     return send(withNow(list("TB.PEEK", key, arg(capacity), arg(rate)), now))
-        .thenApply(CommandStore::takeReply);
+        .thenApply(CommandStore::reply);
   }
 
   @Override
-  public CompletableFuture<LeasesInfo> peekLeases(String key) {
+  public CompletableFuture<LeasesReply> peekLeases(String key) {
     return send(list("TB.PEEK", key, "LEASES"))
         .thenApply(
             raw -> {
               List<?> a = array(raw, 2, "TB.PEEK LEASES");
-              return new LeasesInfo(integer(a.get(0)), integer(a.get(1)));
+              return new LeasesReply(integer(a.get(0)), integer(a.get(1)));
             });
   }
 
   @Override
-  public CompletableFuture<HoldsInfo> peekHolds(String key) {
+  public CompletableFuture<HoldsReply> peekHolds(String key) {
     return send(list("TB.PEEK", key, "HOLDS"))
         .thenApply(
             raw -> {
               List<?> a = array(raw, 3, "TB.PEEK HOLDS");
-              return new HoldsInfo(integer(a.get(0)), number(a.get(1)), integer(a.get(2)));
+              return new HoldsReply(integer(a.get(0)), number(a.get(1)), integer(a.get(2)));
             });
   }
 
   @Override
-  public CompletableFuture<TakeReply> refund(
+  public CompletableFuture<Reply> refund(
       String key, double capacity, double rate, double n, Double now) {
-    return send(refundArgs(key, capacity, rate, n, now)).thenApply(CommandStore::takeReply);
+    return send(refundArgs(key, capacity, rate, n, now)).thenApply(CommandStore::reply);
   }
 
   @Override
-  public CompletableFuture<List<TakeReply>> refundAll(List<Bucket> buckets) {
-    List<List<String>> commands = new ArrayList<>(buckets.size());
-    for (Bucket b : buckets) {
-      commands.add(refundArgs(b.key(), b.capacity(), b.rate(), b.n(), null));
+  public CompletableFuture<List<Reply>> refundAll(List<Charge> charges) {
+    List<List<String>> commands = new ArrayList<>(charges.size());
+    for (Charge b : charges) {
+      commands.add(refundArgs(b.key(), b.capacity(), b.rate(), b.cost(), null));
     }
     return sendAll(commands)
         .thenApply(
             raws -> {
-              List<TakeReply> out = new ArrayList<>(raws.size());
+              List<Reply> out = new ArrayList<>(raws.size());
               for (Object raw : raws) {
-                out.add(takeReply(raw));
+                out.add(reply(raw));
               }
               return out;
             });
   }
 
   @Override
-  public CompletableFuture<ThrottleReply> throttle(
+  public CompletableFuture<Throttle> throttle(
       String key, long maxBurst, long countPerPeriod, double period, long quantity) {
     List<String> args =
         list(
@@ -196,7 +196,7 @@ public abstract class CommandStore implements Store {
         .thenApply(
             raw -> {
               List<?> a = array(raw, 5, "TB.THROTTLE");
-              return new ThrottleReply(
+              return new Throttle(
                   integer(a.get(0)) == 1,
                   integer(a.get(1)),
                   integer(a.get(2)),
@@ -206,21 +206,20 @@ public abstract class CommandStore implements Store {
   }
 
   @Override
-  public CompletableFuture<TakeReply> window(
+  public CompletableFuture<Reply> window(
       String key, double limit, double seconds, double n, Double now, WindowMode mode) {
     List<String> args = withNow(list("TB.WINDOW", key, arg(limit), arg(seconds), arg(n)), now);
     if (mode != null) {
       args.add(mode.name());
     }
-    return send(args).thenApply(CommandStore::takeReply);
+    return send(args).thenApply(CommandStore::reply);
   }
 
   @Override
-  public CompletableFuture<AcquireReply> acquire(
-      String key, long limit, long leaseMs, List<Bucket> take) {
+  public CompletableFuture<Acquired> acquire(
+      String key, long limit, long leaseMs, List<Charge> take) {
     int numkeys = take == null ? 0 : take.size();
-    return send(acquireArgs(key, limit, leaseMs, take))
-        .thenApply(raw -> acquireReply(raw, numkeys));
+    return send(acquireArgs(key, limit, leaseMs, take)).thenApply(raw -> acquired(raw, numkeys));
   }
 
   @Override
@@ -252,7 +251,7 @@ public abstract class CommandStore implements Store {
         .thenApply(
             raw -> {
               List<?> a = array(raw, 5, "TB.HOLD");
-              TakeReply r = takeReply(a.subList(0, 4));
+              Reply r = reply(a.subList(0, 4));
               String id = text(a.get(4));
               if (r.allowed() && id == null) {
                 throw StoreException.unexpected("TB.HOLD took a hold without an id");
@@ -327,10 +326,9 @@ public abstract class CommandStore implements Store {
     return a;
   }
 
-  static TakeReply takeReply(Object raw) {
+  static Reply reply(Object raw) {
     List<?> a = array(raw, 4, "TB reply");
-    return new TakeReply(
-        number(a.get(0)) == 1, number(a.get(1)), number(a.get(2)), number(a.get(3)));
+    return new Reply(number(a.get(0)) == 1, number(a.get(1)), number(a.get(2)), number(a.get(3)));
   }
 
   static MultiReply multiReply(Object raw, int numkeys) {
@@ -343,14 +341,14 @@ public abstract class CommandStore implements Store {
       throw StoreException.unexpected(
           "expected " + numkeys + " per-key replies, got " + describe(perKey));
     }
-    List<TakeReply> out = new ArrayList<>(numkeys);
+    List<Reply> out = new ArrayList<>(numkeys);
     for (Object k : keys) {
-      out.add(takeReply(k));
+      out.add(reply(k));
     }
-    return new MultiReply(takeReply(aggregate), out);
+    return new MultiReply(reply(aggregate), out);
   }
 
-  static AcquireReply acquireReply(Object raw, int numkeys) {
+  static Acquired acquired(Object raw, int numkeys) {
     List<?> a = array(raw, numkeys == 0 ? 4 : 6, "TB.ACQUIRE");
     boolean granted = integer(a.get(0)) == 1;
     String id = text(a.get(2));
@@ -358,7 +356,7 @@ public abstract class CommandStore implements Store {
       throw StoreException.unexpected("TB.ACQUIRE granted a lease without an id");
     }
     MultiReply take = numkeys == 0 ? null : multiReply(a.get(4), a.get(5), numkeys);
-    return new AcquireReply(granted, integer(a.get(1)), id, integer(a.get(3)), take);
+    return new Acquired(granted, integer(a.get(1)), id, integer(a.get(3)), take);
   }
 
   /** A number in a reply: an integer, a RESP3 double, or RESP2's shortest-text bulk string. */

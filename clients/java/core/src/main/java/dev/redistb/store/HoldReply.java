@@ -6,4 +6,4 @@ package dev.redistb.store;
  * @param reply the four fields
  * @param id the hold id (16 hex digits), null when refused
  */
-public record HoldReply(TakeReply reply, String id) {}
+public record HoldReply(Reply reply, String id) {}

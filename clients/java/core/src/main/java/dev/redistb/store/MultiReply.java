@@ -9,7 +9,7 @@ import java.util.List;
  * @param aggregate the four aggregate fields
  * @param keys one reply per key
  */
-public record MultiReply(TakeReply aggregate, List<TakeReply> keys) {
+public record MultiReply(Reply aggregate, List<Reply> keys) {
   public MultiReply {
     keys = List.copyOf(keys);
   }

@@ -16,22 +16,21 @@ import dev.redistb.RateLimiter;
 import dev.redistb.RequestView;
 import dev.redistb.Settlement;
 import dev.redistb.StartupException;
-import dev.redistb.store.AcquireReply;
-import dev.redistb.store.Bucket;
+import dev.redistb.store.Acquired;
+import dev.redistb.store.Charge;
 import dev.redistb.store.HoldReply;
 import dev.redistb.store.LeaseReply;
 import dev.redistb.store.MultiReply;
+import dev.redistb.store.Reply;
 import dev.redistb.store.Store;
 import dev.redistb.store.StoreException;
-import dev.redistb.store.TakeReply;
-import dev.redistb.store.ThrottleReply;
+import dev.redistb.store.Throttle;
 import dev.redistb.store.WindowMode;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -68,39 +67,39 @@ public abstract class StoreContract {
 
   @Test
   void take_mtake_reserve_peek_refund_answer_the_module() {
-    TakeReply t = get(store.take("b1", 10, 1, 3, null));
+    Reply t = get(store.take("b1", 10, 1, 3, null));
     assertTrue(t.allowed());
     assertEquals(7, t.remaining(), 0.01);
     assertEquals(-1, get(store.take("b1", 10, 1, 20, null)).retryAfter());
     MultiReply m =
-        get(store.mtake(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 5)), null));
+        get(store.mtake(List.of(new Charge("b1", 10, 1, 1), new Charge("b2", 5, 1, 5)), null));
     assertTrue(m.aggregate().allowed());
     assertEquals(2, m.keys().size());
     assertEquals(0, m.keys().get(1).remaining(), 0.01);
     assertFalse(
-        get(store.mtake(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 5)), null))
+        get(store.mtake(List.of(new Charge("b1", 10, 1, 1), new Charge("b2", 5, 1, 5)), null))
             .aggregate()
             .allowed());
     assertTrue(get(store.reserve("q", 1, 2, 1, 5, null)).reply().allowed());
     var reserved = get(store.reserve("q", 1, 2, 1, 5, null));
     assertTrue(reserved.reply().allowed());
     assertTrue(reserved.waitSeconds() > 0);
-    TakeReply peek = get(store.peek("b1", 10, 1, null));
+    Reply peek = get(store.peek("b1", 10, 1, null));
     assertTrue(peek.remaining() < 10);
     assertTrue(get(store.refund("b1", 10, 1, 2, null)).allowed());
-    List<TakeReply> refunds =
-        get(store.refundAll(List.of(new Bucket("b1", 10, 1, 1), new Bucket("b2", 5, 1, 1))));
+    List<Reply> refunds =
+        get(store.refundAll(List.of(new Charge("b1", 10, 1, 1), new Charge("b2", 5, 1, 1))));
     assertEquals(2, refunds.size());
-    TakeReply fixed = get(store.take("now", 10, 1, 1, 1764456268.5));
+    Reply fixed = get(store.take("now", 10, 1, 1, 1764456268.5));
     assertTrue(fixed.allowed());
   }
 
   @Test
   void throttle_and_window_answer_the_module() {
-    ThrottleReply th = get(store.throttle("t", 4, 1, 60, 1));
+    Throttle th = get(store.throttle("t", 4, 1, 60, 1));
     assertTrue(th.allowed());
     assertEquals(5, th.limit());
-    TakeReply w = get(store.window("w", 2, 60, 1, null, WindowMode.SLIDING));
+    Reply w = get(store.window("w", 2, 60, 1, null, WindowMode.SLIDING));
     assertTrue(w.allowed());
     get(store.window("w", 2, 60, 1, null, WindowMode.SLIDING));
     assertFalse(get(store.window("w", 2, 60, 1, null, WindowMode.SLIDING)).allowed());
@@ -110,10 +109,10 @@ public abstract class StoreContract {
 
   @Test
   void leases_acquire_renew_release_and_peek() {
-    AcquireReply a = get(store.acquire("c", 1, 30000, List.of()));
+    Acquired a = get(store.acquire("c", 1, 30000, List.of()));
     assertTrue(a.granted());
     assertNotNull(a.id());
-    AcquireReply refused = get(store.acquire("c", 1, 30000, List.of()));
+    Acquired refused = get(store.acquire("c", 1, 30000, List.of()));
     assertFalse(refused.granted());
     assertNull(refused.id());
     assertEquals(1, get(store.peekLeases("c")).inFlight());
@@ -121,11 +120,10 @@ public abstract class StoreContract {
     assertTrue(renewed.ok());
     assertTrue(get(store.release("c", a.id())).ok());
     assertFalse(get(store.release("c", a.id())).ok());
-    AcquireReply both = get(store.acquire("c", 2, 30000, List.of(new Bucket("bb", 1, 1, 1))));
+    Acquired both = get(store.acquire("c", 2, 30000, List.of(new Charge("bb", 1, 1, 1))));
     assertTrue(both.granted());
     assertEquals(1, both.take().keys().size());
-    AcquireReply bucketRefused =
-        get(store.acquire("c", 2, 30000, List.of(new Bucket("bb", 1, 1, 1))));
+    Acquired bucketRefused = get(store.acquire("c", 2, 30000, List.of(new Charge("bb", 1, 1, 1))));
     assertFalse(bucketRefused.granted());
     assertFalse(bucketRefused.take().aggregate().allowed());
   }
@@ -256,7 +254,7 @@ public abstract class StoreContract {
           assertThrows(
               CompletionException.class,
               () ->
-                  s.mtake(List.of(new Bucket("a", 10, 1, 1), new Bucket("b", 10, 1, 1)), null)
+                  s.mtake(List.of(new Charge("a", 10, 1, 1), new Charge("b", 10, 1, 1)), null)
                       .join());
       assertTrue(((StoreException) e.getCause()).crossSlot(), e.getCause().getMessage());
       RateLimiter untagged =
@@ -328,16 +326,11 @@ public abstract class StoreContract {
 
   @Test
   void a_hold_renewed_while_its_request_runs_settles_after_its_ttl() throws Exception {
+    // the module renews a hold on its bucket as it renews a lease (G5)
     HoldReply probe = get(store.hold("probe", 1000, 1, 10, 60000));
-    CompletableFuture<LeaseReply> renewed = store.renew("probe", probe.id(), 60000);
-    boolean renews;
-    try {
-      renews = renewed.join().ok();
-    } catch (CompletionException e) {
-      renews = false; // WRONGTYPE: a module without hold renewal
-    }
-    Assumptions.assumeTrue(
-        renews, "the module does not renew holds with TB.RENEW yet (issue 39's module part)");
+    LeaseReply renewed = get(store.renew("probe", probe.id(), 60000));
+    assertTrue(renewed.ok());
+    assertFalse(get(store.renew("probe", "0000000000000000", 60000)).ok());
     RateLimiter limiter =
         RateLimiter.builder(store)
             .timeoutMillis(2000)
@@ -351,6 +344,31 @@ public abstract class StoreContract {
     Settlement s = hold.settle(40).join();
     assertTrue(s.settled());
     assertEquals(0, limiter.stats().holdsLost());
+    assertEquals(0, limiter.stats().storeErrors());
     d.finish().join();
+  }
+
+  @Test
+  void a_full_hold_table_is_a_refused_hold_with_a_wait_never_a_store_error() {
+    // SPEC G6: the module keeps at most 100 live holds on one bucket
+    RateLimiter limiter =
+        RateLimiter.builder(store)
+            .timeoutMillis(2000)
+            .policy(Policy.perHour("tokens", 1000).settleLater(true))
+            .build();
+    Decision d = limiter.check(request("203.0.113.9", "GET /x")).join();
+    String key = limiter.key("tokens", "203.0.113.9", null, null);
+    for (int i = 0; i < 100; i++) {
+      HoldReply h = get(store.hold(key, 1000, 1000.0 / 3600, 10, 60000));
+      assertTrue(h.reply().allowed(), "hold " + i);
+    }
+    assertEquals(100, get(store.peekHolds(key)).holds());
+    Hold refused = d.hold("tokens", 1).join();
+    assertFalse(refused.allowed());
+    assertNull(refused.id());
+    assertTrue(refused.retryAfter() > 0, "a wait until a place frees: " + refused.retryAfter());
+    assertEquals(429, refused.response().status());
+    assertEquals(0, limiter.stats().storeErrors());
+    assertEquals(100, get(store.peekHolds(key)).holds());
   }
 }

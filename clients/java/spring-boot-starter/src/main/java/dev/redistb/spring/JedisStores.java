@@ -8,11 +8,14 @@ import redis.clients.jedis.DefaultJedisClientConfig;
 import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.JedisPooled;
 
-/** {@code redis-tb.client=jedis}: a pool whose socket timeout is the limiter's (Jedis blocks). */
+/**
+ * {@code redis-tb.client=jedis}: a pool whose socket timeout is the limiter's (Jedis blocks);
+ * {@code server} is the {@code host:port} the auto-configuration read from the URL.
+ */
 final class JedisStores {
   private JedisStores() {}
 
-  static Store create(URI uri, Duration timeout, RedisTbClients owned) {
+  static Store create(URI uri, String server, Duration timeout, RedisTbClients owned) {
     int ms = (int) timeout.toMillis();
     JedisPooled jedis =
         new JedisPooled(
@@ -22,6 +25,6 @@ final class JedisStores {
                 .connectionTimeoutMillis(Math.max(ms, 1000))
                 .build());
     owned.close(jedis::close);
-    return JedisStore.of(jedis, RedisTbAutoConfiguration.server(uri));
+    return JedisStore.of(jedis, server);
   }
 }

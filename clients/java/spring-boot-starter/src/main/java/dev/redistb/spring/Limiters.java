@@ -16,6 +16,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.function.IntPredicate;
 import java.util.logging.Logger;
 
 /**
@@ -115,7 +116,37 @@ public final class Limiters {
             .policies(policies)
             .exclude(props.getExclude().toArray(new String[0]))
             .limitUnmatched(props.isLimitUnmatched());
+    if (!props.getRefundOn().isEmpty()) {
+      b.refundOn(statuses(props.getRefundOn()));
+    }
     return register(b.build());
+  }
+
+  /** SPEC F2: {@code redis-tb.refund-on}'s entries, each a status or a range {@code 500-599}. */
+  static IntPredicate statuses(List<String> entries) {
+    List<int[]> ranges = new ArrayList<>();
+    for (String e : entries) {
+      String[] ends = e.strip().split("-", 2);
+      try {
+        int lo = Integer.parseInt(ends[0].strip());
+        int hi = ends.length == 2 ? Integer.parseInt(ends[1].strip()) : lo;
+        if (lo < 100 || hi > 599 || lo > hi) {
+          throw new NumberFormatException();
+        }
+        ranges.add(new int[] {lo, hi});
+      } catch (NumberFormatException ex) {
+        throw new ConfigException(
+            "redis-tb.refund-on: a status (100-599) or a range such as 500-599, got '" + e + "'");
+      }
+    }
+    return status -> {
+      for (int[] r : ranges) {
+        if (status >= r[0] && status <= r[1]) {
+          return true;
+        }
+      }
+      return false;
+    };
   }
 
   /** A policy from properties (C: errors name the setting and the value). */

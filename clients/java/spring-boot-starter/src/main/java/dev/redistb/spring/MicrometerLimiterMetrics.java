@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * {@code redis_tb_holds_lost_total}.
  */
 public final class MicrometerLimiterMetrics implements LimiterMetrics {
-  /** Bucket bounds of the call duration, in seconds. */
+  /** Charge bounds of the call duration, in seconds. */
   static final Duration[] BUCKETS = {
     Duration.ofNanos(100_000), Duration.ofNanos(250_000), Duration.ofNanos(500_000),
         Duration.ofMillis(1),

@@ -20,10 +20,10 @@ import org.springframework.web.filter.OncePerRequestFilter;
  *
  * <p>A decision with a lease or settle_later policies is kept alive while the request runs (SPEC
  * N5, G5: the lease renewed every lease / 2, the holds the handler takes every ttl / 2) and
- * finished when the response is: at once for a plain response, at the async request's end for a
- * streamed one ({@code StreamingResponseBody}, {@code SseEmitter}), a client gone mid-stream
- * included (N4). At the in-flight policy's max_duration (N7) the limiter releases the lease and the
- * response is ended ({@link MaxDurationResponse}).
+ * finished when the response is, with its status (F2's refund_on): at once for a plain response, at
+ * the async request's end for a streamed one ({@code StreamingResponseBody}, {@code SseEmitter}), a
+ * client gone mid-stream included (N4). At the in-flight policy's max_duration (N7) the limiter
+ * releases the lease and the response is ended ({@link MaxDurationResponse}).
  */
 public class RateLimitFilter extends OncePerRequestFilter {
   private final RateLimiter limiter;
@@ -55,23 +55,30 @@ public class RateLimitFilter extends OncePerRequestFilter {
         decision.lease() == null ? response : new MaxDurationResponse(request, response, decision);
     decision.keepAlive();
     boolean async = false;
+    boolean raised = true;
     try {
       chain.doFilter(request, served);
+      raised = false;
       async = request.isAsyncStarted();
     } finally {
       if (async) {
-        request.getAsyncContext().addListener(new Finish(decision));
+        request.getAsyncContext().addListener(new Finish(decision, response));
       } else {
-        decision.finish();
+        // SPEC F2: the status the handler answered; one that raised before its response
+        // started is answered 500
+        decision.finish(raised && !response.isCommitted() ? 500 : response.getStatus());
       }
     }
   }
 
-  /** SPEC N4 for an async response: ended, failed or timed out, once. */
-  private record Finish(Decision decision) implements AsyncListener {
+  /**
+   * SPEC N4 for an async response: ended, failed or timed out, once; F2's refund reads the status
+   * it completed with.
+   */
+  private record Finish(Decision decision, HttpServletResponse response) implements AsyncListener {
     @Override
     public void onComplete(AsyncEvent event) {
-      decision.finish();
+      decision.finish(response.getStatus());
     }
 
     @Override

@@ -5,9 +5,12 @@ import dev.redistb.RateLimiter;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
+import java.util.concurrent.atomic.AtomicReference;
 import org.springframework.context.ApplicationContext;
 import org.springframework.core.Ordered;
 import org.springframework.core.annotation.AnnotationAwareOrderComparator;
+import org.springframework.http.HttpStatusCode;
+import org.springframework.http.server.reactive.ServerHttpResponse;
 import org.springframework.web.reactive.HandlerMapping;
 import org.springframework.web.reactive.function.server.support.RouterFunctionMapping;
 import org.springframework.web.reactive.result.method.RequestMappingInfoHandlerMapping;
@@ -16,15 +19,17 @@ import org.springframework.web.server.WebFilter;
 import org.springframework.web.server.WebFilterChain;
 import reactor.core.publisher.Flux;
 import reactor.core.publisher.Mono;
+import reactor.core.publisher.SignalType;
 
 /**
  * The WebFlux {@code WebFilter}: the servlet filter's behaviour on a reactive stack. The route
  * template is the one the application's handler mappings find; the decision is the exchange
  * attribute {@link WebFluxResponses#DECISION}; a lease is renewed while the response is written and
  * released when it ends, completes, fails or is cancelled (a {@code Flux} body included), and the
- * holds the handler takes are renewed until then (SPEC N4, N5, G5). At the in-flight policy's
- * max_duration (N7) the response's writing is cancelled with a {@link MaxDurationException}. The
- * exchange is put in the Reactor context for {@link RateLimit} methods.
+ * holds the handler takes are renewed until then (SPEC N4, N5, G5); the limiter's refund_on reads
+ * the status it ended with (F2). At the in-flight policy's max_duration (N7) the response's writing
+ * is cancelled with a {@link MaxDurationException}. The exchange is put in the Reactor context for
+ * {@link RateLimit} methods.
  */
 public class RateLimitWebFilter implements WebFilter, Ordered {
   private final RateLimiter limiter;
@@ -74,6 +79,18 @@ public class RateLimitWebFilter implements WebFilter, Ordered {
     return Mono.justOrEmpty(p);
   }
 
+  /**
+   * SPEC F2: the status a response ended with: the one written, or for an error not yet written the
+   * status Spring will answer it with (an {@code ErrorResponse}'s, else 500).
+   */
+  static int status(ServerHttpResponse response, Throwable failed) {
+    if (failed != null && !response.isCommitted()) {
+      return 500;
+    }
+    HttpStatusCode status = response.getStatusCode();
+    return status == null ? 200 : status.value();
+  }
+
   @Override
   public Mono<Void> filter(ServerWebExchange exchange, WebFilterChain chain) {
     return route(exchange)
@@ -104,7 +121,17 @@ public class RateLimitWebFilter implements WebFilter, Ordered {
                                 () -> sink.error(new MaxDurationException(decision.lease()))));
                 served = Mono.firstWithSignal(served, deadline);
               }
-              return served.doFinally(signal -> decision.finish());
+              AtomicReference<Throwable> failed = new AtomicReference<>();
+              return served
+                  .doOnError(failed::set)
+                  .doFinally(
+                      signal -> {
+                        if (signal == SignalType.CANCEL) {
+                          decision.finish(); // the client went away: no status was answered
+                        } else {
+                          decision.finish(status(exchange.getResponse(), failed.get()));
+                        }
+                      });
             })
         .contextWrite(ctx -> ctx.put(ServerWebExchange.class, exchange));
   }

@@ -59,7 +59,7 @@ public class RedisTbAutoConfiguration {
     URI uri = URI.create(props.getUrl());
     RedisTbClients owned = clients.getObject();
     if ("jedis".equalsIgnoreCase(props.getClient())) {
-      return JedisStores.create(uri, props.getTimeout(), owned);
+      return JedisStores.create(uri, server(uri), props.getTimeout(), owned);
     }
     RedisClient client = RedisClient.create();
     // a command made while Redis is down fails at once (no queue, no late charge)

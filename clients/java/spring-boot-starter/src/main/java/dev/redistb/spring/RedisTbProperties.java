@@ -67,6 +67,12 @@ public class RedisTbProperties {
   /** SPEC L1 */
   private boolean limitUnmatched;
 
+  /**
+   * SPEC F2: the statuses after which the main limiter refunds a request automatically: {@code
+   * 422}, or a range {@code 500-599}; default none.
+   */
+  private List<String> refundOn = new ArrayList<>();
+
   /** Whether the servlet filter / WebFilter checks every request against the main limiter. */
   private boolean filter = true;
 
@@ -359,6 +365,14 @@ public class RedisTbProperties {
 
   public void setLimitUnmatched(boolean limitUnmatched) {
     this.limitUnmatched = limitUnmatched;
+  }
+
+  public List<String> getRefundOn() {
+    return refundOn;
+  }
+
+  public void setRefundOn(List<String> refundOn) {
+    this.refundOn = refundOn;
   }
 
   public boolean isFilter() {

@@ -8,7 +8,6 @@ import dev.redistb.Hold;
 import dev.redistb.Limit;
 import dev.redistb.Policy;
 import dev.redistb.RateLimiter;
-import dev.redistb.store.Store;
 import dev.redistb.testing.RedisServer;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -16,7 +15,6 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
-import java.util.concurrent.CompletionException;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -40,7 +38,11 @@ import org.springframework.web.servlet.mvc.method.annotation.StreamingResponseBo
  */
 @SpringBootTest(
     webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT,
-    properties = {"redis-tb.name=api", "spring.mvc.async.request-timeout=-1"})
+    properties = {
+      "redis-tb.name=api",
+      "redis-tb.refund-on=422,500-599",
+      "spring.mvc.async.request-timeout=-1"
+    })
 class ServletStarterTest {
   static final RedisServer REDIS = RedisServer.start();
 
@@ -67,6 +69,29 @@ class ServletStarterTest {
     @Bean
     Policy tokens() {
       return Policy.perHour("tokens", 1000).settleLater(true).routes("GET /hold").build();
+    }
+
+    /** Two a minute per client on these routes; refund_on gives back the 422s and 5xx (F2). */
+    @Bean
+    Policy refundable() {
+      return Policy.perMinute("refundable", 2)
+          .routes("GET /written", "GET /boom", "GET /ok")
+          .build();
+    }
+
+    @GetMapping("/written")
+    ResponseEntity<String> written() {
+      return ResponseEntity.unprocessableEntity().body("no");
+    }
+
+    @GetMapping("/boom")
+    String boom() {
+      throw new IllegalStateException("boom");
+    }
+
+    @GetMapping("/ok")
+    String ok() {
+      return "ok";
     }
 
     @GetMapping("/endless")
@@ -98,7 +123,6 @@ class ServletStarterTest {
 
   @LocalServerPort int port;
   @Autowired RateLimiter main;
-  @Autowired Store store;
 
   /**
    * The whole exchange of GET {@code path} on a fresh connection, read to the server's EOF ({@code
@@ -143,23 +167,32 @@ class ServletStarterTest {
 
   @Test
   void a_hold_taken_in_a_handler_is_renewed_while_the_request_runs() throws Exception {
-    String id = store.hold("probe", 1000, 1, 10, 60000).join().id();
-    boolean renews;
-    try {
-      renews = store.renew("probe", id, 60000).join().ok();
-    } catch (CompletionException e) {
-      renews = false;
-    }
-    long errors = main.stats().storeErrors();
+    long renewals = main.stats().storeErrors();
     String body = readToEof("/hold", true);
-    if (renews) {
-      assertTrue(body.endsWith("true"), body); // alive after three ttls: renewed
-    } else {
-      // a module without hold renewal (issue 39's module part): TB.RENEW was sent every ttl / 2
-      // and refused (WRONGTYPE), so the hold expired
-      assertTrue(main.stats().storeErrors() >= errors + 2, "no TB.RENEW was sent");
-      assertTrue(body.endsWith("false"), body);
-    }
+    assertTrue(body.endsWith("true"), body); // alive after three ttls: renewed (G5)
     assertEquals(0, main.stats().holdsLost());
+    assertEquals(renewals, main.stats().storeErrors());
+  }
+
+  private int status(String path) throws IOException {
+    String exchange = readToEof(path, true);
+    return Integer.parseInt(exchange.substring("HTTP/1.1 ".length(), "HTTP/1.1 ".length() + 3));
+  }
+
+  @Test
+  void refund_on_gives_back_what_a_listed_status_took_and_nothing_else() throws Exception {
+    long refunds = main.stats().refunds();
+    assertEquals(422, status("/written"));
+    assertEquals(422, status("/written"));
+    assertEquals(500, status("/boom"));
+    for (int i = 0; i < 100 && main.stats().refunds() < refunds + 3; i++) {
+      Thread.sleep(20);
+    }
+    assertEquals(refunds + 3, main.stats().refunds());
+    // the bucket of 2 is still whole: two 200s (not refunded), then a 429
+    assertEquals(200, status("/ok"));
+    assertEquals(200, status("/ok"));
+    assertEquals(429, status("/ok"));
+    assertEquals(refunds + 3, main.stats().refunds());
   }
 }

@@ -17,7 +17,9 @@ import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
+import org.springframework.http.HttpStatus;
 import org.springframework.http.MediaType;
+import org.springframework.http.ResponseEntity;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
 import org.springframework.test.web.reactive.server.EntityExchangeResult;
@@ -26,6 +28,7 @@ import org.springframework.web.bind.annotation.GetMapping;
 import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.PostMapping;
 import org.springframework.web.bind.annotation.RestController;
+import org.springframework.web.server.ResponseStatusException;
 import reactor.core.publisher.Flux;
 import reactor.core.publisher.Mono;
 
@@ -36,6 +39,7 @@ import reactor.core.publisher.Mono;
       "spring.main.web-application-type=reactive",
       "redis-tb.name=api",
       "redis-tb.exclude=GET /healthz",
+      "redis-tb.refund-on=422",
       "redis-tb.policies[0].name=ip",
       "redis-tb.policies[0].limit=3",
       "redis-tb.policies[0].per=1m"
@@ -82,6 +86,24 @@ class WebFluxStarterTest {
     @GetMapping(value = "/endless", produces = MediaType.TEXT_EVENT_STREAM_VALUE)
     Flux<String> endless() {
       return Flux.interval(Duration.ofMillis(50)).map(i -> "tick " + i);
+    }
+
+    /** Answers 422 with a body it writes (SPEC F2: refunded). */
+    @GetMapping("/written")
+    Mono<ResponseEntity<String>> written() {
+      return Mono.just(ResponseEntity.unprocessableEntity().body("no"));
+    }
+
+    /** Fails with a status Spring answers (F2: its status, 422, is what refund_on reads). */
+    @GetMapping("/rejected")
+    Mono<String> rejected() {
+      return Mono.error(new ResponseStatusException(HttpStatus.UNPROCESSABLE_ENTITY));
+    }
+
+    /** Fails: Spring answers 500 (F2: not listed, so not refunded). */
+    @GetMapping("/boom")
+    Mono<String> boom() {
+      return Mono.error(new IllegalStateException("boom"));
     }
 
     @RateLimit(name = "login", limit = 1, window = "1h", limiter = "login", failOpen = false)
@@ -144,6 +166,24 @@ class WebFluxStarterTest {
     assertEquals(429, again.getStatus().value());
     assertTrue(
         new String(again.getResponseBodyContent()).contains("\"violated_policies\":[\"login\"]"));
+  }
+
+  @Test
+  void refund_on_gives_back_what_a_listed_status_took_and_nothing_else() throws Exception {
+    REDIS.command("FLUSHALL");
+    long refunds = main.stats().refunds();
+    assertEquals(422, get("/written").getStatus().value());
+    assertEquals(422, get("/rejected").getStatus().value());
+    assertEquals(500, get("/boom").getStatus().value());
+    for (int i = 0; i < 100 && main.stats().refunds() < refunds + 2; i++) {
+      Thread.sleep(20);
+    }
+    assertEquals(refunds + 2, main.stats().refunds());
+    // of the bucket of 3 only the 500 is spent: two 200s, then the third is refused
+    assertEquals(200, get("/items/1").getStatus().value());
+    assertEquals(200, get("/items/2").getStatus().value());
+    assertEquals(429, get("/items/3").getStatus().value());
+    assertEquals(refunds + 2, main.stats().refunds());
   }
 
   @Test

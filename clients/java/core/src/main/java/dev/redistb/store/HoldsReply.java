@@ -7,4 +7,4 @@ package dev.redistb.store;
  * @param amount the sum of their estimates
  * @param ms until the earliest expires (0 when none)
  */
-public record HoldsInfo(long holds, double amount, long ms) {}
+public record HoldsReply(long holds, double amount, long ms) {}

@@ -10,4 +10,4 @@ package dev.redistb.store;
  *     same call is admitted
  * @param resetAfter seconds until the bucket is full (a window's whole limit is back)
  */
-public record TakeReply(boolean allowed, double remaining, double retryAfter, double resetAfter) {}
+public record Reply(boolean allowed, double remaining, double retryAfter, double resetAfter) {}

@@ -6,4 +6,4 @@ package dev.redistb.store;
  * @param reply the four fields as sent
  * @param waitSeconds seconds to wait before going ahead (0 when refused)
  */
-public record ReserveReply(TakeReply reply, double waitSeconds) {}
+public record Reservation(Reply reply, double waitSeconds) {}

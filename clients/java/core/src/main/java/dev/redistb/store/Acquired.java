@@ -10,4 +10,4 @@ package dev.redistb.store;
  * @param ms granted: the lease's ms; refused: ms until a slot frees (an upper bound)
  * @param take with TAKE: the buckets' reply; null without TAKE
  */
-public record AcquireReply(boolean granted, long inFlight, String id, long ms, MultiReply take) {}
+public record Acquired(boolean granted, long inFlight, String id, long ms, MultiReply take) {}

@@ -5,7 +5,7 @@ import java.util.Map;
 import java.util.concurrent.atomic.LongAdder;
 
 /** SPEC "Names": the counters of one limiter (every check counts in checks). */
-public final class Stats {
+public final class LimiterStats {
   final LongAdder checks = new LongAdder();
   final LongAdder allowed = new LongAdder();
   final LongAdder limited = new LongAdder();

@@ -9,7 +9,7 @@ package dev.redistb.store;
  * @param retryAfter -1 when allowed, else whole seconds until a retry is admitted
  * @param resetAfter whole seconds until the bucket is full
  */
-public record ThrottleReply(
+public record Throttle(
     boolean limited, long limit, long remaining, long retryAfter, long resetAfter) {
   /** Whether the call was admitted. */
   public boolean allowed() {

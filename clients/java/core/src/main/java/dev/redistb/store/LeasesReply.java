@@ -6,4 +6,4 @@ package dev.redistb.store;
  * @param inFlight live leases
  * @param ms until the earliest expires (0 when none)
  */
-public record LeasesInfo(long inFlight, long ms) {}
+public record LeasesReply(long inFlight, long ms) {}
