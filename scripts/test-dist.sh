@@ -181,7 +181,7 @@ connect=$(block_after "$repo/clients/node/README.md" "### Connecting: your clien
   sed "s/127.0.0.1:6379/127.0.0.1:$port/g" <<<"$connect"
   echo "const r = await tb.take('dist:node', 10, 2);"
   echo "if (!r.allowed || r.remaining !== 9) throw new Error('take: ' + JSON.stringify(r));"
-  echo "if (typeof rateLimit !== 'function' || typeof fastifyRateLimit !== 'function' || typeof PromMetrics !== 'function') throw new Error('exports');"
+  echo "if (typeof rateLimit !== 'function' || typeof fastifyRateLimit !== 'function' || typeof PrometheusMetrics !== 'function') throw new Error('exports');"
   echo "console.log('node ESM quick-start:', JSON.stringify(r));"
   echo "await redis.quit();"
 } >quick.mjs
