@@ -242,11 +242,12 @@ fn a_planted_divergence_in_the_script_is_caught() {
             "local expiry = ceil(now_us / 1000) + lease_ms",
             "local expiry = floor(now_us / 1000) + lease_ms",
         ),
-        // the marker left behind by the last lease,
+        // the marker removed with the last lease (the module keeps it for the key's TTL),
         (
-            "remove: the marker kept with the last lease",
-            "if L.count == 0 and L.marked then",
-            "if false then",
+            "remove: the marker gone with the last lease",
+            "L.count = left > 0 and left or 0",
+            "L.count = left > 0 and left or 0 if L.count == 0 and L.marked then \
+             members[#members + 1] = MARKER L.marked = false end",
         ),
         // holds of no real cost,
         (

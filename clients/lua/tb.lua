@@ -1809,8 +1809,8 @@ local function library()
             if n == 0 then
                 return L
             end
-            local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
-            L.marked = first[1] == MARKER and tonumber(first[2]) == -1
+            -- store_lease.rs has_marker: the marker at its score, looked up by member.
+            L.marked = tonumber(rcall('ZSCORE', key, MARKER)) == -1
             if not L.marked then
                 if n > MAX_LIMIT then
                     M.fail(M.errors().not_leases)
@@ -1867,7 +1867,8 @@ local function library()
             end
         end
 
-        -- LeaseKey::remove: the expired leases and `extra`, and the marker with the last lease.
+        -- LeaseKey::remove: the expired leases and `extra`. The marker stays when the last
+        -- lease goes: the key, then the marker alone, lives out its TTL, as the module's does.
         function M.lease_remove(L, expired, extra)
             local members = {}
             for i = 1, #expired do
@@ -1881,10 +1882,6 @@ local function library()
             end
             local left = L.count - #members
             L.count = left > 0 and left or 0
-            if L.count == 0 and L.marked then
-                members[#members + 1] = MARKER
-                L.marked = false
-            end
             for i = 1, #members, CHUNK do
                 local stop = i + CHUNK - 1
                 rcall('ZREM', L.key, unpack(members, i, stop < #members and stop or #members))
