@@ -24,6 +24,9 @@ How a framework adapter uses it
 - ``route``: ``"METHOD /template"`` of the matched route (never the raw path), or
   None when no route matched (then only policies without ``routes`` apply; an
   adapter usually skips unmatched requests altogether, as the ASGI middleware does).
+- ``scope=Scope(exclude=..., limit_unmatched=..., refund_on=...)`` (SPEC L1, F2):
+  excluded and unmatched requests are not limited (``not_limited``, nothing sent),
+  and ``decision.finish(status)`` refunds after a listed status.
 - ``peer``: the TCP peer address (``scope["client"][0]``, ``META["REMOTE_ADDR"]``),
   None when unknown. ``headers``: a function of a lower-case header name returning
   all of that header's values, in order. Both feed the default identity
@@ -33,7 +36,8 @@ How a framework adapter uses it
 - Sync path: key/limit/cost/tier/hash_tag functions must be plain functions (an
   awaitable raises TypeError). Async path: they may be either.
 - Refund: ``await decision.refund()`` (async path) / ``decision.refund_sync()``
-  (sync path), by the handler, or by the adapter's ``refund_on`` after the response.
+  (sync path), by the handler, or after the response by the scope's ``refund_on``
+  (``finish(status)``) or the adapter's.
 - Startup: ``await limiter.startup()`` / ``limiter.startup()`` (sync), which raise
   :class:`StartupError` (one line, SPEC U1-U3) without the module, without the
   permission to run COMMAND INFO, with Redis unreachable (unless
@@ -86,6 +90,7 @@ from .metrics import Metrics
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
 from .startup import start as _start
 from .startup import start_sync as _start_sync
+from .scope import Scope
 from .replies import (
     AcquireValues,
     Bucket,
@@ -480,12 +485,10 @@ class BaseLimiter(LeaseRules, HoldRules):
         keys = self.keys
         plain_heads, route_heads = keys._plain, keys._heads
         for p in policies:
-            matched = route
             if p.routes is not None and (route is None or route not in p.routes):
-                if not p.any_method:
-                    continue
-                matched = p.matched_route(route)  # SPEC K5: "* <template>"
-                if matched is None:
+                # SPEC K5: "* <template>" matches every method (the key names the
+                # request's own: `route`)
+                if not p.any_method or p.matched_route(route) is None:
                     continue
             keyfunc = p.key
             if keyfunc is None or type(keyfunc) is ClientIpKey:
@@ -536,7 +539,7 @@ class BaseLimiter(LeaseRules, HoldRules):
                         return _Early(Outcome.INVALID_INPUT, p.name)
                 if p.kind != _BUCKET or p.settle_later:
                     mixed = True
-                    per_route = matched if p.per_route else None
+                    per_route = route if p.per_route else None
                     key = keys.key(p.name, identity, route=per_route, tag=tag or None)
                     if p.settle_later:  # SPEC G1: resolved now, charged by the handler's hold
                         plans.append(_SpecialPlan(p, key, limit.capacity, limit.rate, 0, False, _SETTLE))
@@ -563,7 +566,7 @@ class BaseLimiter(LeaseRules, HoldRules):
                     plans.append(plan)
                     continue
                 capacity, rate = limit.capacity, limit.rate
-            per_route = matched if p.per_route else None
+            per_route = route if p.per_route else None
             if tag:
                 key = keys.key(p.name, identity, route=per_route, tag=tag)
             else:  # SPEC K1-K3, the head of each (policy, route) built once
@@ -958,8 +961,12 @@ class BaseLimiter(LeaseRules, HoldRules):
                 call.append(pl)
         return call, holdable, self._special(call)
 
-    def _own(self, d: Decision, holdable: dict[str, tuple[str, float, float]]) -> Decision:
+    def _own(
+        self, d: Decision, holdable: dict[str, tuple[str, float, float]], scope: Scope | None = None
+    ) -> Decision:
         d._limiter = self
+        if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
+            d._scope = scope
         if holdable:
             d._holdable = holdable
         return d
@@ -1027,16 +1034,23 @@ class RateLimiter(BaseLimiter):
         *,
         peer: str | None = _NO_PEER,
         headers: HeaderGetter | None = None,
+        scope: Scope | None = None,
     ) -> Decision:
         """Charge ``request`` on every applicable policy in one call.
 
         ``route`` is ``"METHOD /template"`` (None: matched no route). ``peer`` and
         ``headers`` feed the default identity and header keys (see the module
-        docstring); left out, they are read from a Starlette ``request``.
+        docstring); left out, they are read from a Starlette ``request``. ``scope``
+        (a :class:`Scope`): the request is not limited when its route is excluded or
+        matched none (SPEC L1), and :meth:`Decision.finish` with the handler's status
+        refunds it as ``refund_on`` says (F2); None (the default): every request is in
+        scope, a request that matched no route limited by the policies without routes.
         """
+        if scope is not None and scope.skips(route):  # SPEC L1
+            return self._own(Decision(Outcome.NOT_LIMITED, True), _NO_HOLDS)
         plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
         if type(plans) is _Early:  # SPEC I2, L3: decided while planning
-            return self._own(self._early(plans), _NO_HOLDS)
+            return self._own(self._early(plans), _NO_HOLDS, scope)
         holdable = _NO_HOLDS
         call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
         if type(plans) is _Mixed:
@@ -1044,7 +1058,7 @@ class RateLimiter(BaseLimiter):
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
-            return self._own(early, holdable)
+            return self._own(early, holdable, scope)
         try:
             command = self._command(plans, call)
             what = call[0]
@@ -1060,11 +1074,14 @@ class RateLimiter(BaseLimiter):
                         reader = self._readers[len(plans)] = mtake_reader(len(plans))
                 values = await _bounded(self.client.call_packed(command, reader), self.timeout)
             except _STORE_ERRORS as exc:
-                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable)
+                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable, scope)
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._after_reply(plans, values, started, holdable)
+            d = self._after_reply(plans, values, started, holdable)
+            if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
+                d._scope = scope
+            return d
         finally:
             if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
                 self._probes_done(probes)
@@ -1200,11 +1217,14 @@ class SyncRateLimiter(BaseLimiter):
         *,
         peer: str | None = _NO_PEER,
         headers: HeaderGetter | None = None,
+        scope: Scope | None = None,
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
+        if scope is not None and scope.skips(route):  # SPEC L1
+            return self._own(Decision(Outcome.NOT_LIMITED, True), _NO_HOLDS)
         plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
         if type(plans) is _Early:  # SPEC I2, L3: decided while planning
-            return self._own(self._early(plans), _NO_HOLDS)
+            return self._own(self._early(plans), _NO_HOLDS, scope)
         holdable = _NO_HOLDS
         call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
         if type(plans) is _Mixed:
@@ -1212,7 +1232,7 @@ class SyncRateLimiter(BaseLimiter):
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
-            return self._own(early, holdable)
+            return self._own(early, holdable, scope)
         try:
             command = self._command(plans, call)
             what = call[0]
@@ -1225,11 +1245,14 @@ class SyncRateLimiter(BaseLimiter):
                 else:
                     values = take_values(raw) if len(plans) == 1 else mtake_values(raw, len(plans))
             except _STORE_ERRORS as exc:
-                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable)
+                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable, scope)
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._after_reply(plans, values, started, holdable)
+            d = self._after_reply(plans, values, started, holdable)
+            if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
+                d._scope = scope
+            return d
         finally:
             if probes:  # refused: the reply renewed the entries; else they go
                 self._probes_done(probes)
