@@ -65,11 +65,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import re
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast, final
 
 import redis
@@ -80,17 +78,19 @@ from .address import ClientIpConfig, HeaderGetter
 from .breaker import CALL, PROBE, SKIP, Breaker
 from .cluster import CrossSlot, is_crossslot
 from .client import AsyncClient, Client
+from .clock import Clock, SystemClock
 from .decision import _NO_HOLDS, Decision, Lease, Outcome, PolicyResult
 from .hold import Hold, HoldRules, Settlement
 from .lease import LeaseRules
 from .deny_cache import DenyCache, DenyEntry
 from .headers import Response, decision_headers, respond
-from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, is_plain
+from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, check_prefix, is_plain
 from .metrics import Metrics
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
 from .startup import start as _start
 from .startup import start_sync as _start_sync
 from .scope import Scope
+from .stats import LimiterStats
 from .replies import (
     AcquireValues,
     Bucket,
@@ -123,32 +123,6 @@ _NO_PEER: Any = object()
 _new_tuple = tuple.__new__
 
 
-class Clock:
-    """The limiter's time source (SPEC T1): ``monotonic()`` seconds for the deny cache
-    (R) and the breaker (B), ``time()`` epoch seconds for ``X-RateLimit-Reset`` (H4).
-    Tests pass their own."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-
-#: the default clock
-SystemClock = Clock
-
-_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
-
-
-def check_prefix(prefix: object) -> str:
-    """SPEC C4: a key prefix matches ``[A-Za-z0-9_.:-]{1,64}`` (no braces, spaces or
-    control bytes)."""
-    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-        raise ValueError(f"prefix must match [A-Za-z0-9_.:-]{{1,64}}, got {prefix!r}")
-    return prefix
-
-
 # what the breaker lets a call do (SPEC B2, B3)
 _SKIP, _CALL, _PROBE = SKIP, CALL, PROBE
 
@@ -178,44 +152,6 @@ _STORE_ERRORS: tuple[type[BaseException], ...] = (
     UnexpectedReplyError,
     *_CONNECTION_ERRORS,
 )
-
-
-@dataclass
-class LimiterStats:
-    """Counters an app can export (e.g. to Prometheus)."""
-
-    #: requests checked against Redis (or meant to be)
-    checks: int = 0
-    #: requests Redis admitted (their tokens were taken); a request that only shadow
-    #: policies refused goes on uncharged and is counted in ``shadow_limited`` instead
-    allowed: int = 0
-    #: requests refused (429) by Redis or by the deny cache
-    limited: int = 0
-    #: Redis calls that failed: connection errors, timeouts, error replies
-    store_errors: int = 0
-    #: requests decided by the failure mode (store errors + cool-down skips)
-    degraded: int = 0
-    refunds: int = 0
-    refund_errors: int = 0
-    #: requests that a shadow policy refused (they went on, uncharged, unless an enforced
-    #: one refused too)
-    shadow_limited: int = 0
-    #: requests refused by the local deny cache (also counted in ``limited``)
-    deny_cache_hits: int = 0
-    #: requests whose cost or limit function gave a value out of range (SPEC L3)
-    invalid_inputs: int = 0
-    #: leases this process holds now (SPEC M2: up at a grant, down when it ends, N4)
-    leases_in_flight: int = 0
-    #: leases that ended without a release (a TB.RELEASE or TB.RENEW answered 0, M2)
-    leases_expired: int = 0
-    #: requests ended at their in-flight policy's max_duration (SPEC N7, M2)
-    leases_timed_out: int = 0
-    #: holds taken (TB.HOLD granted, SPEC G1)
-    holds: int = 0
-    #: holds whose renewal answered 0 (SPEC G5, M2)
-    holds_lost: int = 0
-    #: holds settled (TB.SETTLE answered 1, G3)
-    settlements: int = 0
 
 
 _BUCKET, _WINDOW, _IN_FLIGHT, _SETTLE = "bucket", "window", "in_flight", "settle_later"
