@@ -62,46 +62,39 @@ The rules are clients/SPEC.md's (cited by number below). Failure handling (B1-B5
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import sys
 import threading
 import time
-from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar, cast
+from typing import Any, Callable, Literal, Sequence, TypeVar, cast
 
 import redis
 import redis.asyncio
 import redis.exceptions
 
 from .address import ClientIpConfig, HeaderGetter
-from .breaker import CALL, PROBE, SKIP, Breaker
-from .cluster import CrossSlot, is_crossslot
+from .breaker import Breaker
 from .client import AsyncClient, Client
 from .clock import Clock, SystemClock
-from .decision import _NO_HOLDS, Decision, Lease, Outcome, PolicyResult
+from .decide import Deciding
+from .decision import _NO_HOLDS, Decision, Outcome, PolicyResult
 from .hold import Hold, HoldRules, Settlement
 from .lease import LeaseRules
 from .deny_cache import DenyCache, DenyEntry
 from .headers import Response, decision_headers, respond
 from .keys import KeyBuilder, check_prefix
 from .metrics import Metrics
-from .plan import (
-    _BUCKET, _IN_FLIGHT, _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _Plan,
-    _resolved, _resolved_sync,
-)
+from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _Plan, _resolved, _resolved_sync
 from .policy import Policy
 from .startup import start as _start
 from .startup import start_sync as _start_sync
+from .refund import RefundRules
 from .scope import Scope
+from .store_call import _PROBE, _SKIP, _STORE_ERRORS, _bounded
 from .stats import LimiterStats
 from .replies import (
     AcquireValues,
-    Bucket,
-    UnexpectedReplyError,
     acquire_reader,
     acquire_values,
-    encode_arg,
-    packed,
     read_resp,
     mtake_reader,
     mtake_values,
@@ -118,43 +111,11 @@ T = TypeVar("T")
 #: (status, headers, body) of a refusal: 429 or 503 with a problem+json body.
 Rejection = tuple[int, list[tuple[str, str]], bytes]
 
-#: ``tuple.__new__``: ``_new_tuple(PolicyResult, fields)`` is ``PolicyResult(*fields)``
-#: without the named tuple's Python-level ``__new__`` (which calls just this)
-_new_tuple = tuple.__new__
 
 
-# what the breaker lets a call do (SPEC B2, B3)
-_SKIP, _CALL, _PROBE = SKIP, CALL, PROBE
 
 
-if sys.version_info >= (3, 11):  # the version checked once, not on every call
-
-    async def _bounded(call: Awaitable[T], seconds: float) -> T:
-        """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
-        async with asyncio.timeout(seconds):  # no extra task per call, unlike wait_for
-            return await call
-
-else:  # pragma: no cover
-
-    async def _bounded(call: Awaitable[T], seconds: float) -> T:
-        """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
-        return await asyncio.wait_for(call, seconds)
-
-
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    asyncio.TimeoutError,
-    OSError,
-)
-_STORE_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.RedisError,
-    UnexpectedReplyError,
-    *_CONNECTION_ERRORS,
-)
-
-
-class BaseLimiter(Planner, LeaseRules, HoldRules):
+class BaseLimiter(Planner, Deciding, RefundRules, LeaseRules, HoldRules):
     """Everything both paths share: configuration, plans, decisions, failure mode,
     breaker, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
     :class:`SyncRateLimiter` add the Redis calls.
@@ -276,21 +237,6 @@ class BaseLimiter(Planner, LeaseRules, HoldRules):
 
     # -- shared by both paths --------------------------------------------------
 
-    def _early(self, early: _Early) -> Decision:
-        """A request decided while planning (SPEC I2, L3): nothing sent to Redis,
-        never admitted."""
-        self.stats.checks += 1
-        if early.outcome is Outcome.INVALID_INPUT:
-            self.stats.invalid_inputs += 1
-            if self.metrics is not None:
-                self.metrics.invalid_input(early.culprit)
-            self._log_once(
-                self._invalid_log, early.culprit,
-                "redis-tb: policy '%s' got an invalid cost or limit from the application; "
-                "answered 500 (%d since the last line)",
-            )
-        return Decision(early.outcome, False, culprit=early.culprit)
-
     def _log_once(self, book: dict[str, tuple[float, int]], name: str, message: str) -> None:
         """``message % (name, count)`` at most once a second per name (SPEC L3, S2)."""
         now = self._mono()
@@ -301,151 +247,7 @@ class BaseLimiter(Planner, LeaseRules, HoldRules):
         self.log.warning(message, name, unlogged + 1)
         book[name] = (now, 0)
 
-    def _before_call(
-        self, plans: list[_Plan], probes: list[tuple[str, DenyEntry]]
-    ) -> tuple[Decision | None, int]:
-        """A decision made without Redis (nothing applies, a cached refusal, the
-        breaker open), or None and what the breaker allows (a call or the probe). The
-        deny-cache entries this request probes are appended to ``probes``: pass them
-        to :meth:`_probes_done` once it is over."""
-        if not plans:
-            return Decision(Outcome.NOT_LIMITED, True), _SKIP  # SPEC L4
-        self.stats.checks += 1
-        if self.deny_cache is not None:
-            hit = self._cached_refusal(plans, self.deny_cache, probes)
-            if hit is not None:
-                return hit, _SKIP
-        breaker = self.breaker  # SPEC B2, B3: a closed breaker (the hot path) allows the call
-        way = _CALL if breaker.open_until == 0.0 else breaker.acquire()
-        if way == _SKIP:
-            self._probes_done(probes, keep=True)  # SPEC R6: the claim is given back
-            return self._degraded(None), _SKIP
-        return None, way
-
-    def _acquire(self) -> int:
-        return self.breaker.acquire()
-
-    def _probe_over(self) -> None:
-        self.breaker.probe_over()
-
-    def _cached_refusal(
-        self, plans: list[_Plan], cache: DenyCache, probes: list[tuple[str, DenyEntry]]
-    ) -> Decision | None:
-        if self.shadow:
-            return None
-        now = self._cache_now()
-        stale_after = 2 * self.timeout
-        hits: list[PolicyResult] = []
-        for pl in plans:
-            if pl.shadow or pl.kind == _IN_FLIGHT:  # SPEC R10: in-flight refusals are never cached
-                continue
-            assert pl.rate is not None
-            e, probe = cache.claim(pl.key, pl.capacity, pl.rate, pl.cost, now, stale_after)
-            if probe is not None:
-                probes.append((pl.key, probe))
-            elif e is not None:
-                # while another request probes Redis, deny-until has passed: retry_after 0
-                hits.append(pl.result(False, 0.0, max(0.0, e.deny_until - now), max(0.0, e.reset_at - now)))
-        if not hits:
-            return None
-        # refused locally after all: the entries claimed above were not probed
-        self._probes_done(probes, keep=True)
-        self.stats.limited += 1
-        self.stats.deny_cache_hits += 1
-        m = self.metrics
-        if m is not None:
-            for r in hits:
-                m.limited(r.name)
-                m.deny_cache_hit(r.name)
-        return Decision(Outcome.LIMITED, False, tuple(hits), from_cache=True)
-
-    def _probes_done(self, probes: list[tuple[str, DenyEntry]], *, keep: bool = False) -> None:
-        """The probes of one request are over: the entries a refusal renewed stay,
-        the others go (admitted, store error, cancelled), or with ``keep`` (never
-        sent) go back unmarked."""
-        cache = self.deny_cache
-        if cache is not None:
-            for key, marked in probes:
-                cache.end_probe(key, marked, keep=keep)
-        probes.clear()
-
-    def _command(self, plans: list[_Plan], special_call: tuple[str, _Plan | None] | None = None) -> bytes:
-        """SPEC L4: TB.TAKE for one plan, else TB.MTAKE in policy order, RESP-encoded;
-        each shape's numbers encoded once. A window plan is TB.WINDOW (W2); an
-        in-flight plan makes it TB.ACQUIRE, with TAKE and the buckets in policy order
-        when there are any (N2). ``special_call``: :meth:`_special`'s answer when the
-        caller has it (None: worked out here)."""
-        what, special = self._special(plans) if special_call is None else special_call
-        if special is not None:
-            if what == "TB.WINDOW":
-                now = None if self.redis_now is None else self.redis_now()
-                assert special.window is not None
-                args: list[Any] = ["TB.WINDOW", special.key, special.capacity, special.window, special.cost]
-                if now is not None:
-                    args.append(now)
-                args.append("FIXED" if special.mode == "fixed" else "SLIDING")
-                return packed(*args)
-            buckets = [pl for pl in plans if pl is not special]
-            args = ["TB.ACQUIRE", special.key, int(special.capacity), special.lease_ms]
-            if buckets:  # no now: TB.ACQUIRE is on the server's clock
-                args += ["TAKE", len(buckets)]
-                args += [pl.key for pl in buckets]
-                for pl in buckets:
-                    assert pl.rate is not None
-                    args += [pl.capacity, pl.rate, pl.cost]
-            return packed(*args)
-        now = None if self.redis_now is None else self.redis_now()
-        n = len(plans)
-        shapes = self._shapes
-        if n == 1:
-            parts = [b"*%d\r\n$7\r\nTB.TAKE\r\n" % (5 + (now is not None))]
-        else:
-            parts = [b"*%d\r\n$8\r\nTB.MTAKE\r\n" % (2 + 4 * n + (now is not None)), encode_arg(n)]
-        for pl in plans:
-            key = pl.key.encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(key), key))
-        for pl in plans:
-            assert pl.rate is not None  # buckets only here
-            shape = (pl.capacity, pl.rate, pl.cost)
-            enc = shapes.get(shape)
-            if enc is None:
-                if len(shapes) >= 4096:  # per-request limits or costs: keep it bounded
-                    shapes.clear()
-                enc = shapes[shape] = encode_arg(pl.capacity) + encode_arg(pl.rate) + encode_arg(pl.cost)
-            parts.append(enc)
-        if now is not None:
-            parts.append(encode_arg(now))
-        return b"".join(parts)
-
-    def _after_error(
-        self, exc: BaseException, started: float | None, n: int = 2, what: str = "", plans: Sequence[_Plan] = (),
-    ) -> Decision:
-        if self.metrics is not None and started is not None:
-            self.metrics.redis_call(time.perf_counter() - started)
-        if plans and is_crossslot(exc):  # SPEC K6, L5: a configuration error, not a store error
-            return self._misrouted(exc, plans)
-        self._failed(exc, what or ("TB.TAKE" if n == 1 else "TB.MTAKE"))
-        return self._degraded(exc)
-
-    def _misrouted(self, exc: BaseException, plans: Sequence[_Plan]) -> Decision:
-        """SPEC K6: Redis Cluster refused the call (CROSSSLOT): a 500 naming its
-        policies, nothing admitted (never the failure mode), counted in
-        ``invalid_inputs`` (not ``store_errors``), the breaker untouched, one line a
-        second per limiter."""
-        names = tuple(pl.policy.name for pl in plans)
-        self.stats.invalid_inputs += 1
-        if self.metrics is not None:
-            for name in names:
-                self.metrics.invalid_input(name)
-        self._log_once(
-            self._cluster_log, self.name,
-            "redis-tb: limiter '%s': Redis Cluster refused a call of policies " + ", ".join(f"'{n}'" for n in names)
-            + " (CROSSSLOT: their keys are in different slots); answered 500: give the limiter a hash tag "
-            "(%d since the last line)",
-        )
-        error = CrossSlot(names)
-        error.__cause__ = exc
-        return Decision(Outcome.INVALID_INPUT, False, error=error)
+    # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
 
     def _after_reply(
         self, plans: list[_Plan], values: Any, started: float, holdable: dict[str, tuple[str, float, float]]
@@ -464,168 +266,6 @@ class BaseLimiter(Planner, LeaseRules, HoldRules):
         if holdable:
             d._holdable = holdable
         return d
-
-    def _acquired(self, plans: list[_Plan], v: AcquireValues) -> Decision:
-        """SPEC N3: TB.ACQUIRE's reply as the policies' results, in policy order, and
-        the lease when granted."""
-        per_key: list[tuple[bool, float, float, float]] = []
-        buckets = iter(v.buckets)
-        slot: _Plan | None = None
-        for pl in plans:
-            if pl.kind == _IN_FLIGHT:
-                slot = pl
-                free = v.granted or v.in_flight < pl.capacity  # refused by a bucket only: the slot was free
-                wait = 0.0 if v.granted else v.ms / 1000
-                per_key.append((free, max(0.0, pl.capacity - v.in_flight), wait, wait))
-            else:
-                per_key.append(next(buckets))
-        d = self._decision(plans, v.granted, per_key)
-        if v.granted and v.id is not None and slot is not None:
-            d.lease = Lease(slot.key, v.id, slot.policy.name)
-            self._lease_granted(d, slot.lease_ms, slot.max_duration_ms)  # SPEC N6, N7, M2
-        return d
-
-    def _decision(
-        self, plans: list[_Plan], allowed: bool, per_key: list[tuple[bool, float, float, float]]
-    ) -> Decision:
-        # _Plan.result, inline, each result made as the named tuple's own __new__ makes
-        # it (all its fields given): two Python calls fewer per policy on every request
-        results = tuple([
-            _new_tuple(PolicyResult, (
-                pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, r[0], r[1], r[2], r[3], pl.shadow,
-                pl.kind, pl.window,
-            ))
-            for pl, r in zip(plans, per_key)
-        ])
-        m = self.metrics
-        if allowed:
-            self.stats.allowed += 1
-            if m is not None:
-                for r in results:
-                    m.allowed(r.name)
-            cache = self.deny_cache
-            if cache is not None:
-                self._cache_spent(cache, results)
-            return self._charged(results)
-        shadowed = tuple(r.name for r in results if not r.allowed and r.shadow)
-        if shadowed:
-            self._shadow_refused(shadowed)
-        violated = [r for r in results if not r.allowed and not r.shadow]
-        if violated:
-            self.stats.limited += 1
-            if m is not None:
-                for r in violated:
-                    m.limited(r.name)
-            cache = self.deny_cache
-            if cache is not None:  # SPEC R1 (never an in-flight refusal, R10)
-                now = self._cache_now()
-                for r in violated:
-                    if r.rate is not None and r.kind != _IN_FLIGHT:
-                        cache.add(r.key, r.capacity, r.rate, r.cost, r.retry_after, r.reset_after, now)
-            return Decision(Outcome.LIMITED, False, results, shadow_limited=shadowed)
-        # SPEC S2: only shadow policies refused: the request goes on, uncharged (all or
-        # nothing), so it is not counted in ``allowed``: nothing was taken.
-        return Decision(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
-
-    def _cache_spent(self, cache: DenyCache, results: tuple[PolicyResult, ...]) -> None:
-        """SPEC R5: Redis admitted (and charged) this request: each enforced bucket it
-        left with fewer tokens than this request's cost refuses that cost for
-        ``(cost - remaining) / rate`` s, exactly what Redis would answer until then
-        (absent refunds)."""
-        now = self._cache_now()
-        for r in results:  # buckets only (SPEC R10, W3); most have tokens left: that test first
-            if r.remaining < r.cost and not r.shadow and r.kind == _BUCKET and r.cost > 0 and r.rate:
-                cache.add(r.key, r.capacity, r.rate, r.cost, (r.cost - r.remaining) / r.rate, r.reset_after, now)
-
-    def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
-        raise NotImplementedError
-
-    def _shadow_refused(self, names: tuple[str, ...]) -> None:
-        self.stats.shadow_limited += 1
-        if self.metrics is not None:
-            for name in names:
-                self.metrics.shadow_limited(name)
-        for name in names:  # SPEC S2: logged at most once a second per policy
-            self._log_once(
-                self._shadow_log, name,
-                "redis-tb: shadow policy '%s' would have limited a request (%d since the last line)",
-            )
-
-    def _degraded(self, error: BaseException | None) -> Decision:
-        self.stats.degraded += 1
-        if self.metrics is not None:
-            self.metrics.degraded()
-        return Decision(Outcome.STORE_ERROR, self.fail_open, error=error)
-
-    def _failed(self, exc: BaseException, what: str = "TB.MTAKE") -> None:
-        self.stats.store_errors += 1
-        if self.metrics is not None:
-            self.metrics.store_error()
-        unknown = isinstance(exc, redis.exceptions.ResponseError) and "unknown command" in str(exc).lower()
-        server_wide = unknown or not isinstance(exc, (redis.exceptions.ResponseError, UnexpectedReplyError))
-        now = self._mono()
-        if server_wide:  # SPEC B1: a connection error or a timeout opens the breaker
-            self.breaker.open()
-        if now - self._last_log < 1.0:  # SPEC B5
-            self._unlogged += 1
-            return
-        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, (asyncio.TimeoutError, redis.exceptions.TimeoutError)):
-            reason = f"no answer within {self.timeout * 1000:g} ms"
-        if unknown:
-            reason += " (is the redis-tb module loaded?)"
-        self.log.warning(
-            "redis-tb: %s on %s failed (%s); failing %s%s; store errors so far: %d%s",
-            what,
-            self.client.server,
-            reason,
-            "open: requests pass unlimited" if self.fail_open else "closed: requests get 503",
-            f", Redis skipped for {self.cooldown:g} s" if server_wide else "",
-            self.stats.store_errors,
-            f" ({self._unlogged} not logged)" if self._unlogged else "",
-        )
-        self._last_log = now
-        self._unlogged = 0
-
-    def _refund_buckets(self, decision: Decision) -> tuple[list[Bucket], int] | None:
-        """SPEC F1, B2, B3: the buckets to refund and the breaker's answer, or None
-        (nothing charged, or the breaker open: counted in ``refund_errors``)."""
-        # SPEC F3: the bucket policies only (never a window or an in-flight policy)
-        buckets = [
-            Bucket(r.key, r.capacity, r.rate, r.cost)
-            for r in decision.results if r.cost > 0 and r.kind == _BUCKET and r.rate is not None
-        ]
-        if not buckets:
-            return None
-        way = self._acquire()
-        if way == _SKIP:
-            self.stats.refund_errors += 1
-            return None
-        return buckets, way
-
-    def _refund_failed(self, exc: BaseException, started: float) -> bool:
-        if self.metrics is not None:
-            self.metrics.redis_call(time.perf_counter() - started)
-        self.stats.refund_errors += 1
-        self._failed(exc, "TB.REFUND")
-        return False
-
-    def _refunded(self, decision: Decision, started: float) -> bool:
-        self.breaker.succeeded()  # SPEC B3: a refund may be the probe; success closes
-        self.stats.refunds += 1
-        m = self.metrics
-        if m is not None:
-            m.redis_call(time.perf_counter() - started)
-        cache = self.deny_cache
-        for r in decision.results:
-            if r.cost > 0 and r.kind == _BUCKET:
-                if m is not None:
-                    m.refunded(r.name)
-                if cache is not None:  # SPEC R8
-                    cache.discard(r.key)
-        return True
-
-    # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
 
     def _own(
         self, d: Decision, holdable: dict[str, tuple[str, float, float]], scope: Scope | None = None
