@@ -6,7 +6,11 @@ under WSGI, any threaded server) that share every rule; only the Redis call diff
 How a framework adapter uses it
 -------------------------------
 :class:`BaseLimiter` holds every rule; :class:`RateLimiter` (``redis.asyncio``) and
-:class:`SyncRateLimiter` (``redis``) only add the Redis call::
+:class:`SyncRateLimiter` (``redis``) only add the Redis call. The rules are mixins in
+files named after the SPEC's sections: ``plan.py`` (L, K, I: the plan of a request),
+``store_call.py`` (L4, L5, B: the call and its failure mode), ``decide.py`` (D, R, S:
+the decision of a reply), ``refund.py`` (F), ``headers.py`` (H, P), ``lease.py`` (N)
+and ``hold.py`` (G); ``scope.py`` is L1 and F2's :class:`Scope`::
 
     limiter = RateLimiter(AsyncClient.from_url(url))      # ASGI, Django async views
     limiter = SyncRateLimiter(Client.from_url(url))       # Django under WSGI, threads
@@ -80,7 +84,7 @@ from .decision import _NO_HOLDS, Decision, Outcome, PolicyResult
 from .hold import Hold, HoldRules, Settlement
 from .lease import LeaseRules
 from .deny_cache import DenyCache, DenyEntry
-from .headers import Response, decision_headers, respond
+from .headers import Answering, Rejection
 from .keys import KeyBuilder, check_prefix
 from .metrics import Metrics
 from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _Plan, _resolved, _resolved_sync
@@ -108,14 +112,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-#: (status, headers, body) of a refusal: 429 or 503 with a problem+json body.
-Rejection = tuple[int, list[tuple[str, str]], bytes]
 
 
 
 
 
-class BaseLimiter(Planner, Deciding, RefundRules, LeaseRules, HoldRules):
+class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRules):
     """Everything both paths share: configuration, plans, decisions, failure mode,
     breaker, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
     :class:`SyncRateLimiter` add the Redis calls.
@@ -235,18 +237,6 @@ class BaseLimiter(Planner, Deciding, RefundRules, LeaseRules, HoldRules):
         """The bucket key of ``identity`` under ``policy`` (SPEC K1-K4)."""
         return self.keys.key(policy, identity, route=route, tag=tag)
 
-    # -- shared by both paths --------------------------------------------------
-
-    def _log_once(self, book: dict[str, tuple[float, int]], name: str, message: str) -> None:
-        """``message % (name, count)`` at most once a second per name (SPEC L3, S2)."""
-        now = self._mono()
-        last, unlogged = book.get(name, (float("-inf"), 0))
-        if now - last < 1.0:
-            book[name] = (last, unlogged + 1)
-            return
-        self.log.warning(message, name, unlogged + 1)
-        book[name] = (now, 0)
-
     # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
 
     def _after_reply(
@@ -276,33 +266,6 @@ class BaseLimiter(Planner, Deciding, RefundRules, LeaseRules, HoldRules):
         if holdable:
             d._holdable = holdable
         return d
-
-    # -- answering -------------------------------------------------------------
-
-    def headers(self, decision: Decision) -> list[tuple[str, str]]:
-        """The rate-limit headers of a decision (shadow policies left out)."""
-        return decision_headers(
-            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
-            now_unix=self._wall() if self.legacy_headers else None,
-        )
-
-    def response(self, decision: Decision) -> Response:
-        """``(status, headers, body)`` of a decision: 200 with the rate-limit headers
-        and no body when the request goes on, else the refusal (429, 503, 400, 500)
-        with its problem body (``Content-Type`` included). SPEC H, P."""
-        return respond(
-            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
-            now_unix=self._wall() if self.legacy_headers else None,
-        )
-
-    def rejection(self, decision: Decision) -> Rejection | None:
-        """None when the request goes on; else ``(status, headers, body)`` of the
-        refusal (429, 503, 400 or 500), body ``application/problem+json``."""
-        status, hs, body = self.response(decision)
-        if body is None:
-            return None
-        return status, hs, body
-
 
 class RateLimiter(BaseLimiter):
     """Checks a request against policies in one call (TB.TAKE or TB.MTAKE), all or

@@ -83,8 +83,6 @@ class StoreCall:
         _unlogged: int
         _cluster_log: dict[str, tuple[float, int]]
 
-        def _log_once(self, book: dict[str, tuple[float, int]], name: str, message: str) -> None: ...
-
         def _special(self, plans: list[_Plan]) -> tuple[str, _Plan | None]: ...
 
     def _acquire(self) -> int:
@@ -206,3 +204,13 @@ class StoreCall:
         )
         self._last_log = now
         self._unlogged = 0
+
+    def _log_once(self, book: dict[str, tuple[float, int]], name: str, message: str) -> None:
+        """``message % (name, count)`` at most once a second per name (SPEC L3, S2)."""
+        now = self._mono()
+        last, unlogged = book.get(name, (float("-inf"), 0))
+        if now - last < 1.0:
+            book[name] = (last, unlogged + 1)
+            return
+        self.log.warning(message, name, unlogged + 1)
+        book[name] = (now, 0)
