@@ -233,15 +233,15 @@ async def test_startup_without_permission_for_command_info_is_one_clear_line(red
         admin.close()
 
 
-async def test_an_any_method_route_matches_every_method_with_one_bucket(limiter: RateLimiter) -> None:
+async def test_an_any_method_route_matches_every_method_with_a_bucket_each(limiter: RateLimiter) -> None:
     """SPEC K5: ``* <template>`` matches every method; per route, its key names the
-    ``*`` route, so GET and POST share one bucket."""
+    request's own method and the template (lim-074), so GET and POST have a bucket each."""
     p = per_minute("items", 5, routes=["* /items/{id}"], per_route=True)
     keys = []
     for method in ("GET", "POST", "DELETE"):
         d = await limiter.check(request(), [p], route=f"{method} /items/{{id}}")
         assert d.outcome is Outcome.ALLOWED
         keys.append(d.results[0].key)
-    assert keys == ["rl:items@*%20/items/%7Bid%7D:203.0.113.7"] * 3
-    assert d.results[0].remaining == pytest.approx(2, abs=0.01)
+    assert keys == [f"rl:items@{m}%20/items/%7Bid%7D:203.0.113.7" for m in ("GET", "POST", "DELETE")]
+    assert d.results[0].remaining == pytest.approx(4, abs=0.01)
     assert (await limiter.check(request(), [p], route="GET /other")).outcome is Outcome.NOT_LIMITED

@@ -17,6 +17,7 @@ from .keys import Key
 from .limiter import BaseLimiter, Clock, LimiterStats, RateLimiter, SyncRateLimiter
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, per_day, per_hour, per_minute, per_second, tiered
 from .replies import Bucket, MultiReply, Reply, UnexpectedReplyError
+from .scope import Scope
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -51,6 +52,7 @@ __all__ = [
     "PolicyResult",
     "RateLimitMiddleware",
     "RateLimiter",
+    "Scope",
     "SyncRateLimiter",
     "Reply",
     "UnexpectedReplyError",

@@ -21,8 +21,9 @@ from .client import StartupError
 from .decision import Decision, Hold
 from .keys import ClientIpKey, FixedKey, HeaderKey
 from .limiter import BaseLimiter, RateLimiter
-from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, check_policy_names, route_set
+from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, check_policy_names
 from .renewal import AsyncTimers
+from .scope import Scope as LimitScope
 
 __all__ = ["HoldRefused", "RateLimitMiddleware", "hold_rejection", "route_template"]
 
@@ -144,11 +145,8 @@ class RateLimitMiddleware:
         self.limiter = limiter
         self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10, C11
         limiter.register_policies(self.policies)  # startup's cluster check (U3)
-        self.limit_unmatched = limit_unmatched
-        self.exclude = frozenset(route_set(exclude) or ())
-        self._refund_on: Callable[[int], bool] = (
-            refund_on if callable(refund_on) else frozenset(refund_on).__contains__
-        )
+        #: SPEC L1, F2: which requests are limited, and which answers refund them
+        self.limit_scope = LimitScope(exclude=exclude, limit_unmatched=limit_unmatched, refund_on=refund_on)
         # A Starlette Request is built only for user functions (key/limit/cost/tier,
         # hash_tag); the default identity reads the peer and headers off the scope.
         self._needs_request = limiter.hash_tag is not None or any(
@@ -167,10 +165,7 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send)
             return
         route = route_template(scope)
-        if (route is None and not self.limit_unmatched) or (
-            route is not None and self.exclude
-            and (route in self.exclude or "* " + route.partition(" ")[2] in self.exclude)
-        ):
+        if self.limit_scope.skips(route):  # SPEC L1: unmatched (unless limit_unmatched) or excluded
             await self.app(scope, receive, send)
             return
         client = scope.get("client")
@@ -222,7 +217,7 @@ class RateLimitMiddleware:
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 # Settle an automatic refund before the response completes: a client
                 # that has the response sees the bucket as refunded.
-                if self._refund_on(status):
+                if self.limit_scope.refunds(status):
                     await decision.refund()
                 # SPEC N4: the body is sent (a streamed body's last chunk included):
                 # the lease ends before the final message, so a client that has the
@@ -250,7 +245,7 @@ class RateLimitMiddleware:
             # client went away mid-response, the task was cancelled, or the request
             # reached its max_duration (SPEC N4, N7).
             try:
-                if self._refund_on(status):
+                if self.limit_scope.refunds(status):
                     await decision.refund()
             finally:
                 if timers is not None:

@@ -11,6 +11,7 @@ from .hold import Hold, HoldError, Holds, Settlement, StoreError
 
 if TYPE_CHECKING:
     from .limiter import BaseLimiter
+    from .scope import Scope
 
 __all__ = ["Decision", "Hold", "HoldError", "Lease", "Outcome", "PolicyResult", "Settlement", "StoreError"]
 
@@ -98,7 +99,7 @@ class Decision:
     __slots__ = (
         "outcome", "allowed", "results", "error", "refunded", "shadow_limited", "from_cache",
         "culprit", "_refunder", "_sync_refunder", "lease", "_limiter", "_holdable", "_lease_state",
-        "_lease_owner", "_lease_ms", "_lease_deadline", "_holds",
+        "_lease_owner", "_lease_ms", "_lease_deadline", "_holds", "_scope",
     )
     #: set with a granted lease (SPEC N7): the limiter's monotonic seconds at which the
     #: request reaches its max_duration
@@ -142,6 +143,8 @@ class Decision:
         #: SPEC G5: the holds taken on this decision (None until one is, or an adapter
         #: watches for them)
         self._holds: Holds | None = None
+        #: SPEC F2: the scope of the check, when its ``refund_on`` lists a status
+        self._scope: Scope | None = None
 
     @classmethod
     def of(cls, results: tuple[PolicyResult, ...]) -> Decision:
@@ -253,17 +256,23 @@ class Decision:
         left: float = owner._lease_deadline - owner._limiter._mono()
         return left
 
-    async def finish(self) -> None:
+    async def finish(self, status: int | None = None) -> None:
         """SPEC N4: the response is over (sent, disconnected, raised or cancelled):
         the renewals of its holds stop (G5) and the lease is released, exactly once
-        (later calls do nothing)."""
+        (later calls do nothing). ``status``: the handler's answer, when it gave one:
+        a status the check's scope lists in ``refund_on`` refunds the request first
+        (F2)."""
+        if status is not None and self._scope is not None and self._scope.refunds(status):
+            await self.refund()
         self.end_holds()
         owner = self._lease_owner or self
         if owner._lease_state in (1, 2) and owner._limiter is not None:
             await owner._limiter._release(owner)  # type: ignore[attr-defined]
 
-    def finish_sync(self) -> None:
+    def finish_sync(self, status: int | None = None) -> None:
         """:meth:`finish` for a decision of the synchronous path."""
+        if status is not None and self._scope is not None and self._scope.refunds(status):
+            self.refund_sync()  # SPEC F2
         self.end_holds()
         owner = self._lease_owner or self
         if owner._lease_state in (1, 2) and owner._limiter is not None:

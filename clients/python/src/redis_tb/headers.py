@@ -32,7 +32,7 @@ import functools
 import json
 import math
 import time
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from http_sfv.item import Item
 from http_sfv.list import List
@@ -43,6 +43,8 @@ from .decision import Decision, Outcome, PolicyResult
 __all__ = [
     "PROBLEM_TYPE",
     "SF_INT_MAX",
+    "Answering",
+    "Rejection",
     "Response",
     "bad_request_problem",
     "crossslot_problem",
@@ -384,3 +386,42 @@ def respond(
         hs, status, body = [("Retry-After", "1")], 503, problem_body(store_error_problem())
     hs.append(("Content-Type", PROBLEM_TYPE))
     return status, hs, body
+
+
+#: (status, headers, body) of a refusal: 429 or 503 with a problem+json body.
+Rejection = tuple[int, list[tuple[str, str]], bytes]
+
+
+class Answering:
+    """The answers of :class:`~redis_tb.limiter.BaseLimiter` (a mixin): a decision's
+    headers (SPEC H) and response (H, P), with the limiter's legacy-header settings and
+    wall clock."""
+
+    if TYPE_CHECKING:
+        legacy_headers: bool
+        legacy_reset: Literal["unix", "delta"]
+        _wall: Callable[[], float]
+
+    def headers(self, decision: Decision) -> list[tuple[str, str]]:
+        """The rate-limit headers of a decision (shadow policies left out)."""
+        return decision_headers(
+            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
+            now_unix=self._wall() if self.legacy_headers else None,
+        )
+
+    def response(self, decision: Decision) -> Response:
+        """``(status, headers, body)`` of a decision: 200 with the rate-limit headers
+        and no body when the request goes on, else the refusal (429, 503, 400, 500)
+        with its problem body (``Content-Type`` included). SPEC H, P."""
+        return respond(
+            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
+            now_unix=self._wall() if self.legacy_headers else None,
+        )
+
+    def rejection(self, decision: Decision) -> Rejection | None:
+        """None when the request goes on; else ``(status, headers, body)`` of the
+        refusal (429, 503, 400 or 500), body ``application/problem+json``."""
+        status, hs, body = self.response(decision)
+        if body is None:
+            return None
+        return status, hs, body

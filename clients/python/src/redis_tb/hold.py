@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from .breaker import Breaker
     from .decision import Decision, PolicyResult
     from .headers import Response
-    from .limiter import BaseLimiter, LimiterStats
+    from .limiter import BaseLimiter
+    from .stats import LimiterStats
     from .metrics import Metrics
 
 __all__ = ["Hold", "HoldError", "HoldRules", "Holds", "Settlement", "StoreError"]

@@ -20,6 +20,7 @@ from .address import ClientIP, ClientIp, ClientIpConfig, HeaderGetter, parse_add
 
 __all__ = [
     "BadHeader",
+    "check_prefix",
     "ClientIP",
     "ClientIp",
     "ClientIpConfig",
@@ -36,6 +37,17 @@ __all__ = [
     "HeaderGetter",
     "parse_address",
 ]
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+
+
+def check_prefix(prefix: object) -> str:
+    """SPEC C4: a key prefix matches ``[A-Za-z0-9_.:-]{1,64}`` (no braces, spaces or
+    control bytes)."""
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ValueError(f"prefix must match [A-Za-z0-9_.:-]{{1,64}}, got {prefix!r}")
+    return prefix
+
 
 #: an identity: a Unicode string (escaped as its UTF-8 bytes) or the bytes of a
 #: header value as received (SPEC K2).

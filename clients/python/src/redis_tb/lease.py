@@ -17,7 +17,7 @@ from .replies import packed, pair_values
 if TYPE_CHECKING:
     from .breaker import Breaker
     from .decision import Decision
-    from .limiter import LimiterStats
+    from .stats import LimiterStats
     from .metrics import Metrics
 
 __all__ = ["HELD", "LOST", "ENDED", "TIMED_OUT", "LeaseRules"]

@@ -6,7 +6,11 @@ under WSGI, any threaded server) that share every rule; only the Redis call diff
 How a framework adapter uses it
 -------------------------------
 :class:`BaseLimiter` holds every rule; :class:`RateLimiter` (``redis.asyncio``) and
-:class:`SyncRateLimiter` (``redis``) only add the Redis call::
+:class:`SyncRateLimiter` (``redis``) only add the Redis call. The rules are mixins in
+files named after the SPEC's sections: ``plan.py`` (L, K, I: the plan of a request),
+``store_call.py`` (L4, L5, B: the call and its failure mode), ``decide.py`` (D, R, S:
+the decision of a reply), ``refund.py`` (F), ``headers.py`` (H, P), ``lease.py`` (N)
+and ``hold.py`` (G); ``scope.py`` is L1 and F2's :class:`Scope`::
 
     limiter = RateLimiter(AsyncClient.from_url(url))      # ASGI, Django async views
     limiter = SyncRateLimiter(Client.from_url(url))       # Django under WSGI, threads
@@ -24,6 +28,9 @@ How a framework adapter uses it
 - ``route``: ``"METHOD /template"`` of the matched route (never the raw path), or
   None when no route matched (then only policies without ``routes`` apply; an
   adapter usually skips unmatched requests altogether, as the ASGI middleware does).
+- ``scope=Scope(exclude=..., limit_unmatched=..., refund_on=...)`` (SPEC L1, F2):
+  excluded and unmatched requests are not limited (``not_limited``, nothing sent),
+  and ``decision.finish(status)`` refunds after a listed status.
 - ``peer``: the TCP peer address (``scope["client"][0]``, ``META["REMOTE_ADDR"]``),
   None when unknown. ``headers``: a function of a lower-case header name returning
   all of that header's values, in order. Both feed the default identity
@@ -33,7 +40,8 @@ How a framework adapter uses it
 - Sync path: key/limit/cost/tier/hash_tag functions must be plain functions (an
   awaitable raises TypeError). Async path: they may be either.
 - Refund: ``await decision.refund()`` (async path) / ``decision.refund_sync()``
-  (sync path), by the handler, or by the adapter's ``refund_on`` after the response.
+  (sync path), by the handler, or after the response by the scope's ``refund_on``
+  (``finish(status)``) or the adapter's.
 - Startup: ``await limiter.startup()`` / ``limiter.startup()`` (sync), which raise
   :class:`StartupError` (one line, SPEC U1-U3) without the module, without the
   permission to run COMMAND INFO, with Redis unreachable (unless
@@ -58,42 +66,39 @@ The rules are clients/SPEC.md's (cited by number below). Failure handling (B1-B5
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
-import re
-import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Literal, Sequence, TypeVar, cast, final
+from typing import Any, Callable, Literal, Sequence, TypeVar, cast
 
 import redis
 import redis.asyncio
 import redis.exceptions
 
 from .address import ClientIpConfig, HeaderGetter
-from .breaker import CALL, PROBE, SKIP, Breaker
-from .cluster import CrossSlot, is_crossslot
+from .breaker import Breaker
 from .client import AsyncClient, Client
-from .decision import _NO_HOLDS, Decision, Lease, Outcome, PolicyResult
+from .clock import Clock, SystemClock
+from .decide import Deciding
+from .decision import _NO_HOLDS, Decision, Outcome, PolicyResult
 from .hold import Hold, HoldRules, Settlement
 from .lease import LeaseRules
 from .deny_cache import DenyCache, DenyEntry
-from .headers import Response, decision_headers, respond
-from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, is_plain
+from .headers import Answering, Rejection
+from .keys import KeyBuilder, check_prefix
 from .metrics import Metrics
-from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
+from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _Plan, _resolved, _resolved_sync
+from .policy import Policy
 from .startup import start as _start
 from .startup import start_sync as _start_sync
+from .refund import RefundRules
+from .scope import Scope
+from .store_call import _PROBE, _SKIP, _STORE_ERRORS, _bounded
+from .stats import LimiterStats
 from .replies import (
     AcquireValues,
-    Bucket,
-    UnexpectedReplyError,
     acquire_reader,
     acquire_values,
-    encode_arg,
-    packed,
     read_resp,
     mtake_reader,
     mtake_values,
@@ -107,233 +112,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-#: request -> the hash tag of this request's keys (Redis Cluster), or None.
-HashTagFunc = Callable[[Any], Awaitable[str | None] | str | None]
-#: (status, headers, body) of a refusal: 429 or 503 with a problem+json body.
-Rejection = tuple[int, list[tuple[str, str]], bytes]
-
-_NO_PEER: Any = object()
-#: ``tuple.__new__``: ``_new_tuple(PolicyResult, fields)`` is ``PolicyResult(*fields)``
-#: without the named tuple's Python-level ``__new__`` (which calls just this)
-_new_tuple = tuple.__new__
 
 
-class Clock:
-    """The limiter's time source (SPEC T1): ``monotonic()`` seconds for the deny cache
-    (R) and the breaker (B), ``time()`` epoch seconds for ``X-RateLimit-Reset`` (H4).
-    Tests pass their own."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
 
 
-#: the default clock
-SystemClock = Clock
 
-_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
-
-
-def check_prefix(prefix: object) -> str:
-    """SPEC C4: a key prefix matches ``[A-Za-z0-9_.:-]{1,64}`` (no braces, spaces or
-    control bytes)."""
-    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-        raise ValueError(f"prefix must match [A-Za-z0-9_.:-]{{1,64}}, got {prefix!r}")
-    return prefix
-
-
-# what the breaker lets a call do (SPEC B2, B3)
-_SKIP, _CALL, _PROBE = SKIP, CALL, PROBE
-
-
-if sys.version_info >= (3, 11):  # the version checked once, not on every call
-
-    async def _bounded(call: Awaitable[T], seconds: float) -> T:
-        """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
-        async with asyncio.timeout(seconds):  # no extra task per call, unlike wait_for
-            return await call
-
-else:  # pragma: no cover
-
-    async def _bounded(call: Awaitable[T], seconds: float) -> T:
-        """``call``, cancelled after ``seconds`` (asyncio.TimeoutError)."""
-        return await asyncio.wait_for(call, seconds)
-
-
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    asyncio.TimeoutError,
-    OSError,
-)
-_STORE_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.RedisError,
-    UnexpectedReplyError,
-    *_CONNECTION_ERRORS,
-)
-
-
-@dataclass
-class LimiterStats:
-    """Counters an app can export (e.g. to Prometheus)."""
-
-    #: requests checked against Redis (or meant to be)
-    checks: int = 0
-    #: requests Redis admitted (their tokens were taken); a request that only shadow
-    #: policies refused goes on uncharged and is counted in ``shadow_limited`` instead
-    allowed: int = 0
-    #: requests refused (429) by Redis or by the deny cache
-    limited: int = 0
-    #: Redis calls that failed: connection errors, timeouts, error replies
-    store_errors: int = 0
-    #: requests decided by the failure mode (store errors + cool-down skips)
-    degraded: int = 0
-    refunds: int = 0
-    refund_errors: int = 0
-    #: requests that a shadow policy refused (they went on, uncharged, unless an enforced
-    #: one refused too)
-    shadow_limited: int = 0
-    #: requests refused by the local deny cache (also counted in ``limited``)
-    deny_cache_hits: int = 0
-    #: requests whose cost or limit function gave a value out of range (SPEC L3)
-    invalid_inputs: int = 0
-    #: leases this process holds now (SPEC M2: up at a grant, down when it ends, N4)
-    leases_in_flight: int = 0
-    #: leases that ended without a release (a TB.RELEASE or TB.RENEW answered 0, M2)
-    leases_expired: int = 0
-    #: requests ended at their in-flight policy's max_duration (SPEC N7, M2)
-    leases_timed_out: int = 0
-    #: holds taken (TB.HOLD granted, SPEC G1)
-    holds: int = 0
-    #: holds whose renewal answered 0 (SPEC G5, M2)
-    holds_lost: int = 0
-    #: holds settled (TB.SETTLE answered 1, G3)
-    settlements: int = 0
-
-
-_BUCKET, _WINDOW, _IN_FLIGHT, _SETTLE = "bucket", "window", "in_flight", "settle_later"
-
-
-class _Plan:
-    """One policy's charge for one request (internal; built on every request): a
-    bucket's. The other kinds are :class:`_SpecialPlan`, which sets the two class
-    attributes below, so building a bucket plan sets eight fields, not ten. ``kind``
-    and ``window`` are slots: they are read for every plan of every request, and a
-    slot reads faster than a class attribute."""
-
-    __slots__ = ("policy", "key", "capacity", "rate", "cost", "shadow", "kind", "window")
-    mode: str = ""
-    lease_ms: int = 0
-    max_duration_ms: int = 0
-
-    def __init__(
-        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
-        kind: str = _BUCKET, window: float | None = None,
-    ) -> None:
-        self.policy = policy
-        self.key = key
-        self.capacity = capacity
-        self.rate = rate
-        self.cost = cost
-        self.shadow = shadow
-        self.kind = kind
-        self.window = window
-
-    def result(
-        self, allowed: bool, remaining: float, retry_after: float, reset_after: float
-    ) -> PolicyResult:
-        return PolicyResult(
-            self.policy.name, self.key, self.capacity, self.rate, self.cost, allowed, remaining,
-            retry_after, reset_after, self.shadow, self.kind, self.window,
-        )
-
-
-class _SpecialPlan(_Plan):
-    """A plan that is not a bucket's: ``kind`` a window (W2: ``window`` its seconds,
-    ``mode`` its limit's), an in-flight slot (N2: ``lease_ms``, N7: ``max_duration_ms``)
-    or a settle_later policy kept for a hold (G1)."""
-
-    __slots__ = ("mode", "lease_ms", "max_duration_ms")
-
-    def __init__(
-        self, policy: Policy, key: str, capacity: float, rate: float | None, cost: float, shadow: bool,
-        kind: str, *, window: float | None = None, mode: str = "", lease_ms: int = 0, max_duration_ms: int = 0,
-    ) -> None:
-        super().__init__(policy, key, capacity, rate, cost, shadow, kind, window)
-        self.mode = mode
-        self.lease_ms = lease_ms
-        self.max_duration_ms = max_duration_ms
-
-
-class _Mixed(list):  # type: ignore[type-arg]
-    """The plans of a request that has a window, in-flight or settle_later plan (built
-    by :meth:`BaseLimiter._plan_steps`): a plain ``list`` means buckets only, the hot
-    path, which needs neither :meth:`BaseLimiter._split` nor a command other than
-    TB.TAKE / TB.MTAKE."""
-
-    __slots__ = ()
-
-
-#: what a request's call is when it is not TB.TAKE / TB.MTAKE (see _special)
-_PLAIN_CALL: tuple[str, "_Plan | None"] = ("", None)
-
-
-@final
-class _Early:
-    """A request decided while planning (SPEC I2, L3): no Redis call."""
-
-    __slots__ = ("outcome", "culprit")
-
-    def __init__(self, outcome: Outcome, culprit: str) -> None:
-        self.outcome = outcome
-        self.culprit = culprit
-
-
-#: the plan builder yields awaitables it needs resolved and returns the plans
-_PlanSteps = Generator[Any, Any, "list[_Plan] | _Early"]
-
-
-async def _resolved(steps: _PlanSteps) -> list[_Plan] | _Early:
-    """The plans, awaiting what the user functions returned (the async path)."""
-    try:
-        pending = steps.send(None)
-        while True:
-            pending = steps.send(await pending)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-def _resolved_sync(steps: _PlanSteps) -> list[_Plan] | _Early:
-    """The plans on the sync path, where a user function may not return an awaitable."""
-    try:
-        pending = steps.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    steps.close()
-    if inspect.iscoroutine(pending):
-        pending.close()  # never awaited: no "coroutine was never awaited" warning
-    raise TypeError(
-        f"a key, limit, cost, tier or hash_tag function returned an awaitable ({pending!r}) "
-        "on the synchronous path: make it a plain function"
-    )
-
-
-def _no_headers(name: str) -> Sequence[str]:
-    return ()
-
-
-_PLAIN = (str, int, float, Limit, WindowLimit, InFlightLimit, type(None))
-_LIMITS = (Limit, WindowLimit, InFlightLimit)
-
-
-def _pending(value: object) -> bool:
-    """An awaitable a user function returned (checked cheaply: plain values first)."""
-    return type(value) not in _PLAIN and inspect.isawaitable(value)
-
-
-class BaseLimiter(LeaseRules, HoldRules):
+class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRules):
     """Everything both paths share: configuration, plans, decisions, failure mode,
     breaker, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
     :class:`SyncRateLimiter` add the Redis calls.
@@ -453,315 +237,7 @@ class BaseLimiter(LeaseRules, HoldRules):
         """The bucket key of ``identity`` under ``policy`` (SPEC K1-K4)."""
         return self.keys.key(policy, identity, route=route, tag=tag)
 
-    def _plan_steps(
-        self,
-        request: Any,
-        policies: Sequence[Policy],
-        route: str | None,
-        peer: Any,
-        headers: HeaderGetter | None,
-    ) -> _PlanSteps:
-        """The plans of one request, shared by both paths: a generator that yields
-        each awaitable a user function returned and gets its value sent back. (Its
-        locals and stack keep the generator within 512 bytes, the most CPython's small
-        object allocator serves: a larger one is a malloc and a free on every request.)"""
-        tag: Any = None
-        if self.hash_tag is not None:
-            tag = self.hash_tag(request)
-            if _pending(tag):
-                tag = yield tag
-        plans: list[_Plan] = []
-        mixed = False  # a window, in-flight or settle_later plan among them
-        client_ip: Any = _NO_PEER  # the default identity, computed once
-        plain: Any = _NO_PEER  # the last identity found to need no escaping (SPEC K2, K3)
-        identity: Any
-        limit: Any
-        cost: Any
-        keys = self.keys
-        plain_heads, route_heads = keys._plain, keys._heads
-        for p in policies:
-            matched = route
-            if p.routes is not None and (route is None or route not in p.routes):
-                if not p.any_method:
-                    continue
-                matched = p.matched_route(route)  # SPEC K5: "* <template>"
-                if matched is None:
-                    continue
-            keyfunc = p.key
-            if keyfunc is None or type(keyfunc) is ClientIpKey:
-                if keyfunc is None and client_ip is not _NO_PEER:
-                    identity = client_ip
-                else:
-                    cip = self.client_ip if keyfunc is None or keyfunc.config is None else keyfunc.config
-                    if peer is _NO_PEER:  # a Starlette request
-                        c = request.client
-                        peer = c.host if c else None
-                        if headers is None:
-                            headers = request.headers.getlist
-                    elif headers is None:
-                        headers = _no_headers
-                    identity = cip.of(peer, headers)
-                    if type(cip) is ClientIpConfig:  # SPEC K2, K3: an address or a network (A9) is plain
-                        plain = identity
-                    if keyfunc is None:
-                        client_ip = identity
-            elif type(keyfunc) is HeaderKey:
-                if headers is None:
-                    headers = request.headers.getlist if peer is _NO_PEER else _no_headers
-                try:
-                    identity = keyfunc.identity(headers)
-                except BadHeader as exc:  # SPEC I2: a 400, the policy is not skipped
-                    return _Early(Outcome.BAD_REQUEST, exc.header)
-            elif type(keyfunc) is FixedKey:
-                identity = keyfunc.value
-            else:
-                identity = keyfunc(request)  # type: ignore[operator]  # a function (no cast() call per request)
-                if _pending(identity):
-                    identity = yield identity
-            if not identity:  # None or "": skipped (SPEC I1)
-                continue
-            fixed = p._fixed
-            if fixed is not None:  # a fixed bucket limit and cost: nothing to resolve
-                capacity, rate, cost = fixed
-            else:
-                limit = p.limit
-                if not isinstance(limit, _LIMITS):
-                    limit = limit(request)
-                    if _pending(limit):
-                        limit = yield limit
-                    limit = p.checked_limit(limit)
-                    if limit is None:
-                        continue
-                    if type(limit) is Limit and not limit_ok(limit.capacity, limit.rate):  # SPEC L3
-                        return _Early(Outcome.INVALID_INPUT, p.name)
-                if p.kind != _BUCKET or p.settle_later:
-                    mixed = True
-                    per_route = matched if p.per_route else None
-                    key = keys.key(p.name, identity, route=per_route, tag=tag or None)
-                    if p.settle_later:  # SPEC G1: resolved now, charged by the handler's hold
-                        plans.append(_SpecialPlan(p, key, limit.capacity, limit.rate, 0, False, _SETTLE))
-                        continue
-                    if p.kind == _IN_FLIGHT:  # SPEC N2, N3: cost one slot
-                        plan = _SpecialPlan(
-                            p, key, float(limit.limit), None, 1, self.shadow or p.shadow, _IN_FLIGHT,
-                            lease_ms=limit.lease_ms, max_duration_ms=limit.max_duration_ms,
-                        )
-                        plans.append(plan)
-                        continue
-                cost = p.cost
-                if callable(cost):
-                    cost = cost(request)
-                    if _pending(cost):
-                        cost = yield cost
-                    if not cost_ok(cost):  # SPEC L3
-                        return _Early(Outcome.INVALID_INPUT, p.name)
-                if p.kind == _WINDOW:  # SPEC W2: capacity n, rate n / seconds
-                    plan = _SpecialPlan(
-                        p, key, limit.capacity, limit.rate, cost, self.shadow or p.shadow, _WINDOW,
-                        window=limit.seconds, mode=limit.mode,
-                    )
-                    plans.append(plan)
-                    continue
-                capacity, rate = limit.capacity, limit.rate
-            per_route = matched if p.per_route else None
-            if tag:
-                key = keys.key(p.name, identity, route=per_route, tag=tag)
-            else:  # SPEC K1-K3, the head of each (policy, route) built once
-                head = plain_heads.get(p.name) if per_route is None else route_heads.get((p.name, per_route))
-                if head is None:
-                    head = keys.head(p.name, per_route)
-                if identity is plain or (type(identity) is str and is_plain(identity) is not None):
-                    key = head + identity  # bounded()'s hot path, inline
-                    plain = identity  # the same client address of the next policy: checked
-                else:
-                    key = head + bounded(identity)
-            plans.append(_Plan(p, key, capacity, rate, cost, self.shadow or p.shadow))
-        if len(plans) > 1 and len({pl.key for pl in plans}) != len(plans):
-            raise ValueError("two policies of one request map to the same key: give them distinct names")
-        return _Mixed(plans) if mixed else plans
-
-    # -- shared by both paths --------------------------------------------------
-
-    def _early(self, early: _Early) -> Decision:
-        """A request decided while planning (SPEC I2, L3): nothing sent to Redis,
-        never admitted."""
-        self.stats.checks += 1
-        if early.outcome is Outcome.INVALID_INPUT:
-            self.stats.invalid_inputs += 1
-            if self.metrics is not None:
-                self.metrics.invalid_input(early.culprit)
-            self._log_once(
-                self._invalid_log, early.culprit,
-                "redis-tb: policy '%s' got an invalid cost or limit from the application; "
-                "answered 500 (%d since the last line)",
-            )
-        return Decision(early.outcome, False, culprit=early.culprit)
-
-    def _log_once(self, book: dict[str, tuple[float, int]], name: str, message: str) -> None:
-        """``message % (name, count)`` at most once a second per name (SPEC L3, S2)."""
-        now = self._mono()
-        last, unlogged = book.get(name, (float("-inf"), 0))
-        if now - last < 1.0:
-            book[name] = (last, unlogged + 1)
-            return
-        self.log.warning(message, name, unlogged + 1)
-        book[name] = (now, 0)
-
-    def _before_call(
-        self, plans: list[_Plan], probes: list[tuple[str, DenyEntry]]
-    ) -> tuple[Decision | None, int]:
-        """A decision made without Redis (nothing applies, a cached refusal, the
-        breaker open), or None and what the breaker allows (a call or the probe). The
-        deny-cache entries this request probes are appended to ``probes``: pass them
-        to :meth:`_probes_done` once it is over."""
-        if not plans:
-            return Decision(Outcome.NOT_LIMITED, True), _SKIP  # SPEC L4
-        self.stats.checks += 1
-        if self.deny_cache is not None:
-            hit = self._cached_refusal(plans, self.deny_cache, probes)
-            if hit is not None:
-                return hit, _SKIP
-        breaker = self.breaker  # SPEC B2, B3: a closed breaker (the hot path) allows the call
-        way = _CALL if breaker.open_until == 0.0 else breaker.acquire()
-        if way == _SKIP:
-            self._probes_done(probes, keep=True)  # SPEC R6: the claim is given back
-            return self._degraded(None), _SKIP
-        return None, way
-
-    def _acquire(self) -> int:
-        return self.breaker.acquire()
-
-    def _probe_over(self) -> None:
-        self.breaker.probe_over()
-
-    def _cached_refusal(
-        self, plans: list[_Plan], cache: DenyCache, probes: list[tuple[str, DenyEntry]]
-    ) -> Decision | None:
-        if self.shadow:
-            return None
-        now = self._cache_now()
-        stale_after = 2 * self.timeout
-        hits: list[PolicyResult] = []
-        for pl in plans:
-            if pl.shadow or pl.kind == _IN_FLIGHT:  # SPEC R10: in-flight refusals are never cached
-                continue
-            assert pl.rate is not None
-            e, probe = cache.claim(pl.key, pl.capacity, pl.rate, pl.cost, now, stale_after)
-            if probe is not None:
-                probes.append((pl.key, probe))
-            elif e is not None:
-                # while another request probes Redis, deny-until has passed: retry_after 0
-                hits.append(pl.result(False, 0.0, max(0.0, e.deny_until - now), max(0.0, e.reset_at - now)))
-        if not hits:
-            return None
-        # refused locally after all: the entries claimed above were not probed
-        self._probes_done(probes, keep=True)
-        self.stats.limited += 1
-        self.stats.deny_cache_hits += 1
-        m = self.metrics
-        if m is not None:
-            for r in hits:
-                m.limited(r.name)
-                m.deny_cache_hit(r.name)
-        return Decision(Outcome.LIMITED, False, tuple(hits), from_cache=True)
-
-    def _probes_done(self, probes: list[tuple[str, DenyEntry]], *, keep: bool = False) -> None:
-        """The probes of one request are over: the entries a refusal renewed stay,
-        the others go (admitted, store error, cancelled), or with ``keep`` (never
-        sent) go back unmarked."""
-        cache = self.deny_cache
-        if cache is not None:
-            for key, marked in probes:
-                cache.end_probe(key, marked, keep=keep)
-        probes.clear()
-
-    def _special(self, plans: list[_Plan]) -> tuple[str, _Plan | None]:
-        """The call's command when it is not TB.TAKE / TB.MTAKE: ``("TB.ACQUIRE",
-        in-flight plan)`` (N2) or ``("TB.WINDOW", plan)`` (W2); else ``("", None)``."""
-        for pl in plans:
-            if pl.kind == _IN_FLIGHT:
-                return "TB.ACQUIRE", pl
-            if pl.kind == _WINDOW:
-                return "TB.WINDOW", pl
-        return "", None
-
-    def _command(self, plans: list[_Plan], special_call: tuple[str, _Plan | None] | None = None) -> bytes:
-        """SPEC L4: TB.TAKE for one plan, else TB.MTAKE in policy order, RESP-encoded;
-        each shape's numbers encoded once. A window plan is TB.WINDOW (W2); an
-        in-flight plan makes it TB.ACQUIRE, with TAKE and the buckets in policy order
-        when there are any (N2). ``special_call``: :meth:`_special`'s answer when the
-        caller has it (None: worked out here)."""
-        what, special = self._special(plans) if special_call is None else special_call
-        if special is not None:
-            if what == "TB.WINDOW":
-                now = None if self.redis_now is None else self.redis_now()
-                assert special.window is not None
-                args: list[Any] = ["TB.WINDOW", special.key, special.capacity, special.window, special.cost]
-                if now is not None:
-                    args.append(now)
-                args.append("FIXED" if special.mode == "fixed" else "SLIDING")
-                return packed(*args)
-            buckets = [pl for pl in plans if pl is not special]
-            args = ["TB.ACQUIRE", special.key, int(special.capacity), special.lease_ms]
-            if buckets:  # no now: TB.ACQUIRE is on the server's clock
-                args += ["TAKE", len(buckets)]
-                args += [pl.key for pl in buckets]
-                for pl in buckets:
-                    assert pl.rate is not None
-                    args += [pl.capacity, pl.rate, pl.cost]
-            return packed(*args)
-        now = None if self.redis_now is None else self.redis_now()
-        n = len(plans)
-        shapes = self._shapes
-        if n == 1:
-            parts = [b"*%d\r\n$7\r\nTB.TAKE\r\n" % (5 + (now is not None))]
-        else:
-            parts = [b"*%d\r\n$8\r\nTB.MTAKE\r\n" % (2 + 4 * n + (now is not None)), encode_arg(n)]
-        for pl in plans:
-            key = pl.key.encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(key), key))
-        for pl in plans:
-            assert pl.rate is not None  # buckets only here
-            shape = (pl.capacity, pl.rate, pl.cost)
-            enc = shapes.get(shape)
-            if enc is None:
-                if len(shapes) >= 4096:  # per-request limits or costs: keep it bounded
-                    shapes.clear()
-                enc = shapes[shape] = encode_arg(pl.capacity) + encode_arg(pl.rate) + encode_arg(pl.cost)
-            parts.append(enc)
-        if now is not None:
-            parts.append(encode_arg(now))
-        return b"".join(parts)
-
-    def _after_error(
-        self, exc: BaseException, started: float | None, n: int = 2, what: str = "", plans: Sequence[_Plan] = (),
-    ) -> Decision:
-        if self.metrics is not None and started is not None:
-            self.metrics.redis_call(time.perf_counter() - started)
-        if plans and is_crossslot(exc):  # SPEC K6, L5: a configuration error, not a store error
-            return self._misrouted(exc, plans)
-        self._failed(exc, what or ("TB.TAKE" if n == 1 else "TB.MTAKE"))
-        return self._degraded(exc)
-
-    def _misrouted(self, exc: BaseException, plans: Sequence[_Plan]) -> Decision:
-        """SPEC K6: Redis Cluster refused the call (CROSSSLOT): a 500 naming its
-        policies, nothing admitted (never the failure mode), counted in
-        ``invalid_inputs`` (not ``store_errors``), the breaker untouched, one line a
-        second per limiter."""
-        names = tuple(pl.policy.name for pl in plans)
-        self.stats.invalid_inputs += 1
-        if self.metrics is not None:
-            for name in names:
-                self.metrics.invalid_input(name)
-        self._log_once(
-            self._cluster_log, self.name,
-            "redis-tb: limiter '%s': Redis Cluster refused a call of policies " + ", ".join(f"'{n}'" for n in names)
-            + " (CROSSSLOT: their keys are in different slots); answered 500: give the limiter a hash tag "
-            "(%d since the last line)",
-        )
-        error = CrossSlot(names)
-        error.__cause__ = exc
-        return Decision(Outcome.INVALID_INPUT, False, error=error)
+    # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
 
     def _after_reply(
         self, plans: list[_Plan], values: Any, started: float, holdable: dict[str, tuple[str, float, float]]
@@ -781,215 +257,15 @@ class BaseLimiter(LeaseRules, HoldRules):
             d._holdable = holdable
         return d
 
-    def _acquired(self, plans: list[_Plan], v: AcquireValues) -> Decision:
-        """SPEC N3: TB.ACQUIRE's reply as the policies' results, in policy order, and
-        the lease when granted."""
-        per_key: list[tuple[bool, float, float, float]] = []
-        buckets = iter(v.buckets)
-        slot: _Plan | None = None
-        for pl in plans:
-            if pl.kind == _IN_FLIGHT:
-                slot = pl
-                free = v.granted or v.in_flight < pl.capacity  # refused by a bucket only: the slot was free
-                wait = 0.0 if v.granted else v.ms / 1000
-                per_key.append((free, max(0.0, pl.capacity - v.in_flight), wait, wait))
-            else:
-                per_key.append(next(buckets))
-        d = self._decision(plans, v.granted, per_key)
-        if v.granted and v.id is not None and slot is not None:
-            d.lease = Lease(slot.key, v.id, slot.policy.name)
-            self._lease_granted(d, slot.lease_ms, slot.max_duration_ms)  # SPEC N6, N7, M2
-        return d
-
-    def _decision(
-        self, plans: list[_Plan], allowed: bool, per_key: list[tuple[bool, float, float, float]]
+    def _own(
+        self, d: Decision, holdable: dict[str, tuple[str, float, float]], scope: Scope | None = None
     ) -> Decision:
-        # _Plan.result, inline, each result made as the named tuple's own __new__ makes
-        # it (all its fields given): two Python calls fewer per policy on every request
-        results = tuple([
-            _new_tuple(PolicyResult, (
-                pl.policy.name, pl.key, pl.capacity, pl.rate, pl.cost, r[0], r[1], r[2], r[3], pl.shadow,
-                pl.kind, pl.window,
-            ))
-            for pl, r in zip(plans, per_key)
-        ])
-        m = self.metrics
-        if allowed:
-            self.stats.allowed += 1
-            if m is not None:
-                for r in results:
-                    m.allowed(r.name)
-            cache = self.deny_cache
-            if cache is not None:
-                self._cache_spent(cache, results)
-            return self._charged(results)
-        shadowed = tuple(r.name for r in results if not r.allowed and r.shadow)
-        if shadowed:
-            self._shadow_refused(shadowed)
-        violated = [r for r in results if not r.allowed and not r.shadow]
-        if violated:
-            self.stats.limited += 1
-            if m is not None:
-                for r in violated:
-                    m.limited(r.name)
-            cache = self.deny_cache
-            if cache is not None:  # SPEC R1 (never an in-flight refusal, R10)
-                now = self._cache_now()
-                for r in violated:
-                    if r.rate is not None and r.kind != _IN_FLIGHT:
-                        cache.add(r.key, r.capacity, r.rate, r.cost, r.retry_after, r.reset_after, now)
-            return Decision(Outcome.LIMITED, False, results, shadow_limited=shadowed)
-        # SPEC S2: only shadow policies refused: the request goes on, uncharged (all or
-        # nothing), so it is not counted in ``allowed``: nothing was taken.
-        return Decision(Outcome.ALLOWED, True, results, shadow_limited=shadowed)
-
-    def _cache_spent(self, cache: DenyCache, results: tuple[PolicyResult, ...]) -> None:
-        """SPEC R5: Redis admitted (and charged) this request: each enforced bucket it
-        left with fewer tokens than this request's cost refuses that cost for
-        ``(cost - remaining) / rate`` s, exactly what Redis would answer until then
-        (absent refunds)."""
-        now = self._cache_now()
-        for r in results:  # buckets only (SPEC R10, W3); most have tokens left: that test first
-            if r.remaining < r.cost and not r.shadow and r.kind == _BUCKET and r.cost > 0 and r.rate:
-                cache.add(r.key, r.capacity, r.rate, r.cost, (r.cost - r.remaining) / r.rate, r.reset_after, now)
-
-    def _charged(self, results: tuple[PolicyResult, ...]) -> Decision:
-        raise NotImplementedError
-
-    def _shadow_refused(self, names: tuple[str, ...]) -> None:
-        self.stats.shadow_limited += 1
-        if self.metrics is not None:
-            for name in names:
-                self.metrics.shadow_limited(name)
-        for name in names:  # SPEC S2: logged at most once a second per policy
-            self._log_once(
-                self._shadow_log, name,
-                "redis-tb: shadow policy '%s' would have limited a request (%d since the last line)",
-            )
-
-    def _degraded(self, error: BaseException | None) -> Decision:
-        self.stats.degraded += 1
-        if self.metrics is not None:
-            self.metrics.degraded()
-        return Decision(Outcome.STORE_ERROR, self.fail_open, error=error)
-
-    def _failed(self, exc: BaseException, what: str = "TB.MTAKE") -> None:
-        self.stats.store_errors += 1
-        if self.metrics is not None:
-            self.metrics.store_error()
-        unknown = isinstance(exc, redis.exceptions.ResponseError) and "unknown command" in str(exc).lower()
-        server_wide = unknown or not isinstance(exc, (redis.exceptions.ResponseError, UnexpectedReplyError))
-        now = self._mono()
-        if server_wide:  # SPEC B1: a connection error or a timeout opens the breaker
-            self.breaker.open()
-        if now - self._last_log < 1.0:  # SPEC B5
-            self._unlogged += 1
-            return
-        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, (asyncio.TimeoutError, redis.exceptions.TimeoutError)):
-            reason = f"no answer within {self.timeout * 1000:g} ms"
-        if unknown:
-            reason += " (is the redis-tb module loaded?)"
-        self.log.warning(
-            "redis-tb: %s on %s failed (%s); failing %s%s; store errors so far: %d%s",
-            what,
-            self.client.server,
-            reason,
-            "open: requests pass unlimited" if self.fail_open else "closed: requests get 503",
-            f", Redis skipped for {self.cooldown:g} s" if server_wide else "",
-            self.stats.store_errors,
-            f" ({self._unlogged} not logged)" if self._unlogged else "",
-        )
-        self._last_log = now
-        self._unlogged = 0
-
-    def _refund_buckets(self, decision: Decision) -> tuple[list[Bucket], int] | None:
-        """SPEC F1, B2, B3: the buckets to refund and the breaker's answer, or None
-        (nothing charged, or the breaker open: counted in ``refund_errors``)."""
-        # SPEC F3: the bucket policies only (never a window or an in-flight policy)
-        buckets = [
-            Bucket(r.key, r.capacity, r.rate, r.cost)
-            for r in decision.results if r.cost > 0 and r.kind == _BUCKET and r.rate is not None
-        ]
-        if not buckets:
-            return None
-        way = self._acquire()
-        if way == _SKIP:
-            self.stats.refund_errors += 1
-            return None
-        return buckets, way
-
-    def _refund_failed(self, exc: BaseException, started: float) -> bool:
-        if self.metrics is not None:
-            self.metrics.redis_call(time.perf_counter() - started)
-        self.stats.refund_errors += 1
-        self._failed(exc, "TB.REFUND")
-        return False
-
-    def _refunded(self, decision: Decision, started: float) -> bool:
-        self.breaker.succeeded()  # SPEC B3: a refund may be the probe; success closes
-        self.stats.refunds += 1
-        m = self.metrics
-        if m is not None:
-            m.redis_call(time.perf_counter() - started)
-        cache = self.deny_cache
-        for r in decision.results:
-            if r.cost > 0 and r.kind == _BUCKET:
-                if m is not None:
-                    m.refunded(r.name)
-                if cache is not None:  # SPEC R8
-                    cache.discard(r.key)
-        return True
-
-    # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
-
-    def _split(
-        self, plans: _Mixed
-    ) -> tuple[list[_Plan], dict[str, tuple[str, float, float]], tuple[str, _Plan | None]]:
-        """Of plans with a window, in-flight or settle_later plan: the plans of the call,
-        the settle_later policies kept for holds (G1), and the call (:meth:`_special`)."""
-        holdable: dict[str, tuple[str, float, float]] = {}
-        call: list[_Plan] = []
-        for pl in plans:
-            if pl.kind == _SETTLE:
-                assert pl.rate is not None
-                holdable[pl.policy.name] = (pl.key, pl.capacity, pl.rate)
-            else:
-                call.append(pl)
-        return call, holdable, self._special(call)
-
-    def _own(self, d: Decision, holdable: dict[str, tuple[str, float, float]]) -> Decision:
         d._limiter = self
+        if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
+            d._scope = scope
         if holdable:
             d._holdable = holdable
         return d
-
-    # -- answering -------------------------------------------------------------
-
-    def headers(self, decision: Decision) -> list[tuple[str, str]]:
-        """The rate-limit headers of a decision (shadow policies left out)."""
-        return decision_headers(
-            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
-            now_unix=self._wall() if self.legacy_headers else None,
-        )
-
-    def response(self, decision: Decision) -> Response:
-        """``(status, headers, body)`` of a decision: 200 with the rate-limit headers
-        and no body when the request goes on, else the refusal (429, 503, 400, 500)
-        with its problem body (``Content-Type`` included). SPEC H, P."""
-        return respond(
-            decision, legacy=self.legacy_headers, legacy_reset=self.legacy_reset,
-            now_unix=self._wall() if self.legacy_headers else None,
-        )
-
-    def rejection(self, decision: Decision) -> Rejection | None:
-        """None when the request goes on; else ``(status, headers, body)`` of the
-        refusal (429, 503, 400 or 500), body ``application/problem+json``."""
-        status, hs, body = self.response(decision)
-        if body is None:
-            return None
-        return status, hs, body
-
 
 class RateLimiter(BaseLimiter):
     """Checks a request against policies in one call (TB.TAKE or TB.MTAKE), all or
@@ -1027,16 +303,23 @@ class RateLimiter(BaseLimiter):
         *,
         peer: str | None = _NO_PEER,
         headers: HeaderGetter | None = None,
+        scope: Scope | None = None,
     ) -> Decision:
         """Charge ``request`` on every applicable policy in one call.
 
         ``route`` is ``"METHOD /template"`` (None: matched no route). ``peer`` and
         ``headers`` feed the default identity and header keys (see the module
-        docstring); left out, they are read from a Starlette ``request``.
+        docstring); left out, they are read from a Starlette ``request``. ``scope``
+        (a :class:`Scope`): the request is not limited when its route is excluded or
+        matched none (SPEC L1), and :meth:`Decision.finish` with the handler's status
+        refunds it as ``refund_on`` says (F2); None (the default): every request is in
+        scope, a request that matched no route limited by the policies without routes.
         """
+        if scope is not None and scope.skips(route):  # SPEC L1
+            return self._own(Decision(Outcome.NOT_LIMITED, True), _NO_HOLDS)
         plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
         if type(plans) is _Early:  # SPEC I2, L3: decided while planning
-            return self._own(self._early(plans), _NO_HOLDS)
+            return self._own(self._early(plans), _NO_HOLDS, scope)
         holdable = _NO_HOLDS
         call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
         if type(plans) is _Mixed:
@@ -1044,7 +327,7 @@ class RateLimiter(BaseLimiter):
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
-            return self._own(early, holdable)
+            return self._own(early, holdable, scope)
         try:
             command = self._command(plans, call)
             what = call[0]
@@ -1060,11 +343,14 @@ class RateLimiter(BaseLimiter):
                         reader = self._readers[len(plans)] = mtake_reader(len(plans))
                 values = await _bounded(self.client.call_packed(command, reader), self.timeout)
             except _STORE_ERRORS as exc:
-                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable)
+                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable, scope)
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._after_reply(plans, values, started, holdable)
+            d = self._after_reply(plans, values, started, holdable)
+            if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
+                d._scope = scope
+            return d
         finally:
             if probes:  # refused: the reply renewed the entries; else (or cancelled) they go
                 self._probes_done(probes)
@@ -1200,11 +486,14 @@ class SyncRateLimiter(BaseLimiter):
         *,
         peer: str | None = _NO_PEER,
         headers: HeaderGetter | None = None,
+        scope: Scope | None = None,
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
+        if scope is not None and scope.skips(route):  # SPEC L1
+            return self._own(Decision(Outcome.NOT_LIMITED, True), _NO_HOLDS)
         plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))
         if type(plans) is _Early:  # SPEC I2, L3: decided while planning
-            return self._own(self._early(plans), _NO_HOLDS)
+            return self._own(self._early(plans), _NO_HOLDS, scope)
         holdable = _NO_HOLDS
         call = _PLAIN_CALL  # a plain list: buckets only (TB.TAKE / TB.MTAKE)
         if type(plans) is _Mixed:
@@ -1212,7 +501,7 @@ class SyncRateLimiter(BaseLimiter):
         probes: list[tuple[str, DenyEntry]] = []
         early, way = self._before_call(plans, probes)
         if early is not None:
-            return self._own(early, holdable)
+            return self._own(early, holdable, scope)
         try:
             command = self._command(plans, call)
             what = call[0]
@@ -1225,11 +514,14 @@ class SyncRateLimiter(BaseLimiter):
                 else:
                     values = take_values(raw) if len(plans) == 1 else mtake_values(raw, len(plans))
             except _STORE_ERRORS as exc:
-                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable)
+                return self._own(self._after_error(exc, started, len(plans), what, plans), holdable, scope)
             finally:
                 if way == _PROBE:
                     self._probe_over()
-            return self._after_reply(plans, values, started, holdable)
+            d = self._after_reply(plans, values, started, holdable)
+            if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
+                d._scope = scope
+            return d
         finally:
             if probes:  # refused: the reply renewed the entries; else they go
                 self._probes_done(probes)
