@@ -642,6 +642,12 @@ impl<S: Store, T: FromLimiter<S>> RateLimiterBuilder<S, T> {
             }
         }
         check_kinds(&self.policies)?;
+        // SPEC C7: a call with no time to answer would be a store error every time.
+        if self.store.timeout().is_zero() {
+            return Err(BuildError::InvalidSetting(
+                "timeout 0 ms: the store's call timeout must be > 0 (SPEC C7)".to_owned(),
+            ));
+        }
         if self.deny_cache == Some(0) {
             return Err(BuildError::InvalidSetting(
                 "deny_cache max_entries must be at least 1".to_owned(),
@@ -1816,11 +1822,17 @@ type RefundFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 
 trait Refunder: Send + Sync {
     fn refund<'a>(&'a self, plan: &'a Plan) -> RefundFuture<'a>;
+    /// SPEC F2: whether the handler's status asks for the refund.
+    fn refund_on(&self, status: StatusCode) -> bool;
 }
 
 impl<S: Store> Refunder for Inner<S> {
     fn refund<'a>(&'a self, plan: &'a Plan) -> RefundFuture<'a> {
         Box::pin(Inner::refund(self, plan))
+    }
+
+    fn refund_on(&self, status: StatusCode) -> bool {
+        self.refund_on.as_ref().is_some_and(|f| f(status))
     }
 }
 
@@ -1868,6 +1880,16 @@ impl RefundHandle {
             return false;
         }
         state.limiter.refund(&state.plan).await
+    }
+
+    /// SPEC F2: the handler answered `status`; when the limiter's `refund_on` lists it, the
+    /// tokens go back as with [`RefundHandle::refund`]. Returns whether a refund was made
+    /// and succeeded; sends nothing for another status or when nothing was charged.
+    pub async fn answered(&self, status: StatusCode) -> bool {
+        match &self.state {
+            Some(state) if state.limiter.refund_on(status) => self.refund().await,
+            _ => false,
+        }
     }
 
     /// Whether the request was charged (so a refund has something to give back).

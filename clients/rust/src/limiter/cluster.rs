@@ -15,9 +15,13 @@ impl<S: Store> RateLimiter<S> {
     /// call (two or more policies that are not `settle_later`) and has no tag function
     /// sends `HELLO`; on a Redis Cluster its start fails with
     /// [`Error::ClusterNeedsTag`], whose text is U3's line. Any other limiter sends
-    /// nothing. An unreachable Redis fails it ([`Error::Unreachable`]) unless the store
-    /// was started degraded.
+    /// nothing. After a degraded start (U2) it sends nothing either: Redis did not
+    /// answer, the failure mode applies until it does, and U2's line is the start's whole
+    /// message (U4). An unreachable Redis fails it ([`Error::Unreachable`]).
     pub async fn startup(&self) -> Result<(), Error> {
+        if self.inner.store.started_degraded() {
+            return Ok(());
+        }
         let Some(policies) = self.inner.keys_in_one_call() else {
             return Ok(());
         };
