@@ -246,6 +246,63 @@ fn config(case: &Value, fails: &mut Failures) {
                 .collect(),
             |b| b,
         ),
+        // SPEC C7: the store's timeout and the limiter's settings. A value the setting's
+        // type cannot hold (a fraction or NaN of milliseconds, a negative duration, 1.5
+        // entries) never reaches the builder: invalid, as the type refuses it.
+        "timeout_ms" => match whole(value) {
+            Some(ms) => {
+                let store = FakeStore::new(Duration::from_millis(ms));
+                let b = RateLimiter::builder(store).policy(one().remove(0));
+                b.build().is_ok()
+            }
+            None => false,
+        },
+        "cooldown_ms" => match whole(value) {
+            Some(ms) => build_with(one(), |b| b.cooldown(Duration::from_millis(ms))),
+            None => false,
+        },
+        "deny_cache_max_entries" => match whole(value).and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => build_with(one(), |b| b.deny_cache(n)),
+            None => false,
+        },
+        // SPEC W1: `Limit::window_per_<unit>(n, mode)`, the mode's default when the case
+        // gives none.
+        "window_helper" => {
+            let n = num(&value["n"]);
+            let mode = match value["mode"].as_str() {
+                None => WindowMode::default(),
+                Some("sliding") => WindowMode::Sliding,
+                Some("fixed") => WindowMode::Fixed,
+                Some(other) => panic!("unknown window mode {other}"),
+            };
+            let limit = match value["unit"].as_str().unwrap() {
+                "second" => Limit::window_per_second(n, mode),
+                "minute" => Limit::window_per_minute(n, mode),
+                "hour" => Limit::window_per_hour(n, mode),
+                "day" => Limit::window_per_day(n, mode),
+                other => panic!("unknown unit {other}"),
+            };
+            if let Some(want) = case["expect"].get("normalized") {
+                let got = match limit.kind {
+                    LimitKind::Window { seconds, mode } => {
+                        Some((limit.capacity, seconds, format!("{mode:?}").to_lowercase()))
+                    }
+                    _ => None,
+                };
+                check!(
+                    fails,
+                    case,
+                    "normalized",
+                    got,
+                    Some((
+                        num(&want["limit"]),
+                        num(&want["seconds"]),
+                        want["mode"].as_str().unwrap().to_owned()
+                    ))
+                );
+            }
+            build_with(vec![Policy::new("win", limit)], |b| b)
+        }
         "fixed_key" => build_with(
             vec![
                 Policy::new("all", Limit::per_second(1.0)).key(Key::fixed(value.as_str().unwrap())),
@@ -269,6 +326,14 @@ fn config(case: &Value, fails: &mut Failures) {
     {
         check!(fails, case, "normalized", normalized.as_deref(), Some(want));
     }
+}
+
+/// A whole number of milliseconds or entries, `None` for what the setting's type cannot
+/// hold (NaN, a fraction, a negative number).
+fn whole(v: &Value) -> Option<u64> {
+    let x = num(v);
+    (x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= 9_007_199_254_740_992.0)
+        .then_some(x as u64)
 }
 
 // ---------------------------------------------------------------- address.json
@@ -840,11 +905,58 @@ impl Store for FakeStore {
     }
 }
 
-/// The cost and limit a step's functions return.
+/// What a step's functions return: the cost and limit functions per policy (a limit of
+/// `None`: the function returns nothing, L2) and the tier function's answer.
 #[derive(Clone, Default)]
 struct StepInputs {
     cost: HashMap<String, f64>,
-    limit: HashMap<String, Limit>,
+    limit: HashMap<String, Option<Limit>>,
+    tier: HashMap<String, String>,
+}
+
+/// The fields a scripted case's limiter and policies may have (README): an unknown one
+/// fails the case instead of being ignored.
+const LIMITER_FIELDS: [&str; 9] = [
+    "policies",
+    "fail_open",
+    "timeout_ms",
+    "cooldown_ms",
+    "deny_cache",
+    "exclude",
+    "limit_unmatched",
+    "refund_on",
+    "backend",
+];
+const POLICY_FIELDS: [&str; 13] = [
+    "name",
+    "capacity",
+    "rate",
+    "cost",
+    "shadow",
+    "key",
+    "window",
+    "in_flight",
+    "settle_later",
+    "routes",
+    "per_route",
+    "tiers",
+    "default_tier",
+];
+
+fn unknown_fields(v: &Value, known: &[&str]) -> Vec<String> {
+    v.as_object()
+        .into_iter()
+        .flat_map(|o| o.keys())
+        .filter(|k| !known.contains(&k.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// A route as the vectors write it (SPEC K5): `<METHOD> <template>`, `*` for every method.
+fn route_of(s: &str) -> (Option<Method>, String) {
+    let (method, template) = s.split_once(' ').unwrap_or(("*", s));
+    let method = (method != "*").then(|| Method::from_bytes(method.as_bytes()).unwrap());
+    (method, template.to_owned())
 }
 
 fn limiter_of(case: &Value, store: FakeStore, clock: ManualClock) -> RateLimiter<FakeStore> {
@@ -858,6 +970,7 @@ fn limiter_builder(case: &Value, store: FakeStore, clock: ManualClock) -> TestBu
     let mut b = RateLimiter::builder(store).clock(Arc::new(clock));
     for p in l["policies"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap().to_owned();
+        let bucket = || Limit::new(num(&p["capacity"]), num(&p["rate"]));
         let limit = if let Some(w) = p.get("window") {
             let mode = match w["mode"].as_str() {
                 Some("fixed") => WindowMode::Fixed,
@@ -870,13 +983,38 @@ fn limiter_builder(case: &Value, store: FakeStore, clock: ManualClock) -> TestBu
                 Some(ms) => limit.max_duration(num(ms) / 1000.0),
                 None => limit,
             }
+        } else if p.get("tiers").is_some() {
+            // Only the tiered policy's default counts; the tiers are set below.
+            Limit::new(1.0, 1.0)
         } else {
-            Limit::new(num(&p["capacity"]), num(&p["rate"]))
+            bucket()
         };
         let cost = p.get("cost").map_or(1.0, num);
-        let mut policy = Policy::new(&name, limit)
-            .shadow(p["shadow"].as_bool().unwrap_or(false))
-            .settle_later(p["settle_later"].as_bool().unwrap_or(false));
+        let mut policy = match p["tiers"].as_object() {
+            // SPEC L2: the tier function answers the step's `tier` for this policy; the
+            // default is the limit of `default_tier`.
+            Some(tiers) => {
+                let tiers: Vec<(String, Limit)> = tiers
+                    .iter()
+                    .map(|(t, l)| (t.clone(), Limit::new(num(&l["capacity"]), num(&l["rate"]))))
+                    .collect();
+                let default = tiers
+                    .iter()
+                    .find(|(t, _)| Some(t.as_str()) == p["default_tier"].as_str())
+                    .map(|(_, l)| *l)
+                    .unwrap();
+                let n = name.clone();
+                Policy::tiered(&name, tiers, default, move |parts| {
+                    parts
+                        .extensions
+                        .get::<StepInputs>()
+                        .and_then(|s| s.tier.get(&n).cloned())
+                })
+            }
+            None => Policy::new(&name, limit),
+        }
+        .shadow(p["shadow"].as_bool().unwrap_or(false))
+        .settle_later(p["settle_later"].as_bool().unwrap_or(false));
         if p.get("cost").is_some() {
             policy = policy.cost(cost);
         }
@@ -888,6 +1026,16 @@ fn limiter_builder(case: &Value, store: FakeStore, clock: ManualClock) -> TestBu
             Some("fixed") => policy.key(Key::fixed(p["key"]["value"].as_str().unwrap())),
             Some(other) => panic!("unknown key kind {other}"),
         };
+        // SPEC L1, K5: the routes the policy lists, and its per-route key.
+        for r in p["routes"].as_array().into_iter().flatten() {
+            policy = match route_of(r.as_str().unwrap()) {
+                (Some(m), t) => policy.route(m, &t),
+                (None, t) => policy.route_any_method(&t),
+            };
+        }
+        if p["per_route"].as_bool() == Some(true) {
+            policy = policy.per_route();
+        }
         if has("cost", &name) {
             let n = name.clone();
             policy = policy.cost_fn(move |parts| {
@@ -899,18 +1047,17 @@ fn limiter_builder(case: &Value, store: FakeStore, clock: ManualClock) -> TestBu
             });
         }
         if has("limit", &name) {
-            let (n, fixed) = (
-                name.clone(),
-                Limit::new(num(&p["capacity"]), num(&p["rate"])),
-            );
+            let (n, fixed) = (name.clone(), bucket());
             policy = policy.limit_fn(move |parts| {
-                Some(
-                    parts
-                        .extensions
-                        .get::<StepInputs>()
-                        .and_then(|s| s.limit.get(&n).copied())
-                        .unwrap_or(fixed),
-                )
+                match parts
+                    .extensions
+                    .get::<StepInputs>()
+                    .map(|s| s.limit.get(&n))
+                {
+                    // The step names the policy: what its function returns (maybe nothing).
+                    Some(Some(l)) => *l,
+                    _ => Some(fixed),
+                }
             });
         }
         b = b.policy(policy);
@@ -924,11 +1071,39 @@ fn limiter_builder(case: &Value, store: FakeStore, clock: ManualClock) -> TestBu
     if let Some(n) = l["deny_cache"]["max_entries"].as_u64() {
         b = b.deny_cache(usize::try_from(n).unwrap());
     }
+    // SPEC L1: the limiter's scope.
+    for r in l["exclude"].as_array().into_iter().flatten() {
+        b = match route_of(r.as_str().unwrap()) {
+            (Some(m), t) => b.exclude(m, &t),
+            (None, t) => b.exclude_any_method(&t),
+        };
+    }
+    if l["limit_unmatched"].as_bool() == Some(true) {
+        b = b.limit_unmatched(true);
+    }
+    // SPEC F2: the statuses that refund.
+    if let Some(statuses) = l["refund_on"].as_array() {
+        let statuses: Vec<u64> = statuses.iter().map(|s| s.as_u64().unwrap()).collect();
+        b = b.refund_on(move |s| statuses.contains(&u64::from(s.as_u16())));
+    }
     b
 }
 
-fn step_parts(check: &Value) -> Result<Parts, Vec<u8>> {
+/// The route of a check without `route`: one no policy lists and no `exclude` names.
+const DEFAULT_ROUTE: &str = "GET /vectors";
+
+/// A step's request head and its matched route template (`None`: it matched no route).
+fn step_parts(check: &Value) -> Result<(Parts, Option<String>), Vec<u8>> {
     let mut p = parts(header_map(&check["headers"])?);
+    let route = match check.get("route") {
+        None => Some(route_of(DEFAULT_ROUTE)),
+        Some(Value::Null) => None,
+        Some(r) => Some(route_of(r.as_str().unwrap())),
+    };
+    let template = route.map(|(method, template)| {
+        p.method = method.unwrap_or(Method::GET);
+        template
+    });
     let mut inputs = StepInputs::default();
     if let Some(c) = check["cost"].as_object() {
         for (k, v) in c {
@@ -937,13 +1112,19 @@ fn step_parts(check: &Value) -> Result<Parts, Vec<u8>> {
     }
     if let Some(c) = check["limit"].as_object() {
         for (k, v) in c {
+            let limit = (!v.is_null()).then(|| Limit::new(num(&v["capacity"]), num(&v["rate"])));
+            inputs.limit.insert(k.clone(), limit);
+        }
+    }
+    if let Some(t) = check["tier"].as_object() {
+        for (k, v) in t {
             inputs
-                .limit
-                .insert(k.clone(), Limit::new(num(&v["capacity"]), num(&v["rate"])));
+                .tier
+                .insert(k.clone(), v.as_str().unwrap().to_owned());
         }
     }
     p.extensions.insert(inputs);
-    Ok(p)
+    Ok((p, template))
 }
 
 fn compare_check(case: &Value, step: usize, fails: &mut Failures, c: &Check, want: &Value) {
@@ -998,6 +1179,9 @@ fn compare_check(case: &Value, step: usize, fails: &mut Failures, c: &Check, wan
             d.lease()
         );
     }
+    if let Some(w) = want["results"].as_array() {
+        compare_results(case, &mut local, &d.results, w);
+    }
     let mut map = HeaderMap::new();
     c.write_headers(&mut map);
     compare_headers(case, &mut local, &map, &want["headers"]);
@@ -1012,6 +1196,70 @@ fn compare_check(case: &Value, step: usize, fails: &mut Failures, c: &Check, wan
     }
     fails.extend(local.into_iter().map(|f| format!("{f} [step {step}]")));
 }
+
+/// SPEC D2: one result per applied policy, in order, each listed field compared (numbers
+/// numerically; an in-flight result's `rate` is `null`, 0 here).
+fn compare_results(case: &Value, fails: &mut Failures, got: &[PolicyResult], want: &[Value]) {
+    check!(fails, case, "results", got.len(), want.len());
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        for field in unknown_fields(w, &RESULT_FIELDS) {
+            fails.push(format!("{}: unknown result field {field}", id(case)));
+        }
+        if let Some(n) = w["name"].as_str() {
+            check!(fails, case, format!("results[{k}].name"), &*g.name, n);
+        }
+        if let Some(key) = w["key"].as_str() {
+            check!(
+                fails,
+                case,
+                format!("results[{k}].key"),
+                g.key.as_str(),
+                key
+            );
+        }
+        for (field, got) in [
+            ("capacity", g.capacity),
+            ("cost", g.cost),
+            ("remaining", g.remaining),
+            ("retry_after", g.retry_after),
+            ("reset_after", g.reset_after),
+        ] {
+            if let Some(v) = w.get(field) {
+                check!(fails, case, format!("results[{k}].{field}"), got, num(v));
+            }
+        }
+        if let Some(v) = w.get("rate") {
+            check!(
+                fails,
+                case,
+                format!("results[{k}].rate"),
+                g.rate,
+                opt_num(v).unwrap_or(0.0)
+            );
+        }
+        for (field, got) in [("allowed", g.allowed), ("shadow", g.shadow)] {
+            if let Some(v) = w[field].as_bool() {
+                check!(fails, case, format!("results[{k}].{field}"), got, v);
+            }
+        }
+    }
+}
+
+const RESULT_FIELDS: [&str; 10] = [
+    "name",
+    "key",
+    "capacity",
+    "rate",
+    "cost",
+    "allowed",
+    "remaining",
+    "retry_after",
+    "reset_after",
+    "shadow",
+];
+
+/// The fields of a check (README).
+const CHECK: [&str; 6] = ["peer", "headers", "cost", "limit", "tier", "route"];
 
 fn compare_hold(case: &Value, step: usize, fails: &mut Failures, h: &Hold, want: &Value) {
     let mut local = Vec::new();
@@ -1071,6 +1319,23 @@ fn peer_of(check: &Value) -> Option<IpAddr> {
 }
 
 async fn limiter_case(case: &Value, fails: &mut Failures) {
+    let l = &case["limiter"];
+    for k in unknown_fields(l, &LIMITER_FIELDS) {
+        fails.push(format!("{}: unknown limiter field {k}", id(case)));
+    }
+    for p in l["policies"].as_array().into_iter().flatten() {
+        for k in unknown_fields(p, &POLICY_FIELDS) {
+            fails.push(format!("{}: unknown policy field {k}", id(case)));
+        }
+    }
+    // SPEC E1: this crate's one store is the module; a case on the scripts fails by name.
+    if let Some(b) = l.get("backend") {
+        fails.push(format!(
+            "{}: SPEC E: Rust has no script backend (backend {b}, issue 42)",
+            id(case)
+        ));
+        return;
+    }
     let timeout = Duration::from_millis(case["limiter"]["timeout_ms"].as_u64().unwrap_or(50));
     let store = FakeStore::new(timeout);
     let clock = ManualClock::new(1_764_456_268_000);
@@ -1081,7 +1346,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
     for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
         clock.set_ms(step["at_ms"].as_u64().unwrap());
         // An unknown step field (or expectation of a check) fails the runner.
-        const STEP: [&str; 15] = [
+        const STEP: [&str; 16] = [
             "at_ms",
             "check",
             "redis",
@@ -1097,6 +1362,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
             "settle",
             "timeout",
             "renew_hold",
+            "status",
         ];
         for k in step.as_object().into_iter().flat_map(|o| o.keys()) {
             if !STEP.contains(&k.as_str()) {
@@ -1104,7 +1370,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
             }
         }
         if step.get("check").is_some() {
-            const EXPECT: [&str; 9] = [
+            const EXPECT: [&str; 10] = [
                 "outcome",
                 "allowed",
                 "from_cache",
@@ -1114,6 +1380,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 "violated",
                 "shadow_limited",
                 "lease",
+                "results",
             ];
             for k in step["expect"]
                 .as_object()
@@ -1127,7 +1394,10 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
         }
         store.expect(&step["redis"]);
         if let Some(check) = step.get("check") {
-            let mut parts = match step_parts(check) {
+            for k in unknown_fields(check, &CHECK) {
+                fails.push(format!("{} [step {i}]: unknown check field {k}", id(case)));
+            }
+            let (mut parts, route) = match step_parts(check) {
                 Ok(p) => p,
                 Err(line) => {
                     // `http` refuses the line (a control byte): hyper answers 400 before
@@ -1168,7 +1438,8 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 .and_then(|calls| calls.iter().find_map(|c| c["hold"].as_str()));
             if let Some(name) = hold {
                 let l = limiter.clone();
-                let task = tokio::spawn(async move { l.check(&mut parts, peer, Some("/")).await });
+                let task =
+                    tokio::spawn(async move { l.check(&mut parts, peer, route.as_deref()).await });
                 for _ in 0..1000 {
                     if store.holding(name) {
                         break;
@@ -1183,7 +1454,7 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 }
                 held.insert(name.to_owned(), (i, Held::Check(task)));
             } else {
-                let c = limiter.check(&mut parts, peer, Some("/")).await;
+                let c = limiter.check(&mut parts, peer, route.as_deref()).await;
                 compare_check(case, i, fails, &c, &step["expect"]);
                 checks.insert(i, c);
             }
@@ -1238,6 +1509,11 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
                 continue;
             };
             c.lease.finish().await;
+            // SPEC F2: the handler answered this status.
+            if let Some(status) = step["status"].as_u64() {
+                let status = http::StatusCode::from_u16(u16::try_from(status).unwrap()).unwrap();
+                c.refund.answered(status).await;
+            }
             if let Some(w) = step["expect"]["leases_in_flight"].as_u64() {
                 check!(
                     fails,
@@ -1383,9 +1659,10 @@ async fn limiter_case(case: &Value, fails: &mut Failures) {
         }
         for c in store.leftover() {
             fails.push(format!(
-                "{} [step {i}]: listed call not made: {}",
+                "{} [step {i}]: listed call not made: {}{}",
                 id(case),
-                c["call"]
+                c["call"],
+                script_call(&c)
             ));
         }
     }
@@ -1442,10 +1719,33 @@ enum Held {
 /// SPEC U1-U4: the store's check (what `TbClient::start` / `start_degraded` run), then the
 /// limiter's (U3), against a store at 127.0.0.1:6379 that answers the listed calls.
 async fn startup_case(case: &Value, fails: &mut Failures) {
+    let l = &case["limiter"];
+    // SPEC E1, E6: this crate's one store is the module (as if forced to it): a case that
+    // asks for the scripts, or expects a backend chosen or its line, fails by name.
+    match l["backend"].as_str() {
+        None | Some("auto" | "module") => {}
+        Some(other) => {
+            fails.push(format!(
+                "{}: SPEC E: Rust has no script backend (backend {other}, issue 42)",
+                id(case)
+            ));
+            return;
+        }
+    }
+    let want = &case["expect"];
+    for field in ["backend", "backend_log"] {
+        if want.get(field).is_some_and(|v| !v.is_null()) {
+            fails.push(format!(
+                "{}: SPEC E6: Rust neither chooses nor logs a backend (expected {field} {}, issue 42)",
+                id(case),
+                want[field]
+            ));
+            return;
+        }
+    }
     let mut store = FakeStore::new(Duration::from_millis(50));
     store.addr = "127.0.0.1:6379".to_owned();
     store.expect(&case["redis"]);
-    let l = &case["limiter"];
     let clock = ManualClock::new(1_764_456_268_000);
     let as_limiter = serde_json::json!({"limiter": l, "steps": []});
     let mut b = limiter_builder(&as_limiter, store.clone(), clock);
@@ -1464,7 +1764,6 @@ async fn startup_case(case: &Value, fails: &mut Failures) {
             limiter.startup().await.map(|()| started.log)
         }
     };
-    let want = &case["expect"];
     match (result, want["error"].as_str()) {
         (Err(e), Some(line)) => {
             let got = e.to_string();
@@ -1499,7 +1798,22 @@ async fn startup_case(case: &Value, fails: &mut Failures) {
         fails.push(format!("{}: {e}", id(case)));
     }
     for c in store.leftover() {
-        fails.push(format!("{}: listed call not made: {}", id(case), c["call"]));
+        fails.push(format!(
+            "{}: listed call not made: {}{}",
+            id(case),
+            c["call"],
+            script_call(&c)
+        ));
+    }
+}
+
+/// A call of the script library (clients/lua) that a case lists: SPEC E's, which this crate
+/// does not make yet (issue 42). Said in the failure, so a PENDING case fails by name.
+fn script_call(c: &Value) -> &'static str {
+    const SCRIPT: [&str; 6] = ["FUNCTION", "SCRIPT", "EVAL", "EVALSHA", "FCALL", "FCALL_RO"];
+    match c["call"][0].as_str() {
+        Some(word) if SCRIPT.contains(&word) => " (SPEC E: the script backend's call)",
+        _ => "",
     }
 }
 
@@ -1520,6 +1834,30 @@ fn line_matches(got: &str, want: &str) -> bool {
 
 // ---------------------------------------------------------------- the runner
 
+/// Cases of a rule this crate does not implement yet, each required to FAIL, on its SPEC E
+/// field (a case that passes, or fails for another reason, is an error: take it off this
+/// list): SPEC E, the script backend (issue 42), whose vectors main holds before every
+/// language has it. Nothing here hides a failure of another case.
+const PENDING: [(&str, &str); 17] = [
+    ("lim-092", "E3"),
+    ("lim-093", "E3"),
+    ("lim-094", "E3"),
+    ("lim-095", "E4"),
+    ("lim-096", "E5"),
+    ("lim-097", "E7"),
+    ("su-006", "E6"),
+    ("su-007", "E6"),
+    ("su-008", "E6"),
+    ("su-009", "E6"),
+    ("su-010", "E6"),
+    ("su-013", "E1"),
+    ("su-014", "E2"),
+    ("su-015", "E2"),
+    ("su-016", "E1"),
+    ("su-017", "E5"),
+    ("su-018", "E6"),
+];
+
 #[tokio::test]
 async fn every_vector_file_passes() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir())
@@ -1532,6 +1870,7 @@ async fn every_vector_file_passes() {
     let mut fails = Failures::new();
     let mut ids = HashSet::new();
     let mut ran = 0;
+    let mut pending = 0;
     for path in &files {
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
@@ -1544,20 +1883,46 @@ async fn every_vector_file_passes() {
                 fails.push(format!("{}: duplicate id", id(case)));
             }
             ran += 1;
+            let mut local = Failures::new();
             match name.as_str() {
-                "numbers.json" => numbers(case, &mut fails),
-                "config.json" => config(case, &mut fails),
-                "address.json" => address(case, &mut fails),
-                "keys.json" => keys_case(case, &mut fails).await,
-                "header_identity.json" => header_identity(case, &mut fails).await,
-                "response.json" => response(case, &mut fails),
-                "limiter.json" => limiter_case(case, &mut fails).await,
-                "startup.json" => startup_case(case, &mut fails).await,
+                "numbers.json" => numbers(case, &mut local),
+                "config.json" => config(case, &mut local),
+                "address.json" => address(case, &mut local),
+                "keys.json" => keys_case(case, &mut local).await,
+                "header_identity.json" => header_identity(case, &mut local).await,
+                "response.json" => response(case, &mut local),
+                "limiter.json" => limiter_case(case, &mut local).await,
+                "startup.json" => startup_case(case, &mut local).await,
                 other => {
                     fails.push(format!("{other}: no handler for this file"));
                     break;
                 }
             }
+            let id = id(case);
+            match PENDING.iter().find(|(p, _)| *p == id) {
+                None => fails.extend(local),
+                // A pending case must fail, and on its SPEC E field (the runner's message
+                // names "SPEC E"): one that passes, or fails for another reason, is an error.
+                Some((_, rule)) => {
+                    if local.is_empty() {
+                        fails.push(format!("{id} passes: take it off PENDING (SPEC {rule})"));
+                    } else if !local.iter().any(|f| f.contains("SPEC E")) {
+                        fails.push(format!(
+                            "{id} (pending, SPEC {rule}) fails for another reason:"
+                        ));
+                        fails.extend(local);
+                    } else {
+                        pending += 1;
+                    }
+                }
+            }
+        }
+    }
+    for (p, rule) in PENDING {
+        if !ids.contains(p) {
+            fails.push(format!(
+                "{p} (SPEC {rule}) is PENDING but no vector has that id"
+            ));
         }
     }
     assert!(
@@ -1566,7 +1931,10 @@ async fn every_vector_file_passes() {
         fails.len(),
         fails.join("\n")
     );
-    eprintln!("{ran} vector cases passed");
+    eprintln!(
+        "{} vector cases passed, {pending} pending (SPEC E) failed as required",
+        ran - pending
+    );
 }
 
 /// SPEC R6 (issue row D12), a case in the vectors' format that the shared files do not

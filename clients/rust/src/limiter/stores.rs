@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Inner, Store, bump};
+use super::state::Inner;
+use super::stats::bump;
+use super::store::Store;
 use crate::client::{HoldReply, SettleReply};
 use crate::decision::SettleTarget;
 use crate::error::Error;

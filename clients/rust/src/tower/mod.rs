@@ -278,7 +278,6 @@ where
         // decision are renewed until then (G5).
         let timed = lease.is_active();
         let guard = LeaseGuard::start(lease);
-        let charged = refund.is_charged();
         insert_decision(&mut parts, decision);
         parts.extensions.insert(refund.clone());
         let call = inner.call(Request::from_parts(parts, body));
@@ -295,9 +294,8 @@ where
                 return Ok(resp);
             }
         };
-        if charged && limiter.refund_on(resp.status()) {
-            refund.refund().await;
-        }
+        // SPEC F2: the limiter's rule, on the handler's status.
+        refund.answered(resp.status()).await;
         if let Some(h) = headers {
             // An inner limiter's items (a second layer on one route) stay in the lists, after
             // this limiter's own (SPEC H1: one list of the enforced policies).

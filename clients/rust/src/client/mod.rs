@@ -1,0 +1,14 @@
+//! The typed client of the module's commands (SPEC "Names": `TbClient`): the arguments
+//! ([`args`]), the replies ([`replies`]), the connection with its timeouts and startup
+//! checks ([`connection`]), and the commands on it ([`commands`]). Each imports only those
+//! listed before it; this file holds the re-exports.
+
+mod args;
+mod commands;
+mod connection;
+mod replies;
+
+pub(crate) use args::num;
+pub use args::{Charge, MAX_NUMBER, MIN_RATE, WindowMode};
+pub use connection::{ClientConfig, TbClient};
+pub use replies::{Acquired, HoldReply, MultiReply, Reply, Reservation, SettleReply, Throttle};
