@@ -87,7 +87,7 @@ from .deny_cache import DenyCache, DenyEntry
 from .headers import Answering, Rejection
 from .keys import KeyBuilder, check_prefix
 from .metrics import Metrics
-from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _Plan, _resolved, _resolved_sync
+from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _resolved, _resolved_sync
 from .policy import Policy
 from .startup import start as _start
 from .startup import start_sync as _start_sync
@@ -96,7 +96,6 @@ from .scope import Scope
 from .store_call import _PROBE, _SKIP, _STORE_ERRORS, _bounded
 from .stats import LimiterStats
 from .replies import (
-    AcquireValues,
     acquire_reader,
     acquire_values,
     read_resp,
@@ -112,9 +111,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-
 
 
 class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRules):
@@ -237,35 +233,6 @@ class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRul
         """The bucket key of ``identity`` under ``policy`` (SPEC K1-K4)."""
         return self.keys.key(policy, identity, route=route, tag=tag)
 
-    # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
-
-    def _after_reply(
-        self, plans: list[_Plan], values: Any, started: float, holdable: dict[str, tuple[str, float, float]]
-    ) -> Decision:
-        """The decision of a reply, owned (:meth:`_own`, inline: one call fewer a request)."""
-        if self.metrics is not None:
-            self.metrics.redis_call(time.perf_counter() - started)
-        breaker = self.breaker
-        if breaker.open_until:  # SPEC B3: success closes the breaker
-            breaker.succeeded()
-        if type(values) is AcquireValues:
-            d = self._acquired(plans, values)
-        else:
-            d = self._decision(plans, values[0], values[1])
-        d._limiter = self
-        if holdable:
-            d._holdable = holdable
-        return d
-
-    def _own(
-        self, d: Decision, holdable: dict[str, tuple[str, float, float]], scope: Scope | None = None
-    ) -> Decision:
-        d._limiter = self
-        if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
-            d._scope = scope
-        if holdable:
-            d._holdable = holdable
-        return d
 
 class RateLimiter(BaseLimiter):
     """Checks a request against policies in one call (TB.TAKE or TB.MTAKE), all or
