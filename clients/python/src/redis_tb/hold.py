@@ -93,7 +93,8 @@ class HoldRules:
         return out
 
     def _store_failed(self, exc: BaseException, what: str) -> StoreError:
-        self._failed(exc, what)
+        """The StoreError of a hold or settlement that failed (counted and logged by
+        the guarded call, ``_failed``)."""
         err = StoreError(f"redis-tb: {what} failed: {exc or type(exc).__name__}")
         err.__cause__ = exc
         return err
