@@ -327,6 +327,21 @@ def test_exclude_and_exempt(redis_server: RedisServer, tb: Client) -> None:
         assert tb.redis.exists("rl:all:127.0.0.1") == 0
 
 
+def test_exclude_by_namespaced_name_and_for_every_method(redis_server: RedisServer, tb: Client) -> None:
+    # SPEC L1 through the core's Scope: "* <route>" excludes the route for every method;
+    # a namespaced URL name excludes its pattern (the Django input the core has no word for)
+    policies = [{"NAME": "all", "PER_HOUR": 1}]
+    excluded = ["shop:order", "* items/<int:item_id>"]
+    with override_settings(REDIS_TB=conf(redis_server, policies, EXCLUDE=excluded)):
+        c = DjangoClient()
+        for _ in range(3):
+            assert c.get("/shop/orders/1").status_code == 200
+            r = c.get("/items/1")
+            assert r.status_code == 200 and "RateLimit" not in r.headers
+        assert tb.redis.exists("rl:all:127.0.0.1") == 0
+        assert [c.get("/async/items/1").status_code for _ in range(2)] == [200, 429]
+
+
 def test_trusted_proxies_right_to_left_and_ipv6_prefix(redis_server: RedisServer, tb: Client) -> None:
     policies = [{"NAME": "who", "PER_HOUR": 100}]
     with override_settings(REDIS_TB=conf(redis_server, policies, TRUSTED_PROXIES=["10.0.0.0/8"])):

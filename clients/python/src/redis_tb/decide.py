@@ -1,18 +1,23 @@
 """From a plan and the store's reply to a :class:`~redis_tb.decision.Decision` (SPEC D1-D4,
 N3, S2, R1-R10, L3, I2): the requests decided without a call (nothing applies, an early
 refusal, the deny cache, the open breaker), the results of a reply in policy order, the
-counters and metrics of each outcome, and the deny cache's entries. :class:`Deciding`
-is a mixin of :class:`~redis_tb.limiter.BaseLimiter`."""
+counters and metrics of each outcome, the deny cache's entries, and the decision owned
+by its limiter (its leases, holds and scope's refunds). :class:`Deciding` is a mixin of :class:`~redis_tb.limiter.BaseLimiter`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import time
+from typing import TYPE_CHECKING, Any, Callable
 
 from .decision import Decision, Lease, Outcome, PolicyResult
 from .deny_cache import DenyCache, DenyEntry
 from .plan import _BUCKET, _IN_FLIGHT, _Early, _Plan
 from .replies import AcquireValues
 from .store_call import _CALL, _SKIP, StoreCall
+
+if TYPE_CHECKING:
+    from .decision import Hold
+    from .scope import Scope
 
 __all__ = ["Deciding"]
 
@@ -32,6 +37,8 @@ class Deciding(StoreCall):
         _shadow_log: dict[str, tuple[float, int]]
 
         def _lease_granted(self, d: Decision, lease_ms: int, max_duration_ms: int) -> None: ...
+        def _check_actual(self, actual: object) -> None: ...
+        def hold_response(self, hold: Hold) -> tuple[int, list[tuple[str, str]], bytes | None]: ...
 
     def _early(self, early: _Early) -> Decision:
         """A request decided while planning (SPEC I2, L3): nothing sent to Redis,
@@ -195,3 +202,33 @@ class Deciding(StoreCall):
                 self._shadow_log, name,
                 "redis-tb: shadow policy '%s' would have limited a request (%d since the last line)",
             )
+
+    # -- a decision owned by its limiter (leases N4, N5; holds G1-G3; refunds F2) ----
+
+    def _after_reply(
+        self, plans: list[_Plan], values: Any, started: float, holdable: dict[str, tuple[str, float, float]]
+    ) -> Decision:
+        """The decision of a reply, owned (:meth:`_own`, inline: one call fewer a request)."""
+        if self.metrics is not None:
+            self.metrics.redis_call(time.perf_counter() - started)
+        breaker = self.breaker
+        if breaker.open_until:  # SPEC B3: success closes the breaker
+            breaker.succeeded()
+        if type(values) is AcquireValues:
+            d = self._acquired(plans, values)
+        else:
+            d = self._decision(plans, values[0], values[1])
+        d._limiter = self
+        if holdable:
+            d._holdable = holdable
+        return d
+
+    def _own(
+        self, d: Decision, holdable: dict[str, tuple[str, float, float]], scope: Scope | None = None
+    ) -> Decision:
+        d._limiter = self
+        if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
+            d._scope = scope
+        if holdable:
+            d._holdable = holdable
+        return d

@@ -69,7 +69,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Literal, Sequence, TypeVar, cast
+from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar, cast
 
 import redis
 import redis.asyncio
@@ -87,16 +87,15 @@ from .deny_cache import DenyCache, DenyEntry
 from .headers import Answering, Rejection
 from .keys import KeyBuilder, check_prefix
 from .metrics import Metrics
-from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _Plan, _resolved, _resolved_sync
+from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _resolved, _resolved_sync
 from .policy import Policy
 from .startup import start as _start
 from .startup import start_sync as _start_sync
 from .refund import RefundRules
 from .scope import Scope
-from .store_call import _PROBE, _SKIP, _STORE_ERRORS, _bounded
+from .store_call import _PROBE, _SKIP, _STORE_ERRORS, _as_is, _bounded
 from .stats import LimiterStats
 from .replies import (
-    AcquireValues,
     acquire_reader,
     acquire_values,
     read_resp,
@@ -112,9 +111,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-
 
 
 class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRules):
@@ -237,35 +233,6 @@ class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRul
         """The bucket key of ``identity`` under ``policy`` (SPEC K1-K4)."""
         return self.keys.key(policy, identity, route=route, tag=tag)
 
-    # -- leases (SPEC N4, N5) and holds (G1-G3), shared by both paths -------------
-
-    def _after_reply(
-        self, plans: list[_Plan], values: Any, started: float, holdable: dict[str, tuple[str, float, float]]
-    ) -> Decision:
-        """The decision of a reply, owned (:meth:`_own`, inline: one call fewer a request)."""
-        if self.metrics is not None:
-            self.metrics.redis_call(time.perf_counter() - started)
-        breaker = self.breaker
-        if breaker.open_until:  # SPEC B3: success closes the breaker
-            breaker.succeeded()
-        if type(values) is AcquireValues:
-            d = self._acquired(plans, values)
-        else:
-            d = self._decision(plans, values[0], values[1])
-        d._limiter = self
-        if holdable:
-            d._holdable = holdable
-        return d
-
-    def _own(
-        self, d: Decision, holdable: dict[str, tuple[str, float, float]], scope: Scope | None = None
-    ) -> Decision:
-        d._limiter = self
-        if scope is not None and scope.refunding:  # SPEC F2: finish(status) refunds
-            d._scope = scope
-        if holdable:
-            d._holdable = holdable
-        return d
 
 class RateLimiter(BaseLimiter):
     """Checks a request against policies in one call (TB.TAKE or TB.MTAKE), all or
@@ -365,19 +332,32 @@ class RateLimiter(BaseLimiter):
         buckets, way = got
         started = time.perf_counter()
         try:
-            await _bounded(self.client.refund_many(buckets, now=self._redis_now()), self.timeout)
-        except _STORE_ERRORS as exc:
-            return self._refund_failed(exc, started)
-        finally:
-            if way == _PROBE:
-                self._probe_over()
+            await self._guarded(lambda: self.client.refund_many(buckets, now=self._redis_now()), "TB.REFUND", way, _as_is)
+        except _STORE_ERRORS:
+            return self._refund_failed(started)
         return self._refunded(decision, started)
 
     def _redis_now(self) -> float | None:
         return None if self.redis_now is None else self.redis_now()
 
-    async def _call(self, command: bytes) -> Any:
-        return await _bounded(self.client.call_packed(command, read_resp), self.timeout)
+    async def _guarded(self, call: Callable[[], Awaitable[Any]], what: str, way: int, then: Callable[[Any], T]) -> T:
+        """SPEC L5, B1-B5: the one guarded call of a refund, a lease's release and
+        renewal, a hold, its settlement and renewal (a check's own call takes the same
+        steps inline in :meth:`check`, its hot path). The caller asked the breaker
+        (``way``); the call is sent once within the timeout and its reply read by
+        ``then``; a store error is counted and logged once a second (``_failed``) and
+        raised again for the caller's failure mode; a probe ends whatever it answered."""
+        try:
+            return then(await _bounded(call(), self.timeout))
+        except _STORE_ERRORS as exc:
+            self._failed(exc, what)
+            raise
+        finally:
+            if way == _PROBE:
+                self._probe_over()
+
+    def _packed(self, command: bytes) -> Awaitable[Any]:
+        return self.client.call_packed(command, read_resp)
 
     async def _release(self, d: Decision) -> None:
         """SPEC N4: TB.RELEASE once, with the timeout, never retried, not while the
@@ -390,12 +370,9 @@ class RateLimiter(BaseLimiter):
         if way == _SKIP:
             return
         try:
-            self._released(d, await self._call(self._release_command(d)))
-        except _STORE_ERRORS as exc:
-            self._failed(exc, "TB.RELEASE")
-        finally:
-            if way == _PROBE:
-                self._probe_over()
+            await self._guarded(lambda: self._packed(self._release_command(d)), "TB.RELEASE", way, lambda raw: self._released(d, raw))
+        except _STORE_ERRORS:
+            pass  # a store error (N4): the lease expires
 
     async def _renew(self, d: Decision) -> bool:
         """SPEC N5: TB.RENEW; a lost lease stops renewals; a failure is a store error.
@@ -408,35 +385,29 @@ class RateLimiter(BaseLimiter):
         if way == _SKIP:
             return False
         try:
-            return self._renewed(d, await self._call(self._renew_command(d)))
-        except _STORE_ERRORS as exc:
-            self._failed(exc, "TB.RENEW")
+            return await self._guarded(lambda: self._packed(self._renew_command(d)), "TB.RENEW", way, lambda raw: self._renewed(d, raw))
+        except _STORE_ERRORS:
             return False
-        finally:
-            if way == _PROBE:
-                self._probe_over()
 
     async def _hold(self, policy: str, key: str, capacity: float, rate: float, estimate: float, ttl_ms: int) -> Hold:
         way = self._store_way("TB.HOLD")
         try:
-            raw = await self._call(self._hold_command(key, capacity, rate, estimate, ttl_ms))
-            return self._held(policy, key, capacity, rate, estimate, ttl_ms, raw)
+            return await self._guarded(
+                lambda: self._packed(self._hold_command(key, capacity, rate, estimate, ttl_ms)), "TB.HOLD", way,
+                lambda raw: self._held(policy, key, capacity, rate, estimate, ttl_ms, raw),
+            )
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.HOLD") from exc
-        finally:
-            if way == _PROBE:
-                self._probe_over()
 
     async def _settle(self, hold: Hold, actual: float) -> Settlement:
         hold.settlement = Settlement(False, hold.remaining, 0.0, hold.reset_after)  # never twice (G3)
         way = self._store_way("TB.SETTLE")
         try:
-            return self._settled(hold, await self._call(self._settle_command(hold, actual)))
+            return await self._guarded(
+                lambda: self._packed(self._settle_command(hold, actual)), "TB.SETTLE", way, lambda raw: self._settled(hold, raw)
+            )
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.SETTLE") from exc
-        finally:
-            if way == _PROBE:
-                self._probe_over()
 
     async def _renew_hold(self, hold: Hold) -> bool:
         """SPEC G5: TB.RENEW on the hold's bucket; a failure is a store error (B1-B3:
@@ -445,13 +416,11 @@ class RateLimiter(BaseLimiter):
         if way == _SKIP:
             return False
         try:
-            return self._hold_renewed(hold, await self._call(self._hold_renew_command(hold)))
-        except _STORE_ERRORS as exc:
-            self._failed(exc, "TB.RENEW")
+            return await self._guarded(
+                lambda: self._packed(self._hold_renew_command(hold)), "TB.RENEW", way, lambda raw: self._hold_renewed(hold, raw)
+            )
+        except _STORE_ERRORS:
             return False
-        finally:
-            if way == _PROBE:
-                self._probe_over()
 
 
 class SyncRateLimiter(BaseLimiter):
@@ -536,13 +505,28 @@ class SyncRateLimiter(BaseLimiter):
         buckets, way = got
         started = time.perf_counter()
         try:
-            self.client.refund_many(buckets, now=None if self.redis_now is None else self.redis_now())
+            self._guarded(
+                lambda: self.client.refund_many(buckets, now=None if self.redis_now is None else self.redis_now()),
+                "TB.REFUND", way, _as_is,
+            )
+        except _STORE_ERRORS:
+            return self._refund_failed(started)
+        return self._refunded(decision, started)
+
+    def _guarded(self, call: Callable[[], Any], what: str, way: int, then: Callable[[Any], T]) -> T:
+        """:meth:`RateLimiter._guarded`, blocking: the client's socket timeout bounds
+        the call (SPEC L5)."""
+        try:
+            return then(call())
         except _STORE_ERRORS as exc:
-            return self._refund_failed(exc, started)
+            self._failed(exc, what)
+            raise
         finally:
             if way == _PROBE:
                 self._probe_over()
-        return self._refunded(decision, started)
+
+    def _packed(self, command: bytes) -> Any:
+        return self.client.call_packed(command)
 
     def _release_sync(self, d: Decision) -> None:
         """:meth:`RateLimiter._release`, blocking; once across threads (SPEC N4)."""
@@ -558,12 +542,9 @@ class SyncRateLimiter(BaseLimiter):
         if way == _SKIP:
             return
         try:
-            self._released(d, self.client.call_packed(self._release_command(d)))
-        except _STORE_ERRORS as exc:
-            self._failed(exc, "TB.RELEASE")
-        finally:
-            if way == _PROBE:
-                self._probe_over()
+            self._guarded(lambda: self._packed(self._release_command(d)), "TB.RELEASE", way, lambda raw: self._released(d, raw))
+        except _STORE_ERRORS:
+            pass  # a store error (N4): the lease expires
 
     def _renew_sync(self, d: Decision) -> bool:
         """:meth:`RateLimiter._renew`, blocking (SPEC N5, N7)."""
@@ -580,37 +561,27 @@ class SyncRateLimiter(BaseLimiter):
         if way == _SKIP:
             return False
         try:
-            raw = self.client.call_packed(self._renew_command(d))
-            with self._lease_lock:
-                return self._renewed(d, raw)
-        except _STORE_ERRORS as exc:
-            self._failed(exc, "TB.RENEW")
+            return self._guarded(lambda: self._packed(self._renew_command(d)), "TB.RENEW", way, lambda raw: self._locked(self._renewed, d, raw))
+        except _STORE_ERRORS:
             return False
-        finally:
-            if way == _PROBE:
-                self._probe_over()
 
     def _hold_sync(self, policy: str, key: str, capacity: float, rate: float, estimate: float, ttl_ms: int) -> Hold:
         way = self._store_way("TB.HOLD")
         try:
-            raw = self.client.call_packed(self._hold_command(key, capacity, rate, estimate, ttl_ms))
-            return self._held(policy, key, capacity, rate, estimate, ttl_ms, raw)
+            return self._guarded(
+                lambda: self._packed(self._hold_command(key, capacity, rate, estimate, ttl_ms)), "TB.HOLD", way,
+                lambda raw: self._held(policy, key, capacity, rate, estimate, ttl_ms, raw),
+            )
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.HOLD") from exc
-        finally:
-            if way == _PROBE:
-                self._probe_over()
 
     def _settle_sync(self, hold: Hold, actual: float) -> Settlement:
         hold.settlement = Settlement(False, hold.remaining, 0.0, hold.reset_after)  # never twice (G3)
         way = self._store_way("TB.SETTLE")
         try:
-            return self._settled(hold, self.client.call_packed(self._settle_command(hold, actual)))
+            return self._guarded(lambda: self._packed(self._settle_command(hold, actual)), "TB.SETTLE", way, lambda raw: self._settled(hold, raw))
         except _STORE_ERRORS as exc:
             raise self._store_failed(exc, "TB.SETTLE") from exc
-        finally:
-            if way == _PROBE:
-                self._probe_over()
 
     def _renew_hold_sync(self, hold: Hold) -> bool:
         """:meth:`RateLimiter._renew_hold`, blocking."""
@@ -618,12 +589,12 @@ class SyncRateLimiter(BaseLimiter):
         if way == _SKIP:
             return False
         try:
-            raw = self.client.call_packed(self._hold_renew_command(hold))
-            with self._lease_lock:
-                return self._hold_renewed(hold, raw)
-        except _STORE_ERRORS as exc:
-            self._failed(exc, "TB.RENEW")
+            return self._guarded(
+                lambda: self._packed(self._hold_renew_command(hold)), "TB.RENEW", way, lambda raw: self._locked(self._hold_renewed, hold, raw)
+            )
+        except _STORE_ERRORS:
             return False
-        finally:
-            if way == _PROBE:
-                self._probe_over()
+
+    def _locked(self, read: Callable[[Any, Any], bool], owner: Any, raw: Any) -> bool:
+        with self._lease_lock:  # a reply read under the lock the lease's end takes (N4, G5)
+            return read(owner, raw)

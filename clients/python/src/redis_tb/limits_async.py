@@ -15,7 +15,7 @@ from limits.aio.storage import MovingWindowSupport, SlidingWindowCounterSupport,
 from limits.errors import ConfigurationError
 from limits.storage.base import TimestampedSlidingWindow
 
-from .limits import (
+from .limits_common import (
     PREFIX,
     SLIDING_FIELDS,
     StorageBasics,

@@ -40,11 +40,11 @@ class RefundRules(StoreCall):
             return None
         return buckets, way
 
-    def _refund_failed(self, exc: BaseException, started: float) -> bool:
+    def _refund_failed(self, started: float) -> bool:
+        """A refund's store error, counted and logged by the guarded call (``_failed``)."""
         if self.metrics is not None:
             self.metrics.redis_call(time.perf_counter() - started)
         self.stats.refund_errors += 1
-        self._failed(exc, "TB.REFUND")
         return False
 
     def _refunded(self, decision: Decision, started: float) -> bool:

@@ -14,7 +14,7 @@ U1-U3, word for word (U4)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import redis.exceptions
 
@@ -23,7 +23,9 @@ from .cluster import cluster_refusal, mode_of, several_keys
 from .policy import Policy
 
 if TYPE_CHECKING:
-    from .limiter import BaseLimiter, RateLimiter, SyncRateLimiter
+    import logging
+
+    from .client import AsyncClient, Client
 
 __all__ = ["start", "start_sync"]
 
@@ -40,12 +42,42 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 _STARTUP_ERRORS: tuple[type[BaseException], ...] = (StartupError, redis.exceptions.ResponseError, *_CONNECTION_ERRORS)
 
 
+class _Starting(Protocol):
+    """What a start reads of its limiter (read only): a protocol, so that this module
+    imports no limiter (the limiter imports it to start)."""
+
+    @property
+    def client(self) -> AsyncClient | Client: ...
+    @property
+    def hash_tag(self) -> object: ...
+    @property
+    def policy_sets(self) -> Sequence[Sequence[Policy]]: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def start_degraded(self) -> bool: ...
+    @property
+    def log(self) -> logging.Logger: ...
+    @property
+    def timeout(self) -> float: ...
+
+
+class _AsyncStarting(_Starting, Protocol):
+    @property
+    def client(self) -> AsyncClient: ...
+
+
+class _SyncStarting(_Starting, Protocol):
+    @property
+    def client(self) -> Client: ...
+
+
 def _module_missing(info: Any) -> bool:
     # COMMAND INFO answers one entry per name asked, nil for an unknown command.
     return not isinstance(info, (list, tuple)) or not info or info[0] is None
 
 
-def _several_keys(limiter: BaseLimiter, policies: Sequence[Policy] | None) -> tuple[str, ...]:
+def _several_keys(limiter: _Starting, policies: Sequence[Policy] | None) -> tuple[str, ...]:
     """SPEC U3: the first set of policies this limiter sends several keys of in one
     call (the adapters' sets, then ``policies``), when it has no tag function."""
     if limiter.hash_tag is not None:
@@ -60,17 +92,17 @@ def _several_keys(limiter: BaseLimiter, policies: Sequence[Policy] | None) -> tu
     return ()
 
 
-def _checked(limiter: BaseLimiter, info: Any) -> None:
+def _checked(limiter: _Starting, info: Any) -> None:
     if _module_missing(info):
         raise ModuleNotLoadedError(limiter.client.server)
 
 
-def _on_cluster(limiter: BaseLimiter, names: tuple[str, ...], hello: Any) -> None:
+def _on_cluster(limiter: _Starting, names: tuple[str, ...], hello: Any) -> None:
     if mode_of(hello) == "cluster":
         raise StartupError(cluster_refusal(limiter.name, names))
 
 
-def _failed(limiter: BaseLimiter, exc: BaseException) -> None:
+def _failed(limiter: _Starting, exc: BaseException) -> None:
     """SPEC U1, U2: the one line of a start that cannot reach Redis, or is not allowed
     to ask it; with ``start_degraded`` an unreachable Redis is one logged line."""
     server = limiter.client.server
@@ -97,7 +129,7 @@ def _failed(limiter: BaseLimiter, exc: BaseException) -> None:
     )
 
 
-async def start(limiter: RateLimiter, policies: Sequence[Policy] | None = None) -> None:
+async def start(limiter: _AsyncStarting, policies: Sequence[Policy] | None = None) -> None:
     """SPEC U1-U3 on the asyncio path (:meth:`RateLimiter.startup`)."""
     client = limiter.client
     bound = max(limiter.timeout, 1.0)  # a loaded machine's slow first reply is not "unreachable"
@@ -114,7 +146,7 @@ async def start(limiter: RateLimiter, policies: Sequence[Policy] | None = None) 
         _failed(limiter, exc)
 
 
-def start_sync(limiter: SyncRateLimiter, policies: Sequence[Policy] | None = None) -> None:
+def start_sync(limiter: _SyncStarting, policies: Sequence[Policy] | None = None) -> None:
     """SPEC U1-U3 on the synchronous path (:meth:`SyncRateLimiter.startup`); the
     client's socket timeout bounds each call."""
     client = limiter.client

@@ -62,6 +62,11 @@ _STORE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def _as_is(reply: Any) -> Any:
+    """A reply the guarded call's caller reads itself (TB.REFUND's)."""
+    return reply
+
+
 class StoreCall:
     """The call rules of :class:`~redis_tb.limiter.BaseLimiter` (a mixin: the command,
     the breaker, the failure mode and its log line)."""

@@ -37,6 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..keys import ClientIP
+from ..scope import Scope
 from ..policy import MAX_POLICIES, InFlightLimit, Limit, Policy, WindowLimit, tiered
 
 __all__ = ["Config", "DjangoPolicy", "normalise_route", "parse_config", "parse_policies"]
@@ -120,22 +121,24 @@ class Config:
     shadow: bool = False
     deny_cache: int | None = None
     metrics: Any = None
-    refund_on: Callable[[int], bool] = field(default=frozenset().__contains__)
-    exclude_routes: frozenset[str] = frozenset()
+    #: SPEC L1, F2 (EXCLUDE's routes, LIMIT_UNMATCHED, REFUND_ON): the core's rules
+    scope: Scope = field(default_factory=Scope)
+    #: EXCLUDE's URL names (bare, namespaced, or a view's dotted path): the one scope
+    #: input the core has no word for (:meth:`names_excluded`)
     exclude_names: frozenset[str] = frozenset()
-    limit_unmatched: bool = False
     hash_tag: Callable[[Any], Any] | None = None
     clock: Callable[[], float] | None = None
     check_module: bool = True
     #: SPEC U2: an unreachable Redis at startup logs one line instead of failing
     start_degraded: bool = False
 
-    def excluded(self, route: str | None, url_name: str | None, view_name: str | None) -> bool:
-        return (
-            (route is not None and route in self.exclude_routes)
-            or (url_name is not None and url_name in self.exclude_names)
-            or (view_name is not None and view_name in self.exclude_names)
-        )
+    def names_excluded(self, url_name: str | None, view_name: str | None) -> bool:
+        """SPEC L1 in Django's words: EXCLUDE names this request's URL pattern (its
+        bare or namespaced name, or its view's dotted path), which excludes the
+        pattern for every method, as ``"* <route>"`` would in the core's
+        :class:`~redis_tb.Scope`."""
+        names = self.exclude_names
+        return bool(names) and (url_name in names or view_name in names)
 
 
 def _upper(mapping: Mapping[str, Any], what: str, allowed: set[str]) -> dict[str, Any]:
@@ -394,10 +397,12 @@ def parse_config(raw: Any) -> Config:
         shadow=bool(d.get("SHADOW", False)),
         deny_cache=deny_cache,
         metrics=metrics,
-        refund_on=_refund_on(d.get("REFUND_ON", ())),
-        exclude_routes=frozenset(normalise_route(e) for e in exclude if _is_route(e)),
+        scope=Scope(
+            exclude=[normalise_route(e) for e in exclude if _is_route(e)],
+            limit_unmatched=bool(d.get("LIMIT_UNMATCHED", False)),
+            refund_on=_refund_on(d.get("REFUND_ON", ())),
+        ),
         exclude_names=frozenset(e.strip() for e in exclude if not _is_route(e)),
-        limit_unmatched=bool(d.get("LIMIT_UNMATCHED", False)),
         hash_tag=None if d.get("HASH_TAG") is None else _func(d["HASH_TAG"], "HASH_TAG"),
         clock=None if d.get("CLOCK") is None else _func(d["CLOCK"], "CLOCK"),
         check_module=bool(d.get("CHECK_MODULE", True)),

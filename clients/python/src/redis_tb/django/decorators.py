@@ -147,13 +147,13 @@ def rate_limit(
                 try:
                     response: HttpResponseBase = await view(request, *args, **kwargs)
                 except BaseException:
-                    if alone and rl.config.refund_on(500):
+                    if alone and rl.config.scope.refunds(500):
                         await current.arefund()
                     if alone:
                         await current.afinish()  # SPEC N4: the view raised
                     raise
                 rl.add_headers(response, current, checker)
-                if alone and rl.config.refund_on(response.status_code):
+                if alone and rl.config.scope.refunds(response.status_code):
                     await current.arefund()
                 if alone and end_with_response(response, current):  # SPEC N4
                     await current.afinish()
@@ -181,13 +181,13 @@ def rate_limit(
             try:
                 response: HttpResponseBase = view(request, *args, **kwargs)
             except BaseException:
-                if alone and rl.config.refund_on(500):
+                if alone and rl.config.scope.refunds(500):
                     current.refund()
                 if alone:
                     current.finish()  # SPEC N4: the view raised
                 raise
             rl.add_headers(response, current, checker)
-            if alone and rl.config.refund_on(response.status_code):
+            if alone and rl.config.scope.refunds(response.status_code):
                 current.refund()
             if alone and end_with_response(response, current):  # SPEC N4
                 current.finish()

@@ -6,14 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol, Sized
 
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
-if TYPE_CHECKING:
-    from .runtime import RequestDecision
-
 __all__ = ["end_with_response", "ender"]
+
+
+class _Ending(Protocol):
+    """What ending a response uses of ``request.rate_limit`` (runtime's
+    RequestDecision): a protocol, so that this module imports nothing of runtime
+    (runtime imports it)."""
+
+    @property
+    def lease(self) -> Any: ...
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def _renewers(self) -> Sized: ...
+    def finish(self) -> None: ...
+    async def afinish(self) -> None: ...
 
 
 def ender(request: HttpRequest, is_async: bool) -> Callable[[], object]:
@@ -39,7 +51,7 @@ def ender(request: HttpRequest, is_async: bool) -> Callable[[], object]:
     return shut
 
 
-def end_with_response(response: HttpResponseBase, rd: RequestDecision) -> bool:
+def end_with_response(response: HttpResponseBase, rd: _Ending) -> bool:
     """SPEC N4, G5 for a response that has a lease or holds to renew: a streamed
     response ends them after its last chunk (or when it is closed: a client gone
     mid-stream, or its max_duration reached, N7); True when the caller is to end

@@ -146,7 +146,7 @@ class RateLimitMiddleware:
         current = getattr(request, ATTR, None)
         if isinstance(current, RequestDecision):
             rl.add_headers(response, current, rl.sync_limiter())
-            if rl.config.refund_on(response.status_code):
+            if rl.config.scope.refunds(response.status_code):
                 current.refund()
             if end_with_response(response, current):  # SPEC N4: the whole body is there
                 current.finish()
@@ -175,7 +175,7 @@ class RateLimitMiddleware:
         current = getattr(request, ATTR, None)
         if isinstance(current, RequestDecision):
             rl.add_headers(response, current, rl.async_limiter())
-            if rl.config.refund_on(response.status_code):
+            if rl.config.scope.refunds(response.status_code):
                 await current.arefund()
             if end_with_response(response, current):  # SPEC N4: the whole body is there
                 await current.afinish()
@@ -183,7 +183,7 @@ class RateLimitMiddleware:
 
     @staticmethod
     def _unmatched(request: HttpRequest) -> bool:
-        return get_rate_limit().config.limit_unmatched and getattr(request, "resolver_match", None) is None
+        return get_rate_limit().config.scope.limit_unmatched and getattr(request, "resolver_match", None) is None
 
     @staticmethod
     def _finish_sync(request: HttpRequest) -> None:
@@ -196,11 +196,11 @@ class RateLimitMiddleware:
     @staticmethod
     def _refund_after_error_sync(request: HttpRequest) -> None:
         decision = getattr(request, ATTR, None)
-        if isinstance(decision, RequestDecision) and get_rate_limit().config.refund_on(500):
+        if isinstance(decision, RequestDecision) and get_rate_limit().config.scope.refunds(500):
             decision.refund()
 
     @staticmethod
     async def _refund_after_error_async(request: HttpRequest) -> None:
         decision = getattr(request, ATTR, None)
-        if isinstance(decision, RequestDecision) and get_rate_limit().config.refund_on(500):
+        if isinstance(decision, RequestDecision) and get_rate_limit().config.scope.refunds(500):
             await decision.arefund()

@@ -449,9 +449,8 @@ class DjangoRateLimit:
         route = route_of(request)
         url_name, view_name = names_of(request)
         c = self.config
-        if route is None and not c.limit_unmatched:
-            return None
-        if c.excluded(route, url_name, view_name):
+        # SPEC L1: the core's scope (EXCLUDE's routes, LIMIT_UNMATCHED), then EXCLUDE's URL names
+        if c.scope.skips(route) or c.names_excluded(url_name, view_name):
             return None
         k = (route, url_name, view_name, view)
         found = self._selected.get(k)
