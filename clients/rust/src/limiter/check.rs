@@ -9,10 +9,10 @@ use std::time::Instant;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use crate::decision::{Decision, Lease, Outcome, SettleTarget};
+use crate::decision::{Decision, Outcome};
 use crate::headers::{RateLimitHeaders, rate_limit_headers_at};
-use crate::hold::Holds;
-use crate::lease::{LeaseHandle, LeaseState, RequestScope};
+use crate::hold::{Holds, SettleTarget};
+use crate::lease::{Lease, LeaseHandle, LeaseState, RequestScope};
 use crate::problem;
 
 use super::decide::plan_results;

@@ -11,9 +11,9 @@ use super::state::Inner;
 use super::stats::bump;
 use super::store::Store;
 use crate::client::{HoldReply, SettleReply};
-use crate::decision::SettleTarget;
 use crate::error::Error;
 use crate::hold::HoldStore;
+use crate::hold::SettleTarget;
 use crate::lease::{LeaseStore, OwnedFuture, Renewed};
 
 impl<S: Store> LeaseStore for Inner<S> {

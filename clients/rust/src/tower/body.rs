@@ -43,7 +43,7 @@ impl LeaseGuard {
             return None;
         }
         lease.drive_holds();
-        let renewal = crate::renewal::spawn_lease_renewal(lease.clone());
+        let renewal = crate::lease::spawn_lease_renewal(lease.clone());
         Some(LeaseGuard { lease, renewal })
     }
 }
