@@ -8,8 +8,10 @@ use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
 
-use super::BoxError;
 use crate::lease::LeaseHandle;
+
+/// A boxed error, as tower and hyper use.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The error a [`LeaseBody`] ends with when its request reached its in-flight policy's
 /// `max_duration` (SPEC N7): the server then closes the connection, so a streamed
