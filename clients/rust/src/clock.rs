@@ -41,7 +41,7 @@ impl Clock for SystemClock {
     }
 
     fn unix(&self) -> f64 {
-        crate::headers::unix_now()
+        unix_now()
     }
 }
 
@@ -78,4 +78,11 @@ impl Clock for ManualClock {
             .saturating_add(self.ms.load(Ordering::SeqCst)) as f64
             / 1000.0
     }
+}
+
+/// Seconds since the Unix epoch on this machine's wall clock (0 if it is before 1970).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::hold::{Holds, SettleTarget, take_hold};
+use crate::lease::Lease;
 use crate::policy::LimitKind;
 
 /// How a check ended (SPEC D1).
@@ -71,32 +73,6 @@ pub struct PolicyResult {
     pub kind: LimitKind,
 }
 
-/// One request's lease of an in-flight policy (SPEC N1, N6): released when the response
-/// ends (N4).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lease {
-    /// The in-flight key.
-    pub key: String,
-    /// The lease id TB.ACQUIRE gave.
-    pub id: String,
-    /// The in-flight policy's name.
-    pub policy: Arc<str>,
-}
-
-/// A `settle_later` policy of this check (SPEC G1): its key and bucket limit, resolved at
-/// check time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SettleTarget {
-    /// The policy's name.
-    pub policy: Arc<str>,
-    /// Its key for this request (SPEC K1-K4).
-    pub key: String,
-    /// Bucket size.
-    pub capacity: f64,
-    /// Tokens per second.
-    pub rate: f64,
-}
-
 /// The decision for one request (SPEC D); in the request extensions for handlers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
@@ -125,7 +101,7 @@ pub struct Decision {
     pub lease: Option<Lease>,
     /// The `settle_later` policies of this check (SPEC G1), for [`Decision::hold`].
     pub settle_later: Vec<SettleTarget>,
-    pub(crate) holds: Option<crate::hold::Holds>,
+    pub(crate) holds: Option<Holds>,
 }
 
 impl Decision {
@@ -241,7 +217,7 @@ impl Decision {
                 policy: policy.to_owned(),
             });
         };
-        crate::hold::take_hold(holds, target, estimate, ttl).await
+        take_hold(holds, target, estimate, ttl).await
     }
 
     /// Whether the request's tokens were taken: admitted by every policy, shadow ones

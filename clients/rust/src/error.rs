@@ -139,6 +139,23 @@ impl Error {
         matches!(self, Error::Server { source, .. } if source.code() == Some("CROSSSLOT"))
     }
 
+    /// SPEC U2: a connection that could not be made, or no answer in time, is "unreachable";
+    /// an error reply is the server's answer.
+    pub(crate) fn unreachable(addr: &str, e: &Error) -> Option<Error> {
+        let reason = match e {
+            Error::Connection { source, .. } if source.is_io_error() => source.to_string(),
+            Error::Timeout { timeout, .. } => {
+                format!("no answer within {} ms", timeout.as_millis())
+            }
+            Error::Unreachable { reason, .. } => reason.clone(),
+            _ => return None,
+        };
+        Some(Error::Unreachable {
+            addr: addr.to_owned(),
+            reason,
+        })
+    }
+
     /// Whether the connection should be replaced before the next call.
     pub(crate) fn breaks_connection(&self) -> bool {
         // A timeout too: a silently dead peer would otherwise hold every later call until

@@ -6,16 +6,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
-
 use crate::client::{HoldReply, SettleReply};
-use crate::decision::{Decision, PolicyResult, SettleTarget};
 use crate::error::Error;
-use crate::headers::rate_limit_headers_at;
 use crate::lease::{OwnedFuture, Renewed, RequestScope};
-use crate::limiter::valid_cost;
-use crate::policy::{LimitKind, ceil_ms};
-use crate::problem;
+use crate::policy::ceil_ms;
+use crate::policy::limit::valid_cost;
+
+/// A `settle_later` policy of this check (SPEC G1): its key and bucket limit, resolved at
+/// check time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SettleTarget {
+    /// The policy's name.
+    pub policy: Arc<str>,
+    /// Its key for this request (SPEC K1-K4).
+    pub key: String,
+    /// Bucket size.
+    pub capacity: f64,
+    /// Tokens per second.
+    pub rate: f64,
+}
 
 /// The limiter side of holds: TB.HOLD, TB.RENEW and TB.SETTLE through its store, under
 /// its breaker, and the counters.
@@ -105,7 +114,7 @@ pub(crate) async fn take_hold(
         state: Arc::new(HoldState::default()),
     };
     if hold.allowed && holds.scope.is_driven() {
-        crate::renewal::spawn_hold_renewal(hold.clone());
+        spawn_hold_renewal(hold.clone());
     }
     Ok(hold)
 }
@@ -136,7 +145,7 @@ pub struct Hold {
     /// The estimate held.
     pub estimate: f64,
     ttl_ms: u64,
-    target: SettleTarget,
+    pub(crate) target: SettleTarget,
     store: Arc<dyn HoldStore>,
     scope: Arc<RequestScope>,
     state: Arc<HoldState>,
@@ -255,55 +264,6 @@ impl Hold {
         })
     }
 
-    /// The refusal as a decision of this one policy (SPEC G2).
-    fn refused_decision(&self) -> Option<Decision> {
-        if self.allowed {
-            return None;
-        }
-        Some(Decision::from_results(vec![PolicyResult {
-            name: self.policy.clone(),
-            key: self.key.clone(),
-            capacity: self.target.capacity,
-            rate: self.target.rate,
-            cost: self.estimate,
-            allowed: false,
-            remaining: self.remaining,
-            retry_after: self.retry_after,
-            reset_after: self.reset_after,
-            shadow: false,
-            kind: LimitKind::Bucket,
-        }]))
-    }
-
-    /// A refused hold's answer (SPEC G2, G6: a full hold table included): 429, H1-H3's
-    /// headers for the policy, P1's body; `None` when the hold was taken.
-    pub fn refusal(&self) -> Option<(StatusCode, HeaderMap, String)> {
-        let d = self.refused_decision()?;
-        let mut map = HeaderMap::new();
-        map.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static(problem::CONTENT_TYPE),
-        );
-        if let Some(h) = rate_limit_headers_at(&d, None, 0.0) {
-            h.apply(&mut map);
-        }
-        Some((
-            StatusCode::TOO_MANY_REQUESTS,
-            map,
-            problem::too_many_requests(&d),
-        ))
-    }
-
-    /// [`Hold::refusal`] as an `http` response, ready to return from a handler (axum:
-    /// `Response<String>` is `IntoResponse`); `None` when the hold was taken.
-    pub fn too_many_requests(&self) -> Option<Response<String>> {
-        let (status, headers, body) = self.refusal()?;
-        let mut resp = Response::new(body);
-        *resp.status_mut() = status;
-        *resp.headers_mut() = headers;
-        Some(resp)
-    }
-
     /// `Ok(self)` when taken, else [`HoldRefused`] (an axum `IntoResponse` with the
     /// `axum` feature).
     pub fn or_refused(self) -> Result<Hold, HoldRefused> {
@@ -328,12 +288,24 @@ impl fmt::Display for HoldRefused {
 
 impl std::error::Error for HoldRefused {}
 
-#[cfg(feature = "axum")]
-impl axum::response::IntoResponse for HoldRefused {
-    fn into_response(self) -> axum::response::Response {
-        match self.0.too_many_requests() {
-            Some(r) => r.into_response(),
-            None => StatusCode::TOO_MANY_REQUESTS.into_response(),
+/// Renews `hold` every `ttl / 2` until it is settled, lost, or its response ends (the
+/// request's scope aborts the task then).
+pub(crate) fn spawn_hold_renewal(hold: Hold) {
+    let Some(every) = hold.renew_every() else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let scope = hold.scope().clone();
+    let task = rt.spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if !hold.is_renewing() {
+                break;
+            }
+            hold.renew().await;
         }
-    }
+    });
+    scope.adopt(task.abort_handle());
 }

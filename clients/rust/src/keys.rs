@@ -1,5 +1,6 @@
 //! The one key builder (SPEC K1-K5): every path that makes a bucket key (the limiter, its
-//! refunds, the deny cache) goes through [`KeyBuilder`].
+//! refunds, the deny cache) goes through a policy's `Head`, prepared once when the limiter
+//! is built; [`key`] is the same builder for one key.
 //!
 //! `<prefix>:` then `{<tag>}:` when the request has a hash tag, then `<policy>`, then
 //! `@<route>` for a per-route policy, then `:<identity>`. Tag, route and identity are

@@ -8,7 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::decision::Lease;
+/// One request's lease of an in-flight policy (SPEC N1, N6): released when the response
+/// ends (N4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The in-flight key.
+    pub key: String,
+    /// The lease id TB.ACQUIRE gave.
+    pub id: String,
+    /// The in-flight policy's name.
+    pub policy: Arc<str>,
+}
 
 /// A boxed, sendable future that owns what it needs.
 pub(crate) type OwnedFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -368,4 +378,22 @@ impl LeaseHandle {
     pub async fn renew(&self) -> bool {
         self.tick().await == Renewal::Renewed
     }
+}
+
+/// Renews `lease` every `lease / 2` until it ends, is lost or times out (the tick at the
+/// deadline releases it and fires its time-out signal, which ends the response's body).
+/// `None` without a lease or outside a tokio runtime.
+pub(crate) fn spawn_lease_renewal(lease: LeaseHandle) -> Option<tokio::task::JoinHandle<()>> {
+    lease.next_tick()?;
+    let rt = tokio::runtime::Handle::try_current().ok()?;
+    Some(rt.spawn(async move {
+        while let Some(wait) = lease.next_tick() {
+            tokio::time::sleep(wait).await;
+            // SPEC N5: a failed renewal tries again at the next tick; a lost lease, a
+            // finished one or a time-out stops the timer (next_tick is then None).
+            if lease.tick().await == Renewal::TimedOut {
+                break;
+            }
+        }
+    }))
 }

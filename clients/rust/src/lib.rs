@@ -52,7 +52,6 @@ mod lease;
 mod limiter;
 pub mod policy;
 pub mod problem;
-mod renewal;
 pub mod startup;
 pub mod telemetry;
 pub mod tower;
@@ -64,18 +63,19 @@ pub use client::{
 pub use clock::{Clock, ManualClock, SystemClock};
 #[allow(deprecated)]
 pub use decision::Status;
-pub use decision::{Decision, Lease, Outcome, PolicyResult, SettleTarget};
+pub use decision::{Decision, Outcome, PolicyResult};
 pub use error::{BuildError, Error};
 pub use headers::LegacyReset;
-pub use hold::{Hold, HoldRefused, Settlement};
+pub use hold::{Hold, HoldRefused, SettleTarget, Settlement};
 pub use ip::{ClientIp, ClientIpConfig, ForwardedHeader};
-pub use lease::{LeaseHandle, Renewal};
+pub use lease::{Lease, LeaseHandle, Renewal};
 #[allow(deprecated)]
 pub use limiter::Metrics;
 pub use limiter::{
     Call, CallKind, Check, FailureMode, FromLimiter, MAX_POLICIES, RateLimiter, RateLimiterBuilder,
-    RefundHandle, Stats, Store, valid_cost, valid_limit,
+    RefundHandle, Stats, Store,
 };
+pub use policy::limit::{valid_cost, valid_limit};
 pub use policy::{BoxFuture, DEFAULT_MAX_DURATION, Identity, Key, Limit, LimitKind, Policy, Route};
 /// The `redis` crate this client is built on (to configure a `redis::Client`).
 pub use redis;

@@ -4,8 +4,12 @@
 
 use std::fmt::Write as _;
 
-use crate::decision::Decision;
-use crate::headers;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+
+use crate::decision::{Decision, PolicyResult};
+use crate::headers::{self, rate_limit_headers_at};
+use crate::hold::{Hold, HoldRefused};
+use crate::policy::LimitKind;
 
 /// `application/problem+json`.
 pub const CONTENT_TYPE: &str = "application/problem+json";
@@ -173,6 +177,65 @@ pub fn cross_slot<S: AsRef<str>>(policies: &[S]) -> String {
     );
     out.push('}');
     out
+}
+
+/// A refused hold's answer (SPEC G2): the hold is taken on a decision, so its refusal is
+/// rendered here, beside the bodies, as a decision of its one policy.
+impl Hold {
+    /// The refusal as a decision of this one policy (SPEC G2).
+    fn refused_decision(&self) -> Option<Decision> {
+        if self.allowed {
+            return None;
+        }
+        Some(Decision::from_results(vec![PolicyResult {
+            name: self.policy.clone(),
+            key: self.key.clone(),
+            capacity: self.target.capacity,
+            rate: self.target.rate,
+            cost: self.estimate,
+            allowed: false,
+            remaining: self.remaining,
+            retry_after: self.retry_after,
+            reset_after: self.reset_after,
+            shadow: false,
+            kind: LimitKind::Bucket,
+        }]))
+    }
+
+    /// A refused hold's answer (SPEC G2, G6: a full hold table included): 429, H1-H3's
+    /// headers for the policy, P1's body; `None` when the hold was taken.
+    pub fn refusal(&self) -> Option<(StatusCode, HeaderMap, String)> {
+        let d = self.refused_decision()?;
+        let mut map = HeaderMap::new();
+        map.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(CONTENT_TYPE),
+        );
+        if let Some(h) = rate_limit_headers_at(&d, None, 0.0) {
+            h.apply(&mut map);
+        }
+        Some((StatusCode::TOO_MANY_REQUESTS, map, too_many_requests(&d)))
+    }
+
+    /// [`Hold::refusal`] as an `http` response, ready to return from a handler (axum:
+    /// `Response<String>` is `IntoResponse`); `None` when the hold was taken.
+    pub fn too_many_requests(&self) -> Option<Response<String>> {
+        let (status, headers, body) = self.refusal()?;
+        let mut resp = Response::new(body);
+        *resp.status_mut() = status;
+        *resp.headers_mut() = headers;
+        Some(resp)
+    }
+}
+
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for HoldRefused {
+    fn into_response(self) -> axum::response::Response {
+        match self.0.too_many_requests() {
+            Some(r) => r.into_response(),
+            None => StatusCode::TOO_MANY_REQUESTS.into_response(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,13 @@
 //!   server without the module fails the start (U1), so does a user without the right to
 //!   run `COMMAND INFO`; an unreachable Redis fails it too (U2) unless the start is
 //!   degraded ([`crate::TbClient::start_degraded`]), which logs one line instead.
-//! - [`crate::RateLimiter::startup`] (U3, K6): a limiter that can send several keys in one
-//!   call and has no tag function sends `HELLO`, and a Redis Cluster fails its start.
+//! - [`crate::RateLimiter::startup`] (U3, K6, in the limiter's `cluster.rs`): a limiter
+//!   that can send several keys in one call and has no tag function sends `HELLO`, and a
+//!   Redis Cluster fails its start.
 //!
 //! An example application prints the line and exits with status 3 (U4).
 
+use crate::client::{ClientConfig, TbClient, open_url};
 use crate::error::Error;
 use crate::limiter::Store;
 
@@ -23,19 +25,65 @@ pub struct Started {
     pub log: Option<String>,
 }
 
-/// SPEC U2: a connection that could not be made, or no answer in time, is "unreachable";
-/// an error reply is the server's answer.
-fn unreachable(addr: &str, e: &Error) -> Option<Error> {
-    let reason = match e {
-        Error::Connection { source, .. } if source.is_io_error() => source.to_string(),
-        Error::Timeout { timeout, .. } => format!("no answer within {} ms", timeout.as_millis()),
-        Error::Unreachable { reason, .. } => reason.clone(),
-        _ => return None,
-    };
-    Some(Error::Unreachable {
-        addr: addr.to_owned(),
-        reason,
-    })
+/// The starts of a [`TbClient`] (SPEC U1, U2): each connects, then [`check_store`].
+impl TbClient {
+    /// Connects to `url` (`redis://host:port/db`) with the default timeouts and checks that
+    /// the module is loaded. The connection speaks RESP3 (`HELLO 3`, Redis 6+ and Valkey),
+    /// whose replies carry the module's numbers as doubles, cheaper to read than RESP2's
+    /// bulk strings, unless the URL names a protocol (`?protocol=resp2`); a server without
+    /// `HELLO` gets RESP2.
+    pub async fn connect(url: &str) -> Result<TbClient, Error> {
+        TbClient::connect_with(url, ClientConfig::default()).await
+    }
+
+    /// Connects to `url` with `config`; the same start as [`TbClient::start`].
+    pub async fn connect_with(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        TbClient::start(url, config).await
+    }
+
+    /// Connects with a configured `redis::Client` (TLS, auth, RESP3...) and checks that the
+    /// module is loaded ([`Error::ModuleNotLoaded`] if not): a missing module is found at
+    /// startup, not on the first request. Strict, as [`TbClient::start`].
+    pub async fn connect_client(
+        client: redis::Client,
+        config: ClientConfig,
+    ) -> Result<TbClient, Error> {
+        let tb = TbClient::lazy(client, config);
+        check_store(&tb, false).await?;
+        Ok(tb)
+    }
+
+    /// Connects to `url` and checks the server (SPEC U1, U2), failing the start with one
+    /// line naming the address and what to do: Redis unreachable ([`Error::Unreachable`]:
+    /// `redis-tb: cannot reach Redis at <host:port> (<reason>): start it, or set
+    /// start_degraded to start failing open`), the module missing
+    /// ([`Error::ModuleNotLoaded`]) or `COMMAND INFO` not permitted
+    /// ([`Error::NoPermission`]). Then each limiter's [`crate::RateLimiter::startup`]
+    /// (U3: a cluster without a tag function). RESP3 unless the URL names a protocol.
+    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        let (client, fallback) = open_url(url)?;
+        let tb = TbClient::lazy_with_fallback(client, fallback, config);
+        check_store(&tb, false).await?;
+        Ok(tb)
+    }
+
+    /// Like [`TbClient::start`], but an unreachable Redis is not an error (SPEC U2's
+    /// `start_degraded`, an explicit choice): one line is logged, `redis-tb: Redis at
+    /// <host:port> unreachable at startup; starting degraded (the limiter's failure mode
+    /// applies until it answers)`, and the client connects on first use (the limiter's
+    /// failure mode covers the requests until then), so the app can start before Redis
+    /// does. A server that answers without the module is still
+    /// [`Error::ModuleNotLoaded`], one without the right to run `COMMAND INFO`
+    /// [`Error::NoPermission`]. RESP3 unless the URL names a protocol.
+    pub async fn start_degraded(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
+        let (client, fallback) = open_url(url)?;
+        let tb = TbClient::lazy_with_fallback(client, fallback, config);
+        let started = check_store(&tb, true).await?;
+        if started.degraded {
+            tb.degrade();
+        }
+        Ok(tb)
+    }
 }
 
 /// SPEC U1, U2: `COMMAND INFO tb.take` through `store`. Without the module:
@@ -55,7 +103,7 @@ pub async fn check_store<S: Store>(store: &S, start_degraded: bool) -> Result<St
         {
             Err(Error::NoPermission { addr })
         }
-        Err(e) => match unreachable(&addr, &e) {
+        Err(e) => match Error::unreachable(&addr, &e) {
             Some(_) if start_degraded => {
                 let line = format!(
                     "redis-tb: Redis at {addr} unreachable at startup; starting degraded (the limiter's failure mode applies until it answers)"
@@ -68,30 +116,6 @@ pub async fn check_store<S: Store>(store: &S, start_degraded: bool) -> Result<St
             }
             Some(unreachable) => Err(unreachable),
             None => Err(e),
-        },
-    }
-}
-
-/// SPEC U3: `HELLO` (no argument: the connection's protocol is not switched) for a
-/// limiter whose calls carry several keys and that has no tag function; a `mode` of
-/// `cluster` fails the start naming the limiter and `policies`. Any other reply, an error
-/// reply included, passes; an unreachable store fails the start unless it was started
-/// degraded (its calls then take the failure mode, and a `CROSSSLOT` later is K6's 500).
-pub(crate) async fn check_cluster<S: Store>(
-    store: &S,
-    limiter: &str,
-    policies: Vec<String>,
-) -> Result<(), Error> {
-    match store.hello().await {
-        Ok(Some(mode)) if mode == "cluster" => Err(Error::ClusterNeedsTag {
-            limiter: limiter.to_owned(),
-            policies,
-        }),
-        Ok(_) => Ok(()),
-        Err(e) => match unreachable(store.addr(), &e) {
-            Some(_) if store.started_degraded() => Ok(()),
-            Some(unreachable) => Err(unreachable),
-            None => Ok(()),
         },
     }
 }

@@ -1,6 +1,6 @@
 //! [`TbClient`]: one `redis::aio::MultiplexedConnection`, a tight timeout on every call, a
-//! lazy reconnect after the connection breaks (never a retry of the call itself), and the
-//! startup checks (SPEC U1, U2, U3).
+//! lazy reconnect after the connection breaks (never a retry of the call itself). The
+//! starts that check the server (`connect`, `start`, SPEC U1, U2) are in `crate::startup`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -68,63 +68,10 @@ impl std::fmt::Debug for TbClient {
 }
 
 impl TbClient {
-    /// Connects to `url` (`redis://host:port/db`) with the default timeouts and checks that
-    /// the module is loaded. The connection speaks RESP3 (`HELLO 3`, Redis 6+ and Valkey),
-    /// whose replies carry the module's numbers as doubles, cheaper to read than RESP2's
-    /// bulk strings, unless the URL names a protocol (`?protocol=resp2`); a server without
-    /// `HELLO` gets RESP2.
-    pub async fn connect(url: &str) -> Result<TbClient, Error> {
-        TbClient::connect_with(url, ClientConfig::default()).await
-    }
-
-    /// Connects to `url` with `config`; the same start as [`TbClient::start`].
-    pub async fn connect_with(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
-        TbClient::start(url, config).await
-    }
-
-    /// Connects with a configured `redis::Client` (TLS, auth, RESP3...) and checks that the
-    /// module is loaded ([`Error::ModuleNotLoaded`] if not): a missing module is found at
-    /// startup, not on the first request. Strict, as [`TbClient::start`].
-    pub async fn connect_client(
-        client: redis::Client,
-        config: ClientConfig,
-    ) -> Result<TbClient, Error> {
-        let tb = TbClient::lazy(client, config);
-        crate::startup::check_store(&tb, false).await?;
-        Ok(tb)
-    }
-
-    /// Connects to `url` and checks the server (SPEC U1, U2), failing the start with one
-    /// line naming the address and what to do: Redis unreachable ([`Error::Unreachable`]:
-    /// `redis-tb: cannot reach Redis at <host:port> (<reason>): start it, or set
-    /// start_degraded to start failing open`), the module missing
-    /// ([`Error::ModuleNotLoaded`]) or `COMMAND INFO` not permitted
-    /// ([`Error::NoPermission`]). Then each limiter's [`crate::RateLimiter::startup`]
-    /// (U3: a cluster without a tag function). RESP3 unless the URL names a protocol.
-    pub async fn start(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
-        let (client, fallback) = open_url(url)?;
-        let tb = TbClient::lazy_with_fallback(client, fallback, config);
-        crate::startup::check_store(&tb, false).await?;
-        Ok(tb)
-    }
-
-    /// Like [`TbClient::start`], but an unreachable Redis is not an error (SPEC U2's
-    /// `start_degraded`, an explicit choice): one line is logged, `redis-tb: Redis at
-    /// <host:port> unreachable at startup; starting degraded (the limiter's failure mode
-    /// applies until it answers)`, and the client connects on first use (the limiter's
-    /// failure mode covers the requests until then), so the app can start before Redis
-    /// does. A server that answers without the module is still
-    /// [`Error::ModuleNotLoaded`], one without the right to run `COMMAND INFO`
-    /// [`Error::NoPermission`]. RESP3 unless the URL names a protocol.
-    pub async fn start_degraded(url: &str, config: ClientConfig) -> Result<TbClient, Error> {
-        let (client, fallback) = open_url(url)?;
-        let tb = TbClient::lazy_with_fallback(client, fallback, config);
-        let started = crate::startup::check_store(&tb, true).await?;
-        if started.degraded {
-            tb.store(None);
-            tb.inner.degraded.store(true, Ordering::Relaxed);
-        }
-        Ok(tb)
+    /// A degraded start (SPEC U2): no connection, and [`TbClient::started_degraded`].
+    pub(crate) fn degrade(&self) {
+        self.store(None);
+        self.inner.degraded.store(true, Ordering::Relaxed);
     }
 
     /// Whether [`TbClient::start_degraded`] found Redis unreachable (SPEC U2).
@@ -138,7 +85,7 @@ impl TbClient {
         TbClient::lazy_with_fallback(client, None, config)
     }
 
-    pub(super) fn lazy_with_fallback(
+    pub(crate) fn lazy_with_fallback(
         client: redis::Client,
         resp2_fallback: Option<redis::Client>,
         config: ClientConfig,
@@ -389,7 +336,7 @@ fn mode_of(v: &Value) -> Option<String> {
 
 /// The client for `url`: RESP3 when the URL names no protocol (with a RESP2 twin for a
 /// server without `HELLO`), else the protocol it names.
-fn open_url(url: &str) -> Result<(redis::Client, Option<redis::Client>), Error> {
+pub(crate) fn open_url(url: &str) -> Result<(redis::Client, Option<redis::Client>), Error> {
     let invalid = |source| Error::InvalidUrl {
         url: url.to_owned(),
         source,

@@ -10,14 +10,15 @@ use http::request::Parts;
 use http::{Method, StatusCode};
 
 use crate::breaker::{Breaker, LogLimiter};
-use crate::client::{MAX_NUMBER, MIN_RATE, TbClient, WindowMode, num};
+use crate::client::{TbClient, num};
 use crate::clock::{Clock, SystemClock};
 use crate::deny_cache::DenyCache;
 use crate::error::BuildError;
 use crate::headers::{LegacyReset, PolicyHeader};
 use crate::ip::{ClientIpConfig, ForwardedHeader};
 use crate::keys::{self, Head};
-use crate::policy::{Limit, LimitKind, Policy, Route, valid_name};
+use crate::policy::limit::valid_cost;
+use crate::policy::{LimitKind, Policy, Route, check_limit, valid_name};
 use crate::telemetry::{LimiterMetrics, PolicyMetrics};
 
 use super::state::{FailureMode, Inner, PolicyRuntime, RateLimiter, StatusFn, TagFn};
@@ -389,55 +390,6 @@ impl<S: Store> RateLimiter<S> {
     }
 }
 
-/// SPEC C2, C8, C9: one limit of its kind; the message names the setting and the value.
-pub(super) fn check_limit(l: &Limit) -> Result<(), String> {
-    match l.kind {
-        LimitKind::Bucket if !valid_limit(*l) => Err(format!(
-            "capacity {} and rate {} must be finite, capacity in (0, 2^53], rate in [1e-9, 2^53]",
-            l.capacity, l.rate
-        )),
-        LimitKind::Bucket => Ok(()),
-        LimitKind::Window { seconds, mode } => {
-            if !(l.capacity >= 1.0 && l.capacity <= MAX_NUMBER && l.capacity.fract() == 0.0) {
-                Err(format!(
-                    "window limit {} must be a whole number in [1, 2^53]",
-                    l.capacity
-                ))
-            } else if !(seconds.is_finite() && (0.000_001..=1e12).contains(&seconds)) {
-                Err(format!(
-                    "window seconds {seconds} must be finite, in [0.000001, 1e12]"
-                ))
-            } else if !matches!(mode, WindowMode::Sliding | WindowMode::Fixed) {
-                Err(format!("window mode {mode:?} must be sliding or fixed"))
-            } else {
-                Ok(())
-            }
-        }
-        LimitKind::InFlight {
-            lease,
-            max_duration,
-        } => {
-            if !(l.capacity >= 1.0 && l.capacity <= 10_000.0 && l.capacity.fract() == 0.0) {
-                Err(format!(
-                    "in-flight limit {} must be a whole number in [1, 10000]",
-                    l.capacity
-                ))
-            } else if !(lease.is_finite() && (0.001..=31_536_000.0).contains(&lease)) {
-                Err(format!(
-                    "lease {lease} must be finite, in [0.001, 31536000] seconds"
-                ))
-            } else if !(max_duration.is_finite() && (0.001..=31_536_000.0).contains(&max_duration))
-            {
-                Err(format!(
-                    "max_duration {max_duration} must be finite, in [0.001, 31536000] seconds (SPEC C9)"
-                ))
-            } else {
-                Ok(())
-            }
-        }
-    }
-}
-
 /// SPEC C10: the kinds mix only as the module checks them in one call.
 fn check_kinds(policies: &[Policy]) -> Result<(), BuildError> {
     let names = |kind: &str| -> Vec<String> {
@@ -464,14 +416,4 @@ fn check_kinds(policies: &[Policy]) -> Result<(), BuildError> {
         )));
     }
     Ok(())
-}
-
-/// SPEC C2: capacity finite in `(0, 2^53]`, rate finite in `[1e-9, 2^53]`.
-pub fn valid_limit(l: Limit) -> bool {
-    l.capacity > 0.0 && l.capacity <= MAX_NUMBER && (MIN_RATE..=MAX_NUMBER).contains(&l.rate)
-}
-
-/// SPEC C3: a cost finite in `[0, 2^53]`.
-pub fn valid_cost(c: f64) -> bool {
-    (0.0..=MAX_NUMBER).contains(&c)
 }

@@ -4,18 +4,18 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use crate::decision::{Decision, Lease, Outcome, SettleTarget};
+use crate::decision::{Decision, Outcome};
 use crate::headers::{RateLimitHeaders, rate_limit_headers_at};
-use crate::hold::Holds;
-use crate::lease::{LeaseHandle, LeaseState, RequestScope};
+use crate::hold::{Holds, SettleTarget};
+use crate::lease::{Lease, LeaseHandle, LeaseState, RequestScope};
 use crate::problem;
 
 use super::decide::plan_results;
+use super::guarded::Guarded;
 use super::plan::{Plan, Planned};
 use super::refund::RefundHandle;
 use super::state::{FailureMode, Inner};
@@ -164,43 +164,45 @@ impl<S: Store> Inner<S> {
                 }
             };
 
-            if !self.breaker.admit() {
-                // SPEC R6: this probe never reaches Redis; the entries stay for the next one.
-                probe.release();
-                break 'call self.store_error_check();
-            }
             let call = self.call(std::mem::take(&mut plan.charges), &plan);
-            let started = Instant::now();
-            let result = match call.kind {
-                CallKind::Acquire => self.store.acquire(&call).await.map(Ok),
-                CallKind::Take | CallKind::Window => self.store.take(&call).await.map(Err),
-            };
-            self.telemetry
-                .call_duration
-                .record(started.elapsed().as_secs_f64());
             let what = match call.kind {
                 CallKind::Acquire => "TB.ACQUIRE",
                 CallKind::Window => "TB.WINDOW",
                 CallKind::Take if call.charges.len() == 1 => "TB.TAKE",
                 CallKind::Take => "TB.MTAKE",
             };
+            // The one guarded call (B, L5), as every other command's.
+            let result = match call.kind {
+                CallKind::Acquire => {
+                    let r = self.guarded(what, self.store.acquire(&call)).await;
+                    r.map(Ok)
+                }
+                CallKind::Take | CallKind::Window => {
+                    let r = self.guarded(what, self.store.take(&call)).await;
+                    r.map(Err)
+                }
+            };
             let Call { charges, .. } = call;
             plan.charges = charges;
             let reply = match result {
-                Ok(reply) => reply,
-                // SPEC K6, L5: a configuration error, never the failure mode; the breaker
-                // is untouched.
-                Err(e) if e.is_cross_slot() => {
+                Guarded::Answered(reply) => reply,
+                Guarded::Skipped => {
+                    // SPEC R6: this probe never reaches Redis; the entries stay for the
+                    // next one.
+                    probe.release();
+                    break 'call self.store_error_check();
+                }
+                // SPEC K6, L5: a configuration error, never the failure mode (the guarded
+                // call left the breaker and the counters alone).
+                Guarded::Failed(e) if e.is_cross_slot() => {
                     drop(probe);
                     return self.cross_slot(&plan, what);
                 }
-                Err(e) => {
-                    self.failed(&e, what);
+                Guarded::Failed(_) => {
                     drop(probe);
                     break 'call self.store_error_check();
                 }
             };
-            self.breaker.success();
             let (buckets, acquired) = match &reply {
                 Err(multi) => (&multi.buckets, None),
                 Ok(acq) => (&acq.buckets, Some(acq)),

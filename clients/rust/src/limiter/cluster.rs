@@ -22,7 +22,7 @@ impl<S: Store> RateLimiter<S> {
         let Some(policies) = self.inner.keys_in_one_call() else {
             return Ok(());
         };
-        crate::startup::check_cluster(&self.inner.store, &self.inner.name, policies).await
+        check_cluster(&self.inner.store, &self.inner.name, policies).await
     }
 }
 
@@ -40,5 +40,126 @@ impl<S: Store> Inner<S> {
             .map(|p| p.name().to_owned())
             .collect();
         (names.len() >= 2).then_some(names)
+    }
+}
+
+/// SPEC U3: `HELLO` (no argument: the connection's protocol is not switched) for a
+/// limiter whose calls carry several keys and that has no tag function; a `mode` of
+/// `cluster` fails the start naming the limiter and `policies`. Any other reply, an error
+/// reply included, passes; an unreachable store fails the start. After a degraded start
+/// it is not called ([`RateLimiter::startup`] returns first: the calls take the failure
+/// mode, and a `CROSSSLOT` later is K6's 500).
+async fn check_cluster<S: Store>(
+    store: &S,
+    limiter: &str,
+    policies: Vec<String>,
+) -> Result<(), Error> {
+    match store.hello().await {
+        Ok(Some(mode)) if mode == "cluster" => Err(Error::ClusterNeedsTag {
+            limiter: limiter.to_owned(),
+            policies,
+        }),
+        Ok(_) => Ok(()),
+        Err(e) => match Error::unreachable(store.addr(), &e) {
+            Some(unreachable) => Err(unreachable),
+            None => Ok(()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::client::{Charge, MultiReply, Reply};
+    use crate::limiter::Call;
+    use crate::policy::Policy;
+
+    /// A store whose `HELLO` answers `hello` (counted), started degraded or not.
+    struct Hello {
+        hello: fn() -> Result<Option<String>, Error>,
+        degraded: bool,
+        sent: Arc<AtomicUsize>,
+    }
+
+    impl Store for Hello {
+        async fn take(&self, _: &Call) -> Result<MultiReply, Error> {
+            unreachable!("startup takes nothing")
+        }
+        async fn refund(&self, _: &[Charge]) -> Result<Vec<Reply>, Error> {
+            unreachable!("startup refunds nothing")
+        }
+        async fn hello(&self) -> Result<Option<String>, Error> {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            (self.hello)()
+        }
+        fn started_degraded(&self) -> bool {
+            self.degraded
+        }
+        fn addr(&self) -> &str {
+            "10.0.0.1:6379"
+        }
+        fn timeout(&self) -> Duration {
+            Duration::from_millis(50)
+        }
+    }
+
+    fn no_answer() -> Result<Option<String>, Error> {
+        Err(Error::Timeout {
+            addr: "10.0.0.1:6379".into(),
+            timeout: Duration::from_millis(50),
+        })
+    }
+
+    async fn start(
+        hello: fn() -> Result<Option<String>, Error>,
+        degraded: bool,
+    ) -> (Result<(), Error>, usize) {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let store = Hello {
+            hello,
+            degraded,
+            sent: sent.clone(),
+        };
+        let limiter = RateLimiter::builder(store)
+            .policy(Policy::per_second("a", 10.0))
+            .policy(Policy::per_second("b", 10.0))
+            .build()
+            .unwrap();
+        let r = limiter.startup().await;
+        (r, sent.load(Ordering::SeqCst))
+    }
+
+    // SPEC U2, U4: after a degraded start the limiter sends no HELLO, so an unreachable
+    // Redis cannot fail it (the branch of check_cluster that once allowed for it could not
+    // be reached, and is gone).
+    #[tokio::test]
+    async fn a_degraded_start_sends_no_hello() {
+        let (r, sent) = start(no_answer, true).await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(sent, 0);
+    }
+
+    // SPEC U2, U3: a strict start whose HELLO gets no answer fails, naming the address.
+    #[tokio::test]
+    async fn an_unreachable_redis_fails_a_strict_start() {
+        let (r, sent) = start(no_answer, false).await;
+        assert_eq!(sent, 1);
+        assert!(
+            matches!(&r, Err(Error::Unreachable { addr, .. }) if addr == "10.0.0.1:6379"),
+            "{r:?}"
+        );
+    }
+
+    // SPEC U3: a cluster fails the start; a standalone server passes.
+    #[tokio::test]
+    async fn only_a_cluster_fails_the_start() {
+        let (r, _) = start(|| Ok(Some("cluster".into())), false).await;
+        assert!(matches!(r, Err(Error::ClusterNeedsTag { .. })), "{r:?}");
+        let (r, _) = start(|| Ok(Some("standalone".into())), false).await;
+        assert!(r.is_ok(), "{r:?}");
     }
 }

@@ -1,5 +1,11 @@
-//! One guarded store call's failure (SPEC B): counted, the breaker opened on a
-//! connection error or a timeout, one line a second (B1, B5).
+//! The one guarded store call every command goes through (SPEC B, L5): not sent while the
+//! breaker is open (B2; after the cool-down it may be the probe, B3), timed, the breaker
+//! closed by an answer, and a failure counted, the breaker opened on a connection error
+//! or a timeout, one line a second (B1, B5). A `CROSSSLOT` answer is a configuration error
+//! (K6): neither counted nor the breaker's business.
+
+use std::future::Future;
+use std::time::Instant;
 
 use crate::error::Error;
 
@@ -7,10 +13,62 @@ use super::state::{FailureMode, Inner};
 use super::stats::bump;
 use super::store::Store;
 
+/// What one guarded call came to.
+pub(super) enum Guarded<T> {
+    /// Not sent: the breaker is open (B2).
+    Skipped,
+    /// The store answered.
+    Answered(T),
+    /// The call failed (counted and logged, unless a `CROSSSLOT`).
+    Failed(Error),
+}
+
+impl<T> Guarded<T> {
+    /// The answer mapped; a skipped or failed call stays what it was.
+    pub(super) fn map<U>(self, f: impl FnOnce(T) -> U) -> Guarded<U> {
+        match self {
+            Guarded::Skipped => Guarded::Skipped,
+            Guarded::Answered(r) => Guarded::Answered(f(r)),
+            Guarded::Failed(e) => Guarded::Failed(e),
+        }
+    }
+}
+
 impl<S: Store> Inner<S> {
+    /// `call` through the breaker, timed (`call_duration`), its failure counted and logged
+    /// as `what` (`TB.TAKE`, `TB.REFUND`, ...). The future is built by the caller and only
+    /// polled when the breaker admits the call.
+    pub(super) async fn guarded<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Guarded<T> {
+        if !self.breaker.admit() {
+            return Guarded::Skipped;
+        }
+        let started = Instant::now();
+        let result = call.await;
+        self.telemetry
+            .call_duration
+            .record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(r) => {
+                self.breaker.success();
+                Guarded::Answered(r)
+            }
+            // SPEC K6, L5: a configuration error, never the failure mode; the breaker is
+            // untouched.
+            Err(e) if e.is_cross_slot() => Guarded::Failed(e),
+            Err(e) => {
+                self.failed(&e, what);
+                Guarded::Failed(e)
+            }
+        }
+    }
+
     /// Counts a failed call, opens the breaker on a connection error or a timeout (SPEC
     /// B1; also when the module is gone), and logs at most one line per second (B5).
-    pub(super) fn failed(&self, e: &Error, what: &str) {
+    fn failed(&self, e: &Error, what: &str) {
         let errors = bump(&self.stats.0.store_errors);
         self.telemetry.store_errors.increment(1);
         let unknown_command = matches!(e, Error::Server { source, .. }

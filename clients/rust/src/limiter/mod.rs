@@ -33,7 +33,7 @@ mod stats;
 mod store;
 mod stores;
 
-pub use builder::{FromLimiter, MAX_POLICIES, RateLimiterBuilder, valid_cost, valid_limit};
+pub use builder::{FromLimiter, MAX_POLICIES, RateLimiterBuilder};
 pub use check::Check;
 pub(crate) use check::write_problem_headers;
 pub use refund::RefundHandle;

@@ -8,11 +8,11 @@ use http::Method;
 use http::request::Parts;
 
 use crate::client::{Charge, MAX_NUMBER, MIN_RATE, WindowMode, num};
-use crate::decision::SettleTarget;
+use crate::hold::SettleTarget;
 use crate::keys::{self};
-use crate::policy::{Identity, LimitKind, Policy, ceil_ms};
+use crate::policy::limit::valid_cost;
+use crate::policy::{Identity, LimitKind, Policy, ceil_ms, check_limit};
 
-use super::builder::{check_limit, valid_cost};
 use super::state::Inner;
 use super::store::{Call, CallKind, Store};
 

@@ -6,12 +6,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 use http::StatusCode;
 
 use crate::client::Charge;
 
+use super::guarded::Guarded;
 use super::plan::Plan;
 use super::state::Inner;
 use super::stats::bump;
@@ -111,20 +111,10 @@ impl<S: Store> Inner<S> {
         if given.is_empty() {
             return false;
         }
-        if !self.breaker.admit() {
-            // B2: Redis is known to be failing; a refund after the cool-down may be the
-            // probe (B3).
-            bump(&self.stats.0.refund_errors);
-            return false;
-        }
-        let started = Instant::now();
-        let result = self.store.refund(&given).await;
-        self.telemetry
-            .call_duration
-            .record(started.elapsed().as_secs_f64());
-        match result {
-            Ok(_) => {
-                self.breaker.success();
+        // B2: not while Redis is known to be failing; a refund after the cool-down may be
+        // the probe (B3).
+        match self.guarded("TB.REFUND", self.store.refund(&given)).await {
+            Guarded::Answered(_) => {
                 bump(&self.stats.0.refunds);
                 for (c, &i) in plan.charges.iter().zip(&plan.policy) {
                     if c.n > 0.0 {
@@ -136,9 +126,8 @@ impl<S: Store> Inner<S> {
                 }
                 true
             }
-            Err(e) => {
+            Guarded::Skipped | Guarded::Failed(_) => {
                 bump(&self.stats.0.refund_errors);
-                self.failed(&e, "TB.REFUND");
                 false
             }
         }

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::client::{Acquired, Charge, HoldReply, MultiReply, Reply, SettleReply, TbClient};
-use crate::decision::SettleTarget;
 use crate::error::Error;
+use crate::hold::SettleTarget;
 
 /// The store the limiter calls, at the level of the typed client: TB.TAKE / TB.MTAKE for a
 /// check and TB.REFUND for a refund. [`TbClient`] is the real one; tests script a fake.

@@ -5,15 +5,16 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::guarded::Guarded;
 use super::state::Inner;
 use super::stats::bump;
 use super::store::Store;
 use crate::client::{HoldReply, SettleReply};
-use crate::decision::SettleTarget;
 use crate::error::Error;
 use crate::hold::HoldStore;
+use crate::hold::SettleTarget;
 use crate::lease::{LeaseStore, OwnedFuture, Renewed};
 
 impl<S: Store> LeaseStore for Inner<S> {
@@ -35,22 +36,11 @@ impl<S: Store> LeaseStore for Inner<S> {
     fn release(self: Arc<Self>, policy: usize, key: String, id: String) -> OwnedFuture<()> {
         Box::pin(async move {
             // SPEC N4, B2: not while the breaker is open; the lease then expires.
-            if !self.breaker.admit() {
-                return;
-            }
-            let started = Instant::now();
-            let result = self.store.release(&key, &id).await;
-            self.telemetry
-                .call_duration
-                .record(started.elapsed().as_secs_f64());
-            match result {
-                Ok((released, _)) => {
-                    self.breaker.success();
-                    if !released {
-                        self.lease_expired(policy);
-                    }
-                }
-                Err(e) => self.failed(&e, "TB.RELEASE"),
+            let released = self
+                .guarded("TB.RELEASE", self.store.release(&key, &id))
+                .await;
+            if let Guarded::Answered((false, _)) = released {
+                self.lease_expired(policy);
             }
         })
     }
@@ -121,23 +111,13 @@ impl<S: Store> Inner<S> {
     /// One TB.RENEW of a lease (N5) or a hold (G5): not sent while the breaker is open (a
     /// renewal may be the probe after the cool-down, B3); a failure is a store error.
     async fn renew_call(&self, key: &str, id: &str, ms: u64) -> Renewed {
-        if !self.breaker.admit() {
-            return Renewed::Failed;
-        }
-        let started = Instant::now();
-        let result = self.store.renew(key, id, ms).await;
-        self.telemetry
-            .call_duration
-            .record(started.elapsed().as_secs_f64());
-        match result {
-            Ok((renewed, _, _)) => {
-                self.breaker.success();
-                if renewed { Renewed::Yes } else { Renewed::Lost }
-            }
-            Err(e) => {
-                self.failed(&e, "TB.RENEW");
-                Renewed::Failed
-            }
+        match self
+            .guarded("TB.RENEW", self.store.renew(key, id, ms))
+            .await
+        {
+            Guarded::Answered((true, _, _)) => Renewed::Yes,
+            Guarded::Answered((false, _, _)) => Renewed::Lost,
+            Guarded::Skipped | Guarded::Failed(_) => Renewed::Failed,
         }
     }
 
@@ -148,25 +128,12 @@ impl<S: Store> Inner<S> {
         command: &'static str,
         call: impl Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        if !self.breaker.admit() {
-            return Err(Error::StoreUnavailable {
+        match self.guarded(command, call).await {
+            Guarded::Answered(r) => Ok(r),
+            Guarded::Failed(e) => Err(e),
+            Guarded::Skipped => Err(Error::StoreUnavailable {
                 addr: self.store.addr().to_owned(),
-            });
-        }
-        let started = Instant::now();
-        let result = call.await;
-        self.telemetry
-            .call_duration
-            .record(started.elapsed().as_secs_f64());
-        match result {
-            Ok(r) => {
-                self.breaker.success();
-                Ok(r)
-            }
-            Err(e) => {
-                self.failed(&e, command);
-                Err(e)
-            }
+            }),
         }
     }
 

@@ -8,8 +8,10 @@ use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
 
-use super::BoxError;
 use crate::lease::LeaseHandle;
+
+/// A boxed error, as tower and hyper use.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The error a [`LeaseBody`] ends with when its request reached its in-flight policy's
 /// `max_duration` (SPEC N7): the server then closes the connection, so a streamed
@@ -43,7 +45,7 @@ impl LeaseGuard {
             return None;
         }
         lease.drive_holds();
-        let renewal = crate::renewal::spawn_lease_renewal(lease.clone());
+        let renewal = crate::lease::spawn_lease_renewal(lease.clone());
         Some(LeaseGuard { lease, renewal })
     }
 }
