@@ -5,9 +5,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { Limit, ModuleNotLoadedError, Policy, RateLimiter, ScriptLoadError, luaSources } from 'redis-tb';
+import { createClient } from 'redis';
+import { Limit, ModuleNotLoadedError, Policy, RateLimiter, ScriptLoadError, TbClient, luaSources } from 'redis-tb';
 import { PrometheusMetrics } from 'redis-tb/prometheus';
-import { RedisServer, closeClient, nodeRedis } from './helpers.mjs';
+import { RedisServer, closeClient, freePort, nodeRedis, sleep } from './helpers.mjs';
 
 const NOW = 1764456268.25; // a fixed `now` (seconds) so both backends decide at the same time
 
@@ -233,5 +234,70 @@ describe('SPEC E: the script backend on servers without the module', () => {
 
   test('E1: the setting is checked', () => {
     assert.throws(() => new RateLimiter(clients.plain, { policies: [], backend: 'lua' }), RangeError);
+  });
+
+  test('E1: a degraded start chooses before its first call that reaches Redis, with the same calls', async () => {
+    const port = await freePort();
+    const c = createClient({ socket: { host: '127.0.0.1', port, reconnectStrategy: () => 50 }, disableOfflineQueue: true });
+    c.on('error', () => {});
+    c.connect().catch(() => {});
+    const server = new RedisServer({ withModule: false });
+    try {
+      const log = logger();
+      const limiter = new RateLimiter(c, { policies: [new Policy({ name: 'ip', limit: new Limit(10, 1) })], startDegraded: true, logger: log, timeoutMs: 2000 });
+      await limiter.startup();
+      assert.equal(limiter.stats.backend, null, 'not chosen yet');
+      assert.equal(log.lines.info.length, 0);
+      assert.equal(log.lines.warn.length, 1, 'U2\'s line');
+      server.port = port;
+      await server.start();
+      for (let i = 0; i < 200 && !c.isReady; i++) await sleep(10);
+      const d = await limiter.check(ctx());
+      assert.equal(d.outcome, 'allowed');
+      assert.equal(limiter.stats.backend, 'scripts');
+      assert.deepEqual(log.lines.info, [`redis-tb: backend scripts on 127.0.0.1:${port} (tb.take not found, Functions)`]);
+      assert.equal((await limiter.check(ctx())).results[0].remaining < 9, true);
+      assert.equal(log.lines.info.length, 1, 'logged once');
+    } finally {
+      await c.disconnect().catch(() => {});
+      await server.stop();
+    }
+  });
+});
+
+describe('SPEC E2: the load, against a scripted server', () => {
+  const scripted = (answers) => {
+    const sent = [];
+    const send = async (args) => {
+      sent.push(args[0] === 'SCRIPT' || args[0] === 'FUNCTION' ? args.slice(0, -1) : args);
+      const a = answers.shift();
+      if (a instanceof Error) throw a;
+      return a;
+    };
+    return { sent, send };
+  };
+  const replyError = (m) => Object.assign(new Error(m), { name: 'ReplyError' });
+
+  test('a SCRIPT LOAD that answers another SHA-1 fails the start in one line', async () => {
+    const { send, sent } = scripted([[null], replyError("ERR unknown command 'FUNCTION'"), '0123456789abcdef0123456789abcdef01234567']);
+    const limiter = new RateLimiter(new TbClient(send, { server: 'h:1' }), { policies: [new Policy({ name: 'ip', limit: new Limit(1, 1) })], logger: logger() });
+    await assert.rejects(limiter.startup(), (err) => err instanceof ScriptLoadError
+      && err.message === `redis-tb: cannot load the script backend on h:1 (SCRIPT LOAD answered 0123456789abcdef0123456789abcdef01234567, not tb.lua's SHA-1 ${luaSources().sha}): allow FUNCTION LOAD or SCRIPT LOAD, or load the module`);
+    assert.deepEqual(sent, [['COMMAND', 'INFO', 'tb.take'], ['FUNCTION', 'LOAD', 'REPLACE'], ['SCRIPT', 'LOAD']]);
+  });
+
+  test('E4: every grant\'s id is 16 hex digits from the CSPRNG, never the same twice', async () => {
+    const ids = new Set();
+    const send = async (args) => {
+      const i = args.indexOf('ID');
+      ids.add(args[i + 1]);
+      return [1, 1, args[i + 1], 30000];
+    };
+    const { Backend } = await import('redis-tb');
+    const client = new TbClient(send, { server: 'h:1' });
+    client.useBackend(Backend.scripts('h:1', 'functions', false));
+    for (let n = 0; n < 200; n++) await client.acquire('k', 10, 30000);
+    assert.equal(ids.size, 200);
+    for (const id of ids) assert.match(id, /^[0-9a-f]{16}$/);
   });
 });
