@@ -5,6 +5,7 @@
  * (node-redis v4/v5, ioredis) or a `sendCommand`-style function. It never opens a
  * connection of its own.
  */
+import type { Backend } from './backend.js';
 import { ModuleNotLoadedError, RedisTbError, UnexpectedReplyError, isReplyError } from './errors.js';
 import {
   type Charge, type MultiReply, type Reservation, type Reply, type Throttle, type WindowMode,
@@ -125,6 +126,13 @@ export class TbClient {
   private readonly sendFn: SendCommand;
   /** the ioredis client behind this TbClient, if it is one (startup waits for `ready`) */
   private readonly io: IoRedisState | null = null;
+  /**
+   * SPEC E: the backend TB.* calls go through; null (the module's commands as they are)
+   * until a limiter's startup chooses one, or {@link useBackend} sets it.
+   */
+  backend: Backend | null = null;
+  private readonly sendBound = (args: string[]): Promise<unknown> => this.send(args);
+  private readonly moduleInfo = (): Promise<boolean> => this.hasModule();
 
   constructor(client: NodeRedisLike | IoRedisLike | SendCommand, options: TbClientOptions = {}) {
     if (typeof client === 'function') {
@@ -158,32 +166,48 @@ export class TbClient {
     }
   }
 
+  /** SPEC E: send the TB.* calls through `backend` (chosen, or to be chosen before the first call). */
+  useBackend(backend: Backend): void {
+    this.backend = backend;
+  }
+
+  /**
+   * One TB.* call, built by `build` from the client's clock where the scripts need it (E5:
+   * `now` of a bucket or window call; undefined otherwise), through the backend.
+   */
+  private async tb(build: (now: number | undefined) => string[]): Promise<unknown> {
+    const b = this.backend;
+    if (b === null) return this.send(build(undefined));
+    if (b.current === null) await b.ready(this.sendBound, this.moduleInfo);
+    return b.call(this.sendBound, build(b.clientNow()), this.moduleInfo);
+  }
+
   async take(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<Reply> {
-    return parseReply(await this.send(takeArgs(key, capacity, rate, n, opts.now)));
+    return parseReply(await this.tb((now) => takeArgs(key, capacity, rate, n, opts.now ?? now)));
   }
 
   async mtake(charges: readonly Charge[], opts: NowOption = {}): Promise<MultiReply> {
-    return parseMultiReply(await this.send(mtakeArgs(charges, opts.now)), charges.length);
+    return parseMultiReply(await this.tb((now) => mtakeArgs(charges, opts.now ?? now)), charges.length);
   }
 
   async reserve(
     key: string, capacity: number, rate: number, n: number, maxWait: number, opts: NowOption = {},
   ): Promise<Reservation> {
-    return parseReserveReply(await this.send(reserveArgs(key, capacity, rate, n, maxWait, opts.now)));
+    return parseReserveReply(await this.tb((now) => reserveArgs(key, capacity, rate, n, maxWait, opts.now ?? now)));
   }
 
   async peek(key: string, capacity: number, rate: number, opts: NowOption = {}): Promise<Reply> {
-    return parseReply(await this.send(peekArgs(key, capacity, rate, opts.now)));
+    return parseReply(await this.tb((now) => peekArgs(key, capacity, rate, opts.now ?? now)));
   }
 
   async refund(key: string, capacity: number, rate: number, n = 1, opts: NowOption = {}): Promise<Reply> {
-    return parseReply(await this.send(refundArgs(key, capacity, rate, n, opts.now)));
+    return parseReply(await this.tb((now) => refundArgs(key, capacity, rate, n, opts.now ?? now)));
   }
 
   /** TB.REFUND on each bucket, sent together (pipelined by the client, no transaction). */
   async refundMany(buckets: readonly Charge[], opts: NowOption = {}): Promise<Reply[]> {
     const replies = await Promise.all(
-      buckets.map((b) => this.send(refundArgs(b.key, b.capacity, b.rate, b.cost ?? 1, opts.now))),
+      buckets.map((b) => this.tb((now) => refundArgs(b.key, b.capacity, b.rate, b.cost ?? 1, opts.now ?? now))),
     );
     return replies.map(parseReply);
   }
@@ -191,41 +215,41 @@ export class TbClient {
   async window(
     key: string, limit: number, windowSeconds: number, n = 1, opts: NowOption & { mode?: WindowMode } = {},
   ): Promise<Reply> {
-    return parseReply(await this.send(windowArgs(key, limit, windowSeconds, n, opts.now, opts.mode)));
+    return parseReply(await this.tb((now) => windowArgs(key, limit, windowSeconds, n, opts.now ?? now, opts.mode)));
   }
 
   /** SPEC N2: TB.ACQUIRE, with TAKE when `buckets` are given (all or nothing). */
   async acquire(key: string, limit: number, leaseMs: number, buckets: readonly Charge[] = []): Promise<Acquired> {
-    return parseAcquireReply(await this.send(acquireArgs(key, limit, leaseMs, buckets)), buckets.length);
+    return parseAcquireReply(await this.tb(() => acquireArgs(key, limit, leaseMs, buckets)), buckets.length);
   }
 
   /** SPEC N4: TB.RELEASE `[released, in_flight]`. */
   async release(key: string, id: string): Promise<LeaseReply> {
-    return parseLeaseReply(await this.send(['TB.RELEASE', key, id]), 'TB.RELEASE');
+    return parseLeaseReply(await this.tb(() => ['TB.RELEASE', key, id]), 'TB.RELEASE');
   }
 
   /** SPEC N5, G5: TB.RENEW of a lease, or of a hold on a bucket (`ms` its ttl): `[renewed, in_flight, ms]`. */
   async renew(key: string, id: string, leaseMs: number): Promise<LeaseReply> {
-    return parseLeaseReply(await this.send(['TB.RENEW', key, id, arg(leaseMs)]), 'TB.RENEW');
+    return parseLeaseReply(await this.tb(() => ['TB.RENEW', key, id, arg(leaseMs)]), 'TB.RENEW');
   }
 
   /** TB.PEEK key LEASES: `[in_flight, ms]`. */
   async peekLeases(key: string): Promise<{ inFlight: number; ms: number }> {
-    const raw = await this.send(['TB.PEEK', key, 'LEASES']);
+    const raw = await this.tb(() => ['TB.PEEK', key, 'LEASES']);
     if (!Array.isArray(raw) || raw.length !== 2) throw new UnexpectedReplyError(`expected a 2-element TB.PEEK LEASES reply, got ${JSON.stringify(raw)}`);
     return { inFlight: num(raw[0]), ms: num(raw[1]) };
   }
 
   /** TB.PEEK key HOLDS: a bucket's live holds, the sum they charged, and the ms until the earliest expires (0 when none). */
   async peekHolds(key: string): Promise<{ holds: number; amount: number; ms: number }> {
-    const raw = await this.send(['TB.PEEK', key, 'HOLDS']);
+    const raw = await this.tb(() => ['TB.PEEK', key, 'HOLDS']);
     if (!Array.isArray(raw) || raw.length !== 3) throw new UnexpectedReplyError(`expected a 3-element TB.PEEK HOLDS reply, got ${JSON.stringify(raw)}`);
     return { holds: num(raw[0]), amount: num(raw[1]), ms: num(raw[2]) };
   }
 
   /** SPEC G1: TB.HOLD. */
   async hold(key: string, capacity: number, rate: number, estimate: number, ttlMs: number): Promise<HoldReply> {
-    return parseHoldReply(await this.send(holdArgs(key, capacity, rate, estimate, ttlMs)));
+    return parseHoldReply(await this.tb(() => holdArgs(key, capacity, rate, estimate, ttlMs)));
   }
 
   /**
@@ -233,7 +257,7 @@ export class TbClient {
    * `maxWait x rate` (the limiter sends capacity / rate: at most one bucket).
    */
   async settle(key: string, capacity: number, rate: number, id: string, actual: number, maxWait?: number): Promise<SettleReply> {
-    return parseSettleReply(await this.send(settleArgs(key, capacity, rate, id, actual, maxWait)));
+    return parseSettleReply(await this.tb(() => settleArgs(key, capacity, rate, id, actual, maxWait)));
   }
 
   async throttle(
@@ -249,10 +273,16 @@ export class TbClient {
    * are passed through.
    */
   async checkModule(opts: { readyWithinMs?: number } = {}): Promise<void> {
+    if (!(await this.hasModule(opts))) throw new ModuleNotLoadedError(this.server);
+  }
+
+  /**
+   * SPEC U1, E1: whether TB.TAKE exists on the server (`COMMAND INFO tb.take` has an entry
+   * for it); an ioredis client is first given `readyWithinMs` (default 2000) to connect.
+   */
+  async hasModule(opts: { readyWithinMs?: number } = {}): Promise<boolean> {
     if (this.io !== null) await ioredisReady(this.io, opts.readyWithinMs ?? 2000);
     const info = await this.send(['COMMAND', 'INFO', 'tb.take']);
-    if (!Array.isArray(info) || info.length === 0 || info[0] === null || info[0] === undefined) {
-      throw new ModuleNotLoadedError(this.server);
-    }
+    return !(!Array.isArray(info) || info.length === 0 || info[0] === null || info[0] === undefined);
   }
 }

@@ -1,4 +1,8 @@
 /** redis-tb: typed client, rate limiter, express-rate-limit store and scheduler. */
+export {
+  Backend, ScriptLoadError, backendSetting, freshId, type BackendName, type BackendSetting, type Chosen, type ScriptsVia,
+} from './backend.js';
+export { functionsLibrary, luaSources, sha1, type LuaSources } from './lua.js';
 export { TbClient, type IoRedisLike, type NodeRedisLike, type NowOption, type RedisLike, type SendCommand, type TbClientOptions } from './client.js';
 export {
   ClusterKeysError, ModuleNotLoadedError, NoPermissionError, RedisTbError, RedisTbTimeoutError, RedisUnreachableError, SchedulerWaitTooLongError,

@@ -33,6 +33,7 @@ import { type AnyRequest, type Policy, RouteSet, checkDistinctNames, checkPolicy
 import { respond } from './problem.js';
 import { RateLog } from './ratelog.js';
 import { startup } from './startup.js';
+import { type BackendSetting, type Chosen, backendSetting } from './backend.js';
 import { type LimiterStats, newStats } from './stats.js';
 import { GuardedStore, type Logger, isCrossSlot } from './store.js';
 
@@ -88,6 +89,11 @@ export interface RateLimiterOptions<Req = AnyRequest> {
    * fixed time); default: none, the Redis server's clock. (Before SPEC T1 this was `clock`.)
    */
   redisNow?: () => number;
+  /**
+   * SPEC E1: the store's backend: `auto` (default: the module where `COMMAND INFO tb.take`
+   * finds it, else the script library), `module`, or `scripts`.
+   */
+  backend?: BackendSetting;
 }
 
 /** SPEC F2: a refundOn setting as a predicate; null: no automatic refund. */
@@ -123,6 +129,8 @@ export class RateLimiter<Req = AnyRequest> {
   readonly clock: Clock;
   readonly redisNow: (() => number) | undefined;
   readonly startDegraded: boolean;
+  /** SPEC E1 */
+  readonly backend: BackendSetting;
   readonly stats: LimiterStats = newStats();
   /** SPEC L1, I, K, L2, L3: the scope and plans of this limiter's requests */
   private readonly planner: Planner<Req>;
@@ -178,6 +186,7 @@ export class RateLimiter<Req = AnyRequest> {
     this.clock = options.clock ?? systemClock;
     this.redisNow = options.redisNow;
     this.startDegraded = options.startDegraded ?? false;
+    this.backend = backendSetting(options.backend ?? 'auto');
     this.refundOn = refundPredicate(options.refundOn);
     this.planner = new Planner<Req>({
       prefix: this.prefix, clientIp: this.clientIp, hashTag: this.hashTag, shadow: this.shadow, policies: this.policies,
@@ -419,7 +428,16 @@ export class RateLimiter<Req = AnyRequest> {
     return startup({
       client: this.client, name: this.name, timeoutMs: this.timeoutMs, startDegraded: this.startDegraded,
       hashTag: this.hashTag, logger: this.logger, policies: this.policies,
+      backend: this.backend, wallMs: () => this.clock.wallMs(), chosen: (c) => this.chosen(c),
     });
+  }
+
+  /** SPEC E6: the backend chosen: one line, `stats.backend`, the gauge. */
+  private chosen(c: Chosen): void {
+    this.stats.backend = c.name;
+    this.metrics?.backend?.(this.name, c.name);
+    if (this.logger.info) this.logger.info(c.line);
+    else this.logger.warn(c.line);
   }
 
   /** Alias of `client.checkModule()`: throws when the module is missing or Redis unreachable. */

@@ -22,6 +22,8 @@ export interface LimiterMetrics {
   leaseTimedOut?(limiter: string, policy: string): void;
   /** SPEC M2, G5: a hold whose renewal answered 0 (lost) */
   holdLost?(limiter: string, policy: string): void;
+  /** SPEC E6: the backend chosen (the gauge redis_tb_backend{limiter, backend}: 1 for it, 0 for the other) */
+  backend?(limiter: string, backend: 'module' | 'scripts'): void;
   /** failed Redis calls (errors, timeouts) */
   storeError(limiter: string): void;
   /** requests decided by the failure mode */

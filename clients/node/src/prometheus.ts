@@ -29,6 +29,7 @@ export class PrometheusMetrics implements LimiterMetrics {
   private readonly leasesTimedOutTotal: PolicyCounter;
   private readonly holdsLostTotal: PolicyCounter;
   private readonly storeErrorsTotal: LimiterCounter;
+  private readonly backendGauge: Gauge<'limiter' | 'backend'>;
   private readonly degradedTotal: LimiterCounter;
   private readonly callDuration: Histogram<'limiter'>;
 
@@ -54,6 +55,10 @@ export class PrometheusMetrics implements LimiterMetrics {
     this.leasesExpiredTotal = policyCounter('redis_tb_leases_expired_total', 'Leases that ended without a release (a TB.RELEASE or TB.RENEW that answered 0)');
     this.leasesTimedOutTotal = policyCounter('redis_tb_leases_timed_out_total', 'Requests ended at their in-flight policy\'s max_duration (SPEC N7)');
     this.holdsLostTotal = policyCounter('redis_tb_holds_lost_total', 'Holds whose renewal answered 0 before they were settled (SPEC G5)');
+    // SPEC E6
+    const bname = 'redis_tb_backend';
+    this.backendGauge = (registry.getSingleMetric(bname) as Gauge<'limiter' | 'backend'> | undefined) ??
+      new Gauge({ name: bname, help: 'The store\'s backend in use: 1 for it (module or scripts, SPEC E6)', labelNames: ['limiter', 'backend'] as const, registers: [registry] });
     this.storeErrorsTotal = limiterCounter('redis_tb_store_errors_total', 'Failed Redis calls (errors, timeouts)');
     this.degradedTotal = limiterCounter('redis_tb_degraded_total', 'Requests decided by the failure mode');
     const hname = 'redis_tb_redis_call_duration_seconds';
@@ -97,6 +102,11 @@ export class PrometheusMetrics implements LimiterMetrics {
   holdLost(limiter: string, policy: string): void {
     this.holdsLostTotal.inc({ limiter, policy });
   }
+  backend(limiter: string, backend: 'module' | 'scripts'): void {
+    this.backendGauge.set({ limiter, backend }, 1);
+    this.backendGauge.set({ limiter, backend: backend === 'module' ? 'scripts' : 'module' }, 0);
+  }
+
   storeError(limiter: string): void {
     this.storeErrorsTotal.inc({ limiter });
   }

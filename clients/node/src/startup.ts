@@ -1,9 +1,11 @@
 /**
- * A limiter's startup checks (SPEC U1-U4): the module is there (`COMMAND INFO tb.take`),
+ * A limiter's startup checks (SPEC U1-U4, E1): the backend is chosen (`COMMAND INFO tb.take`,
+ * the script library loaded where the module is not, backend.ts),
  * the user may ask, Redis answers (or the start is degraded on purpose), and a limiter that
  * sends several keys in one call without a tag function is not on a Redis Cluster (U3,
  * K6). Each failure is one line, the whole message, word for word in every language.
  */
+import { Backend, type BackendSetting, type Chosen, ScriptLoadError } from './backend.js';
 import type { TbClient } from './client.js';
 import { boundOnce } from './deadline.js';
 import {
@@ -20,6 +22,12 @@ export interface StartupTarget {
   readonly logger: { warn(message: string): void };
   /** the limiter's policies, in policy order */
   readonly policies: readonly { name: string; settleLater: boolean }[];
+  /** SPEC E1: the backend setting */
+  readonly backend: BackendSetting;
+  /** the limiter's wall clock, ms (SPEC E5: the scripts' `now` where TIME is refused) */
+  readonly wallMs: () => number;
+  /** SPEC E6: told of the choice once, when it is made (at startup, or at a degraded start's first call) */
+  readonly chosen: (c: Chosen) => void;
 }
 
 /**
@@ -59,31 +67,48 @@ function unreachable(target: StartupTarget, err: unknown, waitMs: number): void 
   );
 }
 
-/** SPEC U1-U4: resolves when the limiter may serve; rejects with the one line otherwise. */
+/**
+ * SPEC U1-U4, E1: resolves when the limiter may serve; rejects with the one line otherwise.
+ * The backend's line (E6) is told only of a start that passes (a failed one prints its own
+ * line alone), and by a degraded start when its first call chooses.
+ */
 export async function startup(target: StartupTarget): Promise<void> {
+  const backend = await checks(target);
+  backend.onChosen(target.chosen);
+}
+
+async function checks(target: StartupTarget): Promise<Backend> {
   const { client } = target;
   const waitMs = Math.max(target.timeoutMs, 2000);
+  // SPEC E1: one backend per client and setting; a degraded start chooses at its first call
+  let backend = client.backend;
+  if (backend === null || backend.setting !== target.backend || backend.server !== client.server) {
+    backend = new Backend(target.backend, client.server, target.wallMs);
+    client.useBackend(backend);
+  }
   try {
-    await boundOnce(client.checkModule({ readyWithinMs: waitMs }), waitMs + target.timeoutMs, 'COMMAND INFO');
+    const send = (args: string[]): Promise<unknown> => client.send(args);
+    await boundOnce(backend.ready(send, () => client.hasModule({ readyWithinMs: waitMs })), waitMs + target.timeoutMs, 'COMMAND INFO');
   } catch (err) {
-    if (err instanceof ModuleNotLoadedError || err instanceof NoPermissionError) throw err;
+    if (err instanceof ModuleNotLoadedError || err instanceof NoPermissionError || err instanceof ScriptLoadError) throw err;
     if (err instanceof RedisTbError) {
       if (/^NOPERM/i.test(err.serverMessage)) throw new NoPermissionError(client.server, { cause: err });
       throw err;
     }
     unreachable(target, err, waitMs);
-    return; // degraded: the failure mode answers until Redis does
+    return backend; // degraded: the failure mode answers until Redis does
   }
   // SPEC U3: HELLO (no argument: the protocol is not switched, every user may run it)
   const several = target.hashTag ? [] : severalKeys(target);
-  if (several.length === 0) return;
+  if (several.length === 0) return backend;
   let hello: unknown;
   try {
     hello = await boundOnce(client.send(['HELLO']), waitMs, 'HELLO');
   } catch (err) {
-    if (err instanceof RedisTbError) return; // an error reply passes
+    if (err instanceof RedisTbError) return backend; // an error reply passes
     unreachable(target, err, waitMs);
-    return;
+    return backend;
   }
   if (helloMode(hello) === 'cluster') throw new ClusterKeysError(target.name, several);
+  return backend;
 }

@@ -32,6 +32,8 @@ export interface LimiterStats {
   holdsLost: number;
   /** SPEC M2: holds settled (G3) */
   settlements: number;
+  /** SPEC E6: the backend in use, null until it is chosen (a degraded start, or no startup) */
+  backend: 'module' | 'scripts' | null;
 }
 
 /** A limiter's counters, all 0. */
@@ -39,6 +41,6 @@ export function newStats(): LimiterStats {
   return {
     checks: 0, allowed: 0, limited: 0, storeErrors: 0, degraded: 0,
     refunds: 0, refundErrors: 0, shadowLimited: 0, denyCacheHits: 0, invalidInputs: 0,
-    leasesInFlight: 0, leasesExpired: 0, leasesTimedOut: 0, holds: 0, holdsLost: 0, settlements: 0,
+    leasesInFlight: 0, leasesExpired: 0, leasesTimedOut: 0, holds: 0, holdsLost: 0, settlements: 0, backend: null,
   };
 }

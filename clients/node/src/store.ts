@@ -50,6 +50,8 @@ export interface Store {
 
 export interface Logger {
   warn(message: string): void;
+  /** SPEC E6: the backend's line at startup (`warn` when there is no `info`) */
+  info?(message: string): void;
 }
 
 /** What a guarded store reads of its limiter. */

@@ -204,9 +204,13 @@ describe('startup check', () => {
       try {
         const expected = `redis-tb module not loaded on 127.0.0.1:${bare.port}: load libredis_tb.so with loadmodule`;
         await assert.rejects(new TbClient(c).checkModule(), (err) => err instanceof ModuleNotLoadedError && err.message === expected);
-        const limiter = new RateLimiter(c, { policies: [], logger: memoryLogger() });
+        // SPEC E1: the missing module fails the start only when the backend is forced to it
+        const limiter = new RateLimiter(c, { policies: [], logger: memoryLogger(), backend: 'module' });
         await assert.rejects(limiter.startup(), { message: expected });
         await assert.rejects(limiter.checkModule(), ModuleNotLoadedError);
+        const auto = new RateLimiter(c, { policies: [], logger: memoryLogger() });
+        await auto.startup();
+        assert.equal(auto.stats.backend, 'scripts');
       } finally {
         await closeClient(c);
       }
@@ -223,7 +227,7 @@ describe('startup check', () => {
     try {
       assert.notEqual(c.status, 'ready', 'the test needs a client that is not connected yet');
       const log = memoryLogger();
-      const limiter = new RateLimiter(c, { policies: [], logger: log });
+      const limiter = new RateLimiter(c, { policies: [], logger: log, backend: 'module' });
       await assert.rejects(limiter.startup(), (err) => err instanceof ModuleNotLoadedError
         && err.message === `redis-tb module not loaded on 127.0.0.1:${bare.port}: load libredis_tb.so with loadmodule`);
       assert.deepEqual(log.lines, []);
@@ -237,7 +241,7 @@ describe('startup check', () => {
     const c = new Redis({ host: '127.0.0.1', port: bare.port, enableOfflineQueue: false, lazyConnect: true, maxRetriesPerRequest: 0 });
     c.on('error', () => {});
     try {
-      await assert.rejects(new RateLimiter(c, { policies: [], logger: memoryLogger() }).startup(), ModuleNotLoadedError);
+      await assert.rejects(new RateLimiter(c, { policies: [], logger: memoryLogger(), backend: 'module' }).startup(), ModuleNotLoadedError);
     } finally {
       c.disconnect();
     }

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
 import {
-  ClientIpConfig, Decision, Key, Limit, Policy, RateLimiter, TbClient, bodyNumber, bucketKey, checkDistinctNames, checkPolicyKinds, quota,
+  Backend, ClientIpConfig, luaSources, Decision, Key, Limit, Policy, RateLimiter, TbClient, bodyNumber, bucketKey, checkDistinctNames, checkPolicyKinds, quota,
   remainingUnits, resetSeconds, respond, retryAfterSeconds, tiered, windowSeconds,
 } from 'redis-tb';
 
@@ -166,12 +166,46 @@ function wire(v) {
   return typeof v === 'number' ? String(v) : v;
 }
 
+/**
+ * SPEC E (clients/vectors/README.md): `{sha}`, `{script}`, `{functions}` are the library's
+ * SHA-1 and texts as the package ships them; `{id:x}` is bound to the first id the client
+ * sent there, and every later one must be the same (two names never the same id).
+ */
+const LUA = luaSources();
+const PLACEHOLDERS = { '{sha}': LUA.sha, '{script}': LUA.script, '{functions}': LUA.functions };
+const ID = /^\{id:([A-Za-z0-9_]+)\}$/;
+
 /** The scripted store: each step lists the calls it must make, in order. */
 class Script {
   constructor() {
     this.expected = [];
     this.unexpected = [];
     this.held = new Map();
+    /** `{id:x}` name -> the id the client sent */
+    this.ids = new Map();
+  }
+
+  /** A reply's placeholders, as the ids were bound. */
+  fill(v) {
+    if (Array.isArray(v)) return v.map((x) => this.fill(x));
+    if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.fill(x)]));
+    if (typeof v !== 'string') return v;
+    if (v in PLACEHOLDERS) return PLACEHOLDERS[v];
+    const m = ID.exec(v);
+    if (m) {
+      assert.ok(this.ids.has(m[1]), `${v} in a reply before any call bound it`);
+      return this.ids.get(m[1]);
+    }
+    return v;
+  }
+
+  /** Whether `got` is the expected `{id:x}` (binding it on its first appearance). */
+  idMatches(name, got) {
+    if (!/^[0-9a-f]{16}$/.test(got)) return false;
+    if (this.ids.has(name)) return this.ids.get(name) === got;
+    if ([...this.ids.values()].includes(got)) return false; // E4: every id fresh
+    this.ids.set(name, got);
+    return true;
   }
 
   expect(calls) {
@@ -187,7 +221,7 @@ class Script {
     }
     this.match(next.call, args);
     if ('raw' in next) return Promise.resolve(next.raw);
-    if ('reply' in next) return Promise.resolve(wire(next.reply));
+    if ('reply' in next) return Promise.resolve(wire(this.fill(next.reply)));
     if ('error' in next) return Promise.reject(new ReplyError(next.error));
     if (next.timeout) return new Promise(() => {});
     if (next.connection_error) {
@@ -202,9 +236,12 @@ class Script {
   };
 
   match(expected, args) {
-    const ok = expected.length === args.length && expected.every((e, i) => (
-      typeof e === 'number' ? Number(args[i]) === e : String(args[i]) === e
-    ));
+    const ok = expected.length === args.length && expected.every((e, i) => {
+      if (typeof e === 'number') return Number(args[i]) === e;
+      const id = ID.exec(e);
+      if (id) return this.idMatches(id[1], String(args[i]));
+      return String(args[i]) === (PLACEHOLDERS[e] ?? e);
+    });
     if (!ok) this.unexpected.push({ expected, got: args });
   }
 
@@ -224,7 +261,7 @@ function keySource(k) {
 const POLICY_FIELDS = new Set([
   'name', 'capacity', 'rate', 'cost', 'shadow', 'key', 'window', 'in_flight', 'settle_later', 'routes', 'per_route', 'tiers', 'default_tier',
 ]);
-const LIMITER_FIELDS = new Set(['policies', 'fail_open', 'timeout_ms', 'cooldown_ms', 'deny_cache', 'exclude', 'limit_unmatched', 'refund_on']);
+const LIMITER_FIELDS = new Set(['backend', 'policies', 'fail_open', 'timeout_ms', 'cooldown_ms', 'deny_cache', 'exclude', 'limit_unmatched', 'refund_on']);
 const CHECK_FIELDS = new Set(['peer', 'headers', 'cost', 'limit', 'tier', 'route']);
 const STEP_FIELDS = new Set(['at_ms', 'redis', 'expect', 'reply', 'error', 'status']);
 const IN_FLIGHT_FIELDS = new Set(['limit', 'lease_ms', 'max_duration_ms']);
@@ -323,9 +360,24 @@ function checkDecision(id, limiter, decision, expect) {
   }
 }
 
+const BACKEND_FIELDS = new Set(['kind', 'via', 'client_clock']);
+
+/**
+ * The client of a case: the module's (TB.* as they are), or SPEC E's scripts as the case's
+ * `backend` says (chosen already: a limiter case runs no startup).
+ */
+function caseClient(id, backend, script, clock) {
+  const client = new TbClient(script.send, { server: '127.0.0.1:6379' });
+  if (backend === undefined) return client;
+  knownFields(id, 'backend', backend, BACKEND_FIELDS);
+  assert.equal(backend.kind, 'scripts', `${id}: backend kind`);
+  client.useBackend(Backend.scripts(client.server, backend.via, backend.client_clock ?? false, () => clock.wallMs()));
+  return client;
+}
+
 /** A limiter of a case's configuration (its policies, SPEC L1's scope, F2) over the script, with the case's clock. */
-function caseLimiter(cfg, policies, script, clock) {
-  return new RateLimiter(script.send, {
+function caseLimiter(cfg, policies, script, clock, id) {
+  return new RateLimiter(caseClient(id, cfg.backend, script, clock), {
     policies,
     ...(cfg.exclude !== undefined ? { exclude: cfg.exclude } : {}),
     limitUnmatched: cfg.limit_unmatched ?? false,
@@ -367,25 +419,14 @@ function checkHold(id, hold, expect) {
   }
 }
 
-/**
- * SPEC E (issue 42): the script backend. Node has one backend, the module: a case that asks
- * for another, or expects a backend chosen or logged, fails here, by name.
- */
-function noScriptBackend(id, backend) {
-  if (backend !== undefined && backend !== 'auto' && backend !== 'module') {
-    assert.fail(`${id}: SPEC E: Node has no script backend (backend ${JSON.stringify(backend)}, issue 42)`);
-  }
-}
-
 async function runLimiter(c) {
-  noScriptBackend(c.id, c.limiter.backend);
   const script = new Script();
   let t = 0;
   const clock = { monotonicMs: () => t, wallMs: () => WALL_ZERO + t };
   knownFields(c.id, 'limiter', c.limiter, LIMITER_FIELDS);
   for (const p of c.limiter.policies) knownFields(c.id, 'policy', p, POLICY_FIELDS);
   for (const st of c.steps) knownFields(c.id, 'step', st, new Set([...STEP_FIELDS, ...STEP_KINDS]));
-  const limiter = caseLimiter(c.limiter, buildPolicies(c.limiter.policies, c.steps), script, clock);
+  const limiter = caseLimiter(c.limiter, buildPolicies(c.limiter.policies, c.steps), script, clock, c.id);
   const decisions = [];
   const holds = [];
   const pending = new Map(); // held call's name -> { promise, controller, kind: 'check' | 'hold', index }
@@ -423,7 +464,7 @@ async function runLimiter(c) {
         const decision = await promise;
         decisions[i] = decision;
         script.verify(c.id, what);
-        if (step.expect) checkDecision(`${c.id} ${what}`, limiter, decision, step.expect);
+        if (step.expect) checkDecision(`${c.id} ${what}`, limiter, decision, script.fill(step.expect));
       } else if (step.release !== undefined) {
         const held = script.held.get(step.release);
         const p = pending.get(step.release);
@@ -439,14 +480,14 @@ async function runLimiter(c) {
           } else {
             const hold = await p.promise;
             holds[p.index] = hold;
-            if (step.expect) checkHold(`${c.id} ${what}`, hold, step.expect);
+            if (step.expect) checkHold(`${c.id} ${what}`, hold, script.fill(step.expect));
           }
           script.verify(c.id, what);
           continue;
         }
         const decision = await p.promise;
         script.verify(c.id, what);
-        if (step.expect) checkDecision(`${c.id} ${what}`, limiter, decision, step.expect);
+        if (step.expect) checkDecision(`${c.id} ${what}`, limiter, decision, script.fill(step.expect));
       } else if (step.cancel !== undefined) {
         const p = pending.get(step.cancel);
         assert.ok(p, `${c.id}: ${what}: nothing held as ${step.cancel}`);
@@ -515,7 +556,7 @@ async function runLimiter(c) {
         const hold = await decision.hold(h.policy, num(h.estimate), h.ttl_ms / 1000);
         script.verify(c.id, what);
         holds[i] = hold;
-        checkHold(`${c.id} ${what}`, hold, step.expect);
+        checkHold(`${c.id} ${what}`, hold, script.fill(step.expect));
       } else if (step.settle !== undefined) {
         const hold = holds[step.settle.hold];
         assert.ok(hold, `${c.id}: ${what}: step ${step.settle.hold} has no hold`);
@@ -635,24 +676,21 @@ function linePattern(line) {
 }
 
 async function runStartup(c, form) {
-  noScriptBackend(c.id, c.limiter.backend);
-  // SPEC E6: Node neither chooses nor logs a backend yet
   const { backend = null, backend_log: backendLog = null } = c.expect;
-  if (backend !== null || backendLog !== null) {
-    assert.fail(`${c.id}: SPEC E6: Node logs no backend choice (expected backend ${JSON.stringify(backend)}, line ${JSON.stringify(backendLog)}; issue 42)`);
-  }
   knownFields(c.id, 'case', c, STARTUP_CASE_FIELDS);
   knownFields(c.id, 'limiter', c.limiter, STARTUP_LIMITER_FIELDS);
   for (const p of c.limiter.policies) knownFields(c.id, 'policy', p, POLICY_FIELDS);
   const script = new Script();
   const logged = [];
+  const infos = [];
   const cfg = c.limiter;
   const limiter = new RateLimiter(new TbClient(script.send, { server: '127.0.0.1:6379' }), {
     // the policies the limiter checks (SPEC U3 reads them)
     policies: buildPolicies(cfg.policies, []),
     name: cfg.name,
-    logger: { warn: (line) => logged.push(line) },
+    logger: { warn: (line) => logged.push(line), info: (line) => infos.push(line) },
     startDegraded: cfg.start_degraded ?? false,
+    ...(cfg.backend !== undefined ? { backend: cfg.backend } : {}),
     ...(cfg.tag ? { hashTag: () => 'tag' } : {}),
   });
   script.expect(c.redis.map((r) => (r.call[0] === 'HELLO' && 'reply' in r ? { ...r, reply: undefined, raw: helloReply(r.reply, form) } : r)));
@@ -663,6 +701,9 @@ async function runStartup(c, form) {
     error = err;
   }
   script.verify(c.id, 'startup');
+  // SPEC E6: the backend chosen (null until a degraded start's first call) and its one line
+  assert.equal(limiter.stats.backend, backend, `${c.id}: stats.backend`);
+  assert.deepEqual(infos, backendLog === null ? [] : [backendLog], `${c.id}: the backend's line`);
   if (c.expect.error !== undefined) {
     assert.ok(error instanceof Error, `${c.id}: the start must fail`);
     assert.match(error.message, linePattern(c.expect.error), `${c.id}: the line`);
@@ -710,15 +751,10 @@ test('the vectors folder holds files and every file has a handler', () => {
 });
 
 /**
- * The cases of SPEC E, the script backend of issue 42, which Node does not have yet (the
- * same list as the Java runner's): each must fail (on its SPEC E field where it names one:
- * noScriptBackend, the E6 check), and one that passes fails the run: take it off the list.
+ * Cases of a rule Node does not have yet (id -> SPEC rule): each must fail, and one that
+ * passes fails the run: take it off the list. Empty since SPEC E (issue 42) is in Node.
  */
-const PENDING = new Map([
-  ['lim-092', 'E3'], ['lim-093', 'E3'], ['lim-094', 'E3'], ['lim-095', 'E4'], ['lim-096', 'E5'], ['lim-097', 'E7'],
-  ['su-006', 'E6'], ['su-007', 'E6'], ['su-008', 'E6'], ['su-009', 'E6'], ['su-010', 'E6'],
-  ['su-013', 'E1'], ['su-014', 'E2'], ['su-015', 'E2'], ['su-016', 'E1'], ['su-017', 'E5'], ['su-018', 'E6'],
-]);
+const PENDING = new Map([]);
 
 /** A pending case: it must fail. */
 async function pending(c, run) {
@@ -727,7 +763,7 @@ async function pending(c, run) {
     await run(c);
     passed = true;
   } catch {
-    // SPEC E: not in Node yet (issue 42)
+    // the rule is not in Node yet
   }
   assert.ok(!passed, `${c.id} passes: take it off PENDING (SPEC ${PENDING.get(c.id)}, issue 42)`);
 }

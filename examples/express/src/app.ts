@@ -23,7 +23,7 @@
  */
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { Registry } from 'prom-client';
-import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered } from 'redis-tb';
+import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perHour, perMinute, perSecond, tiered, type BackendSetting } from 'redis-tb';
 import { rateLimit, sendHoldRefusal } from 'redis-tb/express';
 import { PrometheusMetrics } from 'redis-tb/prometheus';
 import { badQueryBody, streamQuery, writeEvents } from './stream.js';
@@ -37,6 +37,8 @@ export interface AppConfig {
   timeoutMs?: number;
   /** SPEC U2: start even when Redis is unreachable (one log line, then the failure mode) */
   startDegraded?: boolean;
+  /** SPEC E1: the store's backend, `auto` (default: the module where it is loaded, else the script library), `module` or `scripts` */
+  backend?: BackendSetting;
 }
 
 // -- who is calling ----------------------------------------------------------------
@@ -106,11 +108,11 @@ export function buildApp(config: AppConfig) {
     policies: POLICIES,
     exclude: ['GET /healthz', 'GET /metrics'],
     refundOn: (status) => status >= 500, // our own failures do not count against callers
-    clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+    clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded, backend: config.backend ?? 'auto',
   });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
   const strict = new RateLimiter<Request>(config.redis, {
-    policies: LOGIN_POLICIES, clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+    policies: LOGIN_POLICIES, clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded, backend: config.backend ?? 'auto',
   });
 
   const app = express();

@@ -4,14 +4,24 @@
  * only then is X-Forwarded-For read), REDIS_TB_TIMEOUT_MS (the bound on each Redis call,
  * default 50), PORT (default 3000; 0 picks a free one), HOST
  * (default 127.0.0.1), REDIS_TB_START_DEGRADED=1 (start even when Redis is unreachable,
- * failing open; by default that stops the start with exit status 3).
+ * failing open; by default that stops the start with exit status 3), REDIS_TB_BACKEND (SPEC E1:
+ * auto, the default, uses the module where it is loaded and the script library clients/lua
+ * elsewhere, e.g. on managed Redis; module or scripts forces either).
  */
 import { createClient } from 'redis';
+import { type BackendSetting, backendSetting } from 'redis-tb';
 import { buildApp } from './app.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const timeoutMs = process.env.REDIS_TB_TIMEOUT_MS ? Number(process.env.REDIS_TB_TIMEOUT_MS) : undefined;
 const startDegraded = process.env.REDIS_TB_START_DEGRADED === '1';
+let backend: BackendSetting;
+try {
+  backend = backendSetting(process.env.REDIS_TB_BACKEND ?? 'auto');
+} catch (err) {
+  console.error(`REDIS_TB_BACKEND: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(2);
+}
 const trustedProxies = (process.env.TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 const port = Number(process.env.PORT ?? 3000);
 const host = process.env.HOST ?? '127.0.0.1';
@@ -31,9 +41,9 @@ redis.on('error', (err: Error) => {
 const connected = redis.connect().catch(() => undefined);
 await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
 
-const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs, startDegraded });
+const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs, startDegraded, backend });
 try {
-  // SPEC U1-U4: no module, no permission, a Redis Cluster that would refuse the API's
+  // SPEC U1-U4, E1-E2: the module forced and missing, the script library not loadable, no permission, a Redis Cluster that would refuse the API's
   // calls, or (without REDIS_TB_START_DEGRADED=1) an unreachable Redis stops the app here
   // with one line and exit status 3 (what uvicorn and gunicorn give a failed start)
   await limiter.startup();

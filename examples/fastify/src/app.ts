@@ -23,7 +23,7 @@
 import { Readable } from 'node:stream';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Registry } from 'prom-client';
-import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perMinute, perSecond, tiered } from 'redis-tb';
+import { ClientIpConfig, type Hold, Limit, Policy, RateLimiter, type RedisLike, perMinute, perSecond, tiered, type BackendSetting } from 'redis-tb';
 import { fastifyRateLimit, sendHoldRefusal } from 'redis-tb/fastify';
 import { PrometheusMetrics } from 'redis-tb/prometheus';
 import { badQueryBody, pause, streamQuery } from './stream.js';
@@ -35,6 +35,8 @@ export interface AppConfig {
   timeoutMs?: number;
   /** SPEC U2: start even when Redis is unreachable (one log line, then the failure mode) */
   startDegraded?: boolean;
+  /** SPEC E1: the store's backend, `auto` (default: the module where it is loaded, else the script library), `module` or `scripts` */
+  backend?: BackendSetting;
 }
 
 // A stand-in for your auth: API key -> user and plan.
@@ -82,11 +84,11 @@ export function buildApp(config: AppConfig): { app: FastifyInstance; limiter: Ra
   const limiter = new RateLimiter<FastifyRequest>(config.redis, {
     policies: POLICIES,
     refundOn: (status) => status >= 500, // our own failures do not count against callers
-    clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+    clientIp, metrics, name: 'api', timeoutMs: config.timeoutMs, startDegraded: config.startDegraded, backend: config.backend ?? 'auto',
   });
   // Logins fail CLOSED: if Redis is down, refuse (503) rather than allow password guessing.
   const strict = new RateLimiter<FastifyRequest>(config.redis, {
-    policies: LOGIN_POLICIES, clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded,
+    policies: LOGIN_POLICIES, clientIp, metrics, name: 'login', failOpen: false, timeoutMs: config.timeoutMs, startDegraded: config.startDegraded, backend: config.backend ?? 'auto',
   });
 
   const app = Fastify();

@@ -6,11 +6,19 @@
  * that stops the start with exit status 3).
  */
 import { createClient } from 'redis';
+import { type BackendSetting, backendSetting } from 'redis-tb';
 import { buildApp } from './app.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const timeoutMs = process.env.REDIS_TB_TIMEOUT_MS ? Number(process.env.REDIS_TB_TIMEOUT_MS) : undefined;
 const startDegraded = process.env.REDIS_TB_START_DEGRADED === '1';
+let backend: BackendSetting;
+try {
+  backend = backendSetting(process.env.REDIS_TB_BACKEND ?? 'auto');
+} catch (err) {
+  console.error(`REDIS_TB_BACKEND: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(2);
+}
 const trustedProxies = (process.env.TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 
 // No offline queue: while Redis is down a command fails at once and the limiter's
@@ -27,11 +35,11 @@ redis.on('error', (err: Error) => {
 const connected = redis.connect().catch(() => undefined);
 await Promise.race([connected, new Promise((r) => setTimeout(r, 1000))]);
 
-const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs, startDegraded });
+const { app, limiter, strict } = buildApp({ redis, trustedProxies, timeoutMs, startDegraded, backend });
 // the plugins register their policies with the limiters as the app loads (SPEC U3 reads them)
 await app.ready();
 try {
-  // SPEC U1-U4: no module, no permission, a Redis Cluster that would refuse the API's
+  // SPEC U1-U4, E1-E2: the module forced and missing, the script library not loadable, no permission, a Redis Cluster that would refuse the API's
   // calls, or (without REDIS_TB_START_DEGRADED=1) an unreachable Redis stops the app here
   // with one line and exit status 3 (what uvicorn and gunicorn give a failed start)
   await limiter.startup();

@@ -102,16 +102,42 @@ export function streamRouteTests(ctx: StreamContext): void {
 
 /** SPEC U1-U4: an app whose limiter cannot start prints that one line and exits 3. */
 export function startupExitTests(script: string, apiPolicies: readonly string[]): void {
-  test('a Redis without the module: U1\'s line, exit status 3', async () => {
+  test('a Redis without the module, REDIS_TB_BACKEND=module: U1\'s line, exit status 3 (SPEC E1)', async () => {
     const bare = await RedisServer.start(false);
     try {
-      const p = new AppProcess(script, { REDIS_URL: bare.url }).spawnOnly();
+      const p = new AppProcess(script, { REDIS_URL: bare.url, REDIS_TB_BACKEND: 'module' }).spawnOnly();
       assert.equal(await p.exited(), 3, p.output);
       const lines = p.output.split('\n').filter((l) => l.includes('redis-tb'));
       assert.deepEqual(lines, [`redis-tb module not loaded on 127.0.0.1:${bare.port}: load libredis_tb.so with loadmodule`]);
     } finally {
       await bare.stop();
     }
+  });
+
+  test('a Redis without the module (REDIS_TB_BACKEND unset, auto): the script backend, its line per limiter, the app limits (SPEC E1, E6)', async () => {
+    const bare = await RedisServer.start(false);
+    const p = new AppProcess(script, { REDIS_URL: bare.url });
+    try {
+      await p.start();
+      const lines = p.output.split('\n').filter((l) => l.startsWith('redis-tb: backend'));
+      const line = `redis-tb: backend scripts on 127.0.0.1:${bare.port} (tb.take not found, Functions)`;
+      assert.deepEqual(lines, [line, line], p.output);
+      const item = await request(p.url, '/items/1');
+      assert.equal(item.status, 200, item.body);
+      assert.match(String(item.headers['ratelimit']), /^"ip";r=9;t=1/);
+      const metrics = (await request(p.url, '/metrics')).body;
+      assert.match(metrics, /^redis_tb_backend\{limiter="api",backend="scripts"\} 1$/m);
+      assert.match(metrics, /^redis_tb_backend\{limiter="api",backend="module"\} 0$/m);
+    } finally {
+      await p.stop();
+      await bare.stop();
+    }
+  });
+
+  test('REDIS_TB_BACKEND of no backend: one line naming it, exit status 2', async () => {
+    const p = new AppProcess(script, { REDIS_URL: 'redis://127.0.0.1:1', REDIS_TB_BACKEND: 'lua' }).spawnOnly();
+    assert.equal(await p.exited(), 2, p.output);
+    assert.deepEqual(p.output.trim().split('\n'), ['REDIS_TB_BACKEND: backend must be auto, module or scripts, got "lua"']);
   });
 
   test('an unreachable Redis: U2\'s line, exit status 3 (degraded only with REDIS_TB_START_DEGRADED=1)', async () => {
