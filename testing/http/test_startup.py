@@ -134,10 +134,13 @@ def test_start_unreachable_redis_exits(example: str, unreachable: int) -> None:
 
 @case("start_without_module")
 def test_start_without_module_exits(example: str, bare_redis: RedisServer) -> None:
-    """L11, SPEC U1, U4: a Redis without the module stops the start: status 3 and U1's line."""
+    """L11, SPEC U1, U4, E1: a Redis without the module stops the start when the backend is
+    forced to the module (REDIS_TB_BACKEND=module; by default a client that has SPEC E starts
+    on the scripts): status 3 and U1's line."""
     address = f"{HOST}:{bare_redis.port}"
     line = re.escape(f"redis-tb module not loaded on {address}: load libredis_tb.so with loadmodule")
-    refused_start(app_for(example, bare_redis.url), line, "a Redis without the module")
+    app = app_for(example, bare_redis.url, REDIS_TB_BACKEND="module")
+    refused_start(app, line, "a Redis without the module")
 
 
 @case("start_degraded")
