@@ -99,3 +99,39 @@ pub fn now_micros() -> u64 {
         .unwrap()
         .as_micros() as u64
 }
+
+/// Whether the server under test (REDIS_SERVER) takes its wall clock from the shared clock:
+/// a server started with a clock set to a fixed past instant answers that instant to
+/// `TIME`. Redis 7.0 and 8.0 and Valkey 8.1 do. Valkey 9.1 does not: it derives its wall
+/// clock (TIME, TIME in scripts, key expiry) from its monotonic clock, which the shim leaves
+/// alone because the event loop's timers run on it (measured: with the clock set to
+/// ...353.111111, then .222222, then .333333, TIME answered .111359, .111720, .111927).
+/// The runs that compare the two backends at one instant then cannot be held to one
+/// instant, and say so instead of comparing two clocks.
+pub fn server_follows_shared_clock() -> bool {
+    static FOLLOWS: OnceLock<bool> = OnceLock::new();
+    *FOLLOWS.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("redis-tb-clock-{}-probe", std::process::id()));
+        let clock = SharedClock::new(&dir);
+        let fixed = 1_500_000_000_123_456;
+        clock.set(fixed);
+        let server = super::Server::start_with_env(super::Options::default(), clock.env());
+        let mut c = server.conn();
+        let time = c.cmd(&["TIME"]);
+        let follows = match &time {
+            super::Reply::Array(parts) if parts.len() == 2 => {
+                parts[0].text() == "1500000000" && parts[1].text() == "123456"
+            }
+            _ => false,
+        };
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+        if !follows {
+            eprintln!(
+                "this server's TIME does not follow the shared test clock ({time:?} where it was \
+                 set to {fixed} µs): the runs on one clock are not run on it"
+            );
+        }
+        follows
+    })
+}

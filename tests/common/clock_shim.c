@@ -5,6 +5,11 @@
  * holds, TIME in scripts, key expiry) is decided at the same instant by the module and by
  * the scripts: the differential run compares their replies and bytes exactly. The monotonic
  * clocks, which Redis times its event loop with, are left alone.
+ * Valkey loads modules with RTLD_DEEPBIND, which makes a module resolve clock_gettime in
+ * its own dependencies (libc) before this preloaded library: dlopen is wrapped to drop that
+ * flag, so the module reads this clock too (without it, the module read the real clock on
+ * Valkey 8.1 while the server's TIME read this one, and the differential runs differed by
+ * the microseconds between the test's set and the call).
  * Built by tests/common/clock.rs with the system's cc. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -79,4 +84,13 @@ time_t time(time_t *out) {
     }
     if (out != NULL) *out = t;
     return t;
+}
+
+void *dlopen(const char *file, int flags) {
+    static void *(*real_dlopen)(const char *, int);
+    if (real_dlopen == NULL) real_dlopen = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+#ifdef RTLD_DEEPBIND
+    flags &= ~RTLD_DEEPBIND;
+#endif
+    return real_dlopen(file, flags);
 }
