@@ -10,6 +10,7 @@ from typing import Any
 from .address import ClientIP, ClientIp, ClientIpConfig
 from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError
 from .cluster import CrossSlot
+from .command_replies import Acquired, HoldReply, HoldsPeek, LeaseReply, LeasesPeek, SettleReply, Throttle, WindowMode
 from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache
 from .headers import decision_headers, respond
@@ -21,6 +22,7 @@ from .scope import Scope
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "Acquired",
     "AsyncClient",
     "BaseLimiter",
     "Bucket",
@@ -37,11 +39,17 @@ __all__ = [
     "DenyCache",
     "Hold",
     "HoldError",
+    "HoldReply",
+    "HoldsPeek",
     "InFlightLimit",
     "Lease",
+    "LeaseReply",
+    "LeasesPeek",
     "Settlement",
+    "SettleReply",
     "StoreError",
     "WindowLimit",
+    "WindowMode",
     "check_policy_kinds",
     "Limit",
     "LimiterStats",
@@ -54,6 +62,7 @@ __all__ = [
     "RateLimiter",
     "Scope",
     "SyncRateLimiter",
+    "Throttle",
     "Reply",
     "UnexpectedReplyError",
     "decision_headers",

@@ -16,6 +16,7 @@ import redis.asyncio
 import redis.exceptions
 from redis.backoff import NoBackoff
 
+from .commands import AsyncCommands, SyncCommands
 from .replies import (
     Bucket,
     IncompleteReply,
@@ -96,7 +97,7 @@ def _error(conn: Any, message: str) -> BaseException:
     return redis.exceptions.ResponseError(message.removeprefix("ERR "))
 
 
-class AsyncClient:
+class AsyncClient(AsyncCommands):
     """The five commands over ``redis.asyncio``; every method is one round trip."""
 
     def __init__(self, redis_client: redis.asyncio.Redis) -> None:
@@ -255,7 +256,7 @@ class AsyncClient:
         await self.redis.aclose()
 
 
-class Client:
+class Client(SyncCommands):
     """The synchronous twin of :class:`AsyncClient` (scripts, workers, cron jobs)."""
 
     def __init__(self, redis_client: redis.Redis) -> None:
