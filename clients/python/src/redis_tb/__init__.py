@@ -8,7 +8,7 @@ adapters: ASGI (:mod:`redis_tb.asgi`, needs the ``asgi`` extra: starlette), Fast
 from typing import Any
 
 from .address import ClientIP, ClientIp, ClientIpConfig
-from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError
+from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError, SyncTbClient, TbClient
 from .cluster import CrossSlot
 from .command_replies import Acquired, HoldReply, HoldsPeek, LeaseReply, LeasesPeek, SettleReply, Throttle, WindowMode
 from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
@@ -17,7 +17,8 @@ from .headers import decision_headers, respond
 from .keys import Key
 from .limiter import BaseLimiter, Clock, LimiterStats, RateLimiter, SyncRateLimiter
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, per_day, per_hour, per_minute, per_second, tiered
-from .replies import Bucket, MultiReply, Reply, UnexpectedReplyError
+from .metrics import LimiterMetrics, PrometheusMetrics
+from .replies import Bucket, Charge, MultiReply, Reply, Reservation, UnexpectedReplyError
 from .scope import Scope
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "AsyncClient",
     "BaseLimiter",
     "Bucket",
+    "Charge",
     "Client",
     "ClientIP",
     "ClientIp",
@@ -52,16 +54,21 @@ __all__ = [
     "WindowMode",
     "check_policy_kinds",
     "Limit",
+    "LimiterMetrics",
     "LimiterStats",
     "ModuleNotLoadedError",
     "MultiReply",
     "Outcome",
     "Policy",
     "PolicyResult",
+    "PrometheusMetrics",
     "RateLimitMiddleware",
     "RateLimiter",
+    "Reservation",
     "Scope",
     "SyncRateLimiter",
+    "SyncTbClient",
+    "TbClient",
     "Throttle",
     "Reply",
     "UnexpectedReplyError",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from .replies import (
-    Bucket,
+    Charge,
     MultiReply,
     UnexpectedReplyError,
     acquire_values,
@@ -211,7 +211,7 @@ def throttle_args(
     return ["TB.THROTTLE", key, max_burst, count_per_period, period, quantity]
 
 
-def acquire_args(key: str, limit: int, lease_ms: int, buckets: Sequence[Bucket]) -> list[Any]:
+def acquire_args(key: str, limit: int, lease_ms: int, buckets: Sequence[Charge]) -> list[Any]:
     args: list[Any] = ["TB.ACQUIRE", key, limit, lease_ms]
     if buckets:
         args.extend(("TAKE", len(buckets)))

@@ -36,7 +36,7 @@ from .command_replies import (
     throttle_args,
     window_args,
 )
-from .replies import Bucket, Reply, parse_reply
+from .replies import Charge, Reply, parse_reply
 
 __all__ = ["AsyncCommands", "SyncCommands"]
 
@@ -69,7 +69,7 @@ class AsyncCommands:
         return parse_throttle(await self._call(args))
 
     async def acquire(
-        self, key: str, limit: int, lease_ms: int, buckets: Sequence[Bucket] = ()
+        self, key: str, limit: int, lease_ms: int, buckets: Sequence[Charge] = ()
     ) -> Acquired:
         """``TB.ACQUIRE key limit lease_ms``, with ``TAKE`` when ``buckets`` are given: the
         slot and every bucket's tokens, or nothing."""
@@ -139,7 +139,7 @@ class SyncCommands:
         return parse_throttle(self._call(args))
 
     def acquire(
-        self, key: str, limit: int, lease_ms: int, buckets: Sequence[Bucket] = ()
+        self, key: str, limit: int, lease_ms: int, buckets: Sequence[Charge] = ()
     ) -> Acquired:
         raw = self._call(acquire_args(key, limit, lease_ms, buckets))
         return parse_acquire(raw, len(buckets))
