@@ -77,7 +77,8 @@ test: build
 # FastAPI, Flask/slowapi (the `limits` storages and limits' own suite), Django and shell
 # examples; the Rust client crate with the axum example; the Node package (npm ci from its
 # lockfile) with the Express and Fastify examples; then one black-box HTTP suite over every
-# example (testing/http, driven by examples/manifest.json).
+# example (testing/http, driven by examples/manifest.json), with the module and then
+# without it (make test-http-scripts: every app on the script backend, issue 42).
 test-examples: build
 	$(MAKE) test-python
 	$(MAKE) test-rust-client
