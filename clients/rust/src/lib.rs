@@ -56,9 +56,11 @@ pub mod startup;
 pub mod telemetry;
 pub mod tower;
 
+pub use client::lua;
 pub use client::{
-    Acquired, Charge, ClientConfig, HoldReply, MAX_NUMBER, MIN_RATE, MultiReply, Reply,
-    Reservation, SettleReply, TbClient, Throttle, WindowMode,
+    Acquired, Backend, BackendSetting, Charge, Chosen, ClientConfig, HoldReply, MAX_NUMBER,
+    MIN_RATE, MultiReply, Reply, Reservation, ScriptsVia, Sent, SettleReply, TbClient, Throttle,
+    Transport, WindowMode,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 #[allow(deprecated)]

@@ -16,6 +16,8 @@ impl<S: Store> RateLimiter<S> {
     /// answer, the failure mode applies until it does, and U2's line is the start's whole
     /// message (U4). An unreachable Redis fails it ([`Error::Unreachable`]).
     pub async fn startup(&self) -> Result<(), Error> {
+        // SPEC E6: the backend the store's start chose (none yet after a degraded start).
+        self.inner.note_backend();
         if self.inner.store.started_degraded() {
             return Ok(());
         }
