@@ -30,8 +30,8 @@ pub struct Started {
     /// SPEC E1: the backend chosen, `None` after a degraded start (it is chosen before the
     /// first call that reaches Redis).
     pub backend: Option<Backend>,
-    /// SPEC E6: the choice's line (tracing INFO, target `redis_tb`), `None` when none was
-    /// made.
+    /// SPEC E6: the choice's line (each limiter's [`crate::RateLimiter::startup`] logs it,
+    /// tracing INFO, target `redis_tb`), `None` when no choice was made.
     pub backend_log: Option<String>,
 }
 

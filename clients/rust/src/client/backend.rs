@@ -152,7 +152,8 @@ pub(super) fn reply_text(e: &Error) -> Option<String> {
 
 /// SPEC E3: the library is gone from the server (`NOSCRIPT`, `ERR Function not found`).
 pub(super) fn library_gone(e: &Error) -> bool {
-    reply_text(e).is_some_and(|t| t.starts_with("NOSCRIPT") || t.starts_with("ERR Function not found"))
+    reply_text(e)
+        .is_some_and(|t| t.starts_with("NOSCRIPT") || t.starts_with("ERR Function not found"))
 }
 
 /// SPEC E4: the grant's id is already held on the key.
@@ -196,7 +197,8 @@ pub(super) fn script_args(
             .and_then(|n| n.parse::<usize>().ok())
             .unwrap_or(0)
     };
-    let take_at = if w == "ACQUIRE" && rest.get(3).is_some_and(|t| t.eq_ignore_ascii_case(b"TAKE")) {
+    let take_at = if w == "ACQUIRE" && rest.get(3).is_some_and(|t| t.eq_ignore_ascii_case(b"TAKE"))
+    {
         count(4).min(rest.len().saturating_sub(5))
     } else {
         0
@@ -231,7 +233,11 @@ pub(super) fn script_args(
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(tail.len() + keys.len() + 4);
     match via {
         ScriptsVia::Functions => {
-            out.push(if w == "PEEK" { b"FCALL_RO".to_vec() } else { b"FCALL".to_vec() });
+            out.push(if w == "PEEK" {
+                b"FCALL_RO".to_vec()
+            } else {
+                b"FCALL".to_vec()
+            });
             out.push(format!("tb_{}", w.to_ascii_lowercase()).into_bytes());
         }
         ScriptsVia::Evalsha => {
@@ -271,7 +277,9 @@ fn add_now(w: &str, keys: usize, tail: &mut Vec<Vec<u8>>, now: &str) {
         _ => return,
     };
     if w == "WINDOW" {
-        let has_mode = tail.last().is_some_and(|m| MODES.iter().any(|x| m.eq_ignore_ascii_case(x)));
+        let has_mode = tail
+            .last()
+            .is_some_and(|m| MODES.iter().any(|x| m.eq_ignore_ascii_case(x)));
         let numbers = tail.len() - usize::from(has_mode);
         if numbers == without {
             tail.insert(numbers, now.as_bytes().to_vec());
@@ -301,30 +309,87 @@ mod tests {
         let f = ScriptsVia::Functions;
         let cases = [
             ("TB.TAKE k 10 1 1", None, None, "FCALL tb_take 1 k 10 1 1"),
-            ("TB.TAKE k 10 1 1", None, Some("5.5"), "FCALL tb_take 1 k 10 1 1 5.5"),
-            ("TB.MTAKE 2 a b 1 2 3 4 5 6", None, Some("7"), "FCALL tb_mtake 2 a b 1 2 3 4 5 6 7"),
+            (
+                "TB.TAKE k 10 1 1",
+                None,
+                Some("5.5"),
+                "FCALL tb_take 1 k 10 1 1 5.5",
+            ),
+            (
+                "TB.MTAKE 2 a b 1 2 3 4 5 6",
+                None,
+                Some("7"),
+                "FCALL tb_mtake 2 a b 1 2 3 4 5 6 7",
+            ),
             ("TB.PEEK k 10 1", None, None, "FCALL_RO tb_peek 1 k 10 1"),
-            ("TB.PEEK k LEASES", None, Some("7"), "FCALL_RO tb_peek 1 k LEASES NOW 7"),
-            ("TB.WINDOW k 5 60 1 SLIDING", None, Some("7"), "FCALL tb_window 1 k 5 60 1 7 SLIDING"),
-            ("TB.WINDOW k 5 60 1 3 SLIDING", None, Some("7"), "FCALL tb_window 1 k 5 60 1 3 SLIDING"),
-            ("TB.RESERVE k 10 1 1 2", None, Some("7"), "FCALL tb_reserve 1 k 10 1 1 2 7"),
-            ("TB.ACQUIRE k 2 300", Some("ab"), Some("7"), "FCALL tb_acquire 1 k 2 300 ID ab NOW 7"),
+            (
+                "TB.PEEK k LEASES",
+                None,
+                Some("7"),
+                "FCALL_RO tb_peek 1 k LEASES NOW 7",
+            ),
+            (
+                "TB.WINDOW k 5 60 1 SLIDING",
+                None,
+                Some("7"),
+                "FCALL tb_window 1 k 5 60 1 7 SLIDING",
+            ),
+            (
+                "TB.WINDOW k 5 60 1 3 SLIDING",
+                None,
+                Some("7"),
+                "FCALL tb_window 1 k 5 60 1 3 SLIDING",
+            ),
+            (
+                "TB.RESERVE k 10 1 1 2",
+                None,
+                Some("7"),
+                "FCALL tb_reserve 1 k 10 1 1 2 7",
+            ),
+            (
+                "TB.ACQUIRE k 2 300",
+                Some("ab"),
+                Some("7"),
+                "FCALL tb_acquire 1 k 2 300 ID ab NOW 7",
+            ),
             (
                 "TB.ACQUIRE k 2 300 TAKE 2 a b 1 2 3 4 5 6",
                 Some("ab"),
                 None,
                 "FCALL tb_acquire 3 k a b 2 300 TAKE 1 2 3 4 5 6 ID ab",
             ),
-            ("TB.RELEASE k ab", None, Some("7"), "FCALL tb_release 1 k ab NOW 7"),
-            ("TB.SETTLE k 10 1 ab 3 4", None, None, "FCALL tb_settle 1 k 10 1 ab 3 4"),
+            (
+                "TB.RELEASE k ab",
+                None,
+                Some("7"),
+                "FCALL tb_release 1 k ab NOW 7",
+            ),
+            (
+                "TB.SETTLE k 10 1 ab 3 4",
+                None,
+                None,
+                "FCALL tb_settle 1 k 10 1 ab 3 4",
+            ),
         ];
         for (module, id, now, want) in cases {
-            assert_eq!(text(&script_args(f, &words(module), id, now)), want, "{module}");
+            assert_eq!(
+                text(&script_args(f, &words(module), id, now)),
+                want,
+                "{module}"
+            );
         }
-        let e = script_args(ScriptsVia::Evalsha, &words("TB.HOLD k 10 1 4 60000"), Some("ab"), None);
+        let e = script_args(
+            ScriptsVia::Evalsha,
+            &words("TB.HOLD k 10 1 4 60000"),
+            Some("ab"),
+            None,
+        );
         assert_eq!(
             text(&e),
-            format!("EVALSHA {} 1 k HOLD 10 1 4 60000 ID ab", super::super::lua::sha())
+            format!(
+                "EVALSHA {} 1 k HOLD 10 1 4 60000 ID ab",
+                super::super::lua::sha()
+            )
         );
     }
 
@@ -333,7 +398,10 @@ mod tests {
         let a = fresh_id().unwrap();
         let b = fresh_id().unwrap();
         assert_eq!(a.len(), 16);
-        assert!(a.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        );
         assert_ne!(a, b);
     }
 

@@ -51,7 +51,11 @@ mod tests {
     fn the_library_is_built_as_the_readme_says() {
         assert!(SCRIPT.contains(EVAL_ENTRY));
         assert_eq!(sha().len(), 40);
-        assert!(sha().bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(
+            sha()
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
         let f = functions();
         assert!(f.starts_with("#!lua name=tb\n"));
         assert!(f.ends_with(FUNCTIONS_ENTRY));

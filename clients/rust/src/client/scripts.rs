@@ -46,8 +46,8 @@ impl TbClient {
     }
 
     /// SPEC E1, E2, E5: chooses the backend once (concurrent callers wait for one choice;
-    /// a failed one lets the next call try again), each call within `limit`, and logs E6's
-    /// line (tracing INFO, target `redis_tb`).
+    /// a failed one lets the next call try again), each call within `limit`. A limiter logs
+    /// E6's line ([`crate::RateLimiter::startup`]).
     pub(crate) async fn choose(&self, limit: Duration) -> Result<Chosen, Error> {
         if let Some(c) = self.inner.chosen.get() {
             return Ok(c.clone());
@@ -59,7 +59,6 @@ impl TbClient {
             return Ok(c.clone());
         }
         let chosen = self.choice(limit).await?;
-        tracing::info!(target: "redis_tb", "{}", chosen.line);
         Ok(self.inner.chosen.get_or_init(|| chosen).clone())
     }
 
@@ -127,7 +126,10 @@ impl TbClient {
         if !got.eq_ignore_ascii_case(lua::sha()) {
             return Err(Error::ScriptLoad {
                 addr: self.inner.addr.clone(),
-                reason: format!("SCRIPT LOAD answered {got}, not tb.lua's SHA-1 {}", lua::sha()),
+                reason: format!(
+                    "SCRIPT LOAD answered {got}, not tb.lua's SHA-1 {}",
+                    lua::sha()
+                ),
             });
         }
         Ok(ScriptsVia::Evalsha)

@@ -16,15 +16,16 @@ impl<S: Store> RateLimiter<S> {
     /// answer, the failure mode applies until it does, and U2's line is the start's whole
     /// message (U4). An unreachable Redis fails it ([`Error::Unreachable`]).
     pub async fn startup(&self) -> Result<(), Error> {
-        // SPEC E6: the backend the store's start chose (none yet after a degraded start).
-        self.inner.note_backend();
         if self.inner.store.started_degraded() {
             return Ok(());
         }
-        let Some(policies) = self.inner.keys_in_one_call() else {
-            return Ok(());
-        };
-        check_cluster(&self.inner.store, &self.inner.name, policies).await
+        if let Some(policies) = self.inner.keys_in_one_call() {
+            check_cluster(&self.inner.store, &self.inner.name, policies).await?;
+        }
+        // SPEC E6: a start that passed logs the backend its store chose (a degraded one,
+        // at its first call that reaches Redis).
+        self.inner.note_backend();
+        Ok(())
     }
 }
 

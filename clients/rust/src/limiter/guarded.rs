@@ -73,17 +73,19 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// SPEC E6: the store's backend, once chosen, in `stats.backend` and the gauge.
+    /// SPEC E6: the store's backend, once chosen: its one line (tracing INFO, target
+    /// `redis_tb`), `stats.backend` and the gauge.
     pub(super) fn note_backend(&self) {
-        let Some(b) = self.store.backend() else {
+        let Some(chosen) = self.store.backend() else {
             return;
         };
-        let code = match b {
+        let code = match chosen.backend {
             Backend::Module => 1,
             Backend::Scripts => 2,
         };
         if self.stats.0.backend.swap(code, Ordering::Relaxed) != code {
-            backend_chosen(&self.name, b.as_str());
+            backend_chosen(&self.name, chosen.backend.as_str());
+            tracing::info!(target: "redis_tb", "{}", chosen.line);
         }
     }
 

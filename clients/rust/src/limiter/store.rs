@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::client::{
-    Acquired, Backend, Charge, Chosen, HoldReply, MultiReply, Reply, SettleReply, TbClient,
+    Acquired, Charge, Chosen, HoldReply, MultiReply, Reply, SettleReply, TbClient,
 };
 use crate::error::Error;
 use crate::hold::SettleTarget;
@@ -84,7 +84,7 @@ pub trait Store: Send + Sync + 'static {
         }
     }
     /// SPEC E6: the backend in use, `None` until it is chosen.
-    fn backend(&self) -> Option<Backend> {
+    fn backend(&self) -> Option<Chosen> {
         None
     }
     /// `HELLO` with no argument (SPEC U3): the server's `mode`, `None` when the reply has
@@ -184,8 +184,8 @@ impl Store for TbClient {
         self.choose(self.config().startup_timeout).await
     }
 
-    fn backend(&self) -> Option<Backend> {
-        TbClient::backend(self).map(|c| c.backend)
+    fn backend(&self) -> Option<Chosen> {
+        TbClient::backend(self).cloned()
     }
 
     fn started_degraded(&self) -> bool {
