@@ -58,6 +58,7 @@ async fn store_errors_log_one_clear_line_per_second() -> Result<(), Box<dyn std:
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     let client = TbClient::connect_with(&redis.url(), config).await?;
     let app_config = Config {
@@ -126,6 +127,7 @@ async fn shadow_refusals_log_one_line_per_second_per_policy()
             call_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             startup_timeout: Duration::from_secs(10),
+            ..ClientConfig::default()
         },
     )
     .await?;
