@@ -314,3 +314,22 @@ async fn forced_to_the_module_a_plain_server_fails_the_start_with_u1s_line() -> 
     assert_eq!(calls(&module, "command|info")?, 0);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_start_chooses_at_its_first_call_that_reaches_redis() -> TestResult {
+    let mut plain = RedisServer::start_without_module()?;
+    plain.stop();
+    let tb = TbClient::start_degraded(&plain.url(), timeouts()).await?;
+    assert!(tb.started_degraded());
+    let limiter = RateLimiter::builder(tb.clone())
+        .policy(Policy::new("ip", Limit::new(10.0, 1e-9)))
+        .build()?;
+    limiter.startup().await?;
+    assert_eq!(limiter.stats().backend(), None);
+    plain.restart()?;
+    let c = limiter.check(&mut parts(), PEER, Some("/x")).await;
+    assert_eq!(c.decision.outcome, Outcome::Allowed);
+    assert_eq!(limiter.stats().backend(), Some(Backend::Scripts));
+    assert_eq!(tb.backend().map(|c| c.backend), Some(Backend::Scripts));
+    Ok(())
+}
