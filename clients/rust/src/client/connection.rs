@@ -109,8 +109,9 @@ impl TbClient {
         self.inner.degraded.load(Ordering::Relaxed)
     }
 
-    /// A client that connects on first use; no I/O here, no module check. The protocol is
-    /// the one `client` was configured with.
+    /// A client that connects on first use; no I/O here, no module check: the backend
+    /// (SPEC E1, `config.backend`) is chosen before its first call. The protocol is the one
+    /// `client` was configured with.
     pub fn lazy(client: redis::Client, config: ClientConfig) -> TbClient {
         TbClient::lazy_with_fallback(client, None, config)
     }
