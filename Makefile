@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-java lint-java test-rust-client test-http bench-accuracy lint fmt fuzz bench bench-scripts test-scripts bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-java lint-java test-rust-client test-http test-http-scripts bench-accuracy lint fmt fuzz bench bench-scripts test-scripts bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -34,6 +34,7 @@ help:
 	@echo "make lint-java  google-java-format (spotless:check) and javac -Xlint:all -Werror over clients/java, the Spring examples and bench/integrations/java"
 	@echo "make test-rust-client  the Rust client crate (vectors included, with and without axum) and the axum example"
 	@echo "make test-http  one black-box HTTP suite over every example of examples/manifest.json (testing/http)"
+	@echo "make test-http-scripts  the same suite against redis-servers without the module: every example on the script backend (clients/lua, SPEC E)"
 	@echo "make fuzz     long property-based fuzz run (FUZZ_CASES=...)"
 	@echo "make bench    every command against HSET, PING, the Lua scripts and redis-cell 0.5.0, then make bench-leases (bench/README.md; writes bench/results/)"
 	@echo "make bench-scripts  the script backend (clients/lua) vs the module, the notes' script, Spring Cloud Gateway's, @upstash/ratelimit's and redis_rate's (bench/results/scripts.md)"
@@ -76,13 +77,15 @@ test: build
 # FastAPI, Flask/slowapi (the `limits` storages and limits' own suite), Django and shell
 # examples; the Rust client crate with the axum example; the Node package (npm ci from its
 # lockfile) with the Express and Fastify examples; then one black-box HTTP suite over every
-# example (testing/http, driven by examples/manifest.json).
+# example (testing/http, driven by examples/manifest.json), with the module and then
+# without it (make test-http-scripts: every app on the script backend, issue 42).
 test-examples: build
 	$(MAKE) test-python
 	$(MAKE) test-rust-client
 	$(MAKE) test-node
 	$(MAKE) test-java
 	testing/http/run-tests.sh
+	SKIP_BUILD=1 HTTP_BACKEND=scripts testing/http/run-tests.sh
 
 # The Java client (clients/java, one Maven reactor with every version pinned): the core's
 # tests with every file of clients/vectors, the Lettuce and Jedis stores against real
@@ -117,6 +120,13 @@ test-rust-client: build
 # example's listed deviations are xfail(strict=True) checks.
 test-http: build
 	testing/http/run-tests.sh
+
+# The same suite with no module on any of its redis-servers (HTTP_BACKEND=scripts): each
+# app must choose the script library itself (SPEC E1, its default backend auto), and the
+# checks that read or plant state in Redis call the library (clients/lua/tb.lua) instead of
+# the module's commands (testing/http/README.md).
+test-http-scripts: build
+	HTTP_BACKEND=scripts testing/http/run-tests.sh
 
 lint:
 	cargo fmt --all --check

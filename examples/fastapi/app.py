@@ -121,8 +121,12 @@ POLICIES = [
 # Metrics in a registry of the app's own, served on /metrics.
 registry = CollectorRegistry()
 client = AsyncClient.from_url(REDIS_URL, timeout=TIMEOUT)  # 50 ms timeouts, no retries
+# The limiter owns its policies and which requests they limit (SPEC L1, F2).
 limiter = RateLimiter(
     client,
+    policies=POLICIES,
+    exclude=["GET /healthz", "GET /stats", "GET /metrics"],
+    refund_on=range(500, 600),  # our own failures do not count against callers
     timeout=TIMEOUT,
     client_ip=ClientIP(TRUSTED_PROXIES),
     metrics=PrometheusMetrics(registry, limiter="api"),
@@ -135,12 +139,13 @@ limiter = RateLimiter(
 # 40 in a client's first hour. A window is the only policy of its limiter (C10).
 strict = RateLimiter(
     client,
+    policies=[Policy("login", Limit.window(20, 3600))],
     timeout=TIMEOUT,
     client_ip=ClientIP(TRUSTED_PROXIES),
     fail_open=False,
     metrics=PrometheusMetrics(registry, limiter="login"),
 )
-login_limit = RateLimit(strict, [Policy("login", Limit.window(20, 3600))])
+login_limit = RateLimit(strict)
 
 
 @asynccontextmanager
@@ -156,13 +161,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 app = FastAPI(title="redis-tb example", lifespan=lifespan)
 if LIMITED:
-    app.add_middleware(
-        RateLimitMiddleware,
-        limiter=limiter,
-        policies=POLICIES,
-        exclude=["GET /healthz", "GET /stats", "GET /metrics"],
-        refund_on=range(500, 600),  # our own failures do not count against callers
-    )
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
     install_problem_handler(app)
 
 

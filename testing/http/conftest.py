@@ -1,5 +1,5 @@
-"""Fixtures of the HTTP suite: the manifest, one redis-server with the module and one
-example app per example (session scope: every check of one example, in every test file,
+"""Fixtures of the HTTP suite: the manifest, one redis-server (with the module, or without
+it under HTTP_BACKEND=scripts, tbhttp/procs.py) and one example app per example (session scope: every check of one example, in every test file,
 runs against one stack, started once), fresh buckets before each check, and the manifest's deviations turned into
 xfail(strict=True) marks on the checks they break."""
 
@@ -72,7 +72,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class Stack:
-    """One example app against its own redis-server."""
+    """One example app against its own redis-server (the module loaded or not by
+    HTTP_BACKEND; the app started with its default backend, auto, unless HTTP_APP_BACKEND
+    says otherwise)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -12,11 +12,13 @@
 #   - Java (spring): mvn package of the example's jar (clients/java's reactor).
 # SKIP_BUILD=1 skips the Node and Rust builds (the venv is still checked).
 # HTTP_EXAMPLES=fastapi,axum runs a subset. Extra arguments go to pytest.
+# HTTP_BACKEND=scripts runs every check against redis-servers without the module (the apps
+# choose the script library themselves, SPEC E1; HTTP_APP_BACKEND=scripts forces it).
 #
-# Needs the module built (target/release/libredis_tb.so, or REDIS_TB_MODULE) and
-# redis-server on PATH (or REDIS_SERVER). Exits non-zero when anything fails (an
-# example's deviation that was fixed, an XPASS, is a failure: remove it from the
-# manifest), and when no test ran.
+# Needs the module built (target/release/libredis_tb.so, or REDIS_TB_MODULE; not under
+# HTTP_BACKEND=scripts) and redis-server on PATH (or REDIS_SERVER). Exits non-zero when
+# anything fails (an example's deviation that was fixed, an XPASS, is a failure: remove it
+# from the manifest), and when no test ran.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +27,7 @@ venv="${REDIS_TB_VENV:-$repo/.venv/python}"
 module=${REDIS_TB_MODULE:-$repo/target/release/libredis_tb.so}
 py="$repo/clients/python"
 
-if [ ! -f "$module" ]; then
+if [ "${HTTP_BACKEND:-module}" = module ] && [ ! -f "$module" ]; then
     echo "run-tests.sh: $module is missing: build it first (cargo build --release)" >&2
     exit 1
 fi

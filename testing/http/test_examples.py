@@ -24,6 +24,7 @@ import pytest
 
 from conftest import DIRECT, MANIFEST, Stack
 from tbhttp import http, prom
+from tbhttp.procs import APP_BACKEND, BACKEND
 from tbhttp.stream import Stream
 
 case = pytest.mark.case
@@ -459,6 +460,16 @@ def test_metrics(stack: Stack) -> None:
             assert keys == {"limiter", "backend"}, (name, labels)
             assert dict(labels)["backend"] in {"module", "scripts"}, (name, labels)
             continue
+    # SPEC E6, for a client that exposes the gauge: 1 for the backend of the suite's Redis
+    # (the module when loaded, else the scripts, chosen by the app itself unless
+    # HTTP_APP_BACKEND forces it), 0 for the other
+    gauge = [(dict(g), value) for (name, g), value in after.items() if name == "redis_tb_backend"]
+    if gauge:
+        want = "scripts" if APP_BACKEND == "scripts" else BACKEND
+        for g_labels, g_value in gauge:
+            assert g_value == (1 if g_labels["backend"] == want else 0), (g_labels, g_value, f"HTTP_BACKEND={BACKEND}")
+        for limiter in {g_labels["limiter"] for g_labels, _ in gauge}:
+            assert ({"limiter": limiter, "backend": want}, 1) in gauge, (limiter, want, gauge)
         assert keys <= {"limiter", "policy", "le"}, (name, labels)
         if name.startswith("redis_tb_redis_call_duration_seconds") or name.startswith(
                 ("redis_tb_store_errors", "redis_tb_degraded")):

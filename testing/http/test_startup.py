@@ -23,7 +23,7 @@ import pytest
 from conftest import MANIFEST, PROXY
 from test_examples import DEMO, ITEMS, LOGIN, POLICIES, no_rate_limit_headers, problem_pairs
 from tbhttp import http
-from tbhttp.procs import START_TIMEOUT, App, RedisServer
+from tbhttp.procs import BACKEND, START_TIMEOUT, App, RedisServer
 
 case = pytest.mark.case
 STARTUP = DEMO["startup"]
@@ -71,7 +71,8 @@ def bare_redis() -> Iterator[RedisServer]:
 
 @pytest.fixture(scope="session")
 def cluster_redis() -> Iterator[RedisServer]:
-    """A one-node Redis Cluster with the module, every slot its own (SPEC U3)."""
+    """A one-node Redis Cluster, every slot its own (SPEC U3): with the module, or without
+    it under HTTP_BACKEND=scripts (U3 applies on either backend)."""
     r = RedisServer(cluster=True).start()
     try:
         yield r
@@ -79,9 +80,14 @@ def cluster_redis() -> Iterator[RedisServer]:
         r.close()
 
 
-def app_for(example: str, redis_url: str, **env: str) -> App:
+def app_for(example: str, redis_url: str, **env: str | None) -> App:
+    """The example on its own; `env` set in its environment (None: removed)."""
     app = App(example, MANIFEST["examples"][example], redis_url, f"{PROXY}/32", sys.executable)
-    app.env.update(env)
+    for k, v in env.items():
+        if v is None:
+            app.env.pop(k, None)
+        else:
+            app.env[k] = v
     # the manifest's setting is the only way to start degraded: never inherited from the
     # environment the suite runs in
     if STARTUP["start_degraded_env"] not in env:
@@ -141,6 +147,32 @@ def test_start_without_module_exits(example: str, bare_redis: RedisServer) -> No
     line = re.escape(f"redis-tb module not loaded on {address}: load libredis_tb.so with loadmodule")
     app = app_for(example, bare_redis.url, REDIS_TB_BACKEND="module")
     refused_start(app, line, "a Redis without the module")
+
+
+@case("start_on_scripts")
+@pytest.mark.skipif(BACKEND != "scripts", reason="HTTP_BACKEND=module: E1's start on the scripts is checked by"
+                    " HTTP_BACKEND=scripts (make test-http-scripts)")
+@pytest.mark.parametrize("setting", [None, "scripts"], ids=["auto", "forced"])
+def test_start_on_scripts(example: str, bare_redis: RedisServer, setting: str | None) -> None:
+    """SPEC E1, E2, E6: on a Redis without the module, the example's default backend (auto,
+    REDIS_TB_BACKEND unset) and REDIS_TB_BACKEND=scripts both start on the script library,
+    log E6's line (`tb.take not found`, or `forced by backend=scripts`; Functions or
+    EVALSHA) and limit: the API answers with RateLimit headers."""
+    address = f"{HOST}:{bare_redis.port}"
+    why = "tb.take not found" if setting is None else f"forced by backend={setting}"
+    line = re.escape(f"redis-tb: backend scripts on {address} ({why}, ") + r"(Functions|EVALSHA)\)"
+    app = app_for(example, bare_redis.url, REDIS_TB_BACKEND=setting)
+    try:
+        code = exit_status(app)
+        assert code is None, f"{example} exited {code} against a Redis without the module ({why}):\n{app.output()}"
+        api = http.request(app.base, ITEMS["method"], ITEMS["path"], headers={"x-forwarded-for": "198.51.100.9"},
+                           source=PROXY)
+        out = app.output()
+    finally:
+        app.close()
+    assert ends_a_line(out, line), f"{example} logged no line ending with /{line}/:\n{out}"
+    no_trace(out)
+    assert api.status == ITEMS["status"] and api.has("ratelimit"), api.describe()
 
 
 @case("start_degraded")

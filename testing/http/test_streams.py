@@ -8,7 +8,8 @@ These checks read Redis directly where the HTTP answer cannot show what happened
 still live, a lease still counted): by SPEC K1's keys with the default prefix (C4), the
 identity being the client address the suite sends (`rl:tokens:<address>`,
 `rl:streams:<address>`; neither policy is per-route). TB.PEEK reads them without changing
-anything (docs/commands.md).
+anything (docs/commands.md): the module's command, or the script library's PEEK where the
+suite's Redis has no module (HTTP_BACKEND=scripts; `RedisServer.tb`).
 """
 
 from __future__ import annotations
@@ -59,14 +60,14 @@ def key(policy: str, ip: str) -> str:
 
 def holds(stack: Stack, ip: str) -> int:
     """The live holds on the client's 'tokens' bucket (TB.PEEK key HOLDS: [holds, amount, ms])."""
-    reply = stack.redis.call("TB.PEEK", key("tokens", ip), "HOLDS")
+    reply = stack.redis.tb("TB.PEEK", key("tokens", ip), "HOLDS")
     assert isinstance(reply, list), reply
     return int(reply[0])  # type: ignore[arg-type]
 
 
 def leases(stack: Stack, ip: str) -> int:
     """The live leases of the client's 'streams' slots (TB.PEEK key LEASES: [in_flight, ms])."""
-    reply = stack.redis.call("TB.PEEK", key("streams", ip), "LEASES")
+    reply = stack.redis.tb("TB.PEEK", key("streams", ip), "LEASES")
     assert isinstance(reply, list), reply
     return int(reply[0])  # type: ignore[arg-type]
 
@@ -75,7 +76,7 @@ def spent(stack: Stack, ip: str) -> float:
     """What the client's 'tokens' bucket is down by: capacity - remaining (TB.PEEK key
     capacity rate; its refill during a check, 1000 an hour, is under a token a second)."""
     capacity, rate = limit("tokens")
-    reply = stack.redis.call("TB.PEEK", key("tokens", ip), repr(capacity), repr(rate))
+    reply = stack.redis.tb("TB.PEEK", key("tokens", ip), repr(capacity), repr(rate))
     assert isinstance(reply, list), reply
     return capacity - float(reply[1])  # type: ignore[arg-type]
 
@@ -347,7 +348,7 @@ def test_stream_max_duration(stack: Stack) -> None:
 @case("stream_hold_table_full")
 def test_stream_hold_table_full(stack: Stack) -> None:
     """L7, SPEC G6: with the client's 'tokens' bucket holding the module's 100 live holds
-    (made directly with TB.HOLD on the key the example uses), GET /stream is a 429 naming
+    (made directly with TB.HOLD on the key the example uses, or the scripts' HOLD), GET /stream is a 429 naming
     'tokens' with P1's body and Retry-After (G2), never a stream without a hold."""
     ip = stack.fresh_ip()
     capacity, rate = limit("tokens")
@@ -355,7 +356,7 @@ def test_stream_hold_table_full(stack: Stack) -> None:
     # table is full whether the module charges tiny holds that much or refuses them
     place = capacity / HOLD_TABLE
     for i in range(HOLD_TABLE):
-        reply: Any = stack.redis.call("TB.HOLD", key("tokens", ip), repr(capacity), repr(rate), repr(place), "60000")
+        reply: Any = stack.redis.tb("TB.HOLD", key("tokens", ip), repr(capacity), repr(rate), repr(place), "60000")
         assert isinstance(reply, list) and reply[0] == 1, (i, reply)
     r = stack.call("GET", stream_path(tokens=1), ip=ip)
     assert r.status == 429, f"a stream past a full hold table:\n{r.describe()}"

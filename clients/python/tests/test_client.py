@@ -8,7 +8,7 @@ from typing import AsyncIterator, Iterator
 import pytest
 import redis.exceptions
 
-from redis_tb import AsyncClient, Bucket, Client, ModuleNotLoadedError, Reply
+from redis_tb import AsyncClient, Bucket, Client, ModuleNotLoadedError, Reply, Reservation
 from redis_tb_testing.servers import RedisServer
 
 NOW = 1764456268.0
@@ -53,7 +53,7 @@ async def test_async_peek_refund_reserve(aclient: AsyncClient) -> None:
     assert await aclient.peek("p", 5, 1, now=NOW) == Reply(True, 5, 0, 0)
     await aclient.take("p", 5, 1, 3, now=NOW)
     assert (await aclient.refund("p", 5, 1, 2, now=NOW)).remaining == 4
-    assert await aclient.reserve("r", 1, 2, max_wait=5, now=NOW) == Reply(True, 0, 0, 0.5)
+    assert await aclient.reserve("r", 1, 2, max_wait=5, now=NOW) == Reservation(True, 0, 0, 0.5)
     waited = await aclient.reserve("r", 1, 2, max_wait=5, now=NOW)
     assert waited.allowed and waited.wait == 0.5 and waited.remaining == -1
     refused = await aclient.reserve("r", 1, 2, max_wait=0.1, now=NOW)
@@ -112,3 +112,19 @@ async def test_resp3_doubles_read_the_same(redis_server: RedisServer) -> None:
     m = await c.mtake([Bucket("k3", 2, 0.5, 1)], now=NOW)
     assert m.keys == (Reply(True, 0, 0, 4),)
     await c.aclose()
+
+
+def test_the_glossary_names_are_the_types() -> None:
+    """SPEC "Names": TbClient, SyncTbClient, Charge, Reservation, LimiterMetrics; the
+    earlier names stay usable."""
+    import redis_tb
+
+    assert redis_tb.AsyncClient is redis_tb.TbClient and redis_tb.Client is redis_tb.SyncTbClient
+    assert redis_tb.TbClient.__name__ == "TbClient" and redis_tb.SyncTbClient.__name__ == "SyncTbClient"
+    c = redis_tb.Bucket("k", 10, 1, 3)
+    assert isinstance(c, redis_tb.Charge) and c.cost == 3 and c.n == 3
+    assert redis_tb.Charge("k", 10, 1).cost == 1
+    assert issubclass(redis_tb.Reservation, redis_tb.Reply)
+    from redis_tb.metrics import Metrics
+
+    assert Metrics is redis_tb.LimiterMetrics

@@ -9,7 +9,9 @@ another package's tests), plus the manifest-driven app start.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -24,6 +26,19 @@ from . import http, resp
 REPO = Path(__file__).resolve().parents[3]
 MODULE = Path(os.environ.get("REDIS_TB_MODULE", REPO / "target" / "release" / "libredis_tb.so"))
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+# HTTP_BACKEND: `module` (default), the suite's redis-servers load the module; `scripts`,
+# they do not, so each app must choose the script library itself (SPEC E1) and the checks
+# that read or plant state in Redis go through clients/lua/tb.lua (RedisServer.tb).
+BACKEND = os.environ.get("HTTP_BACKEND", "module")
+if BACKEND not in ("module", "scripts"):
+    raise RuntimeError(f"HTTP_BACKEND must be module or scripts, got {BACKEND!r}")
+# HTTP_APP_BACKEND: REDIS_TB_BACKEND for every app the suite starts (auto, module or
+# scripts); unset: the app's default (auto). A REDIS_TB_BACKEND in the suite's own
+# environment is never passed on.
+APP_BACKEND = os.environ.get("HTTP_APP_BACKEND", "")
+if APP_BACKEND not in ("", "auto", "module", "scripts"):
+    raise RuntimeError(f"HTTP_APP_BACKEND must be auto, module or scripts, got {APP_BACKEND!r}")
+LUA = REPO / "clients" / "lua" / "tb.lua"
 START_TIMEOUT = 60.0  # seconds: generous, the machine may be busy
 
 
@@ -101,11 +116,14 @@ class Process:
 
 
 class RedisServer(Process):
-    """redis-server on a free loopback port, persistence off, the module loaded (unless
-    `module` is false: a server an app must refuse, SPEC U1); `cluster` makes it a
-    one-node Redis Cluster owning every slot (SPEC U3, K6)."""
+    """redis-server on a free loopback port, persistence off, the module loaded when
+    `module` is true (default: when HTTP_BACKEND is `module`; false: a server where an app
+    must choose the scripts, or refuse when forced to the module, SPEC E1, U1); `cluster`
+    makes it a one-node Redis Cluster owning every slot (SPEC U3, K6)."""
 
-    def __init__(self, *, module: bool = True, cluster: bool = False) -> None:
+    def __init__(self, *, module: bool | None = None, cluster: bool = False) -> None:
+        if module is None:
+            module = BACKEND == "module"
         super().__init__("redis-cluster" if cluster else "redis" if module else "redis-bare")
         if module and not MODULE.exists():
             raise RuntimeError(f"{MODULE} is missing: build it with `cargo build --release` or set REDIS_TB_MODULE")
@@ -174,6 +192,29 @@ class RedisServer(Process):
             with s.makefile("rb") as f:
                 return resp.read(f)
 
+    def tb(self, command: str, key: str, *args: str | int | float) -> resp.Reply:
+        """A single-key TB.* command (`tb("TB.PEEK", key, "HOLDS")`): sent as it is to a
+        server with the module, else as the script library's call (clients/lua/README.md:
+        `EVALSHA sha 1 key WORD args...`, the same reply), TB.HOLD and TB.ACQUIRE with the
+        `ID` of 16 hex digits the scripts take from the caller (SPEC E4). The library is
+        loaded with SCRIPT LOAD when the server does not have it (NOSCRIPT: a new or
+        restarted server)."""
+        word = command.upper()
+        if not word.startswith("TB."):
+            raise ValueError(f"not a TB.* command: {command}")
+        if self.module:
+            return self.call(word, key, *args)
+        argv: list[str | int | float] = [word[3:], *args]
+        if word in ("TB.HOLD", "TB.ACQUIRE"):
+            argv += ["ID", secrets.token_hex(8)]
+        reply = self.call("EVALSHA", _LUA_SHA, 1, key, *argv)
+        if isinstance(reply, resp.Error) and reply.startswith("NOSCRIPT"):
+            loaded = self.call("SCRIPT", "LOAD", LUA.read_text())
+            if loaded != _LUA_SHA.encode():
+                raise RuntimeError(f"SCRIPT LOAD of {LUA} answered {loaded!r}, not its SHA-1 {_LUA_SHA}")
+            reply = self.call("EVALSHA", _LUA_SHA, 1, key, *argv)
+        return reply
+
     def command(self, *args: str) -> bytes:
         """One command over RESP2; the first line of the reply (enough for PING/FLUSHALL)."""
         req = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
@@ -195,6 +236,9 @@ class RedisServer(Process):
     def stop(self) -> None:
         """Redis disappears mid-run (SIGKILL, as a crash would)."""
         self.kill(signal.SIGKILL)
+
+
+_LUA_SHA = hashlib.sha1(LUA.read_bytes()).hexdigest()
 
 
 class _Exited(Exception):
@@ -220,7 +264,10 @@ class App(Process):
         assert isinstance(start, dict)
         self.argv = [fill(a) for a in start["argv"]]
         self.cwd = REPO / fill(start["cwd"])
-        self.env = {**os.environ, **{k: fill(v) for k, v in start.get("env", {}).items()}}
+        inherited = {k: v for k, v in os.environ.items() if k != "REDIS_TB_BACKEND"}
+        self.env = {**inherited, **{k: fill(v) for k, v in start.get("env", {}).items()}}
+        if APP_BACKEND:
+            self.env["REDIS_TB_BACKEND"] = APP_BACKEND
         ready = entry["ready"]
         assert isinstance(ready, dict)
         self.ready_path = str(ready["path"])

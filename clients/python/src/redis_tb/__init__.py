@@ -8,22 +8,26 @@ adapters: ASGI (:mod:`redis_tb.asgi`, needs the ``asgi`` extra: starlette), Fast
 from typing import Any
 
 from .address import ClientIP, ClientIp, ClientIpConfig
-from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError
+from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError, SyncTbClient, TbClient
 from .cluster import CrossSlot
+from .command_replies import Acquired, HoldReply, HoldsPeek, LeaseReply, LeasesPeek, SettleReply, Throttle, WindowMode
 from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache
 from .headers import decision_headers, respond
 from .keys import Key
 from .limiter import BaseLimiter, Clock, LimiterStats, RateLimiter, SyncRateLimiter
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, per_day, per_hour, per_minute, per_second, tiered
-from .replies import Bucket, MultiReply, Reply, UnexpectedReplyError
+from .metrics import LimiterMetrics, PrometheusMetrics
+from .replies import Bucket, Charge, MultiReply, Reply, Reservation, UnexpectedReplyError
 from .scope import Scope
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "Acquired",
     "AsyncClient",
     "BaseLimiter",
     "Bucket",
+    "Charge",
     "Client",
     "ClientIP",
     "ClientIp",
@@ -37,23 +41,35 @@ __all__ = [
     "DenyCache",
     "Hold",
     "HoldError",
+    "HoldReply",
+    "HoldsPeek",
     "InFlightLimit",
     "Lease",
+    "LeaseReply",
+    "LeasesPeek",
     "Settlement",
+    "SettleReply",
     "StoreError",
     "WindowLimit",
+    "WindowMode",
     "check_policy_kinds",
     "Limit",
+    "LimiterMetrics",
     "LimiterStats",
     "ModuleNotLoadedError",
     "MultiReply",
     "Outcome",
     "Policy",
     "PolicyResult",
+    "PrometheusMetrics",
     "RateLimitMiddleware",
     "RateLimiter",
+    "Reservation",
     "Scope",
     "SyncRateLimiter",
+    "SyncTbClient",
+    "TbClient",
+    "Throttle",
     "Reply",
     "UnexpectedReplyError",
     "decision_headers",

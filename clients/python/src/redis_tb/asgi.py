@@ -21,9 +21,8 @@ from .client import StartupError
 from .decision import Decision, Hold
 from .keys import ClientIpKey, FixedKey, HeaderKey
 from .limiter import BaseLimiter, RateLimiter
-from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, check_policy_names
+from .policy import InFlightLimit, Limit, Policy, WindowLimit
 from .renewal import AsyncTimers
-from .scope import Scope as LimitScope
 
 __all__ = ["HoldRefused", "RateLimitMiddleware", "hold_rejection", "route_template"]
 
@@ -113,13 +112,20 @@ def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
 
 
 class RateLimitMiddleware:
-    """Checks every HTTP request against ``policies`` in one call (TB.TAKE for one
-    applicable policy, TB.MTAKE for several; SPEC L4).
+    """Checks every HTTP request against the limiter's policies in one call (TB.TAKE
+    for one applicable policy, TB.MTAKE for several; SPEC L4)::
+
+        limiter = RateLimiter(client, policies=[...], exclude=["GET /healthz"])
+        app.add_middleware(RateLimitMiddleware, limiter=limiter)
 
     - Policies with ``routes`` apply to those route templates only; the others to
-      every route. Requests that match no route pass unlimited unless
+      every route. Requests that match no route pass unlimited unless the limiter's
       ``limit_unmatched`` (then ``route`` is None and only route-less policies apply).
-      Routes in ``exclude`` (``"GET /healthz"``) are never limited.
+      Routes in its ``exclude`` (``"GET /healthz"``) are never limited (SPEC L1: the
+      limiter's scope; the middleware only asks :meth:`RateLimiter.limits`).
+    - ``policies`` (and ``exclude``, ``limit_unmatched``, ``refund_on``) given here
+      instead: the middleware checks them with ``limiter.with_policies(...)`` (the
+      same connection, breaker and stats).
     - Allowed: the response gets ``RateLimit-Policy`` / ``RateLimit`` (and legacy
       headers if the limiter says so). Refused: 429 with ``Retry-After`` and an RFC
       9457 body naming the violated policies; the app is not called.
@@ -135,18 +141,23 @@ class RateLimitMiddleware:
         self,
         app: ASGIApp,
         limiter: RateLimiter,
-        policies: Sequence[Policy],
+        policies: Sequence[Policy] | None = None,
         *,
         limit_unmatched: bool = False,
         exclude: Collection[str] = (),
         refund_on: Collection[int] | Callable[[int], bool] = (),
     ) -> None:
         self.app = app
+        if policies is not None:
+            limiter = limiter.with_policies(policies, exclude=exclude, limit_unmatched=limit_unmatched, refund_on=refund_on)
+        elif not limiter.policies:
+            raise TypeError("RateLimitMiddleware needs a limiter with its policies: RateLimiter(client, policies=[...])")
+        elif exclude or limit_unmatched or refund_on:
+            raise TypeError("exclude, limit_unmatched and refund_on belong to the limiter that owns the policies")
         self.limiter = limiter
-        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10, C11
-        limiter.register_policies(self.policies)  # startup's cluster check (U3)
-        #: SPEC L1, F2: which requests are limited, and which answers refund them
-        self.limit_scope = LimitScope(exclude=exclude, limit_unmatched=limit_unmatched, refund_on=refund_on)
+        self.policies = limiter.policies
+        #: SPEC L1, F2: the limiter's scope (which requests, which answers refund)
+        self.limit_scope = limiter.scope
         # A Starlette Request is built only for user functions (key/limit/cost/tier,
         # hash_tag); the default identity reads the peer and headers off the scope.
         self._needs_request = limiter.hash_tag is not None or any(
@@ -165,7 +176,7 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send)
             return
         route = route_template(scope)
-        if self.limit_scope.skips(route):  # SPEC L1: unmatched (unless limit_unmatched) or excluded
+        if not self.limiter.limits(route):  # SPEC L1: unmatched (unless limit_unmatched) or excluded
             await self.app(scope, receive, send)
             return
         client = scope.get("client")
@@ -177,7 +188,7 @@ class RateLimitMiddleware:
 
         # No receive: key functions see headers and the peer, never the body.
         request = Request(scope) if self._needs_request else scope
-        decision = await self.limiter.check(request, self.policies, route, peer=peer, headers=header_values)
+        decision = await self.limiter.check(request, route=route, peer=peer, headers=header_values)
         scope.setdefault("state", {})["rate_limit"] = decision
         status, headers, body = self.limiter.response(decision)
         if body is not None:  # 429, 503 (failing closed), 400 (I2), 500 (L3)

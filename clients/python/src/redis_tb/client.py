@@ -1,8 +1,8 @@
-"""Typed clients for the module's commands: :class:`AsyncClient` over ``redis.asyncio``
-and its synchronous twin :class:`Client` over ``redis``.
+"""Typed clients for the module's commands: :class:`TbClient` over ``redis.asyncio``
+and its synchronous twin :class:`SyncTbClient` over ``redis``.
 
 Both wrap a connection you own (``redis.asyncio.Redis`` / ``redis.Redis``). Use
-:meth:`AsyncClient.from_url` for one set up the way a request path wants it:
+:meth:`TbClient.from_url` for one set up the way a request path wants it:
 tight timeouts and no retries (a TB.TAKE retried after a timeout may be charged
 twice, and retries pile load on a Redis that is already struggling).
 """
@@ -16,16 +16,19 @@ import redis.asyncio
 import redis.exceptions
 from redis.backoff import NoBackoff
 
+from .commands import AsyncCommands, SyncCommands
 from .replies import (
-    Bucket,
+    Charge,
     IncompleteReply,
     MultiReply,
+    Reservation,
     RespError,
     Reply,
     UnexpectedReplyError,
     mtake_args,
     parse_multi_reply,
     parse_reply,
+    parse_reservation,
     peek_args,
     refund_args,
     read_resp,
@@ -33,7 +36,7 @@ from .replies import (
     take_args,
 )
 
-__all__ = ["AsyncClient", "Client", "ModuleNotLoadedError", "StartupError", "DEFAULT_TIMEOUT"]
+__all__ = ["AsyncClient", "Client", "ModuleNotLoadedError", "StartupError", "SyncTbClient", "TbClient", "DEFAULT_TIMEOUT"]
 
 #: Connect and per-call timeout, seconds, of connections made by ``from_url``.
 DEFAULT_TIMEOUT = 0.05
@@ -96,8 +99,9 @@ def _error(conn: Any, message: str) -> BaseException:
     return redis.exceptions.ResponseError(message.removeprefix("ERR "))
 
 
-class AsyncClient:
-    """The five commands over ``redis.asyncio``; every method is one round trip."""
+class TbClient(AsyncCommands):
+    """The module's twelve commands over ``redis.asyncio`` (SPEC "Names": ``TbClient``;
+    ``AsyncClient`` is its earlier name); every method is one round trip."""
 
     def __init__(self, redis_client: redis.asyncio.Redis) -> None:
         self.redis = redis_client
@@ -175,7 +179,7 @@ class AsyncClient:
         return await cast(Any, self.redis).execute_command(*args)
 
     @classmethod
-    def from_url(cls, url: str, *, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> AsyncClient:
+    def from_url(cls, url: str, *, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> TbClient:
         """Connect lazily to ``url`` with ``timeout`` for connect and every call, no retries."""
         kwargs.setdefault("socket_timeout", timeout)
         kwargs.setdefault("socket_connect_timeout", timeout)
@@ -191,7 +195,7 @@ class AsyncClient:
     ) -> Reply:
         return parse_reply(await self._call(take_args(key, capacity, rate, n, now)))
 
-    async def mtake(self, buckets: Sequence[Bucket], *, now: float | None = None) -> MultiReply:
+    async def mtake(self, buckets: Sequence[Charge], *, now: float | None = None) -> MultiReply:
         raw = await self._call(mtake_args(buckets, now))
         return parse_multi_reply(raw, len(buckets))
 
@@ -204,9 +208,9 @@ class AsyncClient:
         *,
         max_wait: float,
         now: float | None = None,
-    ) -> Reply:
+    ) -> Reservation:
         args = reserve_args(key, capacity, rate, n, max_wait, now)
-        return parse_reply(await self._call(args))
+        return parse_reservation(await self._call(args))
 
     async def peek(
         self, key: str, capacity: float, rate: float, *, now: float | None = None
@@ -219,7 +223,7 @@ class AsyncClient:
         args = refund_args(key, capacity, rate, n, now)
         return parse_reply(await self._call(args))
 
-    async def refund_many(self, buckets: Sequence[Bucket], *, now: float | None = None) -> list[Reply]:
+    async def refund_many(self, buckets: Sequence[Charge], *, now: float | None = None) -> list[Reply]:
         """TB.REFUND on each bucket, pipelined in one round trip (no transaction)."""
         pipe = self.redis.pipeline(transaction=False)
         for b in buckets:
@@ -255,8 +259,9 @@ class AsyncClient:
         await self.redis.aclose()
 
 
-class Client:
-    """The synchronous twin of :class:`AsyncClient` (scripts, workers, cron jobs)."""
+class SyncTbClient(SyncCommands):
+    """The synchronous twin of :class:`TbClient` (scripts, workers, cron jobs); ``Client``
+    is its earlier name."""
 
     def __init__(self, redis_client: redis.Redis) -> None:
         self.redis = redis_client
@@ -279,7 +284,7 @@ class Client:
             pool.release(conn)
 
     @classmethod
-    def from_url(cls, url: str, *, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> Client:
+    def from_url(cls, url: str, *, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> SyncTbClient:
         kwargs.setdefault("socket_timeout", timeout)
         kwargs.setdefault("socket_connect_timeout", timeout)
         kwargs.setdefault("retry", redis.retry.Retry(NoBackoff(), 0))
@@ -294,7 +299,7 @@ class Client:
     ) -> Reply:
         return parse_reply(self._call(take_args(key, capacity, rate, n, now)))
 
-    def mtake(self, buckets: Sequence[Bucket], *, now: float | None = None) -> MultiReply:
+    def mtake(self, buckets: Sequence[Charge], *, now: float | None = None) -> MultiReply:
         return parse_multi_reply(self._call(mtake_args(buckets, now)), len(buckets))
 
     def reserve(
@@ -306,10 +311,8 @@ class Client:
         *,
         max_wait: float,
         now: float | None = None,
-    ) -> Reply:
-        return parse_reply(
-            self._call(reserve_args(key, capacity, rate, n, max_wait, now))
-        )
+    ) -> Reservation:
+        return parse_reservation(self._call(reserve_args(key, capacity, rate, n, max_wait, now)))
 
     def peek(self, key: str, capacity: float, rate: float, *, now: float | None = None) -> Reply:
         return parse_reply(self._call(peek_args(key, capacity, rate, now)))
@@ -319,14 +322,14 @@ class Client:
     ) -> Reply:
         return parse_reply(self._call(refund_args(key, capacity, rate, n, now)))
 
-    def refund_many(self, buckets: Sequence[Bucket], *, now: float | None = None) -> list[Reply]:
+    def refund_many(self, buckets: Sequence[Charge], *, now: float | None = None) -> list[Reply]:
         pipe: Any = self.redis.pipeline(transaction=False)
         for b in buckets:
             pipe.execute_command(*refund_args(b.key, b.capacity, b.rate, b.n, now))
         return [parse_reply(r) for r in pipe.execute()]
 
     def command(self, *args: str) -> Any:
-        """:meth:`AsyncClient.command`, blocking."""
+        """:meth:`TbClient.command`, blocking."""
         pool: Any = self.redis.connection_pool
         conn = pool.get_connection()
         try:
@@ -345,3 +348,8 @@ class Client:
 
     def close(self) -> None:
         self.redis.close()
+
+
+#: the earlier names of :class:`TbClient` and :class:`SyncTbClient`, kept
+AsyncClient = TbClient
+Client = SyncTbClient

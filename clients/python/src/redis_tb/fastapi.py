@@ -28,7 +28,7 @@ from starlette.responses import Response
 
 from .decision import Decision, Hold
 from .limiter import BaseLimiter, RateLimiter
-from .policy import Policy, check_policy_kinds, check_policy_names
+from .policy import Policy
 
 __all__ = ["RateLimit", "RateLimitExceeded", "install_problem_handler", "problem_handler"]
 
@@ -84,9 +84,13 @@ class RateLimit:
     ``Response`` must copy them: ``decision_headers(decision)``).
     """
 
-    def __init__(self, limiter: RateLimiter, policies: Sequence[Policy]) -> None:
-        self.limiter = limiter
-        self.policies = check_policy_kinds(check_policy_names(policies))  # SPEC C1, C10, C11
+    def __init__(self, limiter: RateLimiter, policies: Sequence[Policy] | None = None) -> None:
+        # its own policies on the limiter's connection (the route always matched: L1's
+        # unmatched case is not the dependency's), or the limiter's
+        self.limiter = limiter if policies is None else limiter.with_policies(policies, limit_unmatched=True)
+        self.policies = self.limiter.policies
+        if not self.policies:
+            raise TypeError("RateLimit needs policies, or a limiter with its policies")
         if any(p.kind == "in_flight" for p in self.policies):
             # SPEC N4: a lease ends when the response is finished, which only the
             # middleware sees; a dependency returns before the response exists.
@@ -94,10 +98,9 @@ class RateLimit:
                 "an in-flight policy belongs on RateLimitMiddleware (its lease ends with the "
                 "response), not on a RateLimit dependency"
             )
-        limiter.register_policies(self.policies)  # startup's cluster check (U3)
 
     async def __call__(self, request: Request, response: Response) -> Decision:
-        decision = await self.limiter.check(request, self.policies, _route_of(request))
+        decision = await self.limiter.check(request, route=_route_of(request))
         earlier = getattr(request.state, "rate_limit", None)
         status, headers, body = self.limiter.response(decision)
         if body is not None:  # 429, 503, 400 (SPEC I2) or 500 (L3)

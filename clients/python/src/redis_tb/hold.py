@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from .breaker import SKIP
-from .decision import Hold, HoldError, Holds, Settlement, StoreError
+from .decision import Hold, Holds, Settlement
+from .outcome import HoldError, StoreError
 from .policy import cost_ok
 from .replies import hold_values, packed, pair_values, settle_values
 

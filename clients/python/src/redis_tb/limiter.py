@@ -1,67 +1,37 @@
-"""The request-path limiter: policies -> keys -> one TB.MTAKE -> a Decision, with an
-explicit failure mode for when Redis is down or slow. Framework-neutral, with an
-async path (ASGI: Starlette/FastAPI, Django async views) and a sync path (Django
-under WSGI, any threaded server) that share every rule; only the Redis call differs.
+"""The request-path limiter: it owns its policies and tells the story of one check,
+policies -> scope -> plan -> one TB.MTAKE -> a Decision, with an explicit failure
+mode for when Redis is down or slow. Framework-neutral, with an async path (ASGI:
+Starlette/FastAPI, Django async views) and a sync path (Django under WSGI, threaded
+servers) that share every rule; only the Redis call differs.
 
-How a framework adapter uses it
--------------------------------
-:class:`BaseLimiter` holds every rule; :class:`RateLimiter` (``redis.asyncio``) and
-:class:`SyncRateLimiter` (``redis``) only add the Redis call. The rules are mixins in
-files named after the SPEC's sections: ``plan.py`` (L, K, I: the plan of a request),
-``store_call.py`` (L4, L5, B: the call and its failure mode), ``decide.py`` (D, R, S:
-the decision of a reply), ``refund.py`` (F), ``headers.py`` (H, P), ``lease.py`` (N)
-and ``hold.py`` (G); ``scope.py`` is L1 and F2's :class:`Scope`::
+The steps of :meth:`RateLimiter.check`, each a mixin in a file named after the
+SPEC's section:
 
-    limiter = RateLimiter(AsyncClient.from_url(url))      # ASGI, Django async views
-    limiter = SyncRateLimiter(Client.from_url(url))       # Django under WSGI, threads
+1. scope      the request's route excluded, or unmatched (L1)      ``scope.py``
+2. plan       which policies apply (K5), keys, costs, limits (K, I) ``plan.py``
+3. before     the deny cache (R) and the breaker (B)                ``store_call.py``
+4. call       one bounded call, TB.TAKE / MTAKE / ACQUIRE / WINDOW  ``store_call.py``
+5. decide     the reply as a Decision (D, S, R, N)                  ``decide.py``
 
-    # per request; ``request`` is the framework's own request object, handed as is
-    # to the policies' key/limit/cost/tier functions and to ``hash_tag``:
-    decision = await limiter.check(request, policies, route, peer=peer, headers=getter)
-    decision = limiter.check(request, policies, route, peer=peer, headers=getter)  # sync
-    rejection = limiter.rejection(decision)
-    if rejection is not None:
-        status, headers, body = rejection     # 429 or 503, problem+json, Content-Type included
-    else:
-        ...call the view, then add limiter.headers(decision) to its response
+then ``headers.py`` (H, P) answers it, ``refund.py`` (F), ``lease.py`` (N) and
+``hold.py`` (G) act on it later; ``startup.py`` is U::
+
+    limiter = RateLimiter(AsyncClient.from_url(url), policies=[...], exclude=["GET /healthz"])
+    decision = await limiter.check(request, route="GET /items/{id}", peer=peer, headers=getter)
+    status, headers, body = limiter.response(decision)   # body None: serve the request
 
 - ``route``: ``"METHOD /template"`` of the matched route (never the raw path), or
-  None when no route matched (then only policies without ``routes`` apply; an
-  adapter usually skips unmatched requests altogether, as the ASGI middleware does).
-- ``scope=Scope(exclude=..., limit_unmatched=..., refund_on=...)`` (SPEC L1, F2):
-  excluded and unmatched requests are not limited (``not_limited``, nothing sent),
-  and ``decision.finish(status)`` refunds after a listed status.
-- ``peer``: the TCP peer address (``scope["client"][0]``, ``META["REMOTE_ADDR"]``),
-  None when unknown. ``headers``: a function of a lower-case header name returning
-  all of that header's values, in order. Both feed the default identity
-  (:class:`ClientIP`: trusted proxies, IPv6 /64; also when a policy's ``key`` is a
-  ``ClientIP``); ``headers`` is only called when proxies are trusted. Under
-  Starlette both may be left out: they are then read from the ``Request``.
-- Sync path: key/limit/cost/tier/hash_tag functions must be plain functions (an
-  awaitable raises TypeError). Async path: they may be either.
-- Refund: ``await decision.refund()`` (async path) / ``decision.refund_sync()``
-  (sync path), by the handler, or after the response by the scope's ``refund_on``
-  (``finish(status)``) or the adapter's.
-- Startup: ``await limiter.startup()`` / ``limiter.startup()`` (sync), which raise
-  :class:`StartupError` (one line, SPEC U1-U3) without the module, without the
-  permission to run COMMAND INFO, with Redis unreachable (unless
-  ``start_degraded``), or on Redis Cluster when several keys go in one call and no
-  tag function is set (K6).
-
-The rules are clients/SPEC.md's (cited by number below). Failure handling (B1-B5):
-
-- every call is bounded by ``timeout`` (default 50 ms) and made at most once (on
-  the sync path the client's socket timeout bounds it: use ``Client.from_url``,
-  whose ``timeout`` defaults to 50 ms);
-- after a connection error or timeout, Redis is left alone for ``cooldown``
-  seconds (default 1 s) and the failure mode applies directly; then a single
-  request probes it again while the others keep the failure mode;
-- ``fail_open=True`` (the default) lets requests through unlimited, without
-  rate-limit headers: a rate limiter must not take the API down with it. Use
-  ``fail_open=False`` for abuse-sensitive endpoints (logins, signups, costly
-  jobs): requests get 503 with ``Retry-After: 1``;
-- one log line per second at most (``redis_tb`` logger, WARNING) and counters
-  in :attr:`RateLimiter.stats`.
+  None when no route matched (not limited unless ``limit_unmatched``, L1).
+- ``peer``: the TCP peer address, None when unknown; ``headers``: a function of a
+  lower-case header name returning all of that header's values. Both feed the
+  default identity (:class:`ClientIP`); under Starlette both may be left out.
+- Sync path: key/limit/cost/tier/hash_tag functions must be plain functions.
+- Failure (B1-B5): every call bounded by ``timeout`` (50 ms) and made once; after a
+  connection error or timeout Redis is left alone for ``cooldown`` (1 s), then one
+  request probes it; ``fail_open=True`` (default) passes requests without headers,
+  ``fail_open=False`` answers 503 with ``Retry-After: 1``; one log line a second at
+  most (``redis_tb`` logger) and counters in :attr:`RateLimiter.stats`.
+- Several policy sets on one connection: :meth:`BaseLimiter.with_policies`.
 """
 
 from __future__ import annotations
@@ -69,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar, cast
+from typing import Any, Awaitable, Callable, Collection, Literal, Sequence, TypeVar, cast
 
 import redis
 import redis.asyncio
@@ -88,11 +58,11 @@ from .headers import Answering, Rejection
 from .keys import KeyBuilder, check_prefix
 from .metrics import Metrics
 from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _resolved, _resolved_sync
-from .policy import Policy
+from .policy import Policy, check_policy_kinds, check_policy_names
 from .startup import start as _start
 from .startup import start_sync as _start_sync
 from .refund import RefundRules
-from .scope import Scope
+from .scope import PolicyOwner, Scope
 from .store_call import _PROBE, _SKIP, _STORE_ERRORS, _as_is, _bounded
 from .stats import LimiterStats
 from .replies import (
@@ -113,11 +83,15 @@ __all__ = [
 T = TypeVar("T")
 
 
-class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRules):
+class BaseLimiter(PolicyOwner, Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRules):
     """Everything both paths share: configuration, plans, decisions, failure mode,
     breaker, shadow mode, stats, headers. :class:`RateLimiter` (asyncio) and
     :class:`SyncRateLimiter` add the Redis calls.
 
+    ``policies``: the policies this limiter checks together, in one call (SPEC C1,
+    C10, C11 checked here); ``exclude``, ``limit_unmatched``: which requests are not
+    limited at all (L1); ``refund_on``: the statuses after which a request's tokens go
+    back (F2). See :class:`Scope`.
     ``client_ip``: the default identity (a :class:`ClientIpConfig`: peer address,
     trusted proxies, prefixes).
     ``prefix``: keys are ``<prefix>:[{<tag>}:]<policy>[@<route>]:<identity>`` (SPEC
@@ -144,6 +118,10 @@ class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRul
     def __init__(
         self,
         *,
+        policies: Sequence[Policy] = (),
+        exclude: Collection[str] = (),
+        limit_unmatched: bool = False,
+        refund_on: Collection[int] | Callable[[int], bool] = (),
         prefix: str = "rl",
         client_ip: ClientIpConfig | None = None,
         hash_tag: HashTagFunc | None = None,
@@ -199,8 +177,14 @@ class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRul
         self.name: str = name or getattr(metrics, "name", None) or "default"
         self.log = logger or logging.getLogger("redis_tb")
         self.stats = LimiterStats()
-        #: the sets of policies checked together, as the adapters registered them (U3)
+        #: the sets of policies checked together: its own and those registered (U3)
         self.policy_sets: list[tuple[Policy, ...]] = []
+        #: SPEC C1, C10, C11: the limiter's own policies, checked together
+        self.policies: tuple[Policy, ...] = check_policy_kinds(check_policy_names(policies))
+        if self.policies:
+            self.policy_sets.append(self.policies)
+        #: SPEC L1, F2: which requests its policies limit, and which answers refund them
+        self.scope = Scope(exclude=exclude, limit_unmatched=limit_unmatched, refund_on=refund_on)
         self.breaker = Breaker(cooldown, self._mono)
         self._last_log = float("-inf")
         self._unlogged = 0
@@ -218,14 +202,6 @@ class BaseLimiter(Planner, Deciding, RefundRules, Answering, LeaseRules, HoldRul
         return self.stats.store_errors
 
     # -- startup (SPEC U1-U4) -------------------------------------------------
-
-    def register_policies(self, policies: Sequence[Policy]) -> None:
-        """Tell startup (SPEC U3) of a set of policies this limiter checks in one call:
-        the adapters do it for theirs; code that calls :meth:`check` itself may pass
-        its policies to ``startup`` instead."""
-        found = tuple(policies)
-        if not any(s == found for s in self.policy_sets):
-            self.policy_sets.append(found)
 
     # -- keys ------------------------------------------------------------------
 
@@ -265,23 +241,27 @@ class RateLimiter(BaseLimiter):
     async def check(
         self,
         request: Any,
-        policies: Sequence[Policy],
+        policies: Sequence[Policy] | None = None,
         route: str | None = None,
         *,
         peer: str | None = _NO_PEER,
         headers: HeaderGetter | None = None,
         scope: Scope | None = None,
     ) -> Decision:
-        """Charge ``request`` on every applicable policy in one call.
+        """Charge ``request`` on every applicable policy of the limiter in one call.
 
         ``route`` is ``"METHOD /template"`` (None: matched no route). ``peer`` and
         ``headers`` feed the default identity and header keys (see the module
-        docstring); left out, they are read from a Starlette ``request``. ``scope``
-        (a :class:`Scope`): the request is not limited when its route is excluded or
-        matched none (SPEC L1), and :meth:`Decision.finish` with the handler's status
-        refunds it as ``refund_on`` says (F2); None (the default): every request is in
-        scope, a request that matched no route limited by the policies without routes.
+        docstring); left out, they are read from a Starlette ``request``. The
+        limiter's scope applies: not limited when the route is excluded or matched
+        none (SPEC L1); :meth:`Decision.finish` with the handler's status refunds as
+        ``refund_on`` says (F2).
+
+        ``policies`` given with the call are checked instead of the limiter's own,
+        with ``scope`` (None: every request in scope, a request that matched no route
+        limited by the policies without routes).
         """
+        policies, scope = self._own_policies(policies, scope)
         if scope is not None and scope.skips(route):  # SPEC L1
             return self._own(Decision(Outcome.NOT_LIMITED, True), _NO_HOLDS)
         plans = await _resolved(self._plan_steps(request, policies, route, peer, headers))
@@ -450,7 +430,7 @@ class SyncRateLimiter(BaseLimiter):
     def check(
         self,
         request: Any,
-        policies: Sequence[Policy],
+        policies: Sequence[Policy] | None = None,
         route: str | None = None,
         *,
         peer: str | None = _NO_PEER,
@@ -458,6 +438,7 @@ class SyncRateLimiter(BaseLimiter):
         scope: Scope | None = None,
     ) -> Decision:
         """:meth:`RateLimiter.check`, blocking."""
+        policies, scope = self._own_policies(policies, scope)
         if scope is not None and scope.skips(route):  # SPEC L1
             return self._own(Decision(Outcome.NOT_LIMITED, True), _NO_HOLDS)
         plans = _resolved_sync(self._plan_steps(request, policies, route, peer, headers))

@@ -47,14 +47,15 @@ from weakref import WeakKeyDictionary
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["BUCKETS", "Metrics", "PrometheusMetrics"]
+__all__ = ["BUCKETS", "LimiterMetrics", "Metrics", "PrometheusMetrics"]
 
 #: Buckets of ``redis_tb_redis_call_duration_seconds`` (seconds).
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 
 
-class Metrics(Protocol):
-    """What a limiter reports; implement it to feed another metrics system."""
+class LimiterMetrics(Protocol):
+    """What a limiter reports; implement it to feed another metrics system (SPEC
+    "Names": ``LimiterMetrics``; ``Metrics`` is its earlier name)."""
 
     def allowed(self, policy: str) -> None: ...
     def limited(self, policy: str) -> None: ...
@@ -72,6 +73,10 @@ class Metrics(Protocol):
     # SPEC N7, G5 (a Metrics without them is still accepted: those counts are skipped)
     def lease_timed_out(self, policy: str) -> None: ...
     def hold_lost(self, policy: str) -> None: ...
+
+
+#: the earlier name of :class:`LimiterMetrics`, kept
+Metrics = LimiterMetrics
 
 
 class _Families:

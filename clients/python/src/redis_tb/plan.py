@@ -11,7 +11,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Sequence, final
 
 from .address import ClientIpConfig, HeaderGetter
-from .decision import Outcome, PolicyResult
+from .outcome import Outcome, PolicyResult
 from .keys import BadHeader, ClientIpKey, FixedKey, HeaderKey, KeyBuilder, bounded, is_plain
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, cost_ok, limit_ok
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .decision import Decision
 from .plan import _BUCKET
-from .replies import Bucket
+from .replies import Charge
 from .store_call import _SKIP, StoreCall
 
 __all__ = ["RefundRules"]
@@ -24,12 +24,12 @@ class RefundRules(StoreCall):
     if TYPE_CHECKING:
         deny_cache: DenyCache | None
 
-    def _refund_buckets(self, decision: Decision) -> tuple[list[Bucket], int] | None:
+    def _refund_buckets(self, decision: Decision) -> tuple[list[Charge], int] | None:
         """SPEC F1, B2, B3: the buckets to refund and the breaker's answer, or None
         (nothing charged, or the breaker open: counted in ``refund_errors``)."""
         # SPEC F3: the bucket policies only (never a window or an in-flight policy)
         buckets = [
-            Bucket(r.key, r.capacity, r.rate, r.cost)
+            Charge(r.key, r.capacity, r.rate, r.cost)
             for r in decision.results if r.cost > 0 and r.kind == _BUCKET and r.rate is not None
         ]
         if not buckets:

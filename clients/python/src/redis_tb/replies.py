@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
-__all__ = ["Bucket", "IncompleteReply", "MultiReply", "Reply", "RespError", "UnexpectedReplyError", "read_resp"]
+__all__ = ["Bucket", "Charge", "IncompleteReply", "MultiReply", "Reply", "Reservation", "RespError", "UnexpectedReplyError", "read_resp"]
 
 
 class UnexpectedReplyError(ValueError):
@@ -45,6 +45,12 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation(Reply):
+    """TB.RESERVE's answer: a :class:`Reply` whose :attr:`wait` is the time to wait
+    before going ahead (SPEC "Names": ``Reservation``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class MultiReply:
     """TB.MTAKE's answer: the aggregate, then one :class:`Reply` per key in key order."""
 
@@ -59,13 +65,24 @@ class MultiReply:
         return self.retry_after < 0
 
 
-class Bucket(NamedTuple):
-    """One key of a TB.MTAKE: the key, its shape and the tokens to take."""
+class Charge(NamedTuple):
+    """One key of an all-or-nothing call (TB.MTAKE, TB.ACQUIRE ... TAKE, refunds): the
+    key, its shape and the tokens to take (SPEC "Names": ``Charge``)."""
 
     key: str
     capacity: float
     rate: float
-    n: float = 1
+    cost: float = 1
+
+    @property
+    def n(self) -> float:
+        """The tokens to take: ``cost``, by the name the module's commands give it."""
+        return self.cost
+
+
+def Bucket(key: str, capacity: float, rate: float, n: float = 1) -> Charge:  # noqa: N802
+    """The earlier name of :class:`Charge` (its ``n`` is ``cost``), kept."""
+    return Charge(key, capacity, rate, n)
 
 
 def _num(value: Any) -> float:
@@ -92,6 +109,12 @@ def parse_reply(raw: Any) -> Reply:
     )
 
 
+def parse_reservation(raw: Any) -> Reservation:
+    """TB.RESERVE's four fields, as :class:`Reservation`."""
+    r = parse_reply(raw)
+    return Reservation(r.allowed, r.remaining, r.retry_after, r.reset_after)
+
+
 def parse_multi_reply(raw: Any, numkeys: int) -> MultiReply:
     """Read TB.MTAKE's five-element reply."""
     if not isinstance(raw, (list, tuple)) or len(raw) != 5:
@@ -116,7 +139,7 @@ def take_args(key: str, capacity: float, rate: float, n: float, now: float | Non
     return ["TB.TAKE", key, capacity, rate, n, *_now_args(now)]
 
 
-def mtake_args(buckets: Sequence[Bucket], now: float | None) -> list[Any]:
+def mtake_args(buckets: Sequence[Charge], now: float | None) -> list[Any]:
     if not buckets:
         raise ValueError("mtake needs at least one bucket")
     args: list[Any] = ["TB.MTAKE", len(buckets)]

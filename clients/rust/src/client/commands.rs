@@ -184,6 +184,65 @@ impl TbClient {
         self.reply4(&v, "TB.WINDOW")
     }
 
+    /// `TB.ACQUIRE key limit lease_ms [TAKE numkeys key.. capacity rate n..]` (SPEC N2): one
+    /// of `limit` slots as a lease of `lease_ms` on the server's clock, and with `charges`
+    /// every bucket's tokens too, all or nothing (TB.MTAKE's layout; empty: no TAKE).
+    pub async fn acquire(
+        &self,
+        key: &str,
+        limit: u32,
+        lease_ms: u64,
+        charges: &[Charge],
+    ) -> Result<Acquired, Error> {
+        let mut cmd = redis::cmd("TB.ACQUIRE");
+        cmd.arg(key).arg(limit).arg(lease_ms);
+        if !charges.is_empty() {
+            cmd.arg("TAKE").arg(charges.len());
+            for c in charges {
+                check_shape(c.capacity, c.rate)?;
+                check_n(c.n)?;
+                cmd.arg(c.key.as_str());
+            }
+            for c in charges {
+                cmd.arg(num(c.capacity)).arg(num(c.rate)).arg(num(c.n));
+            }
+        }
+        self.acquire_encoded(&cmd, charges.len()).await
+    }
+
+    /// `TB.PEEK key LEASES`: `(in_flight, ms)`, the live leases and the ms until the
+    /// earliest expires (0 when none); writes nothing.
+    pub async fn peek_leases(&self, key: &str) -> Result<(f64, f64), Error> {
+        let mut cmd = redis::cmd("TB.PEEK");
+        cmd.arg(key).arg("LEASES");
+        let v = self.call(&cmd).await?;
+        let bad = |d| self.unexpected("TB.PEEK LEASES", d);
+        match &v {
+            Value::Array(items) if items.len() == 2 => Ok((
+                number(&items[0]).map_err(bad)?,
+                number(&items[1]).map_err(bad)?,
+            )),
+            other => Err(bad(format!("{other:?}"))),
+        }
+    }
+
+    /// `TB.PEEK key HOLDS`: `(holds, amount, ms)`, a bucket's live holds, the sum they
+    /// charged and the ms until the earliest expires (0 when none); writes nothing.
+    pub async fn peek_holds(&self, key: &str) -> Result<(f64, f64, f64), Error> {
+        let mut cmd = redis::cmd("TB.PEEK");
+        cmd.arg(key).arg("HOLDS");
+        let v = self.call(&cmd).await?;
+        let bad = |d| self.unexpected("TB.PEEK HOLDS", d);
+        match &v {
+            Value::Array(items) if items.len() == 3 => Ok((
+                number(&items[0]).map_err(bad)?,
+                number(&items[1]).map_err(bad)?,
+                number(&items[2]).map_err(bad)?,
+            )),
+            other => Err(bad(format!("{other:?}"))),
+        }
+    }
+
     /// TB.ACQUIRE from a command the caller encoded (SPEC N2): `keys` buckets after TAKE
     /// (0: the form without TAKE).
     pub(crate) async fn acquire_encoded(&self, cmd: &Cmd, keys: usize) -> Result<Acquired, Error> {

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
+use crate::client::{Acquired, MultiReply};
 use crate::decision::{Decision, Outcome};
 use crate::headers::{RateLimitHeaders, rate_limit_headers_at};
 use crate::hold::{Holds, SettleTarget};
@@ -103,7 +104,13 @@ pub(crate) fn write_problem_headers(
     }
 }
 
+/// What came back from the one call: TB.TAKE / MTAKE / WINDOW's buckets, or
+/// TB.ACQUIRE's buckets and lease.
+type Reply = Result<Acquired, MultiReply>;
+
 impl<S: Store> Inner<S> {
+    /// One check, in the steps of SPEC L: scope and plan, the deny cache, the one
+    /// guarded call, the decision, then what the response carries (lease, refund, holds).
     pub(super) async fn check(
         &self,
         this: &Arc<Inner<S>>,
@@ -111,174 +118,197 @@ impl<S: Store> Inner<S> {
         peer: Option<IpAddr>,
         route: Option<&str>,
     ) -> Check {
-        // The plan is made without an await unless a key is an async function, and
-        // `planned` lives in this block only: outside it, its storage would stay in the
-        // future's state beside the plan's across the call.
-        let mut plan = {
-            let planned = if self.in_scope(parts, peer, route) {
-                // One call of `plan` (inlined here), with or without async answers.
-                let mut resolved = match self.async_keys {
-                    true => self.resolve_async_keys(parts, route).await,
-                    false => Vec::new(),
-                };
-                self.plan(parts, route, &mut resolved)
-            } else {
-                Planned::NotLimited(Vec::new())
-            };
-            match planned {
-                Planned::Charges(plan) if !plan.charges.is_empty() || plan.in_flight.is_some() => {
-                    plan
-                }
-                Planned::Charges(Plan { settle, .. }) | Planned::NotLimited(settle) => {
-                    let mut check = Check::pass(Decision::not_limited());
-                    check.lease.scope = self.settle_later(this, &mut check.decision, settle);
-                    return check;
-                }
-                Planned::BadRequest(header) => {
-                    bump(&self.stats.0.checks);
-                    let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
-                    c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
-                    return c;
-                }
-                Planned::Invalid(i, what, value) => {
-                    bump(&self.stats.0.checks);
-                    return self.invalid_input(i, what, value);
-                }
-            }
+        // 1. scope (L1) and plan (K, I, L2, L3): a request with nothing to charge ends here.
+        let mut plan = match self.planned(parts, peer, route).await {
+            Planned::Charges(plan) if !plan.charges.is_empty() || plan.in_flight.is_some() => plan,
+            other => return self.decided_without_a_call(this, other),
         };
         let settle = std::mem::take(&mut plan.settle);
         bump(&self.stats.0.checks);
-        // The call and its decision, in this future (not one of its own inside it: the
-        // check is made in place, and not moved out of a second future).
-        let mut check = 'call: {
-            // The entries this request probes (one probe per expired refusal, SPEC R4): the
-            // drop removes those the answer did not renew (or all, if the request is
-            // cancelled).
-            let probe = match self.cached_refusal(&plan) {
-                Ok(probe) => probe,
-                Err(decision) => {
-                    let decision = *decision;
-                    let headers =
-                        rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
-                    return Check::too_many_requests(decision, headers);
-                }
-            };
-
-            let call = self.call(std::mem::take(&mut plan.charges), &plan);
-            let what = match call.kind {
-                CallKind::Acquire => "TB.ACQUIRE",
-                CallKind::Window => "TB.WINDOW",
-                CallKind::Take if call.charges.len() == 1 => "TB.TAKE",
-                CallKind::Take => "TB.MTAKE",
-            };
-            // The one guarded call (B, L5), as every other command's.
-            let result = match call.kind {
-                CallKind::Acquire => {
-                    let r = self.guarded(what, self.store.acquire(&call)).await;
-                    r.map(Ok)
-                }
-                CallKind::Take | CallKind::Window => {
-                    let r = self.guarded(what, self.store.take(&call)).await;
-                    r.map(Err)
-                }
-            };
-            let Call { charges, .. } = call;
-            plan.charges = charges;
-            let reply = match result {
-                Guarded::Answered(reply) => reply,
-                Guarded::Skipped => {
-                    // SPEC R6: this probe never reaches Redis; the entries stay for the
-                    // next one.
-                    probe.release();
-                    break 'call self.store_error_check();
-                }
-                // SPEC K6, L5: a configuration error, never the failure mode (the guarded
-                // call left the breaker and the counters alone).
-                Guarded::Failed(e) if e.is_cross_slot() => {
-                    drop(probe);
-                    return self.cross_slot(&plan, what);
-                }
-                Guarded::Failed(_) => {
-                    drop(probe);
-                    break 'call self.store_error_check();
-                }
-            };
-            let (buckets, acquired) = match &reply {
-                Err(multi) => (&multi.buckets, None),
-                Ok(acq) => (&acq.buckets, Some(acq)),
-            };
-            let mut decision = plan_results(&plan, buckets, acquired, &self.policies);
-            let order = plan.result_policies();
-            self.decide(&decision, &order);
-            match decision.outcome {
-                // SPEC R4: a refusal renews the probed entries (and caches new ones, R1).
-                Outcome::Limited => self.remember(&decision),
-                // SPEC R5: after any admission that leaves a bucket below the cost.
-                Outcome::Allowed if decision.charged() => self.remember_spent(&decision),
-                _ => {}
-            }
-            drop(probe);
-            let headers = self.headers(&decision, &order);
-            if decision.outcome == Outcome::Limited {
-                return Check::too_many_requests(decision, headers);
-            }
-            // SPEC N1, N6: a granted lease is the decision's; the gauge goes up (M2).
-            let lease = match (acquired, &plan.in_flight) {
-                (Some(a), Some(f)) if a.granted => match &a.id {
-                    Some(id) => {
-                        let l = Lease {
-                            key: f.key.clone(),
-                            id: id.clone(),
-                            policy: self.policies[f.policy].name.clone(),
-                        };
-                        decision.lease = Some(l.clone());
-                        self.stats
-                            .0
-                            .leases_in_flight
-                            .fetch_add(1, Ordering::Relaxed);
-                        if let Some(l) = &self.runtime[f.policy].metrics.leases {
-                            l.in_flight.increment(1.0);
-                        }
-                        LeaseHandle {
-                            state: Some(Arc::new(LeaseState::new(
-                                this.clone(),
-                                l,
-                                f.policy,
-                                f.lease_ms,
-                                f.max_duration_ms,
-                            ))),
-                            scope: None,
-                        }
-                    }
-                    None => LeaseHandle::default(),
-                },
-                _ => LeaseHandle::default(),
-            };
-            // SPEC F3: only the bucket policies are refunded.
-            let refund = match decision.charged() {
-                true => plan
-                    .into_refundable()
-                    .map_or_else(RefundHandle::default, |p| {
-                        RefundHandle::new(this.clone(), p)
-                    }),
-                false => RefundHandle::default(),
-            };
-            let mut lease = lease;
-            lease.scope = self.settle_later(this, &mut decision, settle);
-            // Returned from here, not moved out of the block and again out of the future.
-            return Check {
-                decision,
-                headers,
-                problem: None,
-                refund,
-                lease,
-            };
+        // 2. the deny cache (R2-R4): a cached refusal, or the entries this request probes
+        //    (their drop removes those the answer did not renew, R4).
+        let probe = match self.cached_refusal(&plan) {
+            Ok(probe) => probe,
+            Err(decision) => return self.cached_refusal_check(*decision),
         };
-        // A store error (a refusal when failing closed, an admission when failing open).
+        // 3. the one guarded call (L4, L5, B).
+        let (what, result) = self.call_store(&mut plan).await;
+        let reply = match result {
+            Guarded::Answered(reply) => reply,
+            Guarded::Skipped => {
+                probe.release(); // SPEC R6: never reached Redis; the entries stay
+                return self.failure_mode(this, settle);
+            }
+            // SPEC K6, L5: a configuration error, never the failure mode
+            Guarded::Failed(e) if e.is_cross_slot() => {
+                drop(probe);
+                return self.cross_slot(&plan, what);
+            }
+            Guarded::Failed(_) => {
+                drop(probe);
+                return self.failure_mode(this, settle);
+            }
+        };
+        // 4. the decision (D1-D4, S2) and what the deny cache learns from it (R1, R4, R5).
+        let (buckets, acquired) = match &reply {
+            Err(multi) => (&multi.buckets, None),
+            Ok(acq) => (&acq.buckets, Some(acq)),
+        };
+        let mut decision = plan_results(&plan, buckets, acquired, &self.policies);
+        let order = plan.result_policies();
+        self.decide(&decision, &order);
+        self.learn(&decision);
+        drop(probe);
+        let headers = self.headers(&decision, &order);
+        if decision.outcome == Outcome::Limited {
+            return Check::too_many_requests(decision, headers);
+        }
+        // 5. what the admitted response carries: the lease (N1, N6), the refund (F1, F3),
+        //    the holds' keys (G1).
+        let mut lease = self.granted_lease(this, acquired, &plan, &mut decision);
+        let refund = match decision.charged() {
+            true => plan
+                .into_refundable()
+                .map_or_else(RefundHandle::default, |p| {
+                    RefundHandle::new(this.clone(), p)
+                }),
+            false => RefundHandle::default(),
+        };
+        lease.scope = self.settle_later(this, &mut decision, settle);
+        Check {
+            decision,
+            headers,
+            problem: None,
+            refund,
+            lease,
+        }
+    }
+
+    /// Step 1: the request's scope (L1), then its plan, with async key functions
+    /// answered first when there are any.
+    async fn planned(
+        &self,
+        parts: &mut Parts,
+        peer: Option<IpAddr>,
+        route: Option<&str>,
+    ) -> Planned {
+        if !self.in_scope(parts, peer, route) {
+            return Planned::NotLimited(Vec::new());
+        }
+        let mut resolved = match self.async_keys {
+            true => self.resolve_async_keys(parts, route).await,
+            false => Vec::new(),
+        };
+        self.plan(parts, route, &mut resolved)
+    }
+
+    /// Step 1's early answers: nothing applies (the holds' keys are still resolved,
+    /// G1), a header with a control byte (I2: 400) or a value out of range (L3: 500).
+    fn decided_without_a_call(&self, this: &Arc<Inner<S>>, planned: Planned) -> Check {
+        match planned {
+            Planned::Charges(Plan { settle, .. }) | Planned::NotLimited(settle) => {
+                let mut check = Check::pass(Decision::not_limited());
+                check.lease.scope = self.settle_later(this, &mut check.decision, settle);
+                check
+            }
+            Planned::BadRequest(header) => {
+                bump(&self.stats.0.checks);
+                let mut c = Check::pass(Decision::without_results(Outcome::BadRequest, false));
+                c.problem = Some((StatusCode::BAD_REQUEST, problem::bad_request(&header)));
+                c
+            }
+            Planned::Invalid(i, what, value) => {
+                bump(&self.stats.0.checks);
+                self.invalid_input(i, what, value)
+            }
+        }
+    }
+
+    /// Step 2's answer: a refusal from the deny cache, without a call (R2).
+    fn cached_refusal_check(&self, decision: Decision) -> Check {
+        let headers = rate_limit_headers_at(&decision, self.legacy_headers, self.clock.unix());
+        Check::too_many_requests(decision, headers)
+    }
+
+    /// Step 3: the plan's one command through the one guarded call every command
+    /// takes (B, L5); the plan keeps its charges for the decision and a refund.
+    async fn call_store(&self, plan: &mut Plan) -> (&'static str, Guarded<Reply>) {
+        let call = self.call(std::mem::take(&mut plan.charges), plan);
+        let what = match call.kind {
+            CallKind::Acquire => "TB.ACQUIRE",
+            CallKind::Window => "TB.WINDOW",
+            CallKind::Take if call.charges.len() == 1 => "TB.TAKE",
+            CallKind::Take => "TB.MTAKE",
+        };
+        let result = match call.kind {
+            CallKind::Acquire => self.guarded(what, self.store.acquire(&call)).await.map(Ok),
+            CallKind::Take | CallKind::Window => {
+                self.guarded(what, self.store.take(&call)).await.map(Err)
+            }
+        };
+        let Call { charges, .. } = call;
+        plan.charges = charges;
+        (what, result)
+    }
+
+    /// Step 3's failure: the failure mode's answer (a refusal when failing closed, an
+    /// admission when failing open, B4), with the holds' keys when it admits (G1).
+    fn failure_mode(&self, this: &Arc<Inner<S>>, settle: Vec<SettleTarget>) -> Check {
+        let mut check = self.store_error_check();
         if check.problem.is_none() {
             check.lease.scope = self.settle_later(this, &mut check.decision, settle);
         }
         check
+    }
+
+    /// Step 4: a refusal renews the probed entries and caches new ones (R1, R4); an
+    /// admission that leaves a bucket below its cost is remembered too (R5).
+    fn learn(&self, decision: &Decision) {
+        match decision.outcome {
+            Outcome::Limited => self.remember(decision),
+            Outcome::Allowed if decision.charged() => self.remember_spent(decision),
+            _ => {}
+        }
+    }
+
+    /// Step 5: a granted lease is the decision's, and the in-flight gauge goes up
+    /// (SPEC N1, N6, M2).
+    fn granted_lease(
+        &self,
+        this: &Arc<Inner<S>>,
+        acquired: Option<&Acquired>,
+        plan: &Plan,
+        decision: &mut Decision,
+    ) -> LeaseHandle {
+        let (Some(a), Some(f)) = (acquired, &plan.in_flight) else {
+            return LeaseHandle::default();
+        };
+        let (true, Some(id)) = (a.granted, &a.id) else {
+            return LeaseHandle::default();
+        };
+        let lease = Lease {
+            key: f.key.clone(),
+            id: id.clone(),
+            policy: self.policies[f.policy].name.clone(),
+        };
+        decision.lease = Some(lease.clone());
+        self.stats
+            .0
+            .leases_in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(l) = &self.runtime[f.policy].metrics.leases {
+            l.in_flight.increment(1.0);
+        }
+        LeaseHandle {
+            state: Some(Arc::new(LeaseState::new(
+                this.clone(),
+                lease,
+                f.policy,
+                f.lease_ms,
+                f.max_duration_ms,
+            ))),
+            scope: None,
+        }
     }
 
     /// SPEC G1: the settle_later policies' keys and limits, for `decision.hold`, and the

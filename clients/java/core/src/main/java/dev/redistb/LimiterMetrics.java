@@ -41,4 +41,10 @@ public interface LimiterMetrics {
 
   /** M2, G5: a hold whose renewal answered 0 (lost before it was settled). */
   default void holdLost(String limiter, String policy) {}
+
+  /**
+   * SPEC E6: the store's backend chosen ({@code module} or {@code scripts}): the gauge {@code
+   * redis_tb_backend{limiter, backend}}, 1 for it and 0 for the other.
+   */
+  default void backend(String limiter, String backend) {}
 }

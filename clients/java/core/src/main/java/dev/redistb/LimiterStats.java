@@ -22,6 +22,15 @@ public final class LimiterStats {
   final LongAdder holds = new LongAdder();
   final LongAdder holdsLost = new LongAdder();
   final LongAdder settlements = new LongAdder();
+  volatile String backend;
+
+  /**
+   * SPEC E6: the store's backend in use, {@code module} or {@code scripts}; null until it is chosen
+   * (a degraded start, or no startup).
+   */
+  public String backend() {
+    return backend;
+  }
 
   public long checks() {
     return checks.sum();

@@ -1,5 +1,7 @@
 package dev.redistb;
 
+import dev.redistb.store.BackendChoice;
+import dev.redistb.store.BackendSetting;
 import dev.redistb.store.Store;
 import dev.redistb.store.StoreException;
 import java.util.ArrayList;
@@ -41,6 +43,8 @@ public final class RateLimiter {
   private final RateLog log;
   private final Decision.Operations ops;
   private final IntPredicate refundOn;
+  private final BackendSetting backend;
+  private final Consumer<String> infoLogger;
 
   private RateLimiter(Builder b) {
     this.name = b.name;
@@ -69,6 +73,8 @@ public final class RateLimiter {
     this.holds = new Holds(guarded, stats, b.metrics, b.name, log, renewals, this::respond);
     this.hashTag = b.hashTag;
     this.refundOn = b.refundOn;
+    this.backend = b.backend;
+    this.infoLogger = b.infoLogger;
     this.ops =
         new Decision.Operations() {
           @Override
@@ -291,11 +297,27 @@ public final class RateLimiter {
   public void startup() {
     Startup.check(
         guarded.store(),
-        Math.max(2000, guarded.timeoutMillis()),
-        startDegraded,
-        log::line,
-        name,
-        hashTag == null ? severalKeys() : List.of());
+        new Startup.Target(
+            Math.max(2000, guarded.timeoutMillis()),
+            startDegraded,
+            log::line,
+            name,
+            hashTag == null ? severalKeys() : List.of(),
+            backend,
+            clock::wallMillis,
+            this::chosen));
+  }
+
+  /** SPEC E6: the backend chosen: one line, {@code stats.backend}, the gauge. */
+  private void chosen(BackendChoice c) {
+    stats.backend = c.backend();
+    metrics.backend(name, c.backend());
+    infoLogger.accept(c.line());
+  }
+
+  /** SPEC E1: the backend setting ({@code auto}, {@code module}, {@code scripts}). */
+  public BackendSetting backend() {
+    return backend;
   }
 
   /**
@@ -362,6 +384,8 @@ public final class RateLimiter {
     private int denyCacheEntries;
     private LimiterMetrics metrics = LimiterMetrics.NONE;
     private Consumer<String> logger = Logger.getLogger("redis_tb")::warning;
+    private Consumer<String> infoLogger = Logger.getLogger("redis_tb")::info;
+    private BackendSetting backend = BackendSetting.AUTO;
     private Clock clock = Clock.SYSTEM;
     private final List<Policy> policies = new ArrayList<>();
     private final List<String> exclude = new ArrayList<>();
@@ -465,6 +489,31 @@ public final class RateLimiter {
     /** Where the limiter's warnings go (one line each, at most one a second per topic). */
     public Builder logger(Consumer<String> l) {
       this.logger = l;
+      return this;
+    }
+
+    /** Where the limiter's one informational line goes: the backend chosen (SPEC E6). */
+    public Builder infoLogger(Consumer<String> l) {
+      this.infoLogger = l;
+      return this;
+    }
+
+    /**
+     * SPEC E1: the store's backend: {@code auto} (the default: the module where {@code COMMAND INFO
+     * tb.take} finds it, else the script library, clients/lua), {@code module}, or {@code scripts}.
+     */
+    public Builder backend(String setting) {
+      try {
+        this.backend = BackendSetting.parse(setting);
+      } catch (IllegalArgumentException e) {
+        throw new ConfigException(e.getMessage());
+      }
+      return this;
+    }
+
+    /** SPEC E1 */
+    public Builder backend(BackendSetting setting) {
+      this.backend = setting;
       return this;
     }
 

@@ -4,7 +4,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.redistb.store.CommandStore;
+import dev.redistb.store.LuaLibrary;
 import dev.redistb.store.StoreException;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -13,6 +16,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * A store that answers from a vector's script (clients/vectors/README.md): each call must be the
@@ -24,6 +29,78 @@ final class ScriptedStore extends CommandStore {
   private final Deque<JsonNode> expected = new ArrayDeque<>();
   private final Map<String, CompletableFuture<Object>> held = new HashMap<>();
   private final List<String> problems = new ArrayList<>();
+
+  /**
+   * SPEC E (clients/vectors/README.md): {@code {sha}}, {@code {script}}, {@code {functions}} are
+   * the library's SHA-1 and texts as the jar ships them; {@code {id:x}} is bound to the first id
+   * the client sent there, and every later one must be the same (two names never the same id).
+   */
+  private static final Pattern ID = Pattern.compile("\\{id:([A-Za-z0-9_]+)\\}");
+
+  private final Map<String, String> ids = new HashMap<>();
+
+  private static String placeholder(String text) {
+    LuaLibrary lua = LuaLibrary.shipped();
+    switch (text) {
+      case "{sha}":
+        return lua.sha();
+      case "{script}":
+        return lua.script();
+      case "{functions}":
+        return lua.functions();
+      default:
+        return null;
+    }
+  }
+
+  /** A reply or an expectation with its placeholders, as the ids were bound. */
+  JsonNode fill(JsonNode n) {
+    if (n == null) {
+      return null;
+    }
+    if (n.isArray()) {
+      com.fasterxml.jackson.databind.node.ArrayNode out = JsonNodeFactory.instance.arrayNode();
+      n.forEach(x -> out.add(fill(x)));
+      return out;
+    }
+    if (n.isObject()) {
+      ObjectNode out = JsonNodeFactory.instance.objectNode();
+      n.properties().forEach(e -> out.set(e.getKey(), fill(e.getValue())));
+      return out;
+    }
+    if (!n.isTextual()) {
+      return n;
+    }
+    String p = placeholder(n.asText());
+    if (p != null) {
+      return JsonNodeFactory.instance.textNode(p);
+    }
+    Matcher m = ID.matcher(n.asText());
+    if (m.matches()) {
+      String bound = ids.get(m.group(1));
+      if (bound == null) {
+        fail(n.asText() + " in a reply before any call bound it");
+      }
+      return JsonNodeFactory.instance.textNode(bound);
+    }
+    return n;
+  }
+
+  /** Whether {@code got} is the expected {@code {id:name}} (bound on its first appearance). */
+  private boolean idMatches(String name, String got) {
+    if (!got.matches("[0-9a-f]{16}")) {
+      return false;
+    }
+    String bound = ids.get(name);
+    if (bound != null) {
+      return bound.equals(got);
+    }
+    if (ids.containsValue(got)) {
+      return false; // E4: every id fresh
+    }
+    ids.put(name, got);
+    return true;
+  }
 
   @Override
   public String server() {
@@ -75,9 +152,9 @@ final class ScriptedStore extends CommandStore {
     return answer(call, args.get(0));
   }
 
-  static CompletableFuture<Object> answer(JsonNode call, String command) {
+  CompletableFuture<Object> answer(JsonNode call, String command) {
     if (call.has("reply")) {
-      return CompletableFuture.completedFuture(raw(call.get("reply")));
+      return CompletableFuture.completedFuture(raw(fill(call.get("reply"))));
     }
     if (call.has("error")) {
       return CompletableFuture.failedFuture(
@@ -134,7 +211,7 @@ final class ScriptedStore extends CommandStore {
     return n.asText();
   }
 
-  private static boolean matches(JsonNode want, List<String> args) {
+  private boolean matches(JsonNode want, List<String> args) {
     if (want.size() != args.size()) {
       return false;
     }
@@ -149,14 +226,24 @@ final class ScriptedStore extends CommandStore {
         } catch (NumberFormatException e) {
           return false;
         }
-      } else if (!w.asText().equals(a)) {
-        return false;
+      } else {
+        Matcher m = ID.matcher(w.asText());
+        if (m.matches()) {
+          if (!idMatches(m.group(1), a)) {
+            return false;
+          }
+        } else {
+          String p = placeholder(w.asText());
+          if (!(p != null ? p : w.asText()).equals(a)) {
+            return false;
+          }
+        }
       }
     }
     return true;
   }
 
-  static void assertArgs(JsonNode want, List<String> args) {
+  void assertArgs(JsonNode want, List<String> args) {
     assertEquals(true, matches(want, args), "expected " + want + ", got " + args);
   }
 }

@@ -47,35 +47,16 @@ class VectorsTest {
 
   /**
    * Cases of a rule Java does not implement yet, each expected to FAIL (a case that passes is an
-   * error: take it off this list): SPEC E, the script backend (issue 42), whose vectors main holds
-   * before every language has it. The runners above fail them on their SPEC E fields, with a
-   * message naming the field; nothing here hides a failure of another case.
+   * error: take it off this list); nothing here hides a failure of another case. Empty since SPEC
+   * E, the script backend (issue 42), is in Java.
    */
-  static final Map<String, String> PENDING =
-      Map.ofEntries(
-          Map.entry("lim-092", "E3"),
-          Map.entry("lim-093", "E3"),
-          Map.entry("lim-094", "E3"),
-          Map.entry("lim-095", "E4"),
-          Map.entry("lim-096", "E5"),
-          Map.entry("lim-097", "E7"),
-          Map.entry("su-006", "E6"),
-          Map.entry("su-007", "E6"),
-          Map.entry("su-008", "E6"),
-          Map.entry("su-009", "E6"),
-          Map.entry("su-010", "E6"),
-          Map.entry("su-013", "E1"),
-          Map.entry("su-014", "E2"),
-          Map.entry("su-015", "E2"),
-          Map.entry("su-016", "E1"),
-          Map.entry("su-017", "E5"),
-          Map.entry("su-018", "E6"));
+  static final Map<String, String> PENDING = Map.of();
 
   private static void pending(String id, Runnable run) {
     try {
       run.run();
     } catch (AssertionError expected) {
-      return; // SPEC E: not in Java yet (issue 42)
+      return; // the rule is not in Java yet
     }
     fail(id + " passes: take it off VectorsTest.PENDING (SPEC " + PENDING.get(id) + ")");
   }

@@ -5,6 +5,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.function.Function;
 
 /**
  * {@link Store} over a client that sends a raw command and hands back its raw reply (a {@link
@@ -13,6 +14,9 @@ import java.util.concurrent.CompletableFuture;
  * written here, and every reply read here, once for every backend.
  */
 public abstract class CommandStore implements Store {
+  /** SPEC E: the backend TB.* calls go through; null: the module's commands as they are. */
+  private volatile ScriptBackend backend;
+
   /**
    * Sends one command ({@code args[0]} is its name); the future completes with the raw reply or a
    * {@link StoreException}.
@@ -36,6 +40,48 @@ public abstract class CommandStore implements Store {
             });
   }
 
+  /**
+   * SPEC E: send the TB.* calls through {@code b} (chosen, or to be chosen before the first call
+   * that reaches Redis: a degraded start's).
+   */
+  public void useBackend(ScriptBackend b) {
+    this.backend = b;
+  }
+
+  /**
+   * SPEC E1: the backend's choice (made once; at startup, or by a degraded start's first call);
+   * fails when no backend is set.
+   */
+  public CompletableFuture<BackendChoice> chooseBackend() {
+    ScriptBackend b = backend;
+    if (b == null) {
+      return CompletableFuture.failedFuture(new IllegalStateException("no backend set"));
+    }
+    return b.ready(this::send, this::moduleLoaded);
+  }
+
+  /** The backend TB.* calls go through; null until a limiter's startup sets one. */
+  public ScriptBackend backend() {
+    return backend;
+  }
+
+  /**
+   * One TB.* call, built by {@code build} from the client's clock where the scripts need it (E5:
+   * the {@code now} of a bucket or window call, else null), through the backend. A reload and a
+   * retry (E3, E4) stay inside the one future: the limiter's guarded call sees one call.
+   */
+  private CompletableFuture<Object> tb(Function<String, List<String>> build) {
+    ScriptBackend b = backend;
+    if (b == null) {
+      return send(build.apply(null));
+    }
+    ScriptBackend.Send s = this::send;
+    if (b.current() != null) {
+      return b.call(s, build.apply(b.clientNow()));
+    }
+    return b.ready(s, this::moduleLoaded).thenCompose(c -> b.call(s, build.apply(b.clientNow())));
+  }
+
   // -- arguments ------------------------------------------------------------------------
 
   /**
@@ -52,9 +98,11 @@ public abstract class CommandStore implements Store {
     return Double.toString(x);
   }
 
-  private static List<String> withNow(List<String> args, Double now) {
+  private static List<String> withNow(List<String> args, Double now, String clock) {
     if (now != null) {
       args.add(arg(now));
+    } else if (clock != null) {
+      args.add(clock);
     }
     return args;
   }
@@ -67,8 +115,9 @@ public abstract class CommandStore implements Store {
     return out;
   }
 
-  static List<String> takeArgs(String key, double capacity, double rate, double n, Double now) {
-    return withNow(list("TB.TAKE", key, arg(capacity), arg(rate), arg(n)), now);
+  static List<String> takeArgs(
+      String key, double capacity, double rate, double n, Double now, String clock) {
+    return withNow(list("TB.TAKE", key, arg(capacity), arg(rate), arg(n)), now, clock);
   }
 
   static void appendCharges(List<String> out, List<Charge> charges) {
@@ -83,17 +132,18 @@ public abstract class CommandStore implements Store {
     }
   }
 
-  static List<String> mtakeArgs(List<Charge> charges, Double now) {
+  static List<String> mtakeArgs(List<Charge> charges, Double now, String clock) {
     if (charges.isEmpty()) {
       throw new IllegalArgumentException("TB.MTAKE needs at least one bucket");
     }
     List<String> out = list("TB.MTAKE");
     appendCharges(out, charges);
-    return withNow(out, now);
+    return withNow(out, now, clock);
   }
 
-  static List<String> refundArgs(String key, double capacity, double rate, double n, Double now) {
-    return withNow(list("TB.REFUND", key, arg(capacity), arg(rate), arg(n)), now);
+  static List<String> refundArgs(
+      String key, double capacity, double rate, double n, Double now, String clock) {
+    return withNow(list("TB.REFUND", key, arg(capacity), arg(rate), arg(n)), now, clock);
   }
 
   static List<String> acquireArgs(String key, long limit, long leaseMs, List<Charge> take) {
@@ -110,21 +160,23 @@ public abstract class CommandStore implements Store {
   @Override
   public CompletableFuture<Reply> take(
       String key, double capacity, double rate, double n, Double now) {
-    return send(takeArgs(key, capacity, rate, n, now)).thenApply(CommandStore::reply);
+    return tb(clock -> takeArgs(key, capacity, rate, n, now, clock)).thenApply(CommandStore::reply);
   }
 
   @Override
   public CompletableFuture<MultiReply> mtake(List<Charge> charges, Double now) {
     int numkeys = charges.size();
-    return send(mtakeArgs(charges, now)).thenApply(raw -> multiReply(raw, numkeys));
+    return tb(clock -> mtakeArgs(charges, now, clock)).thenApply(raw -> multiReply(raw, numkeys));
   }
 
   @Override
   public CompletableFuture<Reservation> reserve(
       String key, double capacity, double rate, double n, double maxWait, Double now) {
-    List<String> args =
-        withNow(list("TB.RESERVE", key, arg(capacity), arg(rate), arg(n), arg(maxWait)), now);
-    return send(args)
+    return tb(clock ->
+            withNow(
+                list("TB.RESERVE", key, arg(capacity), arg(rate), arg(n), arg(maxWait)),
+                now,
+                clock))
         .thenApply(
             raw -> {
               Reply r = reply(raw);
@@ -134,13 +186,13 @@ public abstract class CommandStore implements Store {
 
   @Override
   public CompletableFuture<Reply> peek(String key, double capacity, double rate, Double now) {
-    return send(withNow(list("TB.PEEK", key, arg(capacity), arg(rate)), now))
+    return tb(clock -> withNow(list("TB.PEEK", key, arg(capacity), arg(rate)), now, clock))
         .thenApply(CommandStore::reply);
   }
 
   @Override
   public CompletableFuture<LeasesReply> peekLeases(String key) {
-    return send(list("TB.PEEK", key, "LEASES"))
+    return tb(clock -> list("TB.PEEK", key, "LEASES"))
         .thenApply(
             raw -> {
               List<?> a = array(raw, 2, "TB.PEEK LEASES");
@@ -150,7 +202,7 @@ public abstract class CommandStore implements Store {
 
   @Override
   public CompletableFuture<HoldsReply> peekHolds(String key) {
-    return send(list("TB.PEEK", key, "HOLDS"))
+    return tb(clock -> list("TB.PEEK", key, "HOLDS"))
         .thenApply(
             raw -> {
               List<?> a = array(raw, 3, "TB.PEEK HOLDS");
@@ -161,24 +213,38 @@ public abstract class CommandStore implements Store {
   @Override
   public CompletableFuture<Reply> refund(
       String key, double capacity, double rate, double n, Double now) {
-    return send(refundArgs(key, capacity, rate, n, now)).thenApply(CommandStore::reply);
+    return tb(clock -> refundArgs(key, capacity, rate, n, now, clock))
+        .thenApply(CommandStore::reply);
   }
 
   @Override
   public CompletableFuture<List<Reply>> refundAll(List<Charge> charges) {
-    List<List<String>> commands = new ArrayList<>(charges.size());
-    for (Charge b : charges) {
-      commands.add(refundArgs(b.key(), b.capacity(), b.rate(), b.cost(), null));
+    ScriptBackend b = backend;
+    CompletableFuture<List<Object>> sent;
+    if (b == null || (b.current() != null && !b.current().scripts())) {
+      List<List<String>> commands = new ArrayList<>(charges.size());
+      for (Charge c : charges) {
+        commands.add(refundArgs(c.key(), c.capacity(), c.rate(), c.cost(), null, null));
+      }
+      sent = sendAll(commands);
+    } else {
+      // SPEC E: each through the scripts (a reload and a retry are per call)
+      List<CompletableFuture<Object>> each = new ArrayList<>(charges.size());
+      for (Charge c : charges) {
+        each.add(tb(clock -> refundArgs(c.key(), c.capacity(), c.rate(), c.cost(), null, clock)));
+      }
+      sent =
+          CompletableFuture.allOf(each.toArray(CompletableFuture[]::new))
+              .thenApply(v -> each.stream().map(CompletableFuture::join).toList());
     }
-    return sendAll(commands)
-        .thenApply(
-            raws -> {
-              List<Reply> out = new ArrayList<>(raws.size());
-              for (Object raw : raws) {
-                out.add(reply(raw));
-              }
-              return out;
-            });
+    return sent.thenApply(
+        raws -> {
+          List<Reply> out = new ArrayList<>(raws.size());
+          for (Object raw : raws) {
+            out.add(reply(raw));
+          }
+          return out;
+        });
   }
 
   @Override
@@ -208,23 +274,28 @@ public abstract class CommandStore implements Store {
   @Override
   public CompletableFuture<Reply> window(
       String key, double limit, double seconds, double n, Double now, WindowMode mode) {
-    List<String> args = withNow(list("TB.WINDOW", key, arg(limit), arg(seconds), arg(n)), now);
-    if (mode != null) {
-      args.add(mode.name());
-    }
-    return send(args).thenApply(CommandStore::reply);
+    return tb(clock -> {
+          List<String> args =
+              withNow(list("TB.WINDOW", key, arg(limit), arg(seconds), arg(n)), now, clock);
+          if (mode != null) {
+            args.add(mode.name());
+          }
+          return args;
+        })
+        .thenApply(CommandStore::reply);
   }
 
   @Override
   public CompletableFuture<Acquired> acquire(
       String key, long limit, long leaseMs, List<Charge> take) {
     int numkeys = take == null ? 0 : take.size();
-    return send(acquireArgs(key, limit, leaseMs, take)).thenApply(raw -> acquired(raw, numkeys));
+    return tb(clock -> acquireArgs(key, limit, leaseMs, take))
+        .thenApply(raw -> acquired(raw, numkeys));
   }
 
   @Override
   public CompletableFuture<LeaseReply> release(String key, String id) {
-    return send(list("TB.RELEASE", key, id))
+    return tb(clock -> list("TB.RELEASE", key, id))
         .thenApply(
             raw -> {
               List<?> a = array(raw, 2, "TB.RELEASE");
@@ -234,7 +305,7 @@ public abstract class CommandStore implements Store {
 
   @Override
   public CompletableFuture<LeaseReply> renew(String key, String id, long leaseMs) {
-    return send(list("TB.RENEW", key, id, Long.toString(leaseMs)))
+    return tb(clock -> list("TB.RENEW", key, id, Long.toString(leaseMs)))
         .thenApply(
             raw -> {
               List<?> a = array(raw, 3, "TB.RENEW");
@@ -245,9 +316,8 @@ public abstract class CommandStore implements Store {
   @Override
   public CompletableFuture<HoldReply> hold(
       String key, double capacity, double rate, double estimate, long ttlMs) {
-    List<String> args =
-        list("TB.HOLD", key, arg(capacity), arg(rate), arg(estimate), Long.toString(ttlMs));
-    return send(args)
+    return tb(clock ->
+            list("TB.HOLD", key, arg(capacity), arg(rate), arg(estimate), Long.toString(ttlMs)))
         .thenApply(
             raw -> {
               List<?> a = array(raw, 5, "TB.HOLD");
@@ -263,11 +333,13 @@ public abstract class CommandStore implements Store {
   @Override
   public CompletableFuture<SettleReply> settle(
       String key, double capacity, double rate, String id, double actual, Double maxWait) {
-    List<String> args = list("TB.SETTLE", key, arg(capacity), arg(rate), id, arg(actual));
-    if (maxWait != null) {
-      args.add(arg(maxWait));
-    }
-    return send(args)
+    return tb(clock -> {
+          List<String> args = list("TB.SETTLE", key, arg(capacity), arg(rate), id, arg(actual));
+          if (maxWait != null) {
+            args.add(arg(maxWait));
+          }
+          return args;
+        })
         .thenApply(
             raw -> {
               List<?> a = array(raw, 4, "TB.SETTLE");

@@ -219,10 +219,11 @@ public abstract class StoreContract {
   }
 
   @Test
-  void startup_without_the_module_fails_in_one_line() {
+  void startup_forced_to_the_module_without_it_fails_in_one_line() {
     try (RedisServer plain = RedisServer.start(false)) {
       Store s = open(plain.port());
-      RateLimiter limiter = RateLimiter.builder(s).policy(Policy.perSecond("ip", 1)).build();
+      RateLimiter limiter =
+          RateLimiter.builder(s).backend("module").policy(Policy.perSecond("ip", 1)).build();
       StartupException e = assertThrows(StartupException.class, limiter::startup);
       assertEquals(
           "redis-tb module not loaded on 127.0.0.1:"

@@ -72,12 +72,14 @@ public final class Limiters {
             .timeoutMillis(props.getTimeout().toMillis())
             .cooldownMillis(props.getCooldown().toMillis())
             .startDegraded(props.isStartDegraded())
+            .backend(props.getBackend())
             .legacyHeaders(
                 props.isLegacyHeaders(),
                 Headers.LegacyReset.valueOf(props.getLegacyReset().toUpperCase(Locale.ROOT)))
             .shadow(props.isShadow())
             .metrics(metrics)
-            .logger(LOG::warning);
+            .logger(LOG::warning)
+            .infoLogger(LOG::info);
     if (props.getDenyCacheMaxEntries() > 0) {
       b.denyCache(props.getDenyCacheMaxEntries());
     }

@@ -15,7 +15,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * limiter} and {@code policy} (configuration, never a client identity), the call duration histogram
  * {@code redis_tb_redis_call_duration_seconds}, the gauge {@code redis_tb_leases_in_flight}, and
  * the counters {@code redis_tb_leases_expired_total}, {@code redis_tb_leases_timed_out_total} and
- * {@code redis_tb_holds_lost_total}.
+ * {@code redis_tb_holds_lost_total}, and SPEC E6's gauge {@code redis_tb_backend}.
  */
 public final class MicrometerLimiterMetrics implements LimiterMetrics {
   /** Charge bounds of the call duration, in seconds. */
@@ -139,5 +139,25 @@ public final class MicrometerLimiterMetrics implements LimiterMetrics {
   @Override
   public void holdLost(String limiter, String policy) {
     count("redis.tb.holds.lost", limiter, policy);
+  }
+
+  /** SPEC E6: {@code redis_tb_backend{limiter, backend}}: 1 for the backend in use, 0 the other. */
+  @Override
+  public void backend(String limiter, String backend) {
+    for (String b : new String[] {"module", "scripts"}) {
+      gauges
+          .computeIfAbsent(
+              "backend\0" + limiter + '\0' + b,
+              k -> {
+                AtomicLong v = new AtomicLong();
+                Gauge.builder("redis.tb.backend", v, AtomicLong::doubleValue)
+                    .description("The store's backend in use: 1 for it (SPEC E6)")
+                    .tag("limiter", limiter)
+                    .tag("backend", b)
+                    .register(registry);
+                return v;
+              })
+          .set(b.equals(backend) ? 1 : 0);
+    }
   }
 }

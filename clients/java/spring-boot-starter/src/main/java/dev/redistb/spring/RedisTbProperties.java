@@ -39,6 +39,12 @@ public class RedisTbProperties {
   /** SPEC U2 */
   private boolean startDegraded;
 
+  /**
+   * SPEC E1: the store's backend: {@code auto} (the module where {@code COMMAND INFO tb.take} finds
+   * it, else the script library), {@code module}, or {@code scripts}.
+   */
+  private String backend = "auto";
+
   /** SPEC C5: CIDRs or addresses of your load balancers. */
   private List<String> trustedProxies = new ArrayList<>();
 
@@ -277,6 +283,14 @@ public class RedisTbProperties {
 
   public void setFailOpen(boolean failOpen) {
     this.failOpen = failOpen;
+  }
+
+  public String getBackend() {
+    return backend;
+  }
+
+  public void setBackend(String backend) {
+    this.backend = backend;
   }
 
   public boolean isStartDegraded() {

@@ -59,10 +59,14 @@ class StartupFailureTest {
     };
   }
 
-  private static StartupException start(String url) {
+  private static StartupException start(String url, String... more) {
     SpringApplication app = new SpringApplication(App.class);
     app.setWebApplicationType(WebApplicationType.NONE);
-    RuntimeException e = assertThrows(RuntimeException.class, () -> app.run(args(url)));
+    String[] argv =
+        java.util.stream.Stream.concat(
+                java.util.Arrays.stream(args(url)), java.util.Arrays.stream(more))
+            .toArray(String[]::new);
+    RuntimeException e = assertThrows(RuntimeException.class, () -> app.run(argv));
     StartupException cause = RedisTbStartup.startupCause(e);
     assertNotNull(cause, "not a limiter's startup failure: " + e);
     return cause;
@@ -88,15 +92,37 @@ class StartupFailureTest {
   }
 
   @Test
-  void a_redis_without_the_module(CapturedOutput output) {
+  void a_redis_without_the_module_when_forced_to_it(CapturedOutput output) {
     try (RedisServer bare = RedisServer.start(false)) {
-      StartupException e = start(bare.url());
+      StartupException e = start(bare.url(), "--redis-tb.backend=module");
       assertEquals(
           "redis-tb module not loaded on 127.0.0.1:"
               + bare.port()
               + ": load libredis_tb.so with loadmodule",
           e.getMessage());
       reportedAsTheLine(output, e.getMessage());
+    }
+  }
+
+  @Test
+  void a_redis_without_the_module_starts_on_the_scripts_and_limits(CapturedOutput output) {
+    try (RedisServer bare = RedisServer.start(false)) {
+      SpringApplication app = new SpringApplication(App.class);
+      app.setWebApplicationType(WebApplicationType.NONE);
+      try (var context = app.run(args(bare.url()))) {
+        dev.redistb.RateLimiter main = context.getBean(dev.redistb.RateLimiter.class);
+        assertEquals("scripts", main.stats().backend());
+        assertEquals(
+            dev.redistb.Outcome.ALLOWED, main.check(new TestView("203.0.113.9")).join().outcome());
+        assertTrue(
+            output
+                .getAll()
+                .contains(
+                    "redis-tb: backend scripts on 127.0.0.1:"
+                        + bare.port()
+                        + " (tb.take not found, Functions)"),
+            output.getAll());
+      }
     }
   }
 
