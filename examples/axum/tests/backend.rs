@@ -151,6 +151,8 @@ async fn leases_and_holds_work_on_the_scripts() -> TestResult {
     assert_eq!(first.decision.outcome, Outcome::Allowed);
     let id = first.decision.lease.as_ref().ok_or("no lease")?.id.clone();
     assert_eq!(id.len(), 16, "{id}");
+    let (in_flight, _) = tb.peek_leases("rl:conc:203.0.113.9").await?;
+    assert_eq!(in_flight, 1.0);
     let second = conc.check(&mut parts(), PEER, Some("/x")).await;
     assert_eq!(second.decision.outcome, Outcome::Limited);
     first.lease.finish().await;
@@ -168,6 +170,8 @@ async fn leases_and_holds_work_on_the_scripts() -> TestResult {
     let hold = check.decision.hold("tokens", 100.0, 60.0).await?;
     let key = "rl:tokens:203.0.113.9";
     assert!((tb.peek(key, 1000.0, 1e-9).await?.remaining - 900.0).abs() < 1e-3);
+    let (holds, amount, _) = tb.peek_holds(key).await?;
+    assert_eq!((holds, amount), (1.0, 100.0));
     let settled = hold.settle(30.0).await?;
     assert!(settled.settled);
     // What the settle charged beyond the hold: 30 - 100.
@@ -251,6 +255,7 @@ async fn a_server_that_refuses_time_gets_the_clients_clock() -> TestResult {
         .build()?;
     let c = conc.check(&mut parts(), PEER, Some("/x")).await;
     assert_eq!(c.decision.outcome, Outcome::Allowed);
+    assert_eq!(tb.peek_leases("rl:conc:203.0.113.9").await?.0, 1.0);
     c.lease.finish().await;
     assert_eq!(conc.stats().leases_expired(), 0);
     assert_eq!(
