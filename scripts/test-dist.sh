@@ -211,6 +211,12 @@ rs_block=$(awk '/^```rust$/ { inside = 1; next } inside && /^```$/ { exit } insi
 [ -n "$rs_block" ] || fail "clients/rust/README.md: no rust block"
 mkdir -p "$work/rust/src"
 tar -xzf "$dist/redis-tb-client-$crate_version.crate" -C "$work"
+# SPEC E2: the crate carries the script library as files (its lua/ entries are links to
+# clients/lua, which cargo package stores as their contents): the same bytes as the source.
+for f in tb.lua functions.lua; do
+  cmp -s "$work/redis-tb-client-$crate_version/lua/$f" "$repo/clients/lua/$f" ||
+    fail "the crate's lua/$f is not clients/lua/$f"
+done
 cat >"$work/rust/Cargo.toml" <<EOF
 [package]
 name = "quick-start"

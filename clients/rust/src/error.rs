@@ -34,6 +34,24 @@ pub enum Error {
         /// `host:port` of the server.
         addr: String,
     },
+    /// SPEC E2: neither `FUNCTION LOAD REPLACE` nor `SCRIPT LOAD` took the script library
+    /// (or `SCRIPT LOAD` answered another SHA-1 than tb.lua's).
+    #[error(
+        "redis-tb: cannot load the script backend on {addr} ({reason}): allow FUNCTION LOAD or SCRIPT LOAD, or load the module"
+    )]
+    ScriptLoad {
+        /// `host:port` of the server.
+        addr: String,
+        /// The last load's error reply.
+        reason: String,
+    },
+    /// SPEC E4: the operating system's random source gave no bytes for a lease or hold id;
+    /// nothing was sent.
+    #[error("redis-tb: no random id for a lease or hold ({reason})")]
+    NoRandomness {
+        /// The random source's error.
+        reason: String,
+    },
     /// SPEC U3, K6: on a Redis Cluster, a limiter that sends several keys in one call has
     /// no tag function, so its calls would be refused (`CROSSSLOT`).
     #[error(

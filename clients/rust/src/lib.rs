@@ -4,7 +4,8 @@
 //!
 //! - [`TbClient`]: TB.TAKE, TB.MTAKE, TB.PEEK, TB.REFUND, TB.RESERVE, TB.WINDOW, TB.RELEASE,
 //!   TB.RENEW, TB.HOLD and TB.SETTLE over one multiplexed connection, one round trip per
-//!   call, typed replies, tight timeouts.
+//!   call, typed replies, tight timeouts; on the module's commands, or where the module is
+//!   missing on the script library of clients/lua ([`BackendSetting`], SPEC E).
 //! - The core, framework-neutral: [`Policy`] and [`Key`] ([`policy`]), the client address
 //!   ([`ip`]), the key builder ([`keys`]), headers ([`headers`]), problem bodies
 //!   ([`problem`]), the [`Decision`], the deny cache, the breaker, and the [`RateLimiter`]
@@ -21,7 +22,7 @@
 //! use axum::{Router, routing::get};
 //! use redis_tb_client::{Key, Policy, RateLimitLayer, TbClient};
 //!
-//! let client = TbClient::connect("redis://127.0.0.1:6379/").await?; // fails if the module is missing
+//! let client = TbClient::connect("redis://127.0.0.1:6379/").await?; // the module, else the scripts (SPEC E1)
 //! let limiter = RateLimitLayer::builder(client)
 //!     .policy(Policy::per_second("perip", 10.0))
 //!     .policy(Policy::per_hour("perkey", 1000.0).key(Key::header("x-api-key".parse()?)))
@@ -56,9 +57,11 @@ pub mod startup;
 pub mod telemetry;
 pub mod tower;
 
+pub use client::lua;
 pub use client::{
-    Acquired, Charge, ClientConfig, HoldReply, MAX_NUMBER, MIN_RATE, MultiReply, Reply,
-    Reservation, SettleReply, TbClient, Throttle, WindowMode,
+    Acquired, Backend, BackendSetting, Charge, Chosen, ClientConfig, HoldReply, MAX_NUMBER,
+    MIN_RATE, MultiReply, Reply, Reservation, ScriptsVia, Sent, SettleReply, TbClient, Throttle,
+    Transport, WindowMode,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 #[allow(deprecated)]

@@ -41,6 +41,9 @@ pub const HOLDS_LOST_TOTAL: &str = "redis_tb_holds_lost_total";
 pub const STORE_ERRORS_TOTAL: &str = "redis_tb_store_errors_total";
 /// `redis_tb_degraded_total{limiter}`: requests decided by the failure mode.
 pub const DEGRADED_TOTAL: &str = "redis_tb_degraded_total";
+/// `redis_tb_backend{limiter,backend}`: 1 for the store's backend in use (`module` or
+/// `scripts`), 0 for the other, from the moment it is chosen (SPEC E6).
+pub const BACKEND: &str = "redis_tb_backend";
 /// `redis_tb_redis_call_duration_seconds{limiter}`: each Redis call of the layer (the
 /// check, TB.MTAKE or TB.TAKE for one policy, and refunds), failed and timed-out calls
 /// included.
@@ -127,6 +130,19 @@ fn describe() {
         Unit::Seconds,
         "Duration of the rate limiter's Redis calls (TB.MTAKE, refunds)"
     );
+}
+
+/// SPEC E6: the gauge [`BACKEND`] of `limiter` set to `backend` (`module` or `scripts`).
+pub(crate) fn backend_chosen(limiter: &str, backend: &'static str) {
+    metrics::describe_gauge!(
+        BACKEND,
+        Unit::Count,
+        "The store's backend in use: 1 for it (module or scripts, SPEC E6)"
+    );
+    for b in ["module", "scripts"] {
+        let v = if b == backend { 1.0 } else { 0.0 };
+        metrics::gauge!(BACKEND, "limiter" => limiter.to_owned(), "backend" => b).set(v);
+    }
 }
 
 impl LimiterMetrics {

@@ -65,6 +65,7 @@ impl Server {
             call_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             startup_timeout: Duration::from_secs(10),
+            ..ClientConfig::default()
         };
         TbClient::connect_with(&format!("redis://127.0.0.1:{}", self.port), config).await
     }

@@ -62,3 +62,16 @@ async fn stream(Extension(d): Extension<Decision>) -> Response {
 fn the_snippets_build_a_router() {
     let _ = Router::<()>::new().route("/stream", axum::routing::get(stream));
 }
+
+/// The README's backend snippet (SPEC E).
+#[allow(dead_code)]
+async fn backend() -> Result<(), Box<dyn std::error::Error>> {
+    use redis_tb_client::{BackendSetting, ClientConfig};
+    let config = ClientConfig {
+        backend: "auto".parse::<BackendSetting>()?,
+        ..ClientConfig::default()
+    };
+    let client = TbClient::start("redis://127.0.0.1:6379/", config).await?;
+    println!("{:?}", client.backend().map(|c| &c.line)); // the module or the scripts
+    Ok(())
+}

@@ -3,10 +3,14 @@
 //! `SHADOW_POLICIES` (comma-separated policy names: `ip,user,orders,search`), `DENY_CACHE`
 //! (max entries; 0 or unset: off), `LEGACY_HEADERS` (`unix` or `delta`),
 //! `REDIS_TB_TIMEOUT_MS` (the Redis call timeout, default 50), `REDIS_TB_START_DEGRADED=1`
-//! (start even when Redis is unreachable, SPEC U2; by default that fails the start).
+//! (start even when Redis is unreachable, SPEC U2; by default that fails the start),
+//! `REDIS_TB_BACKEND` (SPEC E1: `auto`, the default, uses the module where it is loaded and
+//! the script library of clients/lua elsewhere, e.g. on managed Redis; `module` or
+//! `scripts` forces either; any other value prints one line and exits with status 2).
 //!
-//! A limiter that cannot start (Redis unreachable, the module missing, `COMMAND INFO` not
-//! permitted, a Redis Cluster refusing a limiter without a tag function: SPEC U1-U3)
+//! A limiter that cannot start (Redis unreachable, the module missing where it is forced,
+//! the script library refused, `COMMAND INFO` not permitted, a Redis Cluster refusing a
+//! limiter without a tag function: SPEC U1-U3, E1, E2)
 //! prints the one line of SPEC U4 and exits with status 3, as uvicorn and gunicorn do for
 //! a failed start; any other error exits with status 1.
 
@@ -18,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use redis_tb_axum_example::{Config, app_with_login, limiter, login_limiter};
-use redis_tb_client::{ClientConfig, FailureMode, LegacyReset, TbClient};
+use redis_tb_client::{BackendSetting, ClientConfig, FailureMode, LegacyReset, TbClient};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -35,6 +39,11 @@ async fn main() -> ExitCode {
             eprintln!("{line}");
             ExitCode::from(3)
         }
+        // A setting that cannot be used: one line, status 2 (as the Node examples).
+        Err(Failed::Setting(line)) => {
+            eprintln!("{line}");
+            ExitCode::from(2)
+        }
         Err(Failed::Other(e)) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -45,6 +54,7 @@ async fn main() -> ExitCode {
 /// Why the app stopped: its limiters could not start (status 3), or anything else.
 enum Failed {
     Start(String),
+    Setting(String),
     Other(Box<dyn std::error::Error>),
 }
 
@@ -59,6 +69,13 @@ fn start_failed(e: impl std::fmt::Display) -> Failed {
 }
 
 async fn run() -> Result<(), Failed> {
+    // SPEC E1: checked before anything else.
+    let backend: BackendSetting = match std::env::var("REDIS_TB_BACKEND") {
+        Err(_) => BackendSetting::Auto,
+        Ok(word) => word
+            .parse()
+            .map_err(|e| Failed::Setting(format!("REDIS_TB_BACKEND: {e}")))?,
+    };
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let mut config = Config::default();
@@ -82,7 +99,10 @@ async fn run() -> Result<(), Failed> {
             return Err(format!("LEGACY_HEADERS={other:?}: use unix or delta").into());
         }
     };
-    let mut client_config = ClientConfig::default();
+    let mut client_config = ClientConfig {
+        backend,
+        ..ClientConfig::default()
+    };
     if let Ok(ms) = std::env::var("REDIS_TB_TIMEOUT_MS") {
         let ms: u64 = ms.trim().parse()?;
         if ms == 0 {
@@ -90,7 +110,8 @@ async fn run() -> Result<(), Failed> {
         }
         client_config.call_timeout = Duration::from_millis(ms);
     }
-    // SPEC U1, U2: fails here when Redis is unreachable or runs without the module. Only
+    // SPEC U1, U2, E1: fails here when Redis is unreachable, or runs without the module
+    // where REDIS_TB_BACKEND=module forces it (auto chooses the scripts there). Only
     // REDIS_TB_START_DEGRADED=1 starts anyway (one line logged; the failure mode applies
     // until Redis answers).
     let client = if std::env::var("REDIS_TB_START_DEGRADED").is_ok_and(|v| v == "1") {

@@ -47,6 +47,12 @@ impl RedisServer {
         RedisServer::start_with(false, None)
     }
 
+    /// Starts a server without the module, with extra configuration (SPEC E: `["--rename-
+    /// command", "TIME", ""]` refuses TIME in scripts, `"FUNCTION"` leaves only EVALSHA).
+    pub fn start_without_module_with_args(args: &[&str]) -> io::Result<RedisServer> {
+        RedisServer::start_full(false, None, args)
+    }
+
     /// Starts it with the module and extra configuration (`["--rename-command", "HELLO",
     /// ""]` makes it answer like a server from before RESP3).
     pub fn start_with_args(args: &[&str]) -> io::Result<RedisServer> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis_tb_axum_example::support::RedisServer;
 use redis_tb_client::redis::ProtocolVersion;
-use redis_tb_client::{Charge, ClientConfig, Error, TbClient};
+use redis_tb_client::{Backend, BackendSetting, Charge, ClientConfig, Error, TbClient};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -14,6 +14,7 @@ async fn client(redis: &RedisServer) -> Result<TbClient, Error> {
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     TbClient::connect_with(&redis.url(), config).await
 }
@@ -168,6 +169,7 @@ async fn start_is_strict_and_only_start_degraded_tolerates_an_unreachable_redis(
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     // Nothing listens on the port of a server that was stopped.
     let mut redis = RedisServer::start()?;
@@ -193,15 +195,24 @@ async fn start_is_strict_and_only_start_degraded_tolerates_an_unreachable_redis(
     redis.restart()?;
     assert!(tb.take("k", 1.0, 1.0, 1.0).await?.allowed);
 
+    // SPEC E1: forced to the module, a server without it fails either start (U1); by
+    // default (auto) the same server starts on the script library.
     let bare = RedisServer::start_without_module()?;
+    let forced = ClientConfig {
+        backend: BackendSetting::Module,
+        ..config.clone()
+    };
     for degraded in [false, true] {
         let started = match degraded {
-            false => TbClient::start(&bare.url(), config.clone()).await,
-            true => TbClient::start_degraded(&bare.url(), config.clone()).await,
+            false => TbClient::start(&bare.url(), forced.clone()).await,
+            true => TbClient::start_degraded(&bare.url(), forced.clone()).await,
         };
         let err = started.err().ok_or("started without the module")?;
         assert!(matches!(err, Error::ModuleNotLoaded { .. }), "{err:?}");
     }
+    let tb = TbClient::start(&bare.url(), config.clone()).await?;
+    assert_eq!(tb.backend().map(|c| c.backend), Some(Backend::Scripts));
+    assert!(tb.take("k", 1.0, 1.0, 1.0).await?.allowed);
     Ok(())
 }
 
@@ -223,6 +234,7 @@ async fn same_calls(url: &str) -> Result<(TbClient, Vec<(bool, f64, f64)>), Erro
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     let tb = TbClient::connect_with(url, config).await?;
     let tag = if tb.protocol() == ProtocolVersion::RESP2 {
@@ -315,6 +327,7 @@ async fn the_layer_decides_the_same_over_resp2_and_resp3() -> TestResult {
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     let redis = RedisServer::start()?;
     let mut seen = Vec::new();
@@ -356,6 +369,7 @@ async fn startup_failures_are_one_line_naming_the_address_and_what_to_do() -> Te
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     // SPEC U2: unreachable fails the start by default.
     let mut redis = RedisServer::start()?;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use redis_tb_axum_example::support::{HttpConn, HttpResponse, RedisServer, Served, request, serve};
 use redis_tb_axum_example::{Config, app, limiter};
 use redis_tb_client::headers::unix_now;
-use redis_tb_client::{ClientConfig, Error, FailureMode, LegacyReset, Limit, Stats, TbClient};
+use redis_tb_client::{
+    BackendSetting, ClientConfig, Error, FailureMode, LegacyReset, Limit, Stats, TbClient,
+};
 use serde_json::Value;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -19,6 +21,7 @@ fn test_timeouts() -> ClientConfig {
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     }
 }
 
@@ -442,8 +445,13 @@ async fn redis_stopped_mid_run_fails_closed_with_503() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_module_at_startup_is_a_clear_error() -> TestResult {
+    // SPEC E1, U1: forced to the module (auto would choose the scripts).
     let redis = RedisServer::start_without_module()?;
-    let err = client(&redis)
+    let forced = ClientConfig {
+        backend: BackendSetting::Module,
+        ..test_timeouts()
+    };
+    let err = TbClient::connect_with(&redis.url(), forced)
         .await
         .err()
         .ok_or("connected without the module")?;

@@ -18,6 +18,7 @@ async fn client(redis: &RedisServer) -> Result<TbClient, redis_tb_client::Error>
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     TbClient::connect_with(&redis.url(), timeouts).await
 }

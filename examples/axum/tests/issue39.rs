@@ -33,6 +33,7 @@ fn timeouts() -> ClientConfig {
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     }
 }
 
@@ -186,8 +187,15 @@ async fn only_redis_tb_start_degraded_1_starts_the_app_with_redis_unreachable() 
 #[tokio::test]
 async fn a_server_without_the_module_fails_the_apps_start_with_u1s_line_and_status_3() -> TestResult
 {
+    // SPEC E1: where REDIS_TB_BACKEND=module forces it (auto chooses the scripts).
     let bare = RedisServer::start_without_module()?;
-    let (status, stderr) = run_app(&bare.url(), &[("REDIS_TB_START_DEGRADED", "1")])?;
+    let (status, stderr) = run_app(
+        &bare.url(),
+        &[
+            ("REDIS_TB_START_DEGRADED", "1"),
+            ("REDIS_TB_BACKEND", "module"),
+        ],
+    )?;
     assert_eq!(status, 3, "{stderr}");
     assert_eq!(
         stderr.trim_end(),
@@ -195,6 +203,18 @@ async fn a_server_without_the_module_fails_the_apps_start_with_u1s_line_and_stat
             "redis-tb module not loaded on 127.0.0.1:{}: load libredis_tb.so with loadmodule",
             bare.port()
         )
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bad_backend_setting_stops_the_app_with_one_line_and_status_2() -> TestResult {
+    let bare = RedisServer::start_without_module()?;
+    let (status, stderr) = run_app(&bare.url(), &[("REDIS_TB_BACKEND", "lua")])?;
+    assert_eq!(status, 2, "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "REDIS_TB_BACKEND: backend must be auto, module or scripts, got \"lua\""
     );
     Ok(())
 }

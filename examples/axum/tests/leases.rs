@@ -28,6 +28,7 @@ fn timeouts() -> ClientConfig {
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     }
 }
 

@@ -58,6 +58,7 @@ async fn store_errors_log_one_clear_line_per_second() -> Result<(), Box<dyn std:
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     };
     let client = TbClient::connect_with(&redis.url(), config).await?;
     let app_config = Config {
@@ -126,6 +127,7 @@ async fn shadow_refusals_log_one_line_per_second_per_policy()
             call_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             startup_timeout: Duration::from_secs(10),
+            ..ClientConfig::default()
         },
     )
     .await?;
@@ -166,5 +168,35 @@ async fn shadow_refusals_log_one_line_per_second_per_policy()
         "{}",
         lines[0]
     );
+    Ok(())
+}
+
+/// SPEC E6: a limiter's start logs the backend its store chose, one line, once (a second
+/// `startup()` logs nothing more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_is_logged_once_in_one_line() -> Result<(), Box<dyn std::error::Error>> {
+    let captured = captured();
+    let plain = RedisServer::start_without_module()?;
+    let config = ClientConfig {
+        call_timeout: Duration::from_secs(5),
+        ..ClientConfig::default()
+    };
+    let client = TbClient::connect_with(&plain.url(), config).await?;
+    let app_config = Config {
+        name: "backend-line".to_owned(),
+        ..Config::default()
+    };
+    let layer = limiter(client, &app_config)?;
+    layer.startup().await?;
+    layer.startup().await?;
+    let want = format!(
+        "redis-tb: backend scripts on 127.0.0.1:{} (tb.take not found, Functions)",
+        plain.port()
+    );
+    let text = captured.text();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(&want)).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].ends_with(&want), "{}", lines[0]);
+    assert!(lines[0].contains("INFO"), "{}", lines[0]);
     Ok(())
 }

@@ -17,6 +17,7 @@ fn timeouts() -> ClientConfig {
         call_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         startup_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     }
 }
 
@@ -171,5 +172,37 @@ async fn the_example_serves_per_policy_counters_and_the_call_histogram() -> Test
         "HELP text: {:?}",
         s.docs
     );
+    Ok(())
+}
+
+/// SPEC E6: the gauge `redis_tb_backend{limiter,backend}`, 1 for the backend in use: here
+/// the scripts, on a server without the module (the default backend, auto, chose them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_in_use_is_a_gauge() -> TestResult {
+    let bare = RedisServer::start_without_module()?;
+    let config = Config {
+        ip: Limit::per_hour(2.0),
+        name: "scrape-scripts".to_owned(),
+        ..Config::default()
+    };
+    let layer = limiter(
+        TbClient::connect_with(&bare.url(), timeouts()).await?,
+        &config,
+    )?;
+    layer.startup().await?;
+    let served = serve(app(Some(layer))).await?;
+    let mut conn = HttpConn::connect(served.addr).await?;
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(conn.request("GET", "/items/1", &[]).await?.status);
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let s = scrape(served.addr).await?;
+    let on = |b| [("limiter", "scrape-scripts"), ("backend", b)];
+    assert_eq!(value(&s, "redis_tb_backend", &on("scripts")), 1.0);
+    assert_eq!(value(&s, "redis_tb_backend", &on("module")), 0.0);
+    let ip = [("limiter", "scrape-scripts"), ("policy", "ip")];
+    assert_eq!(value(&s, "redis_tb_allowed_total", &ip), 2.0);
+    assert_eq!(value(&s, "redis_tb_limited_total", &ip), 1.0);
     Ok(())
 }

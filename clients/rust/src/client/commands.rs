@@ -88,10 +88,32 @@ impl TbClient {
         self.reply4(&v, "TB.REFUND")
     }
 
-    /// One TB.REFUND per charge, pipelined in one round trip.
+    /// One TB.REFUND per charge, pipelined in one round trip on the module (one call each
+    /// on the scripts).
     pub async fn refund_many(&self, charges: &[Charge]) -> Result<Vec<Reply>, Error> {
         if charges.is_empty() {
             return Ok(Vec::new());
+        }
+        if self.inner.transport.is_some()
+            || self
+                .backend()
+                .is_none_or(|b| b.backend != super::backend::Backend::Module)
+        {
+            // The scripts (SPEC E): one call each, so that each has E3's reload and retry
+            // (and a transport, which takes one command at a time).
+            let mut out = Vec::with_capacity(charges.len());
+            for c in charges {
+                check_shape(c.capacity, c.rate)?;
+                check_n(c.n)?;
+                let mut cmd = redis::cmd("TB.REFUND");
+                cmd.arg(c.key.as_str())
+                    .arg(num(c.capacity))
+                    .arg(num(c.rate))
+                    .arg(num(c.n));
+                let v = self.call(&cmd).await?;
+                out.push(self.reply4(&v, "TB.REFUND")?);
+            }
+            return Ok(out);
         }
         let mut pipe = redis::pipe();
         for c in charges {

@@ -2,15 +2,19 @@
 //! lazy reconnect after the connection breaks (never a retry of the call itself). The
 //! starts that check the server (`connect`, `start`, SPEC U1, U2) are in `crate::startup`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, ProtocolVersion, RedisError, Value};
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::Error;
 
+use super::backend::{BackendSetting, Chosen};
 use super::replies::{MultiReply, Reply, parse_multi_reply, parse_reply};
 
 /// Timeouts of a [`TbClient`].
@@ -23,6 +27,9 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Limit for the first connect and the module check in [`TbClient::connect`] (default 5 s).
     pub startup_timeout: Duration,
+    /// SPEC E1: the store's backend: `auto` (the default: the module where `COMMAND INFO
+    /// tb.take` finds it, else the script library of clients/lua), `module` or `scripts`.
+    pub backend: BackendSetting,
 }
 
 impl Default for ClientConfig {
@@ -31,8 +38,21 @@ impl Default for ClientConfig {
             call_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_millis(50),
             startup_timeout: Duration::from_secs(5),
+            backend: BackendSetting::Auto,
         }
     }
+}
+
+/// What a [`Transport`] returns: the reply, or the error ([`Error::Server`] for an error
+/// reply, [`Error::Connection`] or [`Error::Timeout`] otherwise).
+pub type Sent = Pin<Box<dyn Future<Output = Result<Value, Error>> + Send + 'static>>;
+
+/// A raw command sender in place of the client's own connection (a test's scripted server,
+/// or a caller that brings its own): `args` are the command's words, name first. The
+/// client's timeouts still bound every call.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends one command.
+    fn send(&self, args: Vec<Vec<u8>>) -> Sent;
 }
 
 /// A client of the redis-tb module. Cheap to clone: clones share one multiplexed connection.
@@ -56,6 +76,16 @@ pub(super) struct Inner {
     /// Started degraded (SPEC U2): a limiter's startup does not fail on an unreachable
     /// Redis.
     pub(super) degraded: AtomicBool,
+    /// Sends in place of `conn` when set ([`TbClient::over`]).
+    pub(super) transport: Option<Arc<dyn Transport>>,
+    /// SPEC E1: the backend, once chosen (at startup, or before a degraded or lazy start's
+    /// first call).
+    pub(super) chosen: OnceLock<Chosen>,
+    /// One choice at a time; the others wait for it.
+    pub(super) choosing: tokio::sync::Mutex<()>,
+    /// SPEC E5, T1: the clock sent as `now` / `NOW` where the server refuses TIME in
+    /// scripts.
+    pub(super) clock: RwLock<Arc<dyn Clock>>,
 }
 
 impl std::fmt::Debug for TbClient {
@@ -79,8 +109,9 @@ impl TbClient {
         self.inner.degraded.load(Ordering::Relaxed)
     }
 
-    /// A client that connects on first use; no I/O here, no module check. The protocol is
-    /// the one `client` was configured with.
+    /// A client that connects on first use; no I/O here, no module check: the backend
+    /// (SPEC E1, `config.backend`) is chosen before its first call. The protocol is the one
+    /// `client` was configured with.
     pub fn lazy(client: redis::Client, config: ClientConfig) -> TbClient {
         TbClient::lazy_with_fallback(client, None, config)
     }
@@ -91,6 +122,35 @@ impl TbClient {
         config: ClientConfig,
     ) -> TbClient {
         let addr = client.get_connection_info().addr().to_string();
+        TbClient::with_parts(client, resp2_fallback, addr, config, None)
+    }
+
+    /// A client whose commands go to `transport` instead of a connection of its own;
+    /// `addr` is the `host:port` its lines name. No I/O here: the same starts
+    /// ([`crate::startup::check_store`]) and calls apply, within `config`'s timeouts.
+    pub fn over(
+        transport: Arc<dyn Transport>,
+        addr: &str,
+        config: ClientConfig,
+    ) -> Result<TbClient, Error> {
+        // Never connected: the `redis::Client` the client would otherwise open.
+        let (client, _) = open_url("redis://127.0.0.1:6379/?protocol=resp3")?;
+        Ok(TbClient::with_parts(
+            client,
+            None,
+            addr.to_owned(),
+            config,
+            Some(transport),
+        ))
+    }
+
+    fn with_parts(
+        client: redis::Client,
+        resp2_fallback: Option<redis::Client>,
+        addr: String,
+        config: ClientConfig,
+        transport: Option<Arc<dyn Transport>>,
+    ) -> TbClient {
         TbClient {
             inner: Arc::new(Inner {
                 client,
@@ -101,6 +161,10 @@ impl TbClient {
                 conn: RwLock::new(None),
                 connecting: tokio::sync::Mutex::new(()),
                 degraded: AtomicBool::new(false),
+                transport,
+                chosen: OnceLock::new(),
+                choosing: tokio::sync::Mutex::new(()),
+                clock: RwLock::new(Arc::new(SystemClock::new())),
             }),
         }
     }
@@ -164,7 +228,7 @@ impl TbClient {
     /// One startup call: a connection made within `limit` when there is none, then the
     /// call within `limit`.
     pub(super) async fn startup_query(&self, cmd: &Cmd, limit: Duration) -> Result<Value, Error> {
-        if self.current().is_none() {
+        if self.inner.transport.is_none() && self.current().is_none() {
             let conn = self.open(limit).await?;
             self.store(Some(conn));
         }
@@ -188,8 +252,8 @@ impl TbClient {
         Ok(mode_of(&reply))
     }
 
-    /// One attempt of `cmd` within the call timeout.
-    pub(crate) async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
+    /// One attempt of `cmd` as it is (no backend) within the call timeout.
+    pub(super) async fn call_once(&self, cmd: &Cmd) -> Result<Value, Error> {
         let v = self.query(cmd, self.inner.config.call_timeout).await;
         self.after_call(v)
     }
@@ -199,6 +263,12 @@ impl TbClient {
         // connection setup state) is boxed, so that every call's future, and every future
         // above it up to the layer's request future, stays small (about 340 bytes here
         // instead of 2.5 KB) and is cheaper to move; only a reconnect pays the allocation.
+        if let Some(t) = &self.inner.transport {
+            return match tokio::time::timeout(limit, t.send(words(cmd))).await {
+                Err(_) => Err(self.timeout(limit)),
+                Ok(r) => r,
+            };
+        }
         let mut conn = match self.current() {
             Some(c) => c,
             None => Box::pin(self.connection()).await?,
@@ -312,6 +382,16 @@ impl TbClient {
     pub(super) fn multi_reply(&self, v: &Value, keys: usize) -> Result<MultiReply, Error> {
         parse_multi_reply(v, keys).map_err(|detail| self.unexpected("TB.MTAKE", detail))
     }
+}
+
+/// A command's words, name first (a cursor argument, which no TB.* command has, as `0`).
+pub(super) fn words(cmd: &Cmd) -> Vec<Vec<u8>> {
+    cmd.args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => b.to_vec(),
+            _ => b"0".to_vec(),
+        })
+        .collect()
 }
 
 /// The `mode` field of a HELLO reply: a RESP3 map, or RESP2's flat list of names and values.

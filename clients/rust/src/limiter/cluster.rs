@@ -19,10 +19,13 @@ impl<S: Store> RateLimiter<S> {
         if self.inner.store.started_degraded() {
             return Ok(());
         }
-        let Some(policies) = self.inner.keys_in_one_call() else {
-            return Ok(());
-        };
-        check_cluster(&self.inner.store, &self.inner.name, policies).await
+        if let Some(policies) = self.inner.keys_in_one_call() {
+            check_cluster(&self.inner.store, &self.inner.name, policies).await?;
+        }
+        // SPEC E6: a start that passed logs the backend its store chose (a degraded one,
+        // at its first call that reaches Redis).
+        self.inner.note_backend();
+        Ok(())
     }
 }
 

@@ -5,9 +5,12 @@
 //! (K6): neither counted nor the breaker's business.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use crate::client::Backend;
 use crate::error::Error;
+use crate::telemetry::backend_chosen;
 
 use super::state::{FailureMode, Inner};
 use super::stats::bump;
@@ -51,6 +54,10 @@ impl<S: Store> Inner<S> {
         self.telemetry
             .call_duration
             .record(started.elapsed().as_secs_f64());
+        if self.stats.0.backend.load(Ordering::Relaxed) == 0 {
+            // SPEC E6: a degraded start's first call that reached Redis chose it.
+            self.note_backend();
+        }
         match result {
             Ok(r) => {
                 self.breaker.success();
@@ -63,6 +70,22 @@ impl<S: Store> Inner<S> {
                 self.failed(&e, what);
                 Guarded::Failed(e)
             }
+        }
+    }
+
+    /// SPEC E6: the store's backend, once chosen: its one line (tracing INFO, target
+    /// `redis_tb`), `stats.backend` and the gauge.
+    pub(super) fn note_backend(&self) {
+        let Some(chosen) = self.store.backend() else {
+            return;
+        };
+        let code = match chosen.backend {
+            Backend::Module => 1,
+            Backend::Scripts => 2,
+        };
+        if self.stats.0.backend.swap(code, Ordering::Relaxed) != code {
+            backend_chosen(&self.name, chosen.backend.as_str());
+            tracing::info!(target: "redis_tb", "{}", chosen.line);
         }
     }
 

@@ -1,7 +1,9 @@
 //! The counters of one limiter (SPEC "Names": `stats`), shared by its clones.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use crate::client::Backend;
 
 /// Counters of one limiter (SPEC "Names": `stats`), shared by its clones.
 #[derive(Clone, Debug, Default)]
@@ -29,6 +31,8 @@ pub(super) struct Counters {
     pub(super) holds: AtomicU64,
     pub(super) holds_lost: AtomicU64,
     pub(super) settlements: AtomicU64,
+    /// SPEC E6: 0 until the backend is chosen, then 1 (the module) or 2 (the scripts).
+    pub(super) backend: AtomicU8,
 }
 
 pub(super) fn bump(c: &AtomicU64) -> u64 {
@@ -95,6 +99,15 @@ impl Stats {
     /// Holds taken (SPEC G1, M2).
     pub fn holds(&self) -> u64 {
         self.0.holds.load(Ordering::Relaxed)
+    }
+    /// SPEC E6: the store's backend, `None` until it is chosen (a degraded start chooses
+    /// before its first call that reaches Redis).
+    pub fn backend(&self) -> Option<Backend> {
+        match self.0.backend.load(Ordering::Relaxed) {
+            1 => Some(Backend::Module),
+            2 => Some(Backend::Scripts),
+            _ => None,
+        }
     }
     /// Holds settled (SPEC G3, M2).
     pub fn settlements(&self) -> u64 {

@@ -5,7 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::client::{Acquired, Charge, HoldReply, MultiReply, Reply, SettleReply, TbClient};
+use crate::client::{
+    Acquired, Charge, Chosen, HoldReply, MultiReply, Reply, SettleReply, TbClient,
+};
 use crate::error::Error;
 use crate::hold::SettleTarget;
 
@@ -66,6 +68,24 @@ pub trait Store: Send + Sync + 'static {
     /// `COMMAND INFO tb.take` (SPEC U1): whether the module's commands are there.
     fn command_info(&self) -> impl Future<Output = Result<bool, Error>> + Send {
         async { Err(unsupported("COMMAND INFO")) }
+    }
+    /// SPEC E1: chooses the store's backend (once) with the startup's calls. The default,
+    /// for a store of the module's commands alone: `COMMAND INFO tb.take`
+    /// ([`Store::command_info`]), the module, or [`Error::ModuleNotLoaded`].
+    fn choose_backend(&self) -> impl Future<Output = Result<Chosen, Error>> + Send {
+        async move {
+            if self.command_info().await? {
+                Ok(Chosen::module(self.addr(), "tb.take found"))
+            } else {
+                Err(Error::ModuleNotLoaded {
+                    addr: self.addr().to_owned(),
+                })
+            }
+        }
+    }
+    /// SPEC E6: the backend in use, `None` until it is chosen.
+    fn backend(&self) -> Option<Chosen> {
+        None
     }
     /// `HELLO` with no argument (SPEC U3): the server's `mode`, `None` when the reply has
     /// none.
@@ -158,6 +178,14 @@ impl Store for TbClient {
 
     async fn hello(&self) -> Result<Option<String>, Error> {
         self.hello_mode().await
+    }
+
+    async fn choose_backend(&self) -> Result<Chosen, Error> {
+        self.choose(self.config().startup_timeout).await
+    }
+
+    fn backend(&self) -> Option<Chosen> {
+        TbClient::backend(self).cloned()
     }
 
     fn started_degraded(&self) -> bool {
