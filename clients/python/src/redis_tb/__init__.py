@@ -8,8 +8,10 @@ adapters: ASGI (:mod:`redis_tb.asgi`, needs the ``asgi`` extra: starlette), Fast
 from typing import Any
 
 from .address import ClientIP, ClientIp, ClientIpConfig
+from .backend import Backend, BackendSetting, Chosen
 from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError
 from .cluster import CrossSlot
+from .errors import BackendUnavailable, ScriptLoadError
 from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache
 from .headers import decision_headers, respond
@@ -22,6 +24,11 @@ from .scope import Scope
 __all__ = [
     "DEFAULT_TIMEOUT",
     "AsyncClient",
+    "Backend",
+    "BackendSetting",
+    "BackendUnavailable",
+    "Chosen",
+    "ScriptLoadError",
     "BaseLimiter",
     "Bucket",
     "Client",
