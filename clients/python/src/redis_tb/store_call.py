@@ -91,14 +91,16 @@ class StoreCall:
 
         def _special(self, plans: list[_Plan]) -> tuple[str, _Plan | None]: ...
 
-    def on_backend(self, chosen: Chosen) -> None:
+    def on_backend(self, chosen: Chosen, *, log: bool = True) -> None:
         """SPEC E6: the backend chosen (at startup, or at a degraded start's first call):
-        its one line (INFO), ``stats.backend`` and the gauge ``redis_tb_backend``."""
+        its one line (INFO; ``log=False``: another limiter logged it), ``stats.backend``
+        and the gauge ``redis_tb_backend``."""
         self.stats.backend = chosen.name
         metrics = self.metrics
         if metrics is not None and hasattr(metrics, "backend"):  # an older Metrics has none
             metrics.backend(chosen.name)
-        self.log.info("%s", chosen.line)
+        if log:
+            self.log.info("%s", chosen.line)
 
     def _acquire(self) -> int:
         return self.breaker.acquire()
