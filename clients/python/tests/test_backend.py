@@ -326,7 +326,7 @@ def test_a_server_that_refuses_both_loads_fails_in_one_line() -> None:
 
 def test_the_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="backend must be auto, module or scripts, got 'lua'"):
-        RateLimiter(AsyncClient.from_url("redis://127.0.0.1:1"), backend="lua")  # type: ignore[arg-type]
+        RateLimiter(AsyncClient.from_url("redis://127.0.0.1:1"), backend="lua")
 
 
 async def test_a_degraded_start_chooses_at_its_first_call() -> None:
