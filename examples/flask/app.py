@@ -35,7 +35,7 @@ except ValueError as exc:
     print(f"REDIS_TB_BACKEND: {exc}", file=sys.stderr)
     sys.exit(2)
 # limits' own storages (redis://...) take no backend
-STORAGE_OPTIONS = {"backend": BACKEND} if "+tb" in STORAGE_URI.split("://", 1)[0] else {}
+STORAGE_OPTIONS: dict[str, str | int] = {"backend": BACKEND} if "+tb" in STORAGE_URI.split("://", 1)[0] else {}
 
 app = Flask(__name__)
 limiter = Limiter(
