@@ -71,6 +71,9 @@ build_dir=$(mktemp -d)
 trap 'rm -rf "$build_dir"' EXIT
 # A copy, so the build leaves nothing in the tree (and never packs a stale build/).
 cp -r clients/python "$build_dir/python"
+# beside it, as in the repository: the build copies tb.lua and functions.lua from ../lua into
+# the package (clients/python/hatch_build.py, SPEC E2)
+cp -r clients/lua "$build_dir/lua"
 rm -rf "$build_dir/python/.mypy_cache" "$build_dir/python/build"
 "$venv/bin/python" -m build --no-isolation --sdist --wheel --outdir "$out" "$build_dir/python" >/dev/null
 

@@ -9,7 +9,8 @@
 #      sysroot cached in ~/.cache/redis-tb) run under qemu-user; both answer TB.TAKE with
 #      the exact reply and report the Cargo version in MODULE LIST and INFO.
 #   3. The wheel installs into a fresh venv (its dependencies from PyPI) and the sdist
-#      builds a wheel; the README's "The client" block runs against a server with the module.
+#      builds a wheel; the README's "The client" block runs against a server with the module;
+#      both carry clients/lua's tb.lua and functions.lua, which the installed package finds.
 #   4. The npm tarball installs into a fresh project; the README's import block and its
 #      "Connecting" block run as ESM, and the same names load with require() (CommonJS).
 #   5. The crate, unpacked, is the dependency of a fresh cargo project whose main runs the
@@ -162,6 +163,22 @@ pip=("$work/venv/bin/python" -m pip --quiet --disable-pip-version-check)
 installed=$("$work/venv/bin/python" -c 'import redis_tb; print(redis_tb.__version__)')
 [ "$installed" = "$python_version" ] || fail "the wheel installs redis_tb $installed"
 ok "wheel $python_version in a fresh venv: the README's client block ran against the module"
+# SPEC E2: the script library, copied from clients/lua at build time, in the wheel and the
+# sdist byte for byte, and found by the installed package outside the repository
+"$work/venv/bin/python" - "$repo/clients/lua" "$dist/redis_tb-$python_version-py3-none-any.whl" \
+  "$dist/redis_tb-$python_version.tar.gz" "redis_tb-$python_version" <<'PY' || fail "the Python artifacts' script library"
+import sys, tarfile, zipfile
+from pathlib import Path
+lua, wheel, sdist, top = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+with zipfile.ZipFile(wheel) as z, tarfile.open(sdist) as t:
+    for f in ("tb.lua", "functions.lua"):
+        want = (lua / f).read_bytes()
+        assert z.read(f"redis_tb/lua/{f}") == want, f"wheel: redis_tb/lua/{f}"
+        assert t.extractfile(f"{top}/src/redis_tb/lua/{f}").read() == want, f"sdist: src/redis_tb/lua/{f}"
+PY
+sha=$(cd "$work" && "$work/venv/bin/python" -c 'import pathlib, redis_tb.lua as l; assert l.lua_dir() == pathlib.Path(l.__file__).resolve().parent / "lua"; print(l.lua_sources().sha)')
+[ "$sha" = "$(sha1sum "$repo/clients/lua/tb.lua" | cut -d' ' -f1)" ] || fail "the installed package's tb.lua SHA-1 is $sha"
+ok "wheel and sdist $python_version carry clients/lua's tb.lua and functions.lua; the installed package finds them (SHA-1 $sha)"
 "${pip[@]}" wheel --no-deps -w "$work/from-sdist" "$dist/redis_tb-$python_version.tar.gz"
 [ -f "$work/from-sdist/redis_tb-$python_version-py3-none-any.whl" ] || fail "the sdist built no wheel"
 ok "sdist $python_version builds a wheel"

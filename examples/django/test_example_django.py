@@ -358,8 +358,9 @@ def test_redis_stopped_mid_run_then_back(stack: Stack) -> None:
 
 @pytest.mark.parametrize("kind", ["wsgi", "asgi"])
 def test_a_redis_without_the_module_stops_the_server_at_startup(kind: str) -> None:
+    # SPEC E1: U1's line where the module is forced (auto starts on the scripts)
     plain = RedisServer(module=False).start()
-    app = server(kind, {"REDIS_URL": plain.url})
+    app = server(kind, {"REDIS_URL": plain.url, "REDIS_TB_BACKEND": "module"})
     try:
         app.spawn()
         assert app.proc is not None
@@ -503,3 +504,37 @@ def test_a_stream_whose_client_reads_nothing_is_ended_at_its_max_duration(stack:
     s.close()
     assert b"token-1" in got and b"[DONE]" not in got
     tb.close()
+
+
+@pytest.mark.parametrize("kind", ["wsgi", "asgi"])
+def test_auto_serves_a_redis_without_the_module_on_the_scripts(kind: str) -> None:
+    """SPEC E1, E6: REDIS_TB_BACKEND unset (auto) on a server without the module: the
+    script library, requests limited, the gauge on /metrics says scripts."""
+    plain = RedisServer(module=False).start()
+    app = server(kind, {"REDIS_URL": plain.url, "REDIS_TB_TIMEOUT_MS": "2000"})
+    try:
+        app.start()
+        with httpx.Client(base_url=app.url, timeout=30) as c:
+            statuses = [c.get("/items/1").status_code for _ in range(25)]
+            assert 429 in statuses and statuses[0] == 200, statuses
+            text = c.get("/metrics").text
+        gauge = {
+            (s.labels["limiter"], s.labels["backend"]): s.value
+            for f in text_string_to_metric_families(text) if f.name == "redis_tb_backend" for s in f.samples
+        }
+        assert gauge.get(("api", "scripts")) == 1 and gauge.get(("api", "module")) == 0, gauge
+    finally:
+        app.stop()
+        plain.stop()
+
+
+def test_a_bad_backend_exits_2_in_one_line() -> None:
+    # uvicorn: the settings are read in its one process (gunicorn's master restarts a
+    # worker that exits with anything but 3)
+    app = server("asgi", {"REDIS_URL": "redis://127.0.0.1:1/0", "REDIS_TB_BACKEND": "lua"})
+    try:
+        app.spawn()
+        assert app.proc is not None and app.proc.wait(60) == 2
+        assert "REDIS_TB_BACKEND: backend must be auto, module or scripts, got 'lua'" in app.output()
+    finally:
+        app.stop()

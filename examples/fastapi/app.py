@@ -10,7 +10,10 @@ CIDRs of your load balancers; default none), RATE_LIMIT=off (serve the same app
 without the limiter), REDIS_TB_TIMEOUT_MS (milliseconds per Redis call, default 50;
 the tests raise it so that a busy test machine does not turn into store errors),
 REDIS_TB_START_DEGRADED=1 (start failing open when Redis is unreachable at startup;
-by default the app refuses to start: uvicorn prints the one line and exits with 3).
+by default the app refuses to start: uvicorn prints the one line and exits with 3),
+REDIS_TB_BACKEND (SPEC E1: auto, the default, uses the module where it is loaded and the
+script library clients/lua elsewhere, e.g. on managed Redis; module or scripts forces
+either; any other value exits with 2 and one line).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -42,6 +46,7 @@ from redis_tb import (
     tiered,
 )
 from redis_tb.asgi import hold_rejection
+from redis_tb.backend import backend_setting
 from redis_tb.fastapi import RateLimit, install_problem_handler
 from redis_tb.metrics import PrometheusMetrics
 
@@ -51,6 +56,11 @@ LIMITED = os.environ.get("RATE_LIMIT", "on") != "off"
 TIMEOUT = float(os.environ.get("REDIS_TB_TIMEOUT_MS", "50")) / 1000
 # SPEC U4: an unreachable Redis fails the start unless this says so
 START_DEGRADED = os.environ.get("REDIS_TB_START_DEGRADED") == "1"
+try:  # SPEC E1: the store's backend (the gauge redis_tb_backend on /metrics says which)
+    BACKEND = backend_setting(os.environ.get("REDIS_TB_BACKEND", "auto"))
+except ValueError as exc:
+    print(f"REDIS_TB_BACKEND: {exc}", file=sys.stderr)
+    sys.exit(2)
 
 # -- who is calling -------------------------------------------------------------
 # A stand-in for your auth: API key -> (user id, plan).
@@ -131,6 +141,7 @@ limiter = RateLimiter(
     client_ip=ClientIP(TRUSTED_PROXIES),
     metrics=PrometheusMetrics(registry, limiter="api"),
     start_degraded=START_DEGRADED,
+    backend=BACKEND,
     # (The local deny cache, DenyCache(max_entries=10_000), refuses repeat offenders
     # without a Redis call; bench_app.py turns it on.)
 )
@@ -144,6 +155,7 @@ strict = RateLimiter(
     client_ip=ClientIP(TRUSTED_PROXIES),
     fail_open=False,
     metrics=PrometheusMetrics(registry, limiter="login"),
+    backend=BACKEND,
 )
 login_limit = RateLimit(strict)
 
@@ -153,8 +165,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if LIMITED:
         # SPEC U1-U4: an unreachable Redis, a missing module, or a Redis Cluster (these
         # policies go several in one call and have no tag function) stops the app here,
-        # in one line (uvicorn exits with 3). The login's limiter shares this client.
+        # in one line (uvicorn exits with 3). The login's limiter shares this client and
+        # the backend it chose (SPEC E1), its stats and gauge told of it (E6).
         await limiter.startup()
+        if client.backend is not None:
+            client.backend.on_chosen(strict.on_backend)
     yield
     await client.aclose()
 

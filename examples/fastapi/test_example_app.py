@@ -168,8 +168,9 @@ def test_metrics_and_shadow_policy_scraped_over_http(servers: dict[str, Uvicorn]
     assert grew("redis_tb_deny_cache_hits_total", limiter="api", policy="ip") == 0
     assert stats["deny_cache_hits"] == 0
     assert grew("redis_tb_redis_call_duration_seconds_count", limiter="api") >= 6 + codes.count(200)
-    # only limiter and policy names as label values
-    assert all(set(dict(labels)) <= {"limiter", "policy", "le"} for _, labels in after)
+    # only limiter and policy names as label values (and SPEC E6's backend, module or scripts)
+    assert all(set(dict(labels)) <= {"limiter", "policy", "le", "backend"} for _, labels in after)
+    assert {dict(labels).get("backend") for _, labels in after} <= {None, "module", "scripts"}
 
 
 def sse_events(body: str) -> list[str]:
@@ -320,7 +321,8 @@ def test_the_app_exits_3_in_one_line_when_its_limiter_cannot_start(cause: str) -
     """SPEC U1-U4: the line of U1-U3, once, no traceback, exit status 3."""
     store = None if cause == "unreachable" else RedisServer(module=cause != "no-module", cluster=cause == "cluster").start()
     port = free_port() if store is None else store.port
-    app = Uvicorn("app:app", HERE, {"REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+    # SPEC E1: U1's line where the module is forced (auto starts on the scripts)
+    app = Uvicorn("app:app", HERE, {"REDIS_URL": f"redis://127.0.0.1:{port}/0", "REDIS_TB_BACKEND": "module"})
     try:
         app.spawn()
         assert app.proc is not None and app.proc.wait(60) == 3
@@ -351,5 +353,38 @@ def test_the_app_starts_degraded_only_when_asked() -> None:
         assert app.output().count(line) == 1, app.output()
         r = httpx.get(f"{app.url}/items/1", timeout=30)
         assert r.status_code == 200 and "RateLimit" not in r.headers
+    finally:
+        app.stop()
+
+
+def test_auto_serves_a_redis_without_the_module_on_the_scripts() -> None:
+    """SPEC E1, E6: REDIS_TB_BACKEND unset (auto) on a server without the module: the
+    script library, requests limited, the gauge on /metrics says scripts for both limiters."""
+    plain = RedisServer(module=False).start()
+    app = Uvicorn("app:app", HERE, {"REDIS_URL": plain.url, "REDIS_TB_TIMEOUT_MS": "2000"})
+    try:
+        app.start()
+        with httpx.Client(base_url=app.url, timeout=30) as c:
+            statuses = [c.get("/items/1").status_code for _ in range(25)]
+            assert statuses[0] == 200 and 429 in statuses, statuses
+            text = c.get("/metrics").text
+        gauge = {
+            (s.labels["limiter"], s.labels["backend"]): s.value
+            for f in text_string_to_metric_families(text) if f.name == "redis_tb_backend" for s in f.samples
+        }
+        for name in ("api", "login"):
+            assert gauge.get((name, "scripts")) == 1 and gauge.get((name, "module")) == 0, gauge
+    finally:
+        app.stop()
+        plain.stop()
+
+
+def test_a_bad_backend_exits_2_in_one_line() -> None:
+    app = Uvicorn("app:app", HERE, {"REDIS_URL": "redis://127.0.0.1:1/0", "REDIS_TB_BACKEND": "lua"})
+    try:
+        app.spawn()
+        assert app.proc is not None and app.proc.wait(60) == 2
+        out = app.output()
+        assert out.count("REDIS_TB_BACKEND: backend must be auto, module or scripts, got 'lua'") == 1 and "Traceback" not in out, out
     finally:
         app.stop()

@@ -103,12 +103,41 @@ def test_same_answers_as_limits_own_redis_storage(server: RedisServer, db: redis
 
 
 def test_health_is_false_without_the_module() -> None:
+    # SPEC E1: forced to the module (auto serves such a server on the scripts, below)
     plain = RedisServer(module=False).start()
     try:
-        app = Gunicorn("app:app", HERE, {"STORAGE_URI": f"redis+tb://127.0.0.1:{plain.port}/0"}).start()
+        env = {"STORAGE_URI": f"redis+tb://127.0.0.1:{plain.port}/0", "REDIS_TB_BACKEND": "module"}
+        app = Gunicorn("app:app", HERE, env).start()
         try:
             assert run(app, "/health", 1)[0].json() == {"storage": False}
         finally:
             app.stop()
     finally:
         plain.stop()
+
+
+@pytest.mark.parametrize("strategy", ["moving-window", "sliding-window-counter"])
+def test_auto_serves_a_redis_without_the_module_on_the_scripts(strategy: str) -> None:
+    """SPEC E1: REDIS_TB_BACKEND unset (auto): the script library, the same limit."""
+    plain = RedisServer(module=False).start()
+    try:
+        env = {"STORAGE_URI": f"redis+tb://127.0.0.1:{plain.port}/0", "STRATEGY": strategy}
+        app = Gunicorn("app:app", HERE, env).start()
+        try:
+            assert run(app, "/health", 1)[0].json() == {"storage": True}
+            assert [r.status_code for r in run(app, "/", 6)] == [200] * 5 + [429]
+        finally:
+            app.stop()
+    finally:
+        plain.stop()
+
+
+def test_a_bad_backend_exits_2_in_one_line() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import app"], cwd=HERE, capture_output=True, text=True, timeout=60,
+        env={**__import__("os").environ, "REDIS_TB_BACKEND": "lua"},
+    )
+    assert out.returncode == 2 and out.stderr.strip() == "REDIS_TB_BACKEND: backend must be auto, module or scripts, got 'lua'", out

@@ -39,6 +39,7 @@ limiter = RateLimiter(
     cooldown=float(env.get("TB_COOLDOWN", "1")),
     legacy_headers=True,
     clock=None if fixed_now is None else (lambda: fixed_now or 0.0),
+    backend=env.get("TB_BACKEND", "auto"),  # checked by the limiter (SPEC E1)
 )
 
 

@@ -150,7 +150,7 @@ def test_sync_startup_finds_a_missing_module() -> None:
 
     bare = RedisServer(module=False).start()
     try:
-        lim = SyncRateLimiter(Client.from_url(bare.url, timeout=5))
+        lim = SyncRateLimiter(Client.from_url(bare.url, timeout=5), backend="module")  # SPEC E1: forced
         with pytest.raises(ModuleNotLoadedError, match="module not loaded"):
             lim.startup()
         lim.close()

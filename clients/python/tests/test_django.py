@@ -601,7 +601,8 @@ def test_startup_check_fails_without_the_module_and_only_logs_when_unreachable(
     # SPEC U1/U2: the failure is one line on stderr and SystemExit(3), never a traceback
     plain = RedisServer(module=False).start()
     try:
-        with override_settings(REDIS_TB={"URL": plain.url, "POLICIES": []}):
+        # SPEC E1: U1's line where the module is forced (auto starts on the scripts)
+        with override_settings(REDIS_TB={"URL": plain.url, "POLICIES": [], "BACKEND": "module"}):
             app = RedisTbConfig("redis_tb.django", __import__("redis_tb.django").django)
             with pytest.raises(SystemExit) as exited:
                 app.ready()

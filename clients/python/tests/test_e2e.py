@@ -273,8 +273,9 @@ def test_redis_stopped_mid_run(fail_open: bool) -> None:
 
 
 def test_missing_module_at_startup_is_a_clear_error() -> None:
+    # SPEC E1: U1's line where the module is forced (auto starts on the scripts)
     bare = RedisServer(module=False).start()
-    served = app(bare.url)
+    served = app(bare.url, TB_BACKEND="module")
     try:
         served.spawn()
         assert served.proc is not None

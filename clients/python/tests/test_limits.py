@@ -127,12 +127,43 @@ def test_sliding_window_counter_is_a_tb_window_sliding(redis_server: RedisServer
 
 
 def test_check_is_false_without_the_module() -> None:
+    # SPEC E1: forced to the module (auto takes the scripts, below)
+    plain = RedisServer(module=False).start()
+    try:
+        storage = storage_from_string(f"redis+tb://127.0.0.1:{plain.port}", backend="module")
+        assert storage.check() is False
+        with pytest.raises(redis.exceptions.RedisError):
+            MovingWindowRateLimiter(storage).hit(RateLimitItemPerMinute(1))
+    finally:
+        plain.stop()
+
+
+def test_the_scripts_serve_a_redis_without_the_module() -> None:
+    """SPEC E1: auto (the default) chooses the script library: the same windows."""
     plain = RedisServer(module=False).start()
     try:
         storage = storage_from_string(f"redis+tb://127.0.0.1:{plain.port}")
-        assert storage.check() is False
-        with pytest.raises(redis.exceptions.ResponseError):
-            MovingWindowRateLimiter(storage).hit(RateLimitItemPerMinute(1))
+        assert storage.check() is True
+        item = RateLimitItemPerMinute(2)
+        moving = MovingWindowRateLimiter(storage)
+        assert [moving.hit(item, "a") for _ in range(3)] == [True, True, False]
+        assert moving.get_window_stats(item, "a").remaining == 0
+        sliding = SlidingWindowCounterRateLimiter(storage)
+        assert [sliding.hit(item, "b") for _ in range(3)] == [True, True, False]
+    finally:
+        plain.stop()
+
+
+async def test_the_async_storage_on_the_scripts() -> None:
+    from limits.aio.strategies import MovingWindowRateLimiter as AsyncMoving
+
+    plain = RedisServer(module=False).start()
+    try:
+        storage = storage_from_string(f"async+redis+tb://127.0.0.1:{plain.port}", backend="scripts")
+        item = RateLimitItemPerMinute(2)
+        moving = AsyncMoving(storage)
+        assert [await moving.hit(item, "a") for _ in range(3)] == [True, True, False]
+        assert (await moving.get_window_stats(item, "a")).remaining == 0
     finally:
         plain.stop()
 

@@ -9,8 +9,9 @@ the store decodes each command the limiter sends, compares it with the case's ca
 and answers with the scripted reply (encoded as RESP and read by the limiter's own
 reader), error reply, timeout, connection error, or a held answer.
 
-The cases of SPEC E (the script backend, issue 42) are in :data:`PENDING`: each must
-fail, and fails by name on its SPEC E field.
+The cases of SPEC E (the script backend, issue 42) run on :class:`redis_tb.Backend`
+(the scripts chosen already for a limiter case, chosen by the startup for a startup case),
+with the README's placeholders bound (:class:`Placeholders`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from redis._parsers.base import BaseParser
 
 from redis_tb import (
     AsyncClient,
+    Backend,
     Client,
     Decision,
     DenyCache,
@@ -54,6 +56,7 @@ from redis_tb.address import ClientIpConfig
 from redis_tb.headers import body_number, quota, remaining_units, reset_seconds, respond, retry_after_seconds, window
 from redis_tb.keys import BadHeader, KeyBuilder, header_identity
 from redis_tb.limiter import check_prefix
+from redis_tb.lua import lua_sources
 from redis_tb.policy import check_policy_name, check_policy_names
 from redis_tb.replies import RespError, read_resp
 
@@ -98,16 +101,9 @@ def test_every_file_has_a_handler() -> None:
 
 
 #: Cases of a rule Python does not implement yet, each required to FAIL (a listed case
-#: that passes is an error: take it off this list), with the SPEC rule it waits for:
-#: SPEC E, the script backend (issue 42), whose vectors main holds before every language
-#: has it. The runners below fail them on their SPEC E fields (a limiter asking for the
-#: script backend, a startup expecting a backend chosen or its line, E6), or on the
-#: calls E2 lists (su-015); nothing here hides a failure of another case.
-PENDING: dict[str, str] = {
-    "lim-092": "E3", "lim-093": "E3", "lim-094": "E3", "lim-095": "E4", "lim-096": "E5", "lim-097": "E7",
-    "su-006": "E6", "su-007": "E6", "su-008": "E6", "su-009": "E6", "su-010": "E6",
-    "su-013": "E1", "su-014": "E2", "su-015": "E2", "su-016": "E1", "su-017": "E5", "su-018": "E6",
-}
+#: that passes is an error: take it off this list), with the SPEC rule it waits for.
+#: Empty since SPEC E (the script backend, issue 42) is in Python.
+PENDING: dict[str, str] = {}
 
 
 @contextlib.contextmanager
@@ -119,7 +115,7 @@ def pending(case_id: str) -> Iterator[None]:
     try:
         yield
     except AssertionError:
-        return  # SPEC E: not in Python yet (issue 42)
+        return  # the rule is not in Python yet
     pytest.fail(f"{case_id} passes: take it off PENDING (SPEC {PENDING[case_id]})")
 
 
@@ -352,24 +348,64 @@ class Cancelled(BaseException):
 
 
 def decode_command(packed: bytes) -> list[Any]:
-    """The arguments of one RESP-encoded command, numbers as floats."""
+    """The arguments of one RESP-encoded command, as text (:func:`same_call` reads the
+    numbers)."""
     value = read_resp(packed)
     assert isinstance(value, list)
-    out: list[Any] = []
-    for v in value:
-        text = v.decode()
-        try:
-            out.append(float(text))
-        except ValueError:
-            out.append(text)
-    return out
+    return [v.decode() for v in value]
+
+
+LUA = lua_sources()
+#: SPEC E (README): the library's SHA-1 and texts as the package ships them
+TEXTS = {"{sha}": LUA.sha, "{script}": LUA.script, "{functions}": LUA.functions}
+ID = re.compile(r"^\{id:([A-Za-z0-9_]+)\}$")
+
+
+class Placeholders:
+    """SPEC E (README): ``{sha}``, ``{script}``, ``{functions}``, and ``{id:x}`` bound to
+    the first id the client sent there (every later one the same; two names never one id)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+
+    def fill(self, v: Any) -> Any:
+        """A reply's or an expectation's placeholders, as the ids were bound."""
+        if isinstance(v, list):
+            return [self.fill(x) for x in v]
+        if isinstance(v, dict):
+            return {k: self.fill(x) for k, x in v.items()}
+        if not isinstance(v, str):
+            return v
+        if v in TEXTS:
+            return TEXTS[v]
+        m = ID.match(v)
+        if m:
+            assert m[1] in self.ids, f"{v} in a reply before any call bound it"
+            return self.ids[m[1]]
+        return v
+
+    def matches(self, want: str, got: str) -> bool:
+        m = ID.match(want)
+        if m is None:
+            return got == TEXTS.get(want, want)
+        if not re.fullmatch(r"[0-9a-f]{16}", got):
+            return False
+        if m[1] in self.ids:
+            return self.ids[m[1]] == got
+        if got in self.ids.values():
+            return False  # E4: every id fresh
+        self.ids[m[1]] = got
+        return True
 
 
 def encode_reply(reply: Any) -> bytes:
     """A scripted reply as the module writes it under RESP3: in each array the first
     field an integer, the other numbers doubles, ids bulk strings, null as null;
     nested arrays (TB.MTAKE's per-key arrays, TB.ACQUIRE ... TAKE's aggregate and
-    per-bucket arrays) alike."""
+    per-bucket arrays) alike. A script's numbers are strings (bulk strings, E7); a
+    reply that is a string alone (SCRIPT LOAD's, FUNCTION LOAD's) is a bulk string."""
+    if isinstance(reply, str):
+        return b"$%d\r\n%s\r\n" % (len(reply.encode()), reply.encode())
     assert isinstance(reply, list)
     parts = [b"*%d\r\n" % len(reply)]
     for i, v in enumerate(reply):
@@ -386,15 +422,26 @@ def encode_reply(reply: Any) -> bytes:
     return b"".join(parts)
 
 
-def same_call(got: list[Any], want: list[Any]) -> bool:
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def same_call(got: list[Any], want: list[Any], names: Placeholders | None = None) -> bool:
+    """Names and keys exactly (placeholders bound by ``names``), numbers numerically."""
     if len(got) != len(want):
         return False
+    names = names or Placeholders()
     for g, w in zip(got, want):
         if isinstance(w, str):
-            if g != w:
+            if not names.matches(w, str(g)):
                 return False
-        elif not (isinstance(g, float) and math.isclose(g, float(w), rel_tol=1e-12, abs_tol=0.0)):
-            return False
+        else:
+            n = g if isinstance(g, float) else _number(str(g))
+            if n is None or not math.isclose(n, float(w), rel_tol=1e-12, abs_tol=0.0):
+                return False
     return True
 
 
@@ -414,16 +461,17 @@ class Script:
         self.unexpected: list[list[Any]] = []
         self.held: dict[str, Any] = {}
         self.hold_seen = threading.Event()
+        self.names = Placeholders()
 
     def next(self, args: list[Any]) -> dict[str, Any]:
         if not self.calls:
             self.unexpected.append(args)
             raise AssertionError(f"{self.case_id}: unexpected call {args}")
         exp = self.calls.popleft()
-        if not same_call(args, exp["call"]):
+        if not same_call(args, exp["call"], self.names):
             self.unexpected.append(args)
             raise AssertionError(f"{self.case_id}: call {args}, the case lists {exp['call']}")
-        return exp
+        return {k: self.names.fill(v) if k == "reply" else v for k, v in exp.items()}
 
 
 class FakeAsyncClient(AsyncClient):
@@ -462,7 +510,7 @@ class FakeAsyncClient(AsyncClient):
     async def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:
         out = []
         for b in buckets:
-            exp = self.script.next(["TB.REFUND", b.key, float(b.capacity), float(b.rate), float(b.n)])
+            exp = self.script.next(["TB.REFUND", b.key, repr(float(b.capacity)), repr(float(b.rate)), repr(float(b.n))])
             answer = await self._answer(exp)
             if isinstance(answer, RespError):
                 raise redis_error(answer)
@@ -502,9 +550,12 @@ class FakeSyncClient(Client):
     def call_packed(self, packed: bytes) -> Any:
         return self._answer(self.script.next(decode_command(packed)))
 
+    def command(self, *args: Any) -> Any:
+        raise AssertionError(f"{self.script.case_id}: a startup call {list(args)} in a limiter case")
+
     def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:
         return [
-            self._answer(self.script.next(["TB.REFUND", b.key, float(b.capacity), float(b.rate), float(b.n)]))
+            self._answer(self.script.next(["TB.REFUND", b.key, repr(float(b.capacity)), repr(float(b.rate)), repr(float(b.n))]))
             for b in buckets
         ]
 
@@ -608,13 +659,6 @@ def build_policies(case: dict[str, Any]) -> list[Policy]:
     return out
 
 
-def no_script_backend(case_id: str, backend: Any) -> None:
-    """SPEC E (issue 42): Python has one backend, the module; a case that asks for the
-    script backend fails here, by name (see PENDING)."""
-    if backend is not None and backend not in ("auto", "module"):
-        raise AssertionError(f"{case_id}: SPEC E: Python has no script backend (backend {backend!r}, issue 42)")
-
-
 def case_scope(case: dict[str, Any]) -> Scope:
     """SPEC L1, F2: the limiter's exclude, limit_unmatched and refund_on."""
     cfg = case["limiter"]
@@ -626,9 +670,8 @@ def case_scope(case: dict[str, Any]) -> Scope:
 
 def limiter_options(case: dict[str, Any], clock: FakeClock) -> dict[str, Any]:
     cfg = case["limiter"]
-    no_script_backend(case["id"], cfg.get("backend"))
     extra = set(cfg) - {
-        "policies", "fail_open", "timeout_ms", "cooldown_ms", "deny_cache", "exclude", "limit_unmatched", "refund_on",
+        "backend", "policies", "fail_open", "timeout_ms", "cooldown_ms", "deny_cache", "exclude", "limit_unmatched", "refund_on",
     }
     assert not extra, f"{case['id']}: unknown limiter settings {extra}"
     opts: dict[str, Any] = {
@@ -640,6 +683,17 @@ def limiter_options(case: dict[str, Any], clock: FakeClock) -> dict[str, Any]:
     if "deny_cache" in cfg:
         opts["deny_cache"] = DenyCache(cfg["deny_cache"]["max_entries"])
     return opts
+
+
+def case_client(case: dict[str, Any], client: Any, clock: FakeClock) -> Any:
+    """The client of a case: the module's (TB.* as they are), or SPEC E's scripts as the
+    case's ``backend`` says (chosen already: a limiter case runs no startup)."""
+    backend = case["limiter"].get("backend")
+    if backend is not None:
+        assert set(backend) <= {"kind", "via", "client_clock"}, f"{case['id']}: backend {backend}"
+        assert backend["kind"] == "scripts", f"{case['id']}: backend kind {backend['kind']!r}"
+        client.use_backend(Backend.scripts("127.0.0.1:6379", backend["via"], backend.get("client_clock", False), clock.time))
+    return client
 
 
 def check_result(case_id: str, step_no: int, limiter: Any, d: Decision, expect: dict[str, Any]) -> None:
@@ -743,7 +797,7 @@ def held_name(step: dict[str, Any]) -> str | None:
 async def run_async(case: dict[str, Any]) -> None:
     clock = FakeClock()
     script = Script(case["id"])
-    limiter = RateLimiter(FakeAsyncClient(script), **limiter_options(case, clock))
+    limiter = RateLimiter(case_client(case, FakeAsyncClient(script), clock), **limiter_options(case, clock))
     policies = build_policies(case)
     scope = case_scope(case)
     decisions: dict[int, Decision] = {}
@@ -784,7 +838,7 @@ async def run_async(case: dict[str, Any]) -> None:
             d = await asyncio.wait_for(task, 5)
             decisions[i] = d
             assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
-            check_result(case["id"], i, limiter, d, step["expect"])
+            check_result(case["id"], i, limiter, d, script.names.fill(step["expect"]))
         elif kind == "release":
             idx, task, what = held.pop(step["release"])
             fut = script.held.pop(step["release"])
@@ -792,10 +846,10 @@ async def run_async(case: dict[str, Any]) -> None:
             got = await asyncio.wait_for(task, 5)
             if what == "check":
                 decisions[idx] = got
-                check_result(case["id"], i, limiter, got, step["expect"])
+                check_result(case["id"], i, limiter, got, script.names.fill(step["expect"]))
             else:
                 holds[idx] = got[0]
-                check_hold(where, limiter, got[0], got[1], step["expect"])
+                check_hold(where, limiter, got[0], got[1], script.names.fill(step["expect"]))
         elif kind == "cancel":
             idx, task, _ = held.pop(step["cancel"])
             script.held.pop(step["cancel"])
@@ -822,7 +876,7 @@ async def run_async(case: dict[str, Any]) -> None:
                     continue
                 hold_got, error = await asyncio.wait_for(take_hold(step["take_hold"]), 5)
                 holds[i] = hold_got
-                check_hold(where, limiter, hold_got, error, step["expect"])
+                check_hold(where, limiter, hold_got, error, script.names.fill(step["expect"]))
             elif kind == "renew_hold":
                 hold_of = holds[step["renew_hold"]]
                 renewed = False if hold_of is None else await asyncio.wait_for(hold_of.renew(), 5)
@@ -847,7 +901,7 @@ async def run_async(case: dict[str, Any]) -> None:
 def run_sync(case: dict[str, Any]) -> None:
     clock = FakeClock()
     script = Script(case["id"])
-    limiter = SyncRateLimiter(FakeSyncClient(script), **limiter_options(case, clock))
+    limiter = SyncRateLimiter(case_client(case, FakeSyncClient(script), clock), **limiter_options(case, clock))
     policies = build_policies(case)
     scope = case_scope(case)
     decisions: dict[int, Decision] = {}
@@ -896,7 +950,7 @@ def run_sync(case: dict[str, Any]) -> None:
             d = run()
             decisions[i] = d
             assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
-            check_result(case["id"] + " (sync)", i, limiter, d, step["expect"])
+            check_result(case["id"] + " (sync)", i, limiter, d, script.names.fill(step["expect"]))
         elif kind == "release":
             idx, t, out, what = held.pop(step["release"])
             box = script.held.pop(step["release"])
@@ -905,10 +959,10 @@ def run_sync(case: dict[str, Any]) -> None:
             t.join(5)
             if what == "check":
                 decisions[idx] = out["value"]
-                check_result(case["id"] + " (sync)", i, limiter, out["value"], step["expect"])
+                check_result(case["id"] + " (sync)", i, limiter, out["value"], script.names.fill(step["expect"]))
             else:
                 holds[idx] = out["value"][0]
-                check_hold(where, limiter, out["value"][0], out["value"][1], step["expect"])
+                check_hold(where, limiter, out["value"][0], out["value"][1], script.names.fill(step["expect"]))
         elif kind == "cancel":
             idx, t, out, _ = held.pop(step["cancel"])
             box = script.held.pop(step["cancel"])
@@ -936,7 +990,7 @@ def run_sync(case: dict[str, Any]) -> None:
                     continue
                 hold_got, error = take_hold(th)
                 holds[i] = hold_got
-                check_hold(where, limiter, hold_got, error, step["expect"])
+                check_hold(where, limiter, hold_got, error, script.names.fill(step["expect"]))
             elif kind == "renew_hold":
                 hold_of = holds[step["renew_hold"]]
                 renewed = False if hold_of is None else hold_of.renew_sync()
@@ -1067,7 +1121,7 @@ class StartupScript:
             self.unexpected.append(list(args))
             raise AssertionError(f"{self.case_id}: unexpected call {list(args)}")
         exp = self.calls.popleft()
-        if list(args) != exp["call"]:
+        if not same_call(list(args), exp["call"]):
             self.unexpected.append(list(args))
             raise AssertionError(f"{self.case_id}: call {list(args)}, the case lists {exp['call']}")
         unknown = set(exp) - {"call", "reply", "error", "connection_error"}
@@ -1076,7 +1130,7 @@ class StartupScript:
             raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
         if "error" in exp:
             raise redis_error(exp["error"])
-        return self.encode(exp["reply"])
+        return self.encode(Placeholders().fill(exp["reply"]))
 
     def encode(self, reply: Any) -> Any:
         """As redis-py returns a raw reply: strings as bytes; a map as a dict, or flat."""
@@ -1111,43 +1165,44 @@ class StartupSyncClient(Client):
 
 
 class Lines(logging.Handler):
+    """The warnings (``lines``) and the INFO lines (``infos``: E6's) a start logs."""
+
     def __init__(self) -> None:
         super().__init__()
         self.lines: list[str] = []
+        self.infos: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+        (self.infos if record.levelno < logging.WARNING else self.lines).append(record.getMessage())
 
 
 def startup_limiter(case: dict[str, Any], make: Callable[..., Any], lines: Lines) -> tuple[Any, list[Policy]]:
     cfg = case["limiter"]
     unknown = set(cfg) - {"name", "policies", "tag", "start_degraded", "backend"}
     assert not unknown, f"{case['id']}: unknown limiter settings {sorted(unknown)}"
-    no_script_backend(case["id"], cfg.get("backend"))  # SPEC E1: as if forced to the module
     log = logging.getLogger(f"redis_tb.vectors.{case['id']}")
     log.propagate = False
     log.handlers[:] = [lines]
     log.setLevel(logging.DEBUG)
     limiter = make(
         name=cfg["name"], logger=log, start_degraded=cfg.get("start_degraded", False),
-        hash_tag=(lambda request: "t") if cfg.get("tag") else None,
+        hash_tag=(lambda request: "t") if cfg.get("tag") else None, backend=cfg.get("backend", "auto"),
     )
     return limiter, build_policies({"id": case["id"], "limiter": cfg, "steps": []})
 
 
-def check_started(case: dict[str, Any], error: Exception | None, lines: Lines, script: StartupScript) -> None:
+def check_started(
+    case: dict[str, Any], error: Exception | None, lines: Lines, script: StartupScript, limiter: Any
+) -> None:
     where = f"{case['id']} {case['title']}"
     exp = case["expect"]
     assert set(exp) <= {"error", "started", "log", "backend", "backend_log"}, f"{where}: unknown expectation {sorted(exp)}"
-    # SPEC E6: Python neither chooses nor logs a backend yet: a case that expects a choice
-    # or its line fails here, by name (see PENDING)
-    if exp.get("backend") is not None or exp.get("backend_log") is not None:
-        raise AssertionError(
-            f"{where}: SPEC E6: Python logs no backend choice (expected backend {exp.get('backend')!r}, "
-            f"line {exp.get('backend_log')!r}; issue 42)"
-        )
     assert not script.unexpected, f"{where}: unexpected calls {script.unexpected}"
     assert not script.calls, f"{where}: calls not made: {list(script.calls)}"
+    # SPEC E6: the backend chosen (None until a degraded start's first call) and its one line
+    assert limiter.stats.backend == exp.get("backend"), f"{where}: stats.backend is {limiter.stats.backend!r}"
+    backend_log = exp.get("backend_log")
+    assert lines.infos == ([] if backend_log is None else [backend_log]), f"{where}: the backend's line {lines.infos}"
     if "error" in exp:
         assert error is not None, f"{where}: started, want {exp['error']!r}"
         pattern = re.escape(exp["error"]).replace(re.escape("{reason}"), "[^\\n]+")
@@ -1180,7 +1235,7 @@ async def run_startup_async(case: dict[str, Any], flat: bool) -> None:
         await limiter.startup()
     except (StartupError, AssertionError) as exc:
         error = exc
-    check_started(case, error, lines, script)
+    check_started(case, error, lines, script, limiter)
 
 
 @pytest.mark.parametrize("flat", [True, False], ids=["resp2", "resp3"])
@@ -1198,4 +1253,4 @@ def run_startup_sync(case: dict[str, Any], flat: bool) -> None:
         limiter.startup(policies)  # as code that calls check() itself does
     except (StartupError, AssertionError) as exc:
         error = exc
-    check_started(case, error, lines, script)
+    check_started(case, error, lines, script, limiter)

@@ -5,12 +5,23 @@ Environment: REDIS_URL (default redis://127.0.0.1:6379/0), TRUSTED_PROXIES
 then never read), REDIS_TB_TIMEOUT_MS (milliseconds, default 50), RATE_LIMIT=off
 (the same project without the middleware), REDIS_TB_START_DEGRADED=1 (start failing
 open when Redis is unreachable at startup; by default the server refuses to start:
-the one line, then exit status 3).
+the one line, then exit status 3), REDIS_TB_BACKEND (SPEC E1: auto, the default, uses
+the module where it is loaded and the script library clients/lua elsewhere, e.g. on
+managed Redis; module or scripts forces either; any other value exits with 2 and one line).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+
+from redis_tb.backend import backend_setting
+
+try:  # SPEC E1: the store's backend (the gauge redis_tb_backend on /metrics says which)
+    BACKEND = backend_setting(os.environ.get("REDIS_TB_BACKEND", "auto"))
+except ValueError as exc:
+    print(f"REDIS_TB_BACKEND: {exc}", file=sys.stderr)
+    sys.exit(2)
 
 BASE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "redis-tb-example-not-secret")
@@ -58,6 +69,8 @@ REDIS_TB = {
     "TIMEOUT": float(os.environ.get("REDIS_TB_TIMEOUT_MS", "50")) / 1000,
     # SPEC U4: start failing open when Redis is unreachable at startup, only when asked
     "START_DEGRADED": os.environ.get("REDIS_TB_START_DEGRADED") == "1",
+    # SPEC E1: auto (module where loaded, else the scripts), module or scripts
+    "BACKEND": BACKEND,
     # our own 5xx do not count against callers
     "REFUND_ON": range(500, 600),
     # never limited: health checks and the Prometheus scrape (URL names)

@@ -80,9 +80,13 @@ class RedisServer(Process):
     assigned to it), which answers CROSSSLOT to a call whose keys are in different
     slots and ``mode cluster`` to HELLO."""
 
-    def __init__(self, *, module: bool = True, port: int | None = None, cluster: bool = False) -> None:
+    def __init__(
+        self, *, module: bool = True, port: int | None = None, cluster: bool = False, extra: Sequence[str] = (),
+    ) -> None:
         super().__init__()
         self.module = module
+        #: more redis-server arguments (``--rename-command TIME ""``)
+        self.extra = tuple(extra)
         self.cluster = cluster
         self.port = port or free_port()
         if module and not MODULE.exists():
@@ -101,6 +105,7 @@ class RedisServer(Process):
         ]
         if self.module:
             args += ["--loadmodule", str(MODULE)]
+        args += self.extra
         if self.cluster:
             # the bus port on a free port of its own: port + 10000 (the default) may be taken,
             # or above 65535

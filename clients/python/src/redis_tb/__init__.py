@@ -8,9 +8,11 @@ adapters: ASGI (:mod:`redis_tb.asgi`, needs the ``asgi`` extra: starlette), Fast
 from typing import Any
 
 from .address import ClientIP, ClientIp, ClientIpConfig
+from .backend import Backend, BackendSetting, Chosen
 from .client import DEFAULT_TIMEOUT, AsyncClient, Client, ModuleNotLoadedError, StartupError, SyncTbClient, TbClient
 from .cluster import CrossSlot
 from .command_replies import Acquired, HoldReply, HoldsPeek, LeaseReply, LeasesPeek, SettleReply, Throttle, WindowMode
+from .errors import BackendUnavailable, ScriptLoadError
 from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache
 from .headers import decision_headers, respond
@@ -25,6 +27,11 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Acquired",
     "AsyncClient",
+    "Backend",
+    "BackendSetting",
+    "BackendUnavailable",
+    "Chosen",
+    "ScriptLoadError",
     "BaseLimiter",
     "Bucket",
     "Charge",

@@ -9,14 +9,17 @@ twice, and retries pile load on a Redis that is already struggling).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, cast
+import asyncio
+from typing import Any, Awaitable, Callable, Sequence, TypeVar, cast
 
 import redis
 import redis.asyncio
 import redis.exceptions
 from redis.backoff import NoBackoff
 
+from .backend import Backend, Chosen, Steps, module_found
 from .commands import AsyncCommands, SyncCommands
+from .errors import BackendUnavailable, ModuleNotLoadedError, StartupError
 from .replies import (
     Charge,
     IncompleteReply,
@@ -26,6 +29,7 @@ from .replies import (
     Reply,
     UnexpectedReplyError,
     mtake_args,
+    packed,
     parse_multi_reply,
     parse_reply,
     parse_reservation,
@@ -43,20 +47,53 @@ DEFAULT_TIMEOUT = 0.05
 
 _PROBE = ("COMMAND", "INFO", "tb.take")  # SPEC U1
 
-
-class StartupError(RuntimeError):
-    """The limiter cannot start (SPEC U1-U3); the message is one line naming the
-    address (or the limiter) and what to do."""
+T = TypeVar("T")
 
 
-class ModuleNotLoadedError(StartupError):
-    """The server answers, but the redis-tb module is not loaded there."""
+async def run_steps(steps: Steps[T], send: Callable[[list[Any], bool], Awaitable[Any]]) -> T:
+    """SPEC E: a backend's steps (:mod:`redis_tb.backend`) over ``send``: each command's
+    reply is sent back in, an error reply thrown in; anything else ends them."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                got = await send(*step)
+            except redis.exceptions.ResponseError as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(got)
+    except StopIteration as stop:
+        return cast(T, stop.value)
 
-    def __init__(self, where: str) -> None:
-        super().__init__(
-            f"redis-tb module not loaded on {where}: load libredis_tb.so with loadmodule"
-        )
-        self.where = where
+
+def run_steps_sync(steps: Steps[T], send: Callable[[list[Any], bool], Any]) -> T:
+    """:func:`run_steps`, blocking."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                got = send(*step)
+            except redis.exceptions.ResponseError as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(got)
+    except StopIteration as stop:
+        return cast(T, stop.value)
+
+
+def _unpacked(command: bytes) -> list[Any]:
+    """A pre-encoded command's arguments (bytes), for the scripts' translation (SPEC E2)."""
+    args = read_resp(command)
+    if not isinstance(args, list):
+        raise UnexpectedReplyError("not a command")
+    return args
+
+
+def _unavailable(exc: StartupError) -> BackendUnavailable:
+    """SPEC E1: a degraded start's choice that failed on a call: a store error."""
+    error = BackendUnavailable(str(exc))
+    error.__cause__ = exc
+    return error
 
 
 def describe_server(kwargs: dict[str, Any]) -> str:
@@ -64,11 +101,6 @@ def describe_server(kwargs: dict[str, Any]) -> str:
     if kwargs.get("path"):
         return str(kwargs["path"])
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-def _module_missing(info: Any) -> bool:
-    # COMMAND INFO answers one entry per name asked, nil for an unknown command.
-    return not isinstance(info, (list, tuple)) or not info or info[0] is None
 
 
 def _repack(value: Any) -> bytes:
@@ -102,6 +134,10 @@ def _error(conn: Any, message: str) -> BaseException:
 class TbClient(AsyncCommands):
     """The module's twelve commands over ``redis.asyncio`` (SPEC "Names": ``TbClient``;
     ``AsyncClient`` is its earlier name); every method is one round trip."""
+
+    #: SPEC E: the backend TB.* calls go through; None (the module's commands as they
+    #: are) until a limiter's startup chooses one, or :meth:`use_backend` sets it
+    backend: Backend | None = None
 
     def __init__(self, redis_client: redis.asyncio.Redis) -> None:
         self.redis = redis_client
@@ -174,8 +210,46 @@ class TbClient(AsyncCommands):
         finally:
             await pool.release(conn)
 
+    def use_backend(self, backend: Backend) -> None:
+        """SPEC E: send the TB.* calls through ``backend`` (chosen, or chosen before the first call)."""
+        self.backend = backend
+
+    async def choose(self, backend: Backend) -> Chosen:
+        """SPEC E1: the choice's calls (a start's, or a degraded start's first call's)."""
+        return backend.choose(await run_steps(backend.choose_steps(), lambda args, tb: self.command(*args)))
+
+    async def _scripts(self) -> Backend | None:
+        """The backend when it is the scripts (chosen now if a degraded start has not yet)."""
+        b = self.backend
+        if b is None:
+            return None
+        chosen = b.chosen
+        if chosen is None:
+            try:
+                chosen = await self.choose(b)
+            except StartupError as exc:
+                raise _unavailable(exc) from exc
+        return b if chosen.name == "scripts" else None
+
+    async def call_tb(self, command: bytes, read: Callable[[bytes], Any] = read_resp) -> Any:
+        """One pre-encoded TB.* command through the backend (SPEC E): as it is to the
+        module, translated to the scripts (E2-E5); read as :meth:`call_packed` reads."""
+        b = self.backend
+        if b is None or (b.chosen is not None and b.chosen.name == "module"):
+            return await self.call_packed(command, read)
+        scripts = await self._scripts()
+        if scripts is None:
+            return await self.call_packed(command, read)
+        return await run_steps(
+            scripts.call_steps(_unpacked(command)), lambda args, tb: self.call_packed(packed(*args), read if tb else read_resp)
+        )
+
     async def _call(self, args: list[Any]) -> Any:
         # redis-py's execute_command is untyped; the reply is parsed right after.
+        if self.backend is not None:
+            scripts = await self._scripts()
+            if scripts is not None:
+                return await run_steps(scripts.call_steps(args), lambda a, tb: self.command(*a))
         return await cast(Any, self.redis).execute_command(*args)
 
     @classmethod
@@ -224,13 +298,17 @@ class TbClient(AsyncCommands):
         return parse_reply(await self._call(args))
 
     async def refund_many(self, buckets: Sequence[Charge], *, now: float | None = None) -> list[Reply]:
-        """TB.REFUND on each bucket, pipelined in one round trip (no transaction)."""
+        """TB.REFUND on each bucket, pipelined in one round trip (no transaction); through
+        the scripts, one call each, sent together (SPEC E3 retries each alone)."""
+        if self.backend is not None and await self._scripts() is not None:
+            calls = [self._call(refund_args(b.key, b.capacity, b.rate, b.n, now)) for b in buckets]
+            return [parse_reply(r) for r in await asyncio.gather(*calls)]
         pipe = self.redis.pipeline(transaction=False)
         for b in buckets:
             pipe.execute_command(*refund_args(b.key, b.capacity, b.rate, b.n, now))
         return [parse_reply(r) for r in await pipe.execute()]
 
-    async def command(self, *args: str) -> Any:
+    async def command(self, *args: Any) -> Any:
         """One command's raw reply, without redis-py's reply callbacks (startup's
         COMMAND INFO, whose nil entry for an unknown command they refuse, and HELLO).
         An error reply raises redis-py's exception for it."""
@@ -249,7 +327,7 @@ class TbClient(AsyncCommands):
     async def check_module(self) -> None:
         """Raise :class:`ModuleNotLoadedError` unless TB.TAKE exists on the server
         (SPEC U1: COMMAND INFO tb.take)."""
-        if _module_missing(await self.command(*_PROBE)):
+        if not module_found(await self.command(*_PROBE)):
             raise ModuleNotLoadedError(self.server)
 
     async def aclose(self) -> None:
@@ -263,10 +341,47 @@ class SyncTbClient(SyncCommands):
     """The synchronous twin of :class:`TbClient` (scripts, workers, cron jobs); ``Client``
     is its earlier name."""
 
+    #: SPEC E: :attr:`TbClient.backend`
+    backend: Backend | None = None
+
     def __init__(self, redis_client: redis.Redis) -> None:
         self.redis = redis_client
 
+    def use_backend(self, backend: Backend) -> None:
+        """:meth:`TbClient.use_backend`."""
+        self.backend = backend
+
+    def choose(self, backend: Backend) -> Chosen:
+        """:meth:`TbClient.choose`, blocking."""
+        return backend.choose(run_steps_sync(backend.choose_steps(), lambda args, tb: self.command(*args)))
+
+    def _scripts(self) -> Backend | None:
+        b = self.backend
+        if b is None:
+            return None
+        chosen = b.chosen
+        if chosen is None:
+            try:
+                chosen = self.choose(b)
+            except StartupError as exc:
+                raise _unavailable(exc) from exc
+        return b if chosen.name == "scripts" else None
+
+    def call_tb(self, command: bytes) -> Any:
+        """:meth:`TbClient.call_tb`, blocking (redis-py reads the reply)."""
+        b = self.backend
+        if b is None or (b.chosen is not None and b.chosen.name == "module"):
+            return self.call_packed(command)
+        scripts = self._scripts()
+        if scripts is None:
+            return self.call_packed(command)
+        return run_steps_sync(scripts.call_steps(_unpacked(command)), lambda args, tb: self.call_packed(packed(*args)))
+
     def _call(self, args: list[Any]) -> Any:
+        if self.backend is not None:
+            scripts = self._scripts()
+            if scripts is not None:
+                return run_steps_sync(scripts.call_steps(args), lambda a, tb: self.command(*a))
         return cast(Any, self.redis).execute_command(*args)
 
     def call_packed(self, packed: bytes) -> Any:
@@ -323,12 +438,14 @@ class SyncTbClient(SyncCommands):
         return parse_reply(self._call(refund_args(key, capacity, rate, n, now)))
 
     def refund_many(self, buckets: Sequence[Charge], *, now: float | None = None) -> list[Reply]:
+        if self.backend is not None and self._scripts() is not None:
+            return [parse_reply(self._call(refund_args(b.key, b.capacity, b.rate, b.n, now))) for b in buckets]
         pipe: Any = self.redis.pipeline(transaction=False)
         for b in buckets:
             pipe.execute_command(*refund_args(b.key, b.capacity, b.rate, b.n, now))
         return [parse_reply(r) for r in pipe.execute()]
 
-    def command(self, *args: str) -> Any:
+    def command(self, *args: Any) -> Any:
         """:meth:`TbClient.command`, blocking."""
         pool: Any = self.redis.connection_pool
         conn = pool.get_connection()
@@ -343,7 +460,7 @@ class SyncTbClient(SyncCommands):
             pool.release(conn)
 
     def check_module(self) -> None:
-        if _module_missing(self.command(*_PROBE)):
+        if not module_found(self.command(*_PROBE)):
             raise ModuleNotLoadedError(self.server)
 
     def close(self) -> None:

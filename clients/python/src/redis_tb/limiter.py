@@ -46,6 +46,7 @@ import redis.asyncio
 import redis.exceptions
 
 from .address import ClientIpConfig, HeaderGetter
+from .backend import BackendSetting, backend_setting
 from .breaker import Breaker
 from .client import AsyncClient, Client
 from .clock import Clock, SystemClock
@@ -111,6 +112,8 @@ class BaseLimiter(PolicyOwner, Planner, Deciding, RefundRules, Answering, LeaseR
     the failure mode instead of failing the start (U2).
     ``name``: the limiter's name in its log lines and startup errors (U3); default its
     metrics' ``limiter`` label, else ``default``.
+    ``backend``: the store's backend (SPEC E1): ``auto`` (the module where ``COMMAND INFO
+    tb.take`` finds it, else the script library of clients/lua), ``module`` or ``scripts``.
     """
 
     client: AsyncClient | Client
@@ -138,6 +141,7 @@ class BaseLimiter(PolicyOwner, Planner, Deciding, RefundRules, Answering, LeaseR
         legacy_reset: Literal["unix", "delta"] = "unix",
         start_degraded: bool = False,
         name: str | None = None,
+        backend: BackendSetting = "auto",
     ) -> None:
         if legacy_reset not in ("unix", "delta"):
             raise ValueError(f"legacy_reset must be 'unix' or 'delta', got {legacy_reset!r}")
@@ -162,6 +166,8 @@ class BaseLimiter(PolicyOwner, Planner, Deciding, RefundRules, Answering, LeaseR
         self.redis_now = redis_now
         self._mono: Callable[[], float] = given.monotonic if given is not None else time.monotonic
         self._wall: Callable[[], float] = given.time if given is not None else time.time
+        self.wall = self._wall  # SPEC E5: the scripts' now where TIME is refused
+        self.backend: BackendSetting = backend_setting(backend)  # SPEC E1
         self.shadow = shadow
         self.metrics = metrics
         self.deny_cache = deny_cache
@@ -288,7 +294,7 @@ class RateLimiter(BaseLimiter):
                     reader = self._readers.get(len(plans))  # type: ignore[assignment]
                     if reader is None:
                         reader = self._readers[len(plans)] = mtake_reader(len(plans))
-                values = await _bounded(self.client.call_packed(command, reader), self.timeout)
+                values = await _bounded(self.client.call_tb(command, reader), self.timeout)
             except _STORE_ERRORS as exc:
                 return self._own(self._after_error(exc, started, len(plans), what, plans), holdable, scope)
             finally:
@@ -337,7 +343,7 @@ class RateLimiter(BaseLimiter):
                 self._probe_over()
 
     def _packed(self, command: bytes) -> Awaitable[Any]:
-        return self.client.call_packed(command, read_resp)
+        return self.client.call_tb(command, read_resp)
 
     async def _release(self, d: Decision) -> None:
         """SPEC N4: TB.RELEASE once, with the timeout, never retried, not while the
@@ -457,7 +463,7 @@ class SyncRateLimiter(BaseLimiter):
             what = call[0]
             started = time.perf_counter()
             try:
-                raw = self.client.call_packed(command)
+                raw = self.client.call_tb(command)
                 values: Any
                 if what == "TB.ACQUIRE":
                     values = acquire_values(raw, len(plans) - 1)
@@ -507,7 +513,7 @@ class SyncRateLimiter(BaseLimiter):
                 self._probe_over()
 
     def _packed(self, command: bytes) -> Any:
-        return self.client.call_packed(command)
+        return self.client.call_tb(command)
 
     def _release_sync(self, d: Decision) -> None:
         """:meth:`RateLimiter._release`, blocking; once across threads (SPEC N4)."""

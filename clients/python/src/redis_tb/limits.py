@@ -53,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
     ) from exc
 
 # re-exported: they were this module's before limits_common.py held them
+from .client import Client
 from .limits_common import (
     PREFIX as PREFIX,
     SLIDING_FIELDS as SLIDING_FIELDS,
@@ -92,6 +93,9 @@ class RedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWindowC
     :param connection_pool: a :class:`redis.ConnectionPool` to use instead of the URL's.
     :param key_prefix: prefix of every key (``LIMITS_TB``).
     :param wrap_exceptions: wrap Redis errors in :exc:`limits.errors.StorageError`.
+    :param backend: the store's backend (SPEC E1): ``auto`` (the module where ``COMMAND
+     INFO tb.take`` finds it, else the script library of clients/lua, chosen at the first
+     call), ``module`` or ``scripts``.
     :param options: passed to :class:`redis.Redis` (``max_connections``, timeouts, ...).
     """
 
@@ -103,6 +107,7 @@ class RedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWindowC
         connection_pool: redis.ConnectionPool | None = None,
         key_prefix: str = PREFIX,
         wrap_exceptions: bool = False,
+        backend: str = "auto",
         **options: Any,
     ) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
@@ -112,6 +117,7 @@ class RedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWindowC
             self.storage = redis.Redis(connection_pool=connection_pool, **options)
         else:
             self.storage = redis.Redis.from_url(redis_url(uri, SYNC_SCHEMES), **options)
+        self._use_backend(Client(self.storage), backend)  # SPEC E1
 
     # fixed window: limits' own counter semantics
 
@@ -135,7 +141,7 @@ class RedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWindowC
         return max(ms, 0) / 1000 + time.time()
 
     def check(self) -> bool:
-        """True when the server answers and has TB.WINDOW (the module is loaded)."""
+        """True when the server answers TB.WINDOW (the module, or the scripts: SPEC E)."""
         try:
             return module_loaded(self._cmd.execute_command(*self._check_args()))
         except Exception:  # noqa: BLE001 (limits: "check if storage is healthy")
@@ -168,6 +174,10 @@ class RedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWindowC
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         now = time.time()
         name = self._key(key)
+        if cast(Client, self._tb)._scripts() is not None:  # SPEC E3 retries a call alone: no pipeline
+            reply = self._cmd.execute_command(*window_args(name, limit, expiry, 0, now, "LOG"))
+            oldest = self.storage.zrangebyscore(name, log_cutoff(now, expiry), "+inf", start=0, num=1, withscores=True)
+            return moving_window_from_replies(reply, oldest, limit, now)
         pipe = self.storage.pipeline(transaction=False)
         cast(Any, pipe).execute_command(*window_args(name, limit, expiry, 0, now, "LOG"))
         pipe.zrangebyscore(name, log_cutoff(now, expiry), "+inf", start=0, num=1, withscores=True)

@@ -15,6 +15,7 @@ from limits.aio.storage import MovingWindowSupport, SlidingWindowCounterSupport,
 from limits.errors import ConfigurationError
 from limits.storage.base import TimestampedSlidingWindow
 
+from .client import AsyncClient
 from .limits_common import (
     PREFIX,
     SLIDING_FIELDS,
@@ -49,6 +50,9 @@ class AsyncRedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWi
     :param key_prefix: prefix of every key (``LIMITS_TB``).
     :param implementation: ``"redispy"`` only (``limits``' own async Redis storage also
      offers coredis and valkey; the redis-tb storage runs on redis-py's asyncio client).
+    :param backend: the store's backend (SPEC E1): ``auto`` (the module where ``COMMAND
+     INFO tb.take`` finds it, else the script library of clients/lua, chosen at the first
+     call), ``module`` or ``scripts``.
     :param options: passed to :class:`redis.asyncio.Redis`.
     """
 
@@ -61,6 +65,7 @@ class AsyncRedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWi
         implementation: str = "redispy",
         key_prefix: str = PREFIX,
         connection_pool: redis.asyncio.ConnectionPool | None = None,
+        backend: str = "auto",
         **options: Any,
     ) -> None:
         if implementation != "redispy":
@@ -75,6 +80,7 @@ class AsyncRedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWi
             self.storage = redis.asyncio.Redis(connection_pool=connection_pool, **options)
         else:
             self.storage = redis.asyncio.Redis.from_url(redis_url(uri, ASYNC_SCHEMES), **options)
+        self._use_backend(AsyncClient(self.storage), backend)  # SPEC E1
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pipe = self.storage.pipeline(transaction=True)
@@ -123,6 +129,10 @@ class AsyncRedisTBStorage(StorageBasics, Storage, MovingWindowSupport, SlidingWi
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         now = time.time()
         name = self._key(key)
+        if await cast(AsyncClient, self._tb)._scripts() is not None:  # SPEC E3 retries a call alone: no pipeline
+            reply = await self._cmd.execute_command(*window_args(name, limit, expiry, 0, now, "LOG"))
+            oldest = await self.storage.zrangebyscore(name, log_cutoff(now, expiry), "+inf", start=0, num=1, withscores=True)
+            return moving_window_from_replies(reply, oldest, limit, now)
         pipe = self.storage.pipeline(transaction=False)
         cast(Any, pipe).execute_command(*window_args(name, limit, expiry, 0, now, "LOG"))
         pipe.zrangebyscore(name, log_cutoff(now, expiry), "+inf", start=0, num=1, withscores=True)

@@ -19,6 +19,9 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         "(pip install './clients/python[limits]' from a checkout, or the wheel of dist/ with [limits])"
     ) from exc
 
+from .backend import Backend, backend_setting  # noqa: E402
+from .client import AsyncClient, Client  # noqa: E402
+
 PREFIX = "LIMITS_TB"
 """The default key prefix (``limits``' own Redis storage uses ``LIMITS``)."""
 
@@ -177,7 +180,34 @@ class StorageBasics:
         # n = 0 reads and writes nothing: an answer means the server is up with TB.WINDOW
         return window_args(self._key("redis-tb:check"), 1, 1, 0, time.time(), "SLIDING")
 
+    #: SPEC E: the typed client over ``storage`` whose backend TB.WINDOW goes through
+    #: (the module, or the script library of clients/lua; ``backend=`` of the storage)
+    _tb: Client | AsyncClient
+
+    def _use_backend(self, client: Client | AsyncClient, setting: str) -> None:
+        """SPEC E1: ``setting`` (auto|module|scripts, a ConfigurationError otherwise),
+        chosen at the first call (``auto``: by ``COMMAND INFO tb.take``)."""
+        try:
+            chosen = backend_setting(setting)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        client.use_backend(Backend(chosen, client.server))
+        self._tb = client
+
     @property
     def _cmd(self) -> Any:
-        # redis-py's execute_command is untyped; every reply is checked where it is read
-        return self.storage
+        # TB.WINDOW through the backend (redis-py's replies as they were: untyped, every
+        # one checked where it is read)
+        return _Commands(self._tb)
+
+
+class _Commands:
+    """``execute_command`` of a TB.* call through the client's backend (SPEC E)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client | AsyncClient) -> None:
+        self._client = client
+
+    def execute_command(self, *args: Any) -> Any:
+        return self._client._call(list(args))

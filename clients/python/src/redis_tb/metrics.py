@@ -30,6 +30,10 @@ name) only, never a client identity: cardinality stays bounded by configuration.
                                                          max_duration (N7)
 ``redis_tb_holds_lost_total{limiter,policy}``            holds whose renewal answered
                                                          0 (G5)
+``redis_tb_backend{limiter,backend}``                    1 for the store's backend in
+                                                         use (``module`` or
+                                                         ``scripts``), 0 for the other
+                                                         (SPEC E6)
 =======================================================  ===========================
 
 ``prometheus_client`` is an optional dependency (the ``prometheus`` extra: ``pip install
@@ -73,6 +77,8 @@ class LimiterMetrics(Protocol):
     # SPEC N7, G5 (a Metrics without them is still accepted: those counts are skipped)
     def lease_timed_out(self, policy: str) -> None: ...
     def hold_lost(self, policy: str) -> None: ...
+    # SPEC E6 (likewise optional): the backend chosen, ``module`` or ``scripts``
+    def backend(self, backend: str) -> None: ...
 
 
 #: the earlier name of :class:`LimiterMetrics`, kept
@@ -136,6 +142,9 @@ class _Families:
             "redis_tb_holds_lost",
             "Holds whose renewal answered 0 (expired or lost in a failover): their settlement sends nothing",
             per_policy, **kw,
+        )
+        self.backend = Gauge(  # SPEC E6
+            "redis_tb_backend", "The store's backend in use: 1 for it (module or scripts)", ("limiter", "backend"), **kw,
         )
         self.duration = Histogram(
             "redis_tb_redis_call_duration_seconds",
@@ -229,3 +238,8 @@ class PrometheusMetrics:
 
     def hold_lost(self, policy: str) -> None:
         self._child("holds_lost", policy).inc()
+
+    def backend(self, backend: str) -> None:
+        """SPEC E6: 1 for the backend in use, 0 for the other."""
+        for name in ("module", "scripts"):
+            self._f.backend.labels(self.name, name).set(1 if name == backend else 0)

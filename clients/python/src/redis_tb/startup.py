@@ -1,8 +1,13 @@
-"""SPEC U1-U4: what a limiter checks before it serves, on both paths.
+"""SPEC U1-U4, E1: what a limiter checks before it serves, on both paths.
 
-1. ``COMMAND INFO tb.take`` (U1): a server without the module fails the start, as does
-   ``NOPERM``; an unreachable Redis fails it too (U2), unless ``start_degraded``: then one
-   line is logged and the limiter starts in its failure mode.
+1. The backend is chosen (E1, :mod:`redis_tb.backend`): ``COMMAND INFO tb.take`` (U1)
+   chooses the module where it is, else the script library, loaded (E2) and asked for
+   TIME (E5); forced to ``module``, a server without it fails the start, as does
+   ``NOPERM`` (unless forced to ``scripts``: then the module is not asked for), and a
+   library neither load takes (E2). An unreachable Redis fails the start too (U2), unless
+   ``start_degraded``: then one line is logged, the limiter starts in its failure mode
+   and chooses at its first call that reaches Redis. The choice is told to the limiter
+   (E6: its line, ``stats.backend``, the gauge) once the start passes.
 2. ``HELLO`` (U3, K6), only for a limiter that can send several keys in one call (two or
    more policies that are not ``settle_later``) and has no tag function: a reply whose
    ``mode`` is ``cluster`` fails the start (such calls would be refused CROSSSLOT); any
@@ -14,11 +19,12 @@ U1-U3, word for word (U4)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 import redis.exceptions
 
-from .client import ModuleNotLoadedError, StartupError
+from .backend import Backend, BackendSetting, Chosen
+from .errors import StartupError
 from .cluster import cluster_refusal, mode_of, several_keys
 from .policy import Policy
 
@@ -28,9 +34,6 @@ if TYPE_CHECKING:
     from .client import AsyncClient, Client
 
 __all__ = ["start", "start_sync"]
-
-#: SPEC U1: the module's probe
-PROBE = ("COMMAND", "INFO", "tb.take")
 
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
@@ -60,6 +63,12 @@ class _Starting(Protocol):
     def log(self) -> logging.Logger: ...
     @property
     def timeout(self) -> float: ...
+    @property
+    def backend(self) -> BackendSetting: ...
+    @property
+    def wall(self) -> Callable[[], float]: ...
+
+    def on_backend(self, chosen: Chosen) -> None: ...
 
 
 class _AsyncStarting(_Starting, Protocol):
@@ -70,11 +79,6 @@ class _AsyncStarting(_Starting, Protocol):
 class _SyncStarting(_Starting, Protocol):
     @property
     def client(self) -> Client: ...
-
-
-def _module_missing(info: Any) -> bool:
-    # COMMAND INFO answers one entry per name asked, nil for an unknown command.
-    return not isinstance(info, (list, tuple)) or not info or info[0] is None
 
 
 def _several_keys(limiter: _Starting, policies: Sequence[Policy] | None) -> tuple[str, ...]:
@@ -92,14 +96,20 @@ def _several_keys(limiter: _Starting, policies: Sequence[Policy] | None) -> tupl
     return ()
 
 
-def _checked(limiter: _Starting, info: Any) -> None:
-    if _module_missing(info):
-        raise ModuleNotLoadedError(limiter.client.server)
-
-
 def _on_cluster(limiter: _Starting, names: tuple[str, ...], hello: Any) -> None:
     if mode_of(hello) == "cluster":
         raise StartupError(cluster_refusal(limiter.name, names))
+
+
+def _backend(limiter: _Starting) -> Backend:
+    """SPEC E1: one backend per client and setting (a second limiter on the client reuses
+    the choice)."""
+    client = limiter.client
+    b = client.backend
+    if b is None or b.setting != limiter.backend or b.server != client.server:
+        b = Backend(limiter.backend, client.server, limiter.wall)
+        client.use_backend(b)
+    return b
 
 
 def _failed(limiter: _Starting, exc: BaseException) -> None:
@@ -130,34 +140,40 @@ def _failed(limiter: _Starting, exc: BaseException) -> None:
 
 
 async def start(limiter: _AsyncStarting, policies: Sequence[Policy] | None = None) -> None:
-    """SPEC U1-U3 on the asyncio path (:meth:`RateLimiter.startup`)."""
+    """SPEC U1-U3, E1 on the asyncio path (:meth:`RateLimiter.startup`)."""
     client = limiter.client
     bound = max(limiter.timeout, 1.0)  # a loaded machine's slow first reply is not "unreachable"
+    backend = _backend(limiter)
     try:
-        _checked(limiter, await asyncio.wait_for(client.command(*PROBE), bound))
+        if backend.chosen is None:  # COMMAND INFO, and the library's load (E2) and TIME (E5)
+            await asyncio.wait_for(client.choose(backend), 2 * bound)
         names = _several_keys(limiter, policies)
         if names:
             try:
                 hello = await asyncio.wait_for(client.command("HELLO"), bound)
             except redis.exceptions.ResponseError:
-                return  # an error reply passes (U3)
+                hello = None  # an error reply passes (U3)
             _on_cluster(limiter, names, hello)
     except _STARTUP_ERRORS as exc:
         _failed(limiter, exc)
+    backend.on_chosen(limiter.on_backend)  # E6: now, or at a degraded start's first call
 
 
 def start_sync(limiter: _SyncStarting, policies: Sequence[Policy] | None = None) -> None:
-    """SPEC U1-U3 on the synchronous path (:meth:`SyncRateLimiter.startup`); the
+    """SPEC U1-U3, E1 on the synchronous path (:meth:`SyncRateLimiter.startup`); the
     client's socket timeout bounds each call."""
     client = limiter.client
+    backend = _backend(limiter)
     try:
-        _checked(limiter, client.command(*PROBE))
+        if backend.chosen is None:
+            client.choose(backend)
         names = _several_keys(limiter, policies)
         if names:
             try:
                 hello = client.command("HELLO")
             except redis.exceptions.ResponseError:
-                return  # an error reply passes (U3)
+                hello = None  # an error reply passes (U3)
             _on_cluster(limiter, names, hello)
     except _STARTUP_ERRORS as exc:
         _failed(limiter, exc)
+    backend.on_chosen(limiter.on_backend)

@@ -1,4 +1,4 @@
-"""The limiter's counters (SPEC B5, M2): what an app exports, e.g. to Prometheus."""
+"""The limiter's counters (SPEC B5, M2) and its backend (E6): what an app exports, e.g. to Prometheus."""
 
 from __future__ import annotations
 
@@ -43,3 +43,6 @@ class LimiterStats:
     holds_lost: int = 0
     #: holds settled (TB.SETTLE answered 1, G3)
     settlements: int = 0
+    #: the store's backend in use, ``module`` or ``scripts`` (SPEC E6); None until it is
+    #: chosen (before startup, or a degraded start before its first call reaches Redis)
+    backend: str | None = None

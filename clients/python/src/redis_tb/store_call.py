@@ -22,6 +22,7 @@ from .replies import UnexpectedReplyError, encode_arg, packed
 if TYPE_CHECKING:
     import logging
 
+    from .backend import Chosen
     from .breaker import Breaker
     from .client import AsyncClient, Client
     from .metrics import Metrics
@@ -89,6 +90,17 @@ class StoreCall:
         _cluster_log: dict[str, tuple[float, int]]
 
         def _special(self, plans: list[_Plan]) -> tuple[str, _Plan | None]: ...
+
+    def on_backend(self, chosen: Chosen, *, log: bool = True) -> None:
+        """SPEC E6: the backend chosen (at startup, or at a degraded start's first call):
+        its one line (INFO; ``log=False``: another limiter logged it), ``stats.backend``
+        and the gauge ``redis_tb_backend``."""
+        self.stats.backend = chosen.name
+        metrics = self.metrics
+        if metrics is not None and hasattr(metrics, "backend"):  # an older Metrics has none
+            metrics.backend(chosen.name)
+        if log:
+            self.log.info("%s", chosen.line)
 
     def _acquire(self) -> int:
         return self.breaker.acquire()

@@ -156,5 +156,6 @@ def stats(request: HttpRequest) -> JsonResponse:
     total: dict[str, int] = {}
     for lim in lims:
         for k, v in dataclasses.asdict(lim.stats).items():
-            total[k] = total.get(k, 0) + v
+            if isinstance(v, int):  # the counters (not backend, SPEC E6's word)
+                total[k] = total.get(k, 0) + v
     return JsonResponse(total)

@@ -37,6 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..keys import ClientIP
+from ..backend import BackendSetting, backend_setting
 from ..scope import Scope
 from ..policy import MAX_POLICIES, InFlightLimit, Limit, Policy, WindowLimit, tiered
 
@@ -46,7 +47,7 @@ _TOP = {
     "URL", "PREFIX", "NAME", "TRUSTED_PROXIES", "FORWARDED_HEADER", "IPV4_PREFIX",
     "IPV6_PREFIX", "FAIL_OPEN", "TIMEOUT", "COOLDOWN", "LEGACY_HEADERS", "LEGACY_RESET",
     "SHADOW", "DENY_CACHE", "METRICS", "REFUND_ON", "EXCLUDE", "LIMIT_UNMATCHED",
-    "HASH_TAG", "CLOCK", "CHECK_MODULE", "START_DEGRADED", "POLICIES",
+    "HASH_TAG", "CLOCK", "CHECK_MODULE", "START_DEGRADED", "BACKEND", "POLICIES",
 }
 _PERIODS = {"PER_SECOND": 1, "PER_MINUTE": 60, "PER_HOUR": 3600, "PER_DAY": 86400}
 _POLICY = {
@@ -131,6 +132,8 @@ class Config:
     check_module: bool = True
     #: SPEC U2: an unreachable Redis at startup logs one line instead of failing
     start_degraded: bool = False
+    #: SPEC E1: the store's backend, ``auto``, ``module`` or ``scripts``
+    backend: BackendSetting = "auto"
 
     def names_excluded(self, url_name: str | None, view_name: str | None) -> bool:
         """SPEC L1 in Django's words: EXCLUDE names this request's URL pattern (its
@@ -407,4 +410,12 @@ def parse_config(raw: Any) -> Config:
         clock=None if d.get("CLOCK") is None else _func(d["CLOCK"], "CLOCK"),
         check_module=bool(d.get("CHECK_MODULE", True)),
         start_degraded=bool(d.get("START_DEGRADED", False)),
+        backend=_backend(d.get("BACKEND", "auto")),
     )
+
+
+def _backend(value: object) -> BackendSetting:
+    try:
+        return backend_setting(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"REDIS_TB['BACKEND']: {exc}") from None

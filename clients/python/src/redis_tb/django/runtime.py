@@ -11,10 +11,11 @@ async views. Both take the same options and the same metrics object.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence, TypeVar, cast
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
@@ -22,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
+from ..backend import Backend
 from ..client import AsyncClient, Client
 from ..decision import Decision, Hold, Outcome, PolicyResult
 from ..deny_cache import DenyCache
@@ -31,6 +33,9 @@ from ..policy import Policy, check_policy_kinds
 from ..renewal import AsyncTimers, ThreadTimers
 from .conf import Config, parse_config
 from .ending import ender
+
+C = TypeVar("C", AsyncClient, Client)
+L = TypeVar("L", RateLimiter, SyncRateLimiter)
 
 __all__ = [
     "DjangoRateLimit",
@@ -343,6 +348,9 @@ class DjangoRateLimit:
         self._lock = threading.Lock()
         self._sync: dict[tuple[bool, str | None], SyncRateLimiter] = {}
         self._sync_client: Client | None = None
+        #: SPEC E1: the backend the startup chose (or chooses at a degraded start's first
+        #: call), shared by every client of these limiters; None: no startup ran
+        self.backend: Backend | None = None
         self._async: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[AsyncClient, dict[tuple[bool, str | None], RateLimiter]]
         ] = weakref.WeakKeyDictionary()
@@ -388,6 +396,7 @@ class DjangoRateLimit:
             "deny_cache": self.deny_cache,
             "start_degraded": c.start_degraded,
             "name": label or c.name,
+            "backend": c.backend,
         }
 
     def sync_limiter(self, fail_open: bool | None = None, label: str | None = None) -> SyncRateLimiter:
@@ -399,8 +408,8 @@ class DjangoRateLimit:
         with self._lock:
             if key not in self._sync:
                 if self._sync_client is None:
-                    self._sync_client = Client.from_url(self.config.url, timeout=self.config.timeout)
-                self._sync[key] = SyncRateLimiter(self._sync_client, **self.options(fail_open, label))
+                    self._sync_client = self._adopt(Client.from_url(self.config.url, timeout=self.config.timeout))
+                self._sync[key] = self._told(SyncRateLimiter(self._sync_client, **self.options(fail_open, label)))
             return self._sync[key]
 
     def async_limiter(self, fail_open: bool | None = None, label: str | None = None) -> RateLimiter:
@@ -410,12 +419,12 @@ class DjangoRateLimit:
         loop = asyncio.get_running_loop()
         entry = self._async.get(loop)
         if entry is None:
-            entry = (AsyncClient.from_url(self.config.url, timeout=self.config.timeout), {})
+            entry = (self._adopt(AsyncClient.from_url(self.config.url, timeout=self.config.timeout)), {})
             self._async[loop] = entry
         client, limiters = entry
         found = limiters.get(key)
         if found is None:
-            found = limiters[key] = RateLimiter(client, **self.options(fail_open, label))
+            found = limiters[key] = self._told(RateLimiter(client, **self.options(fail_open, label)))
         return found
 
     def startup(self, policies: Sequence[Policy] | None = None) -> None:
@@ -433,6 +442,18 @@ class DjangoRateLimit:
             SyncRateLimiter(client, **self.options()).startup(self.policies if policies is None else policies)
         finally:
             client.close()
+        self.backend = client.backend  # SPEC E1: the limiters' clients use the choice
+
+    def _adopt(self, client: C) -> C:
+        if self.backend is not None:
+            client.use_backend(self.backend)
+        return client
+
+    def _told(self, limiter: L) -> L:
+        """SPEC E6: the limiter's stats and gauge follow the choice (its line is the startup's)."""
+        if self.backend is not None:
+            self.backend.on_chosen(functools.partial(limiter.on_backend, log=False))
+        return limiter
 
     def close(self) -> None:
         if self._sync_client is not None:
