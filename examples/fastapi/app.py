@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import sys
@@ -61,6 +62,13 @@ try:  # SPEC E1: the store's backend (the gauge redis_tb_backend on /metrics say
 except ValueError as exc:
     print(f"REDIS_TB_BACKEND: {exc}", file=sys.stderr)
     sys.exit(2)
+# The limiter's lines in the server's log: its warnings, and SPEC E6's one line (INFO) of the
+# backend chosen at startup.
+_tb_log = logging.getLogger("redis_tb")
+_tb_log.setLevel(logging.INFO)
+if not _tb_log.handlers:
+    _tb_log.addHandler(logging.StreamHandler())
+    _tb_log.propagate = False
 
 # -- who is calling -------------------------------------------------------------
 # A stand-in for your auth: API key -> (user id, plan).

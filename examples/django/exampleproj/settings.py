@@ -53,7 +53,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
-        "redis_tb": {"handlers": ["console"], "level": "WARNING"},
+        # its warnings, and SPEC E6's one line (INFO) of the backend chosen at startup
+        "redis_tb": {"handlers": ["console"], "level": "INFO"},
         "django.request": {"handlers": ["console"], "level": "ERROR"},
     },
 }
