@@ -37,6 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..keys import ClientIP
+from ..metrics import Metrics, PrometheusMetrics
 from ..backend import BackendSetting, backend_setting
 from ..scope import Scope
 from ..policy import MAX_POLICIES, InFlightLimit, Limit, Policy, WindowLimit, tiered
@@ -419,3 +420,19 @@ def _backend(value: object) -> BackendSetting:
         return backend_setting(value)
     except ValueError as exc:
         raise ImproperlyConfigured(f"REDIS_TB['BACKEND']: {exc}") from None
+
+
+def metrics_of(value: Any, name: str) -> Metrics | None:
+    """METRICS: None/False (none), True (prometheus_client's default registry), a
+    CollectorRegistry, or a Metrics object (e.g. ``PrometheusMetrics(...)``)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return PrometheusMetrics(limiter=name)
+    if all(hasattr(value, m) for m in ("allowed", "limited", "store_error", "redis_call")):
+        return cast(Metrics, value)
+    if hasattr(value, "register") and hasattr(value, "collect"):  # a CollectorRegistry
+        return PrometheusMetrics(value, limiter=name)
+    raise ImproperlyConfigured(
+        f"REDIS_TB: METRICS is True, a prometheus_client CollectorRegistry or a Metrics object, got {value!r}"
+    )

@@ -15,7 +15,7 @@ import functools
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar, cast
+from typing import Any, Callable, Sequence, TypeVar
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
@@ -31,7 +31,7 @@ from ..limiter import BaseLimiter, RateLimiter, SyncRateLimiter
 from ..metrics import Metrics, PrometheusMetrics
 from ..policy import Policy, check_policy_kinds
 from ..renewal import AsyncTimers, ThreadTimers
-from .conf import Config, parse_config
+from .conf import Config, metrics_of, parse_config
 from .ending import ender
 
 C = TypeVar("C", AsyncClient, Client)
@@ -359,7 +359,7 @@ class DjangoRateLimit:
         ] = {}
         self.policies = tuple(p.policy for p in config.policies)
         #: one metrics object and one deny cache for every limiter of these settings
-        self.metrics = _metrics(config.metrics, config.name)
+        self.metrics = metrics_of(config.metrics, config.name)
         self._labelled: dict[str, Metrics | None] = {}
         self.deny_cache = None if config.deny_cache is None else DenyCache(max_entries=config.deny_cache)
 
@@ -553,22 +553,6 @@ class DjangoRateLimit:
 
     def headers_limiter(self, is_async: bool) -> BaseLimiter:
         return self.async_limiter() if is_async else self.sync_limiter()
-
-
-def _metrics(value: Any, name: str) -> Metrics | None:
-    """METRICS: None/False (none), True (prometheus_client's default registry), a
-    CollectorRegistry, or a Metrics object (e.g. ``PrometheusMetrics(...)``)."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return PrometheusMetrics(limiter=name)
-    if all(hasattr(value, m) for m in ("allowed", "limited", "store_error", "redis_call")):
-        return cast(Metrics, value)
-    if hasattr(value, "register") and hasattr(value, "collect"):  # a CollectorRegistry
-        return PrometheusMetrics(value, limiter=name)
-    raise ImproperlyConfigured(
-        f"REDIS_TB: METRICS is True, a prometheus_client CollectorRegistry or a Metrics object, got {value!r}"
-    )
 
 
 _current: DjangoRateLimit | None = None
