@@ -335,13 +335,7 @@ impl TbClient {
     ) -> Result<SettleReply, Error> {
         check_shape(capacity, rate)?;
         check_n(actual)?;
-        if !(max_wait.is_finite() && max_wait >= 0.0) {
-            return Err(Error::InvalidArgument {
-                name: "max_wait",
-                value: max_wait,
-                rule: ">= 0 seconds and finite",
-            });
-        }
+        check_max_wait(max_wait)?;
         let mut cmd = redis::cmd("TB.SETTLE");
         cmd.arg(key)
             .arg(num(capacity))
@@ -402,13 +396,7 @@ impl TbClient {
     ) -> Result<Reservation, Error> {
         check_shape(capacity, rate)?;
         check_n(n)?;
-        if !(max_wait.is_finite() && max_wait >= 0.0) {
-            return Err(Error::InvalidArgument {
-                name: "max_wait",
-                value: max_wait,
-                rule: ">= 0 seconds and finite",
-            });
-        }
+        check_max_wait(max_wait)?;
         let mut cmd = redis::cmd("TB.RESERVE");
         cmd.arg(key)
             .arg(num(capacity))
@@ -424,4 +412,16 @@ impl TbClient {
             reset_after: r.reset_after,
         })
     }
+}
+
+/// TB.RESERVE's and TB.SETTLE's `max_wait`: seconds, finite, not negative.
+fn check_max_wait(max_wait: f64) -> Result<(), Error> {
+    if max_wait.is_finite() && max_wait >= 0.0 {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        name: "max_wait",
+        value: max_wait,
+        rule: ">= 0 seconds and finite",
+    })
 }
