@@ -104,6 +104,8 @@ function twoBackends(run, NAMES) {
     }
     L.push(`| ${NAMES[raw]} | ${f0(s[raw].rps)} | | ${f0(s[raw].cpu)} | | ${f0(s[raw].rcpu)} | |`);
     L.push('');
+    L.push("(5)'s server CPU per request is that of one connection per request in flight, each PING read and answered on its own; node-redis (every other variant) writes the commands of one tick together on one connection, which the server reads and answers together: a server CPU ratio under 1 against (5) is that, not a command cheaper than PING.");
+    L.push('');
   }
   L.push('Scripts / module, the same policies:');
   L.push('');
