@@ -3,6 +3,10 @@
 //   Express middleware, one policy), tb3 (the same, three policies), and two floors: ping
 //   (one bare Redis PING per request on node-redis: the client library's one-round-trip
 //   floor) and rawping (one pre-encoded PING on a raw socket, no client library).
+// The script backend (SPEC E, clients/lua) beside the module, when listed: tbs and tbs3 (tb
+// and tb3 with `backend: 'scripts'`, Functions) and tbse and tbse3 (the same through a
+// user refused FUNCTION LOAD: SCRIPT LOAD and EVALSHA), on a second redis-server started
+// without the module (pinned as the first); the report gains "the two backends end to end".
 // One redis-server with the module; one app process per variant (all started up front,
 // only one loaded at a time); several rounds alternating the variants' order; each
 // measurement is a throughput run (`--connections` keep-alive connections) and a latency
@@ -21,6 +25,7 @@
 //
 //   node bench/integrations/node/bench.mjs [--rounds 5] [--seconds 3] [--latency-seconds 2]
 //                        [--connections 16] [--variants none,erl,tb,tb3,ping,rawping]
+//                        (also tbs,tbs3,tbse,tbse3: the script backend)
 //                        [--baseline REV] [--no-profile] [--no-micro] [--out FILE]
 import { spawn, execFileSync } from 'node:child_process';
 import os from 'node:os';
@@ -29,7 +34,7 @@ import fs from 'node:fs';
 import { writeReport } from './report.mjs';
 import { codeHash, prepareBaseline } from './baseline.mjs';
 import {
-  args, children, commandCounts, here, lineFrom, pin, pinning, root, startRedis,
+  args, children, commandCounts, here, lineFrom, pin, pinning, redisCli, root, startRedis,
 } from './harness.mjs';
 
 const rounds = Number(args.rounds ?? 5);
@@ -66,6 +71,20 @@ function cpuSeconds(pid) {
 }
 
 const { port: redisPort, redis } = await startRedis();
+// The script backend's variants: their app's server (without the module), the way the
+// backend calls the scripts (checked against the limiter's backend line, SPEC E6).
+const SCRIPTS = { tbs: 'Functions', tbs3: 'Functions', tbse: 'EVALSHA', tbse3: 'EVALSHA' };
+const scripted = variants.filter((v) => v in SCRIPTS);
+// A user with every command but FUNCTION LOAD: the backend's E2 falls back to SCRIPT LOAD.
+const EVALSHA_USER = 'tbevalsha:benchpw';
+let scriptsServer = null;
+if (scripted.length) {
+  scriptsServer = await startRedis({ module: false });
+  redisCli(scriptsServer.port, 'ACL', 'SETUSER', 'tbevalsha', 'on', '>benchpw', '~*', '&*', '+@all', '-function|load');
+}
+const serverOf = (v) => (v in SCRIPTS
+  ? { port: scriptsServer.port, pid: scriptsServer.redis.pid, url: `redis://${SCRIPTS[v] === 'EVALSHA' ? `${EVALSHA_USER}@` : ''}127.0.0.1:${scriptsServer.port}` }
+  : { port: redisPort, pid: redis.pid, url: `redis://127.0.0.1:${redisPort}` });
 const redisVersion = /v=(\S+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))[1];
 
 // The redis-tb the tb variants use: this folder's copy of clients/node (npm ci packs it);
@@ -86,12 +105,18 @@ const apps = {};
 for (const v of variants) {
   const [cmd, argv] = pin(0, process.execPath, [path.join(here, 'server.mjs')]);
   const atBase = v.endsWith('@base');
-  const env = { ...environment, VARIANT: v, REDIS_URL: `redis://127.0.0.1:${redisPort}`, PORT: '0', NODE_ENV: 'production' };
+  const env = { ...environment, VARIANT: v, REDIS_URL: serverOf(v).url, PORT: '0', NODE_ENV: 'production' };
   if (atBase) env.TB_PACKAGE_DIR = baseline.dir;
   const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'inherit'], env });
   children.push(child);
-  const m = await lineFrom(child, /listening (\d+)(?: redis-tb (.+))?\n/, `app (${v})`);
-  apps[v] = { port: Number(m[1]), child, tbEntry: m[2] ?? null };
+  const m = await lineFrom(child, /listening (\d+)(?: redis-tb (.+?))?(?: backend (.+))?\n/, `app (${v})`);
+  apps[v] = { port: Number(m[1]), child, tbEntry: m[2] ?? null, backendLine: m[3] ?? null };
+  // the backend each app's limiter chose (SPEC E6's line): the module, or the scripts as listed
+  if (v in SCRIPTS || v === 'tb' || v === 'tb3') {
+    const want = v in SCRIPTS ? new RegExp(`^redis-tb: backend scripts on .*, ${SCRIPTS[v]}\\)$`) : /^redis-tb: backend module on /;
+    if (!want.test(m[3] ?? '')) throw new Error(`app (${v}): backend line ${JSON.stringify(m[3] ?? null)}, not ${want}`);
+    process.stderr.write(`app (${v}): ${m[3]}\n`);
+  }
   if (v.startsWith('tb')) {
     const want = atBase ? baseline.dir : currentPackage;
     if (!m[2] || !within(m[2], want) || (atBase && within(m[2], currentPackage)) || (!atBase && baseline && within(m[2], baseline.dir))) {
@@ -112,17 +137,18 @@ const results = Object.fromEntries(variants.map((v) => [v, []]));
 for (let r = 0; r < rounds; r++) {
   const order = r % 2 === 0 ? variants : [...variants].reverse();
   for (const v of order) {
-    const before = commandCounts(redisPort);
+    const srv = serverOf(v);
+    const before = commandCounts(srv.port);
     const cpu0 = cpuSeconds(apps[v].child.pid);
-    const rcpu0 = cpuSeconds(redis.pid);
+    const rcpu0 = cpuSeconds(srv.pid);
     const tput = load(apps[v].port, connections, seconds, 1);
     // CPU time per request of the app and of redis-server over the throughput run
     // (warm-up included, as in tput.all): less sensitive to other work on the machine
     // than requests per second are.
     const appCpuUs = ((cpuSeconds(apps[v].child.pid) - cpu0) * 1e6) / tput.all;
-    const redisCpuUs = ((cpuSeconds(redis.pid) - rcpu0) * 1e6) / tput.all;
+    const redisCpuUs = ((cpuSeconds(srv.pid) - rcpu0) * 1e6) / tput.all;
     const latency = load(apps[v].port, 1, latSeconds, 0.5);
-    const after = commandCounts(redisPort);
+    const after = commandCounts(srv.port);
     const calls = {};
     for (const [k, n] of Object.entries(after)) if (n - (before[k] ?? 0) > 0 && k !== 'info') calls[k] = n - (before[k] ?? 0);
     results[v].push({ round: r + 1, tput, latency, calls, completed: tput.all + latency.all, appCpuUs, redisCpuUs });
@@ -158,7 +184,9 @@ for (const p of ['express', 'express-rate-limit', 'rate-limit-redis', 'redis', '
 if (baseline) versions['redis-tb@base'] = baseline.version;
 const run = {
   out, started, results, variants, rounds, seconds, latSeconds, connections, pinning, baseline,
-  packages, tbEntries: Object.fromEntries(variants.filter((v) => apps[v].tbEntry).map((v) => [v, shown(apps[v].tbEntry)])),
+  packages, scriptsServer: Boolean(scriptsServer),
+  backendLines: Object.fromEntries(variants.filter((v) => apps[v].backendLine).map((v) => [v, apps[v].backendLine])),
+  tbEntries: Object.fromEntries(variants.filter((v) => apps[v].tbEntry).map((v) => [v, shown(apps[v].tbEntry)])),
   loadBefore, loadAfter, micro, profile, node: process.version, redisVersion, versions, cpus: os.cpus().length,
   command: `node bench/integrations/node/bench.mjs ${process.argv.slice(2).join(' ')}`.trim(),
 };

@@ -69,13 +69,16 @@ export const children = [];
 process.on('exit', () => { for (const c of children) c.kill('SIGKILL'); });
 for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(130));
 
-/** A redis-server with the module on a free port, pinned to CPU 1: its port and process. */
-export async function startRedis() {
+/**
+ * A redis-server with the module (without it: `{ module: false }`, for the script backend)
+ * on a free port, pinned to CPU 1: its port and process.
+ */
+export async function startRedis({ module = true } = {}) {
   const port = await freePort();
   const [rcmd, rargs] = pin(1, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1',
-    '--save', '', '--appendonly', 'no', '--loadmodule', modulePath]);
+    '--save', '', '--appendonly', 'no', ...(module ? ['--loadmodule', modulePath] : [])]);
   const redis = spawn(rcmd, rargs, { stdio: ['ignore', 'pipe', 'inherit'] });
   children.push(redis);
-  await lineFrom(redis, /Ready to accept connections/, 'redis-server');
+  await lineFrom(redis, /Ready to accept connections/, `redis-server${module ? '' : ' (no module)'}`);
   return { port, redis };
 }

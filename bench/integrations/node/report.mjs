@@ -8,6 +8,10 @@ const NAMES = {
   ping: '(4) floor: one bare Redis PING per request (node-redis)',
   rawping: '(5) floor: one pre-encoded PING per request on a raw socket',
   tb3: "(6) redis-tb's Express middleware, three policies",
+  tbs: '(7) (3) on the script backend (Functions, a redis-server without the module)',
+  tbs3: '(8) (6) on the script backend (Functions, a redis-server without the module)',
+  tbse: '(9) (3) on the script backend (EVALSHA, a redis-server without the module)',
+  tbse3: '(10) (6) on the script backend (EVALSHA, a redis-server without the module)',
 };
 /** The variants' names; with a baseline (bench.mjs --baseline), (3) and (6) at that revision too. */
 const namesOf = (run) => (run.baseline
@@ -61,6 +65,60 @@ export function summary(results) {
 function cpuDiff(results, a, b) {
   const ds = results[a].map((m, i) => m.appCpuUs - results[b][i].appCpuUs);
   return { median: median(ds), min: Math.min(...ds), max: Math.max(...ds) };
+}
+
+/** Per-round ratio `f(a's round) / f(b's round)`, then the median and range over rounds. */
+function perRound(results, a, b, f) {
+  const rs = results[a].map((m, i) => f(m) / f(results[b][i]));
+  return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs), rounds: rs };
+}
+
+/** The script backend's variants measured beside the module's: [module, scripts, label]. */
+const backendPairs = (run) => [['tb', 'tbs', 'one policy, Functions'], ['tb3', 'tbs3', 'three policies, Functions'], ['tb', 'tbse', 'one policy, EVALSHA'], ['tb3', 'tbse3', 'three policies, EVALSHA']]
+  .filter(([a, b]) => run.results[a] && run.results[b]);
+
+/** "The two backends end to end": each backend's variants against the raw round trip and against each other. */
+function twoBackends(run, NAMES) {
+  const { results } = run;
+  const pairs = backendPairs(run);
+  if (!pairs.length) return [];
+  const s = summary(results);
+  const range = (r) => `${f2(r.median)}x (${f2(r.min)}-${f2(r.max)})`;
+  const rps = (m) => m.tput.rps, cpu = (m) => m.appCpuUs, rcpu = (m) => m.redisCpuUs;
+  const raw = results.rawping ? 'rawping' : null;
+  const L = [];
+  L.push('## The two backends end to end');
+  L.push('');
+  L.push(`The same app and middleware with the limiter on the module ((3), (6): \`TB.TAKE\` / \`TB.MTAKE\` on the redis-server with the module) and on the script backend (SPEC E, \`clients/lua\`: \`backend: 'scripts'\` on a second redis-server started without the module, pinned to the same CPU as the first): Functions ((7), (8): \`FCALL\`), and EVALSHA ((9), (10): the same client through an ACL user refused \`FUNCTION LOAD\`, so the backend's load falls back to \`SCRIPT LOAD\`; the client package is unchanged). Each app's backend line (SPEC E6) was checked: ${Object.entries(run.backendLines ?? {}).map(([v, l]) => `${v} \`${l.replace(/ on \S+ /, ' ')}\``).join('; ')}. Medians over ${run.rounds} rounds of the per-round ratios (the variants measured back to back in each round, the order alternating), the rounds' range in parentheses. req/s: the variant's over the other's (above 1: faster); CPU: the variant's CPU per request over the other's (above 1: costs more; app: the Node process; server: the redis-server the variant talks to, its whole process${raw ? ", against (5)'s, whose PINGs go to the module's server" : ''}).`);
+  L.push('');
+  if (raw) {
+    L.push('Each against the raw round trip, (5) a pre-encoded PING on a raw socket:');
+    L.push('');
+    L.push('| variant | req/s | / (5) req/s | app CPU per request (µs) | / (5) app CPU | server CPU per request (µs) | / (5) server CPU |');
+    L.push('|---|---:|---:|---:|---:|---:|---:|');
+    const seen = new Set();
+    for (const v of pairs.flatMap(([a, b]) => [a, b])) {
+      if (seen.has(v)) continue;
+      seen.add(v);
+      L.push(`| ${NAMES[v]} | ${f0(s[v].rps)} | ${range(perRound(results, v, raw, rps))} | ${f0(s[v].cpu)} | ${range(perRound(results, v, raw, cpu))} | ${f0(s[v].rcpu)} | ${range(perRound(results, v, raw, rcpu))} |`);
+    }
+    L.push(`| ${NAMES[raw]} | ${f0(s[raw].rps)} | | ${f0(s[raw].cpu)} | | ${f0(s[raw].rcpu)} | |`);
+    L.push('');
+    L.push("(5)'s server CPU per request is that of one connection per request in flight, each PING read and answered on its own; node-redis (every other variant) writes the commands of one tick together on one connection, which the server reads and answers together: a server CPU ratio under 1 against (5) is that, not a command cheaper than PING.");
+    L.push('');
+  }
+  L.push('Scripts / module, the same policies:');
+  L.push('');
+  L.push('| policies, scripts via | req/s module | req/s scripts | scripts / module, req/s | scripts / module, app CPU | scripts − module, app CPU (µs) | server CPU module (µs) | server CPU scripts (µs) | scripts / module, server CPU | 1 conn p50 module (µs) | scripts (µs) |');
+  L.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  for (const [a, b, label] of pairs) {
+    const d = cpuDiff(results, b, a);
+    L.push(`| ${label}: ${NAMES[b].split(' ')[0]} / ${NAMES[a].split(' ')[0]} | ${f0(s[a].rps)} | ${f0(s[b].rps)} | ${range(perRound(results, b, a, rps))} | ${range(perRound(results, b, a, cpu))} | ${signed(d.median)} (${signed(d.min)} to ${signed(d.max)}) | ${f0(s[a].rcpu)} | ${f0(s[b].rcpu)} | ${range(perRound(results, b, a, rcpu))} | ${f0(s[a].l50)} | ${f0(s[b].l50)} |`);
+  }
+  L.push('');
+  L.push('The script backend\'s extra work is on the server (its CPU column); the app sends one command either way (`FCALL` or `EVALSHA` for `TB.TAKE` / `TB.MTAKE`). Where requests per second fall by more than the app CPU per request rises, the app\'s core was not the only limit: the servers share CPU 1 with the load generator, and other work on the machine takes time from both cores. Single rounds move by more than some of these differences: the ranges say how much.');
+  L.push('');
+  return L;
 }
 
 /** The redis-tb variants measured both at the baseline and now: [now, base, label]. */
@@ -131,7 +189,8 @@ export function writeReport(run) {
   }
   // every redis-tb variant against each floor, by req/s and by app CPU per request
   const floors = [['ping', '(4)'], ['rawping', '(5)']].filter(([f]) => results[f]);
-  const tbs = [['tb', '(3) one policy'], ['tb@base', `(3b) one policy at ${run.baseline?.short}`], ['tb3', '(6) three policies'], ['tb3@base', `(6b) three policies at ${run.baseline?.short}`]].filter(([v]) => results[v]);
+  const tbs = [['tb', '(3) one policy'], ['tb@base', `(3b) one policy at ${run.baseline?.short}`], ['tb3', '(6) three policies'], ['tb3@base', `(6b) three policies at ${run.baseline?.short}`],
+    ['tbs', '(7) one policy, scripts (Functions)'], ['tbs3', '(8) three policies, scripts (Functions)'], ['tbse', '(9) one policy, scripts (EVALSHA)'], ['tbse3', '(10) three policies, scripts (EVALSHA)']].filter(([v]) => results[v]);
   if (floors.length && tbs.length) {
     L.push('| redis-tb against each floor (median over rounds) | ' + floors.map(([f, n]) => `/ ${n} req/s | ${n} CPU / its CPU`).join(' | ') + ' |');
     L.push('|---|' + floors.map(() => '---:|---:').join('|') + '|');
@@ -181,6 +240,7 @@ export function writeReport(run) {
   }
   L.push('');
   L.push(...beforeAfter(run, NAMES));
+  L.push(...twoBackends(run, NAMES));
   if (run.micro) {
     L.push("## Where redis-tb's time goes");
     L.push('');
@@ -228,13 +288,13 @@ export function writeReport(run) {
   L.push('');
   L.push('## Setup');
   L.push('');
-  L.push('- The app (`bench/integrations/node/server.mjs`): Express, `trust proxy` = loopback, one route `GET /items/:id` answering JSON. Variant (2) is `rateLimit({ windowMs: 1000, limit, standardHeaders: \'draft-8\', store: new RedisStore({ sendCommand }) })` on a node-redis client (what express-rate-limit\'s documentation shows for Redis); (3) is redis-tb\'s `redis-tb/express` middleware with one policy (`ip`, per client address, per second); (4) awaits `client.ping()` of node-redis before the route; (5) writes the pre-encoded `*1\\r\\n$4\\r\\nPING\\r\\n` on a raw \`net\` socket and reads `+PONG\\r\\n` before the route (persistent connections, one per request in flight, no client library); (6) is (3) with three policies (`ip`, a per-route `endpoint`, one `all` bucket), one TB.MTAKE. Limits are high enough that every request is admitted: each variant does its full work (one Redis round trip for (2)-(4)) and the handler runs.');
+  L.push('- The app (`bench/integrations/node/server.mjs`): Express, `trust proxy` = loopback, one route `GET /items/:id` answering JSON. Variant (2) is `rateLimit({ windowMs: 1000, limit, standardHeaders: \'draft-8\', store: new RedisStore({ sendCommand }) })` on a node-redis client (what express-rate-limit\'s documentation shows for Redis); (3) is redis-tb\'s `redis-tb/express` middleware with one policy (`ip`, per client address, per second); (4) awaits `client.ping()` of node-redis before the route; (5) writes the pre-encoded `*1\\r\\n$4\\r\\nPING\\r\\n` on a raw \`net\` socket and reads `+PONG\\r\\n` before the route (persistent connections, one per request in flight, no client library); (6) is (3) with three policies (`ip`, a per-route `endpoint`, one `all` bucket), one TB.MTAKE.' + (run.scriptsServer ? " (7)-(10) are (3) and (6) with `backend: 'scripts'` on a second redis-server without the module (section \"The two backends end to end\")." : '') + ' Limits are high enough that every request is admitted: each variant does its full work (one Redis round trip for (2)-(4)) and the handler runs.');
   L.push('- Requests: `GET /items/<n>` with a distinct `X-Forwarded-For` per request (65,536 client addresses in a ring), so the limiters work on a real spread of keys.');
   L.push(`- Load: \`bench/integrations/node/loadgen.mjs\`, a closed-loop HTTP/1.1 keep-alive generator on raw sockets timing each request with hrtime; per variant and round ${run.seconds} s at ${run.connections} connections after 1 s of warm-up, then ${run.latSeconds} s at one connection.`);
   if (run.baseline) {
     L.push(`- Baseline (\`--baseline ${run.baseline.rev}\`, commit ${run.baseline.sha}): \`git archive\` of its \`clients/node\` into \`${run.baseline.dir.replace(/\/clients\/node$/, '')}\`, \`npm ci\` and \`npm run build\` there; (3b) and (6b) import its \`dist/esm\` entry points of \`.\` and \`./express\` (its exports map) through \`TB_PACKAGE_DIR\`. ${run.baseline.clientIpClass === 'ClientIp' ? `At ${run.baseline.short} the client-address configuration class is \`ClientIp\` (now \`ClientIpConfig\`, the same options): \`tb-variant.mjs\` takes whichever the package exports; the rest of the code the variants run is the same.` : 'The variants run the same code on both.'}`);
   }
-  L.push(`- Machine: ${run.cpus} CPUs; ${run.pinning ? 'the app on CPU 0, redis-server and the load generator on CPU 1 (taskset)' : 'nothing pinned'}. Node ${run.node}, redis-server ${run.redisVersion}; ${Object.entries(run.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Load average (1 min) before and after the run: ${run.loadBefore[0].toFixed(2)} and ${run.loadAfter[0].toFixed(2)} (other work on the same cores makes rounds vary: read the medians and the per-round ratios, measured back to back).`);
+  L.push(`- Machine: ${run.cpus} CPUs; ${run.pinning ? `the app on CPU 0, ${run.scriptsServer ? 'both redis-servers' : 'redis-server'} and the load generator on CPU 1 (taskset)` : 'nothing pinned'}. Node ${run.node}, redis-server ${run.redisVersion}; ${Object.entries(run.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Load average (1 min) before and after the run: ${run.loadBefore[0].toFixed(2)} and ${run.loadAfter[0].toFixed(2)} (other work on the same cores makes rounds vary: read the medians and the per-round ratios, measured back to back).`);
   L.push('');
   // keep the deny-cache flood section (bench/integrations/node/flood.mjs) of the report being replaced
   let flood = '';

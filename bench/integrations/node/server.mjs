@@ -7,13 +7,18 @@
 //         (persistent connections, one per request in flight, no client library: the
 //         round trip's own floor)
 //   tb3   redis-tb's Express middleware with three policies (one TB.MTAKE)
+//   tbs, tbs3  tb and tb3 on the script backend (`backend: 'scripts'`; REDIS_URL: a
+//         redis-server without the module): Functions where FUNCTION LOAD works
+//   tbse, tbse3  the same, where bench.mjs's REDIS_URL names a user refused FUNCTION LOAD:
+//         the backend falls back to SCRIPT LOAD and EVALSHA
 //   tb@base, tb3@base  tb and tb3 with the `redis-tb` of TB_PACKAGE_DIR (bench.mjs --baseline:
 //         an older revision's clients/node, built), the rest of the app unchanged
 // Every variant is the same app: trust the loopback proxy (the client address is the
 // X-Forwarded-For the load generator sends), one JSON route. Limits are set high enough
 // that every response is a 200: the handler runs on every request of every variant.
 // Prints "listening <port>" when ready, followed by " redis-tb <file>" (the entry point
-// `redis-tb` resolved to) for the redis-tb variants.
+// `redis-tb` resolved to) for the redis-tb variants, and " backend <line>" (the limiter's
+// backend line, SPEC E6) when it logged one.
 import express from 'express';
 
 const variant = process.env.VARIANT ?? 'none';
@@ -23,6 +28,7 @@ const LIMIT = 1_000_000; // per second per address: never reached, so every answ
 const app = express();
 let limiter = null;
 let tbEntry = null;
+let backendLine = null;
 app.disable('x-powered-by');
 app.set('trust proxy', 'loopback');
 
@@ -81,6 +87,15 @@ if (variant === 'erl') {
   app.use(middleware);
   limiter = middleware.limiter;
   tbEntry = middleware.tbEntry;
+  backendLine = middleware.backendLine;
+} else if (['tbs', 'tbs3', 'tbse', 'tbse3'].includes(variant)) {
+  if (process.env.TB_PACKAGE_DIR) throw new Error(`VARIANT ${variant} is this folder's redis-tb: unset TB_PACKAGE_DIR`);
+  const { tbMiddleware } = await import('./tb-variant.mjs');
+  const middleware = await tbMiddleware(redisUrl, LIMIT, variant.endsWith('3') ? 3 : 1, 'scripts');
+  app.use(middleware);
+  limiter = middleware.limiter;
+  tbEntry = middleware.tbEntry;
+  backendLine = middleware.backendLine;
 } else if (variant !== 'none') {
   throw new Error(`unknown VARIANT ${variant}`);
 }
@@ -92,7 +107,7 @@ app.get('/items/:id', (req, res) => {
 if (process.env.TB_STATS && limiter) app.get('/_stats', (req, res) => res.json(limiter.stats));
 
 const server = app.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
-  process.stdout.write(`listening ${server.address().port}${tbEntry ? ` redis-tb ${tbEntry}` : ''}\n`);
+  process.stdout.write(`listening ${server.address().port}${tbEntry ? ` redis-tb ${tbEntry}` : ''}${backendLine ? ` backend ${backendLine}` : ''}\n`);
 });
 server.keepAliveTimeout = 60_000;
 // exit normally on SIGINT, so `node --cpu-prof` (bench/integrations/node/profile.mjs) writes its profile

@@ -46,7 +46,12 @@ export async function loadRedisTb(packageDir) {
   return { ...api, clientIpClass, ownsPolicies, entry: fileURLToPath(indexUrl) };
 }
 
-export async function tbMiddleware(redisUrl, limit, policies = 1) {
+/**
+ * `backend` ('scripts': the script backend of SPEC E, on a redis-server without the module)
+ * is passed to the limiter only when given (unset: the default, `auto`, as before). The
+ * backend's line (E6) the limiter logs is kept as `middleware.backendLine`.
+ */
+export async function tbMiddleware(redisUrl, limit, policies = 1, backend = undefined) {
   const { ClientIpConfig, Limit, Policy, RateLimiter, perSecond, rateLimit, ownsPolicies, entry: tbEntry } = await loadRedisTb(process.env.TB_PACKAGE_DIR);
   const redis = await createClient({ url: redisUrl, disableOfflineQueue: true }).connect();
   const denyCache = Number(process.env.TB_DENY_CACHE ?? 0);
@@ -59,7 +64,11 @@ export async function tbMiddleware(redisUrl, limit, policies = 1) {
     ? [policy, perSecond('endpoint', limit, { perRoute: true }), perSecond('all', limit, { key: () => 'everyone' })]
     : [policy];
   const scope = { policies: all, exclude: ['GET /_stats'] };
+  let backendLine = null;
   const limiter = new RateLimiter(redis, {
+    ...(backend ? { backend } : {}),
+    // the default logger (console), with the backend's line kept
+    logger: { warn: (m) => console.warn(m), info: (m) => { backendLine = m; console.info(m); } },
     // since issue 40 the limiter owns its policies and scope; before, the middleware took them
     ...(ownsPolicies ? scope : {}),
     clientIp: new ClientIpConfig({ trustedProxies: ['127.0.0.0/8'] }),
@@ -70,5 +79,6 @@ export async function tbMiddleware(redisUrl, limit, policies = 1) {
   const middleware = ownsPolicies ? rateLimit(limiter) : rateLimit(limiter, scope);
   middleware.limiter = limiter;
   middleware.tbEntry = tbEntry;
+  middleware.backendLine = backendLine;
   return middleware;
 }
