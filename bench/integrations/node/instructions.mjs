@@ -161,7 +161,7 @@ async function measure(variant, rep) {
   child.stderr.on('data', (d) => { appErr += d; });
   const started = Date.now();
   try {
-    const m = await lineFrom(child, /listening (\d+)(?: redis-tb (.+))?\n/, `app (${variant}) under callgrind (log ${log})`);
+    const m = await lineFrom(child, /listening (\d+)(?: redis-tb (.+?))?(?: backend .+)?\n/, `app (${variant}) under callgrind (log ${log})`);
     if (variant.startsWith('tb')) {
       const want = atBase ? baseline.dir : currentPackage;
       if (!m[2] || !within(m[2], want)) throw new Error(`app (${variant}) imported redis-tb from ${m[2] ?? '(not said)'}, not from ${want}`);
