@@ -12,8 +12,7 @@ use crate::binding::store::{Access, BucketKey};
 use crate::error::{Field, TbError};
 use crate::parse::lease::{parse_hold, parse_settle};
 
-use super::lease::server_micros;
-use super::{Call, Clock, next_id, store};
+use super::{Call, Clock, next_id, server_micros, store};
 
 /// The bucket's stored holds (none when the field is missing).
 fn read_holds(bucket: &BucketKey) -> Result<Vec<Hold>, TbError> {

@@ -15,15 +15,7 @@ use crate::error::{LeaseError, TbError};
 use crate::parse::args::{has_duplicates, mtake_layout, parse_triples};
 use crate::parse::lease::{parse_lease_id, parse_lease_ms, parse_limit};
 
-use super::{Call, Clock, next_id, open_parts, store_parts};
-
-/// The server's clock in whole microseconds.
-pub(crate) fn server_micros() -> u64 {
-    match Clock::server() {
-        Clock::Server { micros } => micros,
-        Clock::Client { server_micros, .. } => server_micros,
-    }
-}
+use super::{Call, Clock, next_id, open_parts, server_micros, store_parts};
 
 /// Opens the key for writing and reads what every writing call needs: the expired
 /// leases (to reclaim) and the live count.

@@ -187,6 +187,14 @@ pub(crate) fn next_id() -> Result<u64, TbError> {
         .ok_or(TbError::Internal)
 }
 
+/// The server's clock in whole microseconds (leases and holds: their expiries are on it).
+pub(crate) fn server_micros() -> u64 {
+    match Clock::server() {
+        Clock::Server { micros } => micros,
+        Clock::Client { server_micros, .. } => server_micros,
+    }
+}
+
 /// The time a call is decided at.
 pub enum Clock<'a> {
     /// A `now` the client sent: its value, its text (stored as sent when plain), and the
