@@ -15,11 +15,11 @@ from redis_tb.headers import (
     SF_INT_MAX,
     decision_headers,
     legacy_headers,
-    problem,
     quota,
     retry_after_seconds,
     window,
 )
+from redis_tb.problem import problem
 
 
 def result(
@@ -223,7 +223,7 @@ def test_store_error_and_not_limited_emit_no_headers() -> None:
 
 
 def test_problem_body_is_json_with_the_rfc_9457_members() -> None:
-    from redis_tb.headers import problem_body
+    from redis_tb.problem import problem_body
 
     d = limited(result(allowed=False, remaining=0, retry_after=4, reset_after=16))
     body = json.loads(problem_body(problem(d)))

@@ -53,7 +53,8 @@ from redis_tb import (
     tiered,
 )
 from redis_tb.address import ClientIpConfig
-from redis_tb.headers import body_number, quota, remaining_units, reset_seconds, respond, retry_after_seconds, window
+from redis_tb.headers import quota, remaining_units, reset_seconds, retry_after_seconds, window
+from redis_tb.problem import body_number, respond
 from redis_tb.keys import BadHeader, KeyBuilder, header_identity
 from redis_tb.limiter import check_prefix
 from redis_tb.lua import lua_sources

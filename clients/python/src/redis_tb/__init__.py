@@ -15,7 +15,8 @@ from .command_replies import Acquired, HoldReply, HoldsPeek, LeaseReply, LeasesP
 from .errors import BackendUnavailable, ScriptLoadError
 from .decision import Decision, Hold, HoldError, Lease, Outcome, PolicyResult, Settlement, StoreError
 from .deny_cache import DenyCache
-from .headers import decision_headers, respond
+from .headers import decision_headers
+from .problem import respond
 from .keys import Key
 from .limiter import BaseLimiter, Clock, LimiterStats, RateLimiter, SyncRateLimiter
 from .policy import InFlightLimit, Limit, Policy, WindowLimit, check_policy_kinds, per_day, per_hour, per_minute, per_second, tiered

@@ -23,7 +23,7 @@ from .replies import hold_values, packed, pair_values, settle_values
 if TYPE_CHECKING:
     from .breaker import Breaker
     from .decision import Decision, _Limiter
-    from .headers import Response
+    from .problem import Response
     from .stats import LimiterStats
     from .metrics import Metrics
 

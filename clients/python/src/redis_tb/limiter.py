@@ -55,7 +55,7 @@ from .decision import _NO_HOLDS, Decision, Outcome, PolicyResult
 from .hold import Hold, HoldRules, Settlement
 from .lease import LeaseRules
 from .deny_cache import DenyCache, DenyEntry
-from .headers import Answering, Rejection
+from .problem import Answering, Rejection
 from .keys import KeyBuilder, check_prefix
 from .metrics import Metrics
 from .plan import _NO_PEER, _PLAIN_CALL, HashTagFunc, Planner, _Early, _Mixed, _resolved, _resolved_sync
