@@ -155,12 +155,13 @@ fn build_both(rev: &str, sha: &str) -> Result<(PathBuf, PathBuf)> {
             .arg(&base_src))?;
     }
     // Today's crate as it is in the working tree (what is being measured), copied so that
-    // both builds are the same kind of scratch crate.
+    // both builds are the same kind of scratch crate; `-L` copies the files its `lua/`
+    // links point at (clients/lua), as `cargo package` stores them.
     let now_src = dir.join("now-src");
     let _ = std::fs::remove_dir_all(&now_src);
     std::fs::create_dir_all(&now_src)?;
     run(Command::new("cp")
-        .arg("-r")
+        .arg("-rL")
         .arg(root().join("clients/rust"))
         .arg(now_src.join("rust")))?;
     let target = dir.join("target");
