@@ -126,3 +126,20 @@ def test_tcp_queues_by_both_endpoints() -> None:
     assert tcpq.queues(client, server, TCP_TABLE) == (0, 0x15C8)
     with pytest.raises(LookupError):
         tcpq.queues(server, ("127.0.0.3", 54321), TCP_TABLE)
+
+
+TCP6_TABLE = """\
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0000000000000000FFFF00000100007F:1F90 0000000000000000FFFF00000200007F:D431 01 00012345:00000000 00:00000000 00000000     0        0 2 1 0 20 4 30 10 -1
+"""
+
+
+def test_tcp_queues_of_a_dual_stack_server_are_read_from_tcp6() -> None:
+    """A Java server's end of an IPv4 connection is in /proc/net/tcp6 as ::ffff:127.0.0.1
+    (the line above as the kernel wrote it for a dual-stack listener)."""
+    server, client = ("127.0.0.1", 8080), ("127.0.0.2", 54321)
+    assert tcpq.queues(server, client, TCP_TABLE + TCP6_TABLE) == (0x1ABCD, 0)
+    assert tcpq.queues(server, client, TCP6_TABLE) == (0x12345, 0)
+    with pytest.raises(LookupError):
+        tcpq.queues(client, server, TCP6_TABLE)
