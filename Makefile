@@ -9,7 +9,7 @@ PORT ?= 6379
 # missing or older than 20 (the folder exists only then); first on PATH for every recipe.
 export PATH := $(HOME)/.cache/redis-tb/node20/bin:$(PATH)
 
-.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-java lint-java test-rust-client test-http test-http-scripts bench-accuracy lint fmt fuzz bench bench-scripts test-scripts bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
+.PHONY: all build run dist test-dist test test-examples test-python lint-python test-node lint-node test-java lint-java test-rust-client test-http test-http-scripts bench-accuracy lint fmt vectors fuzz bench bench-scripts test-scripts bench-leases bench-floor bench-floor-log bench-floor-leases bench-log-advancing soak test-compat test-valgrind deps help clean
 
 all: build
 
@@ -26,8 +26,9 @@ help:
 	@echo "make test-examples  the integrations end to end: Python (FastAPI, Flask/slowapi, Django, shell), Rust (axum), Node (Express, Fastify)"
 	@echo "make test-python  the Python package (clients/python, with the shared vectors) and the FastAPI, Flask, slowapi, Django and shell examples"
 	@echo "make lint-python  ruff and mypy --strict over the Python package, its tests, examples, test harness and benchmarks"
-	@echo "make lint     cargo fmt --check and clippy -D warnings, then make lint-node and make lint-python"
+	@echo "make lint     limiter-scripts.json current, cargo fmt --check and clippy -D warnings, then make lint-node, lint-python and lint-java"
 	@echo "make fmt      cargo fmt (the formatting make lint checks)"
+	@echo "make vectors  clients/vectors/limiter-scripts.json written again from limiter.json (every case on the script backend; make lint checks it is current)"
 	@echo "make test-node  the Node package (clients/node, with the shared vectors) and the Express and Fastify examples"
 	@echo "make lint-node  tsc --noEmit (strict) over the Node package and examples, and no eslint-disable comments"
 	@echo "make test-java  the Java client (clients/java: core with the shared vectors, Lettuce and Jedis stores, Spring Boot starter, gateway limiter), the Spring examples, and the Java bench apps built (bench/integrations/java)"
@@ -129,6 +130,7 @@ test-http-scripts: build
 	HTTP_BACKEND=scripts testing/http/run-tests.sh
 
 lint:
+	python3 clients/vectors/scripts_form.py --check
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
 	$(MAKE) lint-node
@@ -147,6 +149,11 @@ lint-python:
 
 fmt:
 	cargo fmt
+
+# clients/vectors/limiter-scripts.json: limiter.json's cases on the script backend (SPEC E),
+# made by one translation (clients/vectors/README.md) that every runner reads as data.
+vectors:
+	python3 clients/vectors/scripts_form.py
 
 # Property-based fuzzing of the parser, stored-state decoder and math with arbitrary bytes
 # and extreme numbers. CI runs a short pass; `make fuzz` a long one. A failure prints the
