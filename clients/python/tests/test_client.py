@@ -3,12 +3,14 @@ so every value is exact)."""
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Iterator
+import asyncio
+from typing import Any, AsyncIterator, Awaitable, Iterator
 
 import pytest
 import redis.exceptions
 
 from redis_tb import AsyncClient, Bucket, Client, ModuleNotLoadedError, Reply, Reservation
+from redis_tb.replies import packed
 from redis_tb_testing.servers import RedisServer
 
 NOW = 1764456268.0
@@ -128,3 +130,30 @@ def test_the_glossary_names_are_the_types() -> None:
     from redis_tb.metrics import Metrics
 
     assert Metrics is redis_tb.LimiterMetrics
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_a_failed_call() -> None:
+    """A restart or failover closes every connection the request path keeps idle; the
+    next call on each must go out on a fresh one, not fail on the dead socket: a lost
+    TB.RELEASE holds its slot until the lease expires (the HTTP suite's
+    in_flight_disconnect found it after an outage check restarted Redis). Nothing was
+    sent on the closed socket, so reconnecting first can charge nothing twice."""
+    server = RedisServer().start()
+    c = AsyncClient.from_url(server.url, timeout=5)
+
+    def take(i: int) -> Awaitable[Any]:  # the limiter's call: pre-encoded, the kept connections
+        return c.call_tb(packed("TB.TAKE", f"k{i}", 10, 1, 1, NOW))
+
+    try:
+        # several connections idle at once: a burst of concurrent calls leaves them all kept
+        await asyncio.gather(*(take(i) for i in range(4)))
+        assert len(c._idle) == 4
+        server.stop()
+        # the same port, a fresh server: every kept connection was closed
+        server = RedisServer(port=server.port).start()
+        await asyncio.sleep(0.05)  # the event loop reads each closed socket's end
+        for i in range(6):
+            assert (await take(i))[:2] == [1, 9]  # a fresh server: each bucket's first take
+    finally:
+        await c.aclose()
+        server.stop()

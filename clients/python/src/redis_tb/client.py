@@ -122,6 +122,14 @@ def _repack(value: Any) -> bytes:
     raise UnexpectedReplyError(f"unexpected value in a reply: {value!r}")
 
 
+async def _reconnected(conn: Any) -> None:
+    """``conn`` connected afresh (what redis-py's pool checks on checkout, which the
+    request path's kept connections skip)."""
+    if conn._writer is not None:
+        await conn.disconnect(nowait=True)
+    await conn.connect()
+
+
 def _error(conn: Any, message: str) -> BaseException:
     """An error reply as redis-py's own exception class for it."""
     parser = getattr(conn, "_parser", None)
@@ -169,10 +177,13 @@ class TbClient(AsyncCommands):
                 return await self._call_packed_slow(packed, read)
         try:
             writer = conn._writer
-            if writer is None:
-                await conn.connect()
-                writer = conn._writer
             reader = conn._reader
+            if writer is None or reader.at_eof():
+                # never connected, or closed by the server while it sat idle (a restart, a
+                # failover, a client timeout): a fresh connection before anything is sent,
+                # so nothing can be charged twice and no call fails on a dead socket
+                await _reconnected(conn)
+                writer, reader = conn._writer, conn._reader
             writer.write(packed)
             data = await reader.read(65536)
             while True:
