@@ -698,10 +698,21 @@ def test_in_flight_disconnect(stack: Stack) -> None:
                 time.sleep(0.1)  # no faster than 'ip' refills
         assert len(again) == limit_n, (
             f"{len(again)} of {limit_n} slots back within {deadline - gone:.2f} s of the clients"
-            f" leaving; after the close: {tried}")
+            f" leaving; after the close: {tried}; {lease_story(stack)}")
     finally:
         for s in again:
             s.close()
+
+
+def lease_story(stack: Stack) -> str:
+    """What a failed lease check needs to be read: the app's store errors and lease
+    counters, and the last lines it logged (a release lost to a timeout or the breaker
+    says so there)."""
+    samples = scrape(stack)
+    counts = {name: prom.total(samples, name) for name in (
+        "redis_tb_store_errors_total", "redis_tb_leases_expired_total", "redis_tb_leases_in_flight")}
+    tail = stack.app.output().splitlines()[-12:]
+    return f"app counters {counts}; the app's last lines: {tail}"
 
 
 @case("in_flight_renewal")
