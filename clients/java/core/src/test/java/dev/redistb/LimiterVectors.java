@@ -22,8 +22,11 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 
 /**
- * clients/vectors/limiter.json: a limiter built from the case's configuration, a clock the steps
- * set, a store answering from the script; per step the calls made and the result.
+ * clients/vectors/limiter.json and limiter-scripts.json (the same cases on the script backend): a
+ * limiter built from the case's configuration, a clock the steps set, a store answering from the
+ * script; per step the calls made and the result. Every call, a refund's and a held one's included,
+ * goes through the store's {@link ScriptBackend} as in production (the {@link ScriptedStore} only
+ * answers {@code send}), and a release's reply has its ids filled.
  */
 final class LimiterVectors {
   /** The route of a check without {@code route}: one no policy lists and no exclude names. */

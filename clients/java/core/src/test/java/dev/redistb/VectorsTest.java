@@ -43,6 +43,9 @@ class VectorsTest {
           "header_identity", VectorsTest::headerIdentity,
           "response", ResponseVectors::check,
           "limiter", LimiterVectors::check,
+          // limiter.json's cases on the script backend, through Functions (<id>-f) and EVALSHA
+          // (<id>-e), made by clients/vectors/scripts_form.py (issue 42: both backends)
+          "limiter-scripts", LimiterVectors::check,
           "startup", StartupVectors::check);
 
   /**
