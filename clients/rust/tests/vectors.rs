@@ -1,8 +1,11 @@
 //! The shared vectors of `clients/vectors` (format: `clients/vectors/README.md`), run
 //! against this crate: the pure files call the core's functions, `limiter.json` drives the
 //! framework-neutral [`RateLimiter`] with a [`ManualClock`] and a scripted [`Store`] at the
-//! level of the typed client. Every `*.json` file must have a handler and every case a
-//! known kind; a failure names the case id.
+//! level of the typed client; `limiter-scripts.json` (the same cases on the script backend,
+//! SPEC E, made by `clients/vectors/scripts_form.py`) is read by the same handler, every
+//! call of its cases (refunds and held calls' answers included) going through the crate's
+//! own client and its scripts path, as in production. Every `*.json` file must have a
+//! handler and every case a known kind; a failure names the case id.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -2043,7 +2046,7 @@ async fn every_vector_file_passes() {
                 "keys.json" => keys_case(case, &mut local).await,
                 "header_identity.json" => header_identity(case, &mut local).await,
                 "response.json" => response(case, &mut local),
-                "limiter.json" => limiter_case(case, &mut local).await,
+                "limiter.json" | "limiter-scripts.json" => limiter_case(case, &mut local).await,
                 "startup.json" => startup_case(case, &mut local).await,
                 other => {
                     fails.push(format!("{other}: no handler for this file"));
