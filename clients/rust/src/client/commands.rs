@@ -9,7 +9,7 @@ use super::args::{Charge, MAX_NUMBER, WindowMode, check_n, check_shape, num};
 use super::connection::TbClient;
 use super::replies::{
     Acquired, HoldReply, MultiReply, Reply, Reservation, SettleReply, Throttle, flag, number,
-    parse_acquire, parse_hold, parse_settle, parse_throttle,
+    numbers, parse_acquire, parse_hold, parse_settle, parse_throttle,
 };
 
 impl TbClient {
@@ -216,14 +216,8 @@ impl TbClient {
         let mut cmd = redis::cmd("TB.PEEK");
         cmd.arg(key).arg("LEASES");
         let v = self.call(&cmd).await?;
-        let bad = |d| self.unexpected("TB.PEEK LEASES", d);
-        match &v {
-            Value::Array(items) if items.len() == 2 => Ok((
-                number(&items[0]).map_err(bad)?,
-                number(&items[1]).map_err(bad)?,
-            )),
-            other => Err(bad(format!("{other:?}"))),
-        }
+        let [leases, ms] = numbers(&v).map_err(|d| self.unexpected("TB.PEEK LEASES", d))?;
+        Ok((leases, ms))
     }
 
     /// `TB.PEEK key HOLDS`: `(holds, amount, ms)`, a bucket's live holds, the sum they
@@ -232,15 +226,8 @@ impl TbClient {
         let mut cmd = redis::cmd("TB.PEEK");
         cmd.arg(key).arg("HOLDS");
         let v = self.call(&cmd).await?;
-        let bad = |d| self.unexpected("TB.PEEK HOLDS", d);
-        match &v {
-            Value::Array(items) if items.len() == 3 => Ok((
-                number(&items[0]).map_err(bad)?,
-                number(&items[1]).map_err(bad)?,
-                number(&items[2]).map_err(bad)?,
-            )),
-            other => Err(bad(format!("{other:?}"))),
-        }
+        let [holds, amount, ms] = numbers(&v).map_err(|d| self.unexpected("TB.PEEK HOLDS", d))?;
+        Ok((holds, amount, ms))
     }
 
     /// TB.ACQUIRE from a command the caller encoded (SPEC N2): `keys` buckets after TAKE

@@ -237,6 +237,20 @@ pub(super) fn flag(v: &Value) -> Result<bool, String> {
     }
 }
 
+/// A reply that is an array of exactly `N` numbers (TB.PEEK LEASES and HOLDS).
+pub(super) fn numbers<const N: usize>(v: &Value) -> Result<[f64; N], String> {
+    match v {
+        Value::Array(items) if items.len() == N => {
+            let mut out = [0.0; N];
+            for (slot, item) in out.iter_mut().zip(items) {
+                *slot = number(item)?;
+            }
+            Ok(out)
+        }
+        other => Err(format!("expected {N} numbers, got {other:?}")),
+    }
+}
+
 pub(super) fn number(v: &Value) -> Result<f64, String> {
     let text = match v {
         Value::Double(d) => return finite(*d),
