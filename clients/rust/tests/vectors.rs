@@ -2125,23 +2125,3 @@ async fn a_probe_stopped_by_the_breaker_keeps_the_entry() {
     limiter_case(&case, &mut fails).await;
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
-
-/// SPEC E2, a case in the vectors' format that the shared files do not hold: a `SCRIPT
-/// LOAD` that answers another SHA-1 than tb.lua's (the client computes it itself) fails
-/// the start in E2's line. Proposed for clients/vectors/startup.json.
-#[tokio::test]
-async fn a_script_load_answering_another_sha_fails_the_start() {
-    let case: Value = serde_json::from_str(
-        r#"{"id": "rs-e2-001", "rule": "E2", "title": "SCRIPT LOAD's SHA-1 is checked",
-        "limiter": {"name": "api", "policies": [{"name": "ip", "capacity": 10, "rate": 1, "cost": 1}]},
-        "redis": [
-          {"call": ["COMMAND", "INFO", "tb.take"], "reply": [null]},
-          {"call": ["FUNCTION", "LOAD", "REPLACE", "{functions}"], "error": "ERR unknown command 'FUNCTION'"},
-          {"call": ["SCRIPT", "LOAD", "{script}"], "reply": "0000000000000000000000000000000000000000"}],
-        "expect": {"error": "redis-tb: cannot load the script backend on 127.0.0.1:6379 ({reason}): allow FUNCTION LOAD or SCRIPT LOAD, or load the module"}}"#,
-    )
-    .unwrap();
-    let mut fails = Failures::new();
-    startup_case(&case, &mut fails).await;
-    assert!(fails.is_empty(), "{}", fails.join("\n"));
-}
