@@ -205,6 +205,7 @@ class Gunicorn(Process):
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             env=self.env,
+            cwd=self.chdir,  # as a project runs it: gunicorn reads ./gunicorn.conf.py from here
         )
         return self
 
