@@ -11,6 +11,13 @@ several variants chosen by ``BENCH_VARIANT`` (one uvicorn process each):
   and the local deny cache on;
 - ``three``: the same with three policies (``ip``, a per-route ``endpoint`` policy,
   a ``tenant`` policy keyed by the ``X-API-Key`` header), still one TB.MTAKE;
+- ``one-scripts`` / ``three-scripts``: ``one`` / ``three`` with the limiter forced to the
+  script backend (``backend="scripts"``, SPEC E; Functions where the server takes
+  FUNCTION LOAD), started in the app's lifespan (``limiter.startup``, which chooses the
+  backend: without it the client would send the module's commands as they are). The
+  ``redis_tb`` logger writes INFO to stderr, so the log has the backend's line (SPEC E6),
+  and the lifespan prints ``bench_app: stats.backend <name>`` after the start, which
+  bench_overhead.py checks;
 - ``slowapi`` / ``slowapi3``: slowapi on the ``limits`` library's Redis storage
   (moving window), one limit / three stacked limits;
 - ``one-refuse`` / ``one-refuse-nocache`` / ``slowapi-refuse``: every request refused
@@ -30,10 +37,13 @@ default would turn slow calls into fail-open passes, which are not what is measu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import os
+import sys
 import urllib.parse
-from typing import Any
+from typing import Any, AsyncIterator
 
 import redis.asyncio
 from fastapi import FastAPI, Request
@@ -43,12 +53,31 @@ from redis_tb import AsyncClient, ClientIP, DenyCache, Limit, Policy, RateLimite
 from redis_tb.metrics import PrometheusMetrics
 
 VARIANT = os.environ.get("BENCH_VARIANT", "none")
+#: ``one-scripts`` is ``one`` on the script backend (likewise ``three-scripts``)
+SCRIPTS = VARIANT in ("one-scripts", "three-scripts")
+KIND = VARIANT.removesuffix("-scripts") if SCRIPTS else VARIANT
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TRUSTED = [c for c in os.environ.get("TRUSTED_PROXIES", "").split(",") if c]
 BIG = 1_000_000_000  # never refuses during a run
 TIMEOUT = float(os.environ.get("BENCH_TIMEOUT", "1"))
 
-app = FastAPI()
+
+@contextlib.asynccontextmanager
+async def start_limiter(app: FastAPI) -> AsyncIterator[None]:
+    """The scripts variants' lifespan: the limiter's start chooses the forced backend
+    (and loads the library), then its ``stats.backend`` goes to the log."""
+    await limiter.startup(policies)
+    print(f"bench_app: stats.backend {limiter.stats.backend}", file=sys.stderr, flush=True)
+    yield
+
+
+if SCRIPTS:
+    log = logging.getLogger("redis_tb")
+    log.addHandler(logging.StreamHandler(sys.stderr))
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+app = FastAPI(lifespan=start_limiter) if SCRIPTS else FastAPI()
 
 
 def client_key(request: Request) -> str:
@@ -133,7 +162,7 @@ if VARIANT == "ping":
     app.add_middleware(PingEveryRequest, url=REDIS_URL)
 elif VARIANT == "rawping":
     app.add_middleware(RawPingEveryRequest, url=REDIS_URL)
-elif VARIANT in ("one", "three", "one-refuse", "one-refuse-nocache", "flood", "flood-nocache"):
+elif KIND in ("one", "three", "one-refuse", "one-refuse-nocache", "flood", "flood-nocache"):
     registry = CollectorRegistry()
     limiter = RateLimiter(
         AsyncClient.from_url(REDIS_URL, timeout=TIMEOUT),
@@ -141,16 +170,17 @@ elif VARIANT in ("one", "three", "one-refuse", "one-refuse-nocache", "flood", "f
         client_ip=ClientIP(TRUSTED),
         metrics=PrometheusMetrics(registry, limiter="bench"),
         deny_cache=None if VARIANT.endswith("-nocache") else DenyCache(max_entries=10_000),
+        backend="scripts" if SCRIPTS else "auto",
     )
     exclude: tuple[str, ...] = ()
     policies: list[Policy]
-    if VARIANT == "three":
+    if KIND == "three":
         policies = [
             per_minute("ip", BIG),
             per_minute("endpoint", BIG, per_route=True),
             per_minute("tenant", BIG, key=tenant),
         ]
-    elif VARIANT == "one":
+    elif KIND == "one":
         policies = [per_minute("ip", BIG)]
     elif VARIANT.startswith("flood"):
         capacity = float(os.environ.get("BENCH_CAPACITY", "10"))

@@ -17,13 +17,34 @@ figure is the median over rounds. A response other than the variant's expected s
 voids the run.
 
     python bench/integrations/python/bench_overhead.py [--seconds 10] [--rounds 5] [--baseline REV]
-        [--steps-baseline REV] [--steps-instructions]
+        [--steps-baseline REV] [--steps-instructions] [--backends]
 
 With ``--baseline REV`` (issue 24: before and after in one run) two more variants,
 ``one@base`` and ``three@base``, run the same bench_app.py with REV's package
 (``git archive REV clients/python/src``, put first on the app's ``PYTHONPATH``; the run
 checks that ``import redis_tb`` resolves to it) in the same rounds, against the same
 floors and the same redis-server; the report gains a before/after table.
+
+With ``--backends`` (issue 42: the integration end to end on both backends) two more
+variants, ``one-scripts`` and ``three-scripts``, run the same bench_app.py with its
+limiter forced to the script backend (``backend="scripts"``: Functions, as redis-server
+takes FUNCTION LOAD), on the same redis-server, in the same rounds. Before any
+measurement the run checks that each of them runs on the scripts: its log has the line
+``redis-tb: backend scripts on <host:port> (forced by backend=scripts, Functions)``
+(SPEC E6) and ``bench_app: stats.backend scripts``; otherwise it stops. The report gains
+a table "the two backends end to end": for one and three policies, scripts/module ratios
+of req/s, app CPU per request and redis-server CPU per request (medians of the ratios
+within each round, with their range), and both backends against the two floors. A
+smoke run (a minute or so, numbers not to keep)::
+
+    REDIS_TB_MODULE=target/release/libredis_tb.so python bench/integrations/python/bench_overhead.py \
+        --backends --seconds 1 --rounds 1 --warmup 0 --no-steps --out /tmp/bench-py-smoke.md
+
+Every variant also has redis-server's CPU per request: user+system time of the
+redis-server process (/proc/<pid>/stat, all its threads) over the variant's measured
+phase, over its expected responses. The load generator shares redis-server's CPU but
+is another process, so it is not counted; the server's CPU is the scripts' cost, which
+app CPU does not show.
 
 Writes bench/results/integrations-python.md (or --out), with the per-step costs of
 bench_steps.py (and a baseline revision's, with --steps-baseline) and the machine's
@@ -139,6 +160,77 @@ def flood_section(path: Path) -> str:
 
 
 BASE = {"one@base": "one", "three@base": "three"}
+BACKENDS = {
+    "one-scripts": "redis-tb middleware, one policy, script backend (Functions)",
+    "three-scripts": "redis-tb middleware, three policies, script backend (Functions)",
+}
+
+
+def backend_line(server: str) -> str:
+    """SPEC E6's line of a limiter forced to the scripts on ``server`` (host:port),
+    loaded as Functions."""
+    return f"redis-tb: backend scripts on {server} (forced by backend=scripts, Functions)"
+
+
+def check_scripts(variant: str, log: str, server: str) -> None:
+    """Stops the run unless the app's ``log`` shows it runs on the script backend."""
+    lines = log.splitlines()
+    if backend_line(server) not in lines:
+        raise SystemExit(f"{variant}: no line {backend_line(server)!r} in the app's log: not on the scripts")
+    if "bench_app: stats.backend scripts" not in lines:
+        raise SystemExit(f"{variant}: limiter.stats.backend is not 'scripts' (no 'bench_app: stats.backend "
+                         "scripts' in the app's log)")
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def _spread(xs: list[float]) -> str:
+    """The median of per-round ratios, and their range when there are several."""
+    if any(x != x for x in xs):  # a zero denominator (no CPU tick counted)
+        return "n/a"
+    med = f"{statistics.median(xs):.2f}x"
+    return med if len(xs) < 2 else f"{med} ({min(xs):.2f}-{max(xs):.2f}x)"
+
+
+def backends_table(results: dict[str, list[float]], app_cpu: dict[str, list[float]],
+                   redis_cpu: dict[str, list[float]]) -> list[str]:
+    """The table of a ``--backends`` run (no lines without one): for one and three
+    policies, scripts over module per round (req/s, app CPU per request, redis-server
+    CPU per request), the median and the range over rounds; then each backend's req/s
+    over the redis-py PING floor and the raw-socket PING floor, medians of per-round ratios."""
+    if "one-scripts" not in results:
+        return []
+
+    def per_round(num: str, den: str, of: dict[str, list[float]]) -> list[float]:
+        return [_ratio(a, b) for a, b in zip(of[num], of[den])]
+
+    rows = []
+    for name, module, scripts in (("one policy", "one", "one-scripts"), ("three policies", "three", "three-scripts")):
+        floors = " | ".join(
+            f"{_spread(per_round(v, 'ping', results))} / {_spread(per_round(v, 'rawping', results))}"
+            for v in (module, scripts)
+        )
+        rows.append(
+            f"| {name} | {_spread(per_round(scripts, module, results))} | "
+            f"{_spread(per_round(scripts, module, app_cpu))} | {_spread(per_round(scripts, module, redis_cpu))} | "
+            f"{floors} |"
+        )
+    return [
+        "## The two backends end to end",
+        "",
+        "The same bench_app.py, the same floors and the same redis-server; only the limiter's "
+        "backend differs (`backend=\"scripts\"`, Functions, against the module's commands). "
+        "Scripts over module within each round: the median over rounds (the range in brackets). "
+        "Floors: req/s over the redis-py PING floor / the raw-socket PING floor.",
+        "",
+        "| variant | req/s scripts / module | app CPU per request scripts / module | "
+        "redis-server CPU per request scripts / module | module / floors | scripts / floors |",
+        "|---|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+    ]
 
 
 def extract_baseline(rev: str, into: Path) -> Path:
@@ -207,6 +299,8 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--baseline", help="git revision whose package runs as one@base / three@base beside today's")
+    ap.add_argument("--backends", action="store_true",
+                    help="also one-scripts / three-scripts: the limiter on the script backend")
     ap.add_argument("--steps-baseline", help="git revision for bench_steps.py's side-by-side column")
     ap.add_argument("--no-steps", action="store_true", help="skip bench_steps.py")
     ap.add_argument("--steps-instructions", action="store_true",
@@ -233,6 +327,8 @@ def main() -> None:
         base_src = extract_baseline(args.baseline, Path(scratch.name))
         admit["one@base"] = f"redis-tb middleware at {base_rev}, one policy"
         admit["three@base"] = f"redis-tb middleware at {base_rev}, three policies"
+    if args.backends:
+        admit |= BACKENDS
     head_rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
     variants = {**admit, **REFUSE}
@@ -245,6 +341,7 @@ def main() -> None:
     apps = {v: Uvicorn("bench_app:app", HERE, app_env(v)) for v in variants}
     results: dict[str, list[float]] = {v: [] for v in variants}
     cpu_per_request: dict[str, list[float]] = {v: [] for v in variants}
+    redis_per_request: dict[str, list[float]] = {v: [] for v in variants}
     unexpected = {v: 0 for v in variants}
     warnings: list[str] = []
     offset = 0
@@ -253,6 +350,9 @@ def main() -> None:
         for app in apps.values():
             assert app.proc is not None
             pin(app.proc.pid, SERVER_CPU)
+        for v in BACKENDS:
+            if v in apps:
+                check_scripts(v, apps[v].output(), f"127.0.0.1:{store.port}")
         for v, app in apps.items():
             refuse = v in REFUSE
             asyncio.run(_load(app.port, args.warmup, args.connections, offset, 429 if refuse else 200, refuse))
@@ -264,12 +364,14 @@ def main() -> None:
                 app = apps[v]
                 assert app.proc is not None
                 refuse = v in REFUSE
-                cpu0 = cpu_seconds(app.proc.pid)
-                header = b"\r\nratelimit:" if v in ("one", "three", *BASE, "one-refuse", "one-refuse-nocache") else b""
+                cpu0, redis0 = cpu_seconds(app.proc.pid), cpu_seconds(store.proc.pid)
+                limited = ("one", "three", *BASE, *BACKENDS, "one-refuse", "one-refuse-nocache")
+                header = b"\r\nratelimit:" if v in limited else b""
                 rps, ok, other = asyncio.run(
                     _load(app.port, args.seconds, args.connections, offset, 429 if refuse else 200, refuse, header)
                 )
                 used = cpu_seconds(app.proc.pid) - cpu0
+                redis_used = cpu_seconds(store.proc.pid) - redis0
                 offset += ok + other + args.connections
                 # Only the expected responses count; others (a fail-open pass without
                 # headers after a slow Redis call on a busy machine) are reported, and
@@ -280,12 +382,14 @@ def main() -> None:
                                      "the run is void")
                 results[v].append(rps)
                 cpu_per_request[v].append(used / max(ok, 1) * 1e6)
+                redis_per_request[v].append(redis_used / max(ok, 1) * 1e6)
             print(f"round {rnd + 1}: " + ", ".join(f"{v} {results[v][-1]:.0f}" for v in variants), flush=True)
             loads.append(os.getloadavg())
         info = store.cli("INFO", "commandstats")
     finally:
         for app in apps.values():
-            warnings += [ln for ln in app.output().splitlines() if "redis-tb:" in ln]
+            # the scripts variants' backend line (SPEC E6) is no warning
+            warnings += [ln for ln in app.output().splitlines() if "redis-tb:" in ln and "redis-tb: backend " not in ln]
             app.stop()
         store.stop()
         scratch.cleanup()
@@ -293,6 +397,7 @@ def main() -> None:
 
     med = {v: statistics.median(r) for v, r in results.items()}
     cpu = {v: statistics.median(c) for v, c in cpu_per_request.items()}
+    rcpu = {v: statistics.median(c) for v, c in redis_per_request.items()}
     floor, raw = med["ping"], med["rawping"]
     steps: list[str] = []
     if not args.no_steps:
@@ -307,8 +412,12 @@ def main() -> None:
     def fmt_load(x: tuple[float, float, float]) -> str:
         return f"{x[0]:.1f}/{x[1]:.1f}/{x[2]:.1f}"
 
-    mtake_calls = next((ln.split("calls=")[1].split(",")[0] for ln in info.splitlines()
-                        if ln.startswith("cmdstat_tb.mtake:")), "0")
+    def calls(command: str) -> str:
+        return next((ln.split("calls=")[1].split(",")[0] for ln in info.splitlines()
+                     if ln.startswith(f"cmdstat_{command}:")), "0")
+
+    mtake_calls = calls("tb.mtake")
+    fcalls = f" and {calls('fcall')} FCALL calls (the scripts variants)" if args.backends else ""
     redis_version = subprocess.run(
         [os.environ.get("REDIS_SERVER", "redis-server"), "--version"], capture_output=True, text=True
     ).stdout.split()[2].removeprefix("v=")
@@ -327,10 +436,12 @@ def main() -> None:
         "",
         "## Admitted requests (200), median over rounds",
         "",
-        "| variant | req/s | / redis-py PING floor | / raw PING floor | / no limiter | app CPU per request (µs) | rounds (req/s) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| variant | req/s | / redis-py PING floor | / raw PING floor | / no limiter | app CPU per request (µs) "
+        "| redis-server CPU per request (µs) | rounds (req/s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
         *[
             f"| {label} | {med[v]:.0f} | {med[v] / floor:.2f}x | {med[v] / raw:.2f}x | {med[v] / med['none']:.2f}x | {cpu[v]:.0f} | "
+            f"{rcpu[v]:.1f} | "
             + ", ".join(f"{x:.0f}" for x in results[v]) + " |"
             for v, label in admit.items()
         ],
@@ -347,12 +458,13 @@ def main() -> None:
         + (f", e.g. `{warnings[0][:300]}`" if warnings else "") + ".",
         "",
         *before_after(base_rev, head_rev, med, cpu, results),
+        *backends_table(results, cpu_per_request, redis_per_request),
         "## Refused requests (429), median over rounds",
         "",
-        "| variant | 429/s | app CPU per request (µs) | rounds (429/s) |",
-        "|---|---:|---:|---|",
+        "| variant | 429/s | app CPU per request (µs) | redis-server CPU per request (µs) | rounds (429/s) |",
+        "|---|---:|---:|---:|---|",
         *[
-            f"| {label} | {med[v]:.0f} | {cpu[v]:.0f} | " + ", ".join(f"{x:.0f}" for x in results[v]) + " |"
+            f"| {label} | {med[v]:.0f} | {cpu[v]:.0f} | {rcpu[v]:.1f} | " + ", ".join(f"{x:.0f}" for x in results[v]) + " |"
             for v, label in REFUSE.items()
         ],
         "",
@@ -365,7 +477,9 @@ def main() -> None:
         "- `bench/integrations/python/bench_app.py`: FastAPI `GET /items/{item_id}` returning a small JSON "
         "object; one uvicorn process per variant (h11, no access log), pinned to CPU "
         f"{SERVER_CPU}; redis-server {redis_version} with the module pinned to CPU {REDIS_CPU}, "
-        f"beside the load generator. {mtake_calls} TB.MTAKE calls in all.",
+        f"beside the load generator. {mtake_calls} TB.MTAKE calls{fcalls} in all. redis-server CPU per "
+        "request: its process's user+system time (/proc/<pid>/stat) over each measured phase, over the "
+        "variant's expected responses.",
         "- The floors: an ASGI middleware awaiting `redis.asyncio.Redis.ping()` (redis-py's "
         "connection pool), and one writing the pre-encoded `*1\\r\\n$4\\r\\nPING\\r\\n` on a raw "
         "asyncio stream and reading `+PONG\\r\\n` (persistent connections, one per request in flight).",

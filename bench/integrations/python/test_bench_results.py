@@ -43,3 +43,41 @@ def test_before_after_table_only_with_a_baseline_and_with_both_floors() -> None:
     assert "| 100 | 110 | 1.10x | 0.90x, 1.00x |" in one  # CPU now / before, then per round
     three = next(ln for ln in lines if ln.startswith("| three policies"))
     assert "| 1.00x |" in three
+
+
+def test_backends_table_only_with_backends_medians_of_per_round_ratios() -> None:
+    from bench_overhead import backends_table  # noqa: PLC0415
+
+    results = {"ping": [1000.0, 1000.0, 1000.0], "rawping": [1250.0, 1250.0, 1250.0],
+               "one": [900.0, 800.0, 1000.0], "three": [800.0, 800.0, 800.0]}
+    app = {"one": [100.0, 100.0, 100.0], "three": [120.0, 120.0, 120.0]}
+    server = {"one": [20.0, 20.0, 20.0], "three": [30.0, 30.0, 30.0]}
+    assert backends_table(results, app, server) == []  # no --backends: no section
+    results |= {"one-scripts": [450.0, 600.0, 500.0], "three-scripts": [400.0, 400.0, 400.0]}
+    app |= {"one-scripts": [150.0, 150.0, 200.0], "three-scripts": [180.0, 180.0, 180.0]}
+    server |= {"one-scripts": [60.0, 40.0, 60.0], "three-scripts": [0.0, 0.0, 0.0]}
+    server["three"] = [0.0, 30.0, 30.0]  # a round with no CPU tick counted: no ratio
+    lines = backends_table(results, app, server)
+    assert lines[0] == "## The two backends end to end"
+    one = next(ln for ln in lines if ln.startswith("| one policy"))
+    # req/s per round 0.50x, 0.75x, 0.50x; app CPU 1.50x, 1.50x, 2.00x; redis 3.00x, 2.00x, 3.00x
+    assert "| 0.50x (0.50-0.75x) | 1.50x (1.50-2.00x) | 3.00x (2.00-3.00x) |" in one
+    # module: 0.90x / 0.72x of the floors (median of 0.90, 0.80, 1.00); scripts 0.50x / 0.40x
+    assert one.endswith("| 0.90x (0.80-1.00x) / 0.72x (0.64-0.80x) | 0.50x (0.45-0.60x) / 0.40x (0.36-0.48x) |")
+    three = next(ln for ln in lines if ln.startswith("| three policies"))
+    assert "| 0.50x (0.50-0.50x) | 1.50x (1.50-1.50x) | n/a |" in three
+
+
+def test_check_scripts_stops_a_run_not_on_the_scripts() -> None:
+    import pytest  # noqa: PLC0415
+
+    from bench_overhead import backend_line, check_scripts  # noqa: PLC0415
+
+    line = backend_line("127.0.0.1:7000")
+    assert line == "redis-tb: backend scripts on 127.0.0.1:7000 (forced by backend=scripts, Functions)"
+    check_scripts("one-scripts", f"INFO: started\n{line}\nbench_app: stats.backend scripts\n", "127.0.0.1:7000")
+    for log in ("", f"{line}\nbench_app: stats.backend None\n",
+                "redis-tb: backend module on 127.0.0.1:7000 (tb.take found)\nbench_app: stats.backend scripts\n",
+                f"{line.replace('Functions', 'EVALSHA')}\nbench_app: stats.backend scripts\n"):
+        with pytest.raises(SystemExit):
+            check_scripts("one-scripts", log, "127.0.0.1:7000")
