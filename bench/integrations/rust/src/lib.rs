@@ -1,11 +1,11 @@
 //! Benchmark support shared by the `overhead` and `flood` binaries (not part of the
 //! example's lesson): the two tokio runtimes (the apps on CPU 0, the load generator on
-//! CPU 1 with redis-server), the apps' thread CPU time, and a closed-loop load of
-//! keep-alive HTTP/1.1 connections that counts answers by status.
+//! CPU 1 with redis-server), the apps' thread CPU time and redis-server's, and a
+//! closed-loop load of keep-alive HTTP/1.1 connections that counts answers by status.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis_tb_axum_example::support::{HttpConn, RedisServer};
@@ -40,6 +40,9 @@ pub struct Phase {
     pub seconds: f64,
     /// CPU time the apps' thread spent during the phase, in seconds.
     pub cpu: f64,
+    /// CPU time (user + system) redis-server spent during the phase, in seconds (0 when
+    /// not measured: [`load_with_server`] measures it).
+    pub server_cpu: f64,
 }
 
 impl Phase {
@@ -56,6 +59,11 @@ impl Phase {
     /// CPU microseconds the apps' thread spent per 200 answer.
     pub fn cpu_us(&self) -> f64 {
         self.cpu * 1e6 / self.ok.max(1) as f64
+    }
+
+    /// CPU microseconds redis-server spent per 200 answer (0 when not measured).
+    pub fn server_cpu_us(&self) -> f64 {
+        self.server_cpu * 1e6 / self.ok.max(1) as f64
     }
 
     /// 200 answers per CPU-second of the apps' thread: the throughput it would reach with
@@ -105,6 +113,52 @@ pub fn process_cpu_ns(pid: u32) -> u64 {
                 .and_then(|n| n.parse::<u64>().ok())
         })
         .sum()
+}
+
+/// Clock ticks a second of `/proc/<pid>/stat`'s times (`getconf CLK_TCK`, else 100).
+fn clock_ticks() -> u64 {
+    static TICKS: OnceLock<u64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .filter(|&t| t > 0)
+            .unwrap_or(100)
+    })
+}
+
+/// Nanoseconds of CPU time (user + system, all threads) process `pid` has used: `utime`
+/// and `stime` of `/proc/<pid>/stat`, in clock ticks (10 ms at 100 a second); 0 when it is
+/// gone.
+pub fn process_stat_cpu_ns(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Field 2, the command, is in parentheses and may hold spaces: count from the last
+    // `)`, after which field 3 (`state`) comes first, so utime (14) and stime (15) are the
+    // 12th and 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum();
+    ticks.saturating_mul(1_000_000_000) / clock_ticks()
+}
+
+/// The process id of `redis` (`process_id` of `INFO server`).
+pub fn server_pid(redis: &RedisServer) -> Result<u32> {
+    let info = redis.command(&["INFO", "server"])?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(|| "INFO server gave no process_id".into())
 }
 
 fn taskset(args: &[&str]) -> Result<()> {
@@ -220,6 +274,36 @@ pub async fn load_measured(
     secs: f64,
     cpu: impl Fn() -> u64,
 ) -> Result<Phase> {
+    load_both(addr, path, headers, connections, secs, cpu, || 0).await
+}
+
+/// [`load`], also reading redis-server's CPU time over the phase
+/// ([`process_stat_cpu_ns`] of `server_pid`, [`Phase::server_cpu`]).
+pub async fn load_with_server(
+    addr: SocketAddr,
+    path: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    connections: usize,
+    secs: f64,
+    server_pid: u32,
+) -> Result<Phase> {
+    load_both(addr, path, headers, connections, secs, cpu_ns, move || {
+        process_stat_cpu_ns(server_pid)
+    })
+    .await
+}
+
+/// The load, the app's CPU time read by `cpu` and redis-server's by `server` (nanoseconds,
+/// each read at the start and the end of the phase).
+async fn load_both(
+    addr: SocketAddr,
+    path: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    connections: usize,
+    secs: f64,
+    cpu: impl Fn() -> u64,
+    server: impl Fn() -> u64,
+) -> Result<Phase> {
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let mut tasks = Vec::new();
@@ -240,10 +324,12 @@ pub async fn load_measured(
     }
     let start = Instant::now();
     let cpu_start = cpu();
+    let server_start = server();
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     stop.store(true, Ordering::Relaxed);
     let at_stop = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
     let cpu = cpu().saturating_sub(cpu_start) as f64 / 1e9;
+    let server_cpu = server().saturating_sub(server_start) as f64 / 1e9;
     let seconds = start.elapsed().as_secs_f64();
     for t in tasks {
         let _ = t.await;
@@ -254,6 +340,7 @@ pub async fn load_measured(
         other: at_stop[2],
         seconds,
         cpu,
+        server_cpu,
     })
 }
 
@@ -287,6 +374,22 @@ pub fn median_ratio(rows: &[Vec<Phase>], a: usize, b: usize, measure: fn(&Phase)
             .map(|r| measure(&r[a]) / measure(&r[b]))
             .collect(),
     )
+}
+
+/// [`median_ratio`] with the range over rounds: (median, lowest, highest).
+pub fn ratio_range(
+    rows: &[Vec<Phase>],
+    a: usize,
+    b: usize,
+    measure: fn(&Phase) -> f64,
+) -> (f64, f64, f64) {
+    let ratios: Vec<f64> = rows
+        .iter()
+        .map(|r| measure(&r[a]) / measure(&r[b]))
+        .collect();
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(ratios), low, high)
 }
 
 /// The median over rounds of variant `a`'s `measure`.
