@@ -19,11 +19,28 @@ Measured per variant and round: requests per second (16 keep-alive connections, 
 app process's CPU time per request (user + system from /proc over the run), the steadier
 measure on a shared machine. The report gives each limiter against the floors of its own
 Redis client and against its competitors, as medians of per-round ratios with their
-range. No limit is ever reached (1,000,000 a second per client).
+range. No limit is ever reached (1,000,000 a second per client). The redis-server process's
+CPU time per request is measured alike (user + system of its /proc/<pid>/stat over each
+variant's measured run: what a request costs the server).
+
+With --backends (issue 42) the servlet group gains `tbs` / `tbs3`: the same app and
+policies as `tb` / `tb3` with `redis-tb.backend=scripts` (SPEC E: clients/lua's library,
+loaded by FUNCTION LOAD on this server, called by FCALL) on the same redis-server, and
+`tb` / `tb3` run forced to `redis-tb.backend=module`, so the backend is the only
+difference. Each of the four apps must log SPEC E6's line (`redis-tb: backend scripts on
+127.0.0.1:<port> (forced by backend=scripts, Functions)`, logger redis_tb at INFO; `backend
+module ... (forced by backend=module)` for tb / tb3) or the run stops. The report gains
+"the two backends end to end": scripts over module in req/s, app CPU and redis-server CPU
+per request, and both backends against the floors, for one and three policies. Without
+--backends the run is the one of issue 41.
 
     mvn -B -f clients/java/pom.xml package -DskipTests \\
         -pl :redis-tb-bench-servlet,:redis-tb-bench-gateway -am
     python3 bench/integrations/java/bench.py --rounds 5 --seconds 5
+    # both backends end to end (issue 42): the servlet group with tbs / tbs3 as well
+    python3 bench/integrations/java/bench.py --rounds 5 --seconds 5 --backends
+    # only the servlet group on both backends
+    python3 bench/integrations/java/bench.py --rounds 5 --seconds 5 --backends --groups servlet
     # smoke run
     python3 bench/integrations/java/bench.py --rounds 1 --seconds 1 --warmup 2 \\
         --out /tmp/integrations-java.md
@@ -91,6 +108,50 @@ GROUPS = {
 }
 
 
+# --backends (issue 42): the servlet filter on the script backend, beside tb / tb3 forced to the module
+BACKENDS = {
+    "variants": {
+        "tbs": "redis-tb's servlet filter on the script backend (Functions), one policy",
+        "tbs3": "redis-tb's servlet filter on the script backend (Functions), three policies (one FCALL of its MTAKE)",
+    },
+    "floors": {"tbs": "ping", "tbs3": "ping"},
+    "versus": [("tbs", "bucket4j"), ("tbs3", "bucket4j")],
+    # policies -> (module variant, scripts variant)
+    "pairs": [("one policy", "tb", "tbs"), ("three policies", "tb3", "tbs3")],
+}
+TB_VARIANTS = ("tb", "tb3", "tbs", "tbs3")
+
+
+def with_backends() -> None:
+    """Adds tbs / tbs3 to the servlet group, after tb3 (the order the rounds rotate)."""
+    spec = GROUPS["servlet"]
+    variants = {}
+    for v, text in spec["variants"].items():
+        variants[v] = text
+        if v == "tb3":
+            variants.update(BACKENDS["variants"])
+    spec["variants"] = variants
+    floors = {**spec["floors"], **BACKENDS["floors"]}
+    spec["floors"] = {v: floors[v] for v in variants if v in floors}
+    spec["versus"] = spec["versus"] + BACKENDS["versus"]
+
+
+def backend_of(group: str, variant: str, backends: bool) -> str | None:
+    """The redis-tb.backend a variant is forced to (None: the default, auto; the gateway's as before)."""
+    if variant in ("tbs", "tbs3"):
+        return "scripts"
+    if backends and group == "servlet" and variant in ("tb", "tb3"):
+        return "module"
+    return None
+
+
+def expected_line(backend: str, redis_port: int) -> str:
+    """SPEC E6's one line at INFO (the Java client's wording, ScriptBackend / Startup)."""
+    if backend == "scripts":
+        return f"redis-tb: backend scripts on 127.0.0.1:{redis_port} (forced by backend=scripts, Functions)"
+    return f"redis-tb: backend module on 127.0.0.1:{redis_port} (forced by backend=module)"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,17 +210,20 @@ def start_redis(logdir: Path) -> tuple[Proc, int]:
     raise SystemExit(f"redis-server did not start:\n{r.log.read_text()}")
 
 
-def app_args(group: str, variant: str, redis_url: str, limit: int) -> list[str]:
+def app_args(group: str, variant: str, redis_url: str, limit: int, backend: str | None = None) -> list[str]:
     args = [f"--bench.variant={variant}", f"--bench.redis-url={redis_url}", f"--bench.limit={limit}"]
-    if variant not in ("tb", "tb3"):
+    if variant not in TB_VARIANTS:
         return args
     args += ["--redis-tb.enabled=true", f"--redis-tb.url={redis_url}", "--redis-tb.name=bench",
              # a loaded machine must not send requests down the fail-open path (no Redis call)
              "--redis-tb.timeout=1s", "--redis-tb.trusted-proxies=127.0.0.0/8"]
+    if backend:
+        # SPEC E1's setting, and E6's one line at INFO to check the app really runs on it
+        args += [f"--redis-tb.backend={backend}", "--logging.level.redis_tb=info"]
     if group == "servlet":
         args += ["--redis-tb.policies[0].name=ip", f"--redis-tb.policies[0].limit={limit}",
                  "--redis-tb.policies[0].per=1s"]
-        if variant == "tb3":
+        if variant in ("tb3", "tbs3"):
             args += ["--redis-tb.policies[1].name=endpoint", f"--redis-tb.policies[1].limit={limit}",
                      "--redis-tb.policies[1].per=1s", "--redis-tb.policies[1].per-route=true",
                      "--redis-tb.policies[2].name=all", f"--redis-tb.policies[2].limit={limit}",
@@ -167,10 +231,12 @@ def app_args(group: str, variant: str, redis_url: str, limit: int) -> list[str]:
     return args
 
 
-def start_app(group: str, variant: str, redis_url: str, limit: int, logdir: Path) -> tuple[Proc, int]:
+def start_app(group: str, variant: str, redis_url: str, limit: int, logdir: Path,
+              backend: str | None = None) -> tuple[Proc, int]:
     port = free_port()
     argv = ["java", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=1", "-Xms256m", "-Xmx256m",
-            "-jar", str(GROUPS[group]["jar"]), f"--server.port={port}", *app_args(group, variant, redis_url, limit)]
+            "-jar", str(GROUPS[group]["jar"]), f"--server.port={port}",
+            *app_args(group, variant, redis_url, limit, backend)]
     return Proc(f"{group}-{variant}", pin(0, argv), logdir), port
 
 
@@ -186,6 +252,16 @@ def wait_ready(proc: Proc, port: int) -> None:
             pass
         time.sleep(0.2)
     raise SystemExit(f"{proc.name} not ready:\n{proc.log.read_text()[-3000:]}")
+
+
+def check_backend(proc: Proc, backend: str, redis_port: int) -> None:
+    """Stops the run unless the app logged that it runs on the backend it was given."""
+    want = expected_line(backend, redis_port)
+    text = proc.log.read_text(errors="replace")
+    if want not in text:
+        got = [line for line in text.splitlines() if "redis-tb: backend" in line]
+        raise SystemExit(f"{proc.name}: no line {want!r} in its log (SPEC E6); its backend lines: {got or 'none'}\n"
+                         f"{text[-3000:]}")
 
 
 def load(port: int, connections: int, seconds: float, app: int, redis: int) -> dict:
@@ -214,11 +290,15 @@ def run_group(group: str, args: argparse.Namespace, redis: Proc, redis_port: int
     variants = [v for v in spec["variants"] if not args.only or v in args.only]
     url = f"redis://127.0.0.1:{redis_port}"
     apps: dict[str, tuple[Proc, int]] = {}
+    backends = {v: backend_of(group, v, args.backends) for v in variants}
     try:
         for v in variants:
-            apps[v] = start_app(group, v, url, args.limit, logdir)
+            apps[v] = start_app(group, v, url, args.limit, logdir, backends[v])
         for v in variants:
             wait_ready(*apps[v])
+            if backends[v]:
+                check_backend(apps[v][0], backends[v], redis_port)
+                print(f"{group} {v}: {expected_line(backends[v], redis_port)}", file=sys.stderr, flush=True)
         for v in variants:  # the JIT compiles the hot path before anything is measured
             print(f"{group}: warming {v}", file=sys.stderr, flush=True)
             load(apps[v][1], args.connections, args.warmup, apps[v][0].p.pid, redis.p.pid)
@@ -233,10 +313,11 @@ def run_group(group: str, args: argparse.Namespace, redis: Proc, redis_port: int
                 statuses = got[v]["statuses"]
                 if set(statuses) != {"200"}:
                     raise SystemExit(f"{group} {v}: statuses {statuses} (every request must be admitted)")
-                print(f"{group} round {r + 1} {v}: {got[v]['rps']:.0f} req/s, app {got[v]['app_cpu_us']:.0f} us/req",
+                print(f"{group} round {r + 1} {v}: {got[v]['rps']:.0f} req/s, app {got[v]['app_cpu_us']:.0f} us/req,"
+                      f" redis-server {got[v]['redis_cpu_us']:.1f} us/req",
                       file=sys.stderr, flush=True)
             rounds.append(got)
-        return {"variants": variants, "rounds": rounds}
+        return {"variants": variants, "rounds": rounds, "backends": backends}
     finally:
         for proc, _ in apps.values():
             proc.stop()
@@ -247,9 +328,42 @@ def per_round(rounds: list[dict], fn) -> list[float]:
     for got in rounds:
         try:
             out.append(fn(got))
-        except KeyError:
+        except (KeyError, ZeroDivisionError):
             pass
     return out
+
+
+def report_backends(variants: list[str], rounds: list[dict]) -> list[str]:
+    """--backends: the script backend over the module, and each against the floors (issue 42)."""
+    pairs = [(n, m, sc) for n, m, sc in BACKENDS["pairs"] if m in variants and sc in variants]
+    if not pairs:
+        return []
+    floors = [f for f in ("ping", "rawping") if f in variants]
+    lines = ["", "### The two backends end to end", "",
+             "The same app and policies on the same redis-server, `redis-tb.backend=module` against"
+             " `redis-tb.backend=scripts` (Functions), each app's backend checked by its log line (SPEC E6)."
+             " Scripts over module, medians of per-round ratios with their range: req/s (below 1: the scripts"
+             " serve fewer), app CPU and redis-server CPU per request (above 1: the scripts cost more);"
+             " then each backend's req/s over a floor's (module; scripts).", "",
+             "| policies | scripts / module | req/s | app CPU per request | redis-server CPU per request | "
+             + " | ".join(f"req/s over `{f}`: module; scripts" for f in floors) + " |",
+             "|---|---|---:|---:|---:|" + "---:|" * len(floors)]
+    def ratios(num: str, den: str, field: str) -> str:
+        return ratio_text(per_round(rounds, lambda g: g[num][field] / g[den][field]))
+
+    for name, mod, scr in pairs:
+        cells = [f"{ratios(mod, f, 'rps')}; {ratios(scr, f, 'rps')}" for f in floors]
+        lines.append(f"| {name} | `{scr}` / `{mod}` | {ratios(scr, mod, 'rps')} | {ratios(scr, mod, 'app_cpu_us')} |"
+                     f" {ratios(scr, mod, 'redis_cpu_us')} | " + " | ".join(cells) + " |")
+    shown = [x for _, m, sc in pairs for x in (m, sc)] + floors
+    fewest = min((g[v]["all"] for g in rounds for v in shown), default=0)
+    lines += ["", "Medians, µs per request, app / redis-server: "
+              + "; ".join(f"`{v}` {med([g[v]['app_cpu_us'] for g in rounds]):.0f} /"
+                          f" {med([g[v]['redis_cpu_us'] for g in rounds]):.1f}" for v in shown)
+              + f". CPU times count in clock ticks of {1000 / TICK:g} ms: one tick is"
+              f" {1e6 / TICK / max(1, fewest):.1f} µs per request at the fewest requests of a variant's run"
+              f" ({fewest:,}); longer runs (--seconds) resolve the redis-server column finer."]
+    return lines
 
 
 def report_group(group: str, data: dict) -> list[str]:
@@ -279,6 +393,7 @@ def report_group(group: str, data: dict) -> list[str]:
         c = per_round(rounds, lambda g: g[lim]["rps"] / g["rawping"]["rps"])
         d = per_round(rounds, lambda g: g["rawping"]["app_cpu_us"] / g[lim]["app_cpu_us"])
         lines.append(f"| `{lim}` | `{floor}` | {ratio_text(a)} | {ratio_text(b)} | {ratio_text(c)} | {ratio_text(d)} |")
+    lines += report_backends(variants, rounds)
     lines += ["", "Head to head (above 1: redis-tb is faster / cheaper):", "",
               "| redis-tb | against | req/s, redis-tb over it | app CPU per request, its over redis-tb's |",
               "|---|---|---:|---:|"]
@@ -288,11 +403,12 @@ def report_group(group: str, data: dict) -> list[str]:
         a = per_round(rounds, lambda g: g[ours]["rps"] / g[theirs]["rps"])
         b = per_round(rounds, lambda g: g[theirs]["app_cpu_us"] / g[ours]["app_cpu_us"])
         lines.append(f"| `{ours}` | `{theirs}` | {ratio_text(a)} | {ratio_text(b)} |")
-    lines += ["", "Requests per second and app CPU per request (µs) in each round:", "",
+    lines += ["", "Requests per second, app CPU and redis-server CPU per request (µs) in each round:", "",
               "| round | " + " | ".join(f"`{v}`" for v in variants) + " |",
               "|---:|" + "---:|" * len(variants)]
     for i, g in enumerate(rounds, 1):
-        lines.append(f"| {i} | " + " | ".join(f"{g[v]['rps']:.0f} / {g[v]['app_cpu_us']:.0f}" for v in variants) + " |")
+        lines.append(f"| {i} | " + " | ".join(f"{g[v]['rps']:.0f} / {g[v]['app_cpu_us']:.0f} / {g[v]['redis_cpu_us']:.1f}"
+                                             for v in variants) + " |")
     return lines + [""]
 
 
@@ -305,10 +421,15 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=1_000_000, help="per client per second (never reached)")
     ap.add_argument("--groups", default="servlet,gateway")
     ap.add_argument("--only", default="", help="comma-separated variants (a profile, a smoke run)")
+    ap.add_argument("--backends", action="store_true",
+                    help="the servlet group on both backends: tbs / tbs3 (redis-tb.backend=scripts) beside"
+                         " tb / tb3 (forced to the module), and the report's table of the two (issue 42)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "integrations-java.md"))
     args = ap.parse_args()
     args.only = [v for v in args.only.split(",") if v]
     groups = [g for g in args.groups.split(",") if g]
+    if args.backends:
+        with_backends()
     for g in groups:
         if not GROUPS[g]["jar"].exists():
             raise SystemExit(f"{GROUPS[g]['jar']} is missing: build it first ({BUILD})")
