@@ -41,7 +41,7 @@ pub struct Phase {
     /// CPU time the apps' thread spent during the phase, in seconds.
     pub cpu: f64,
     /// CPU time (user + system) redis-server spent during the phase, in seconds (0 when
-    /// not measured: [`load_with_server`] measures it).
+    /// not measured: [`load_measured`]'s `server` reads it).
     pub server_cpu: f64,
 }
 
@@ -261,41 +261,14 @@ pub async fn load(
     connections: usize,
     secs: f64,
 ) -> Result<Phase> {
-    load_measured(addr, path, headers, connections, secs, cpu_ns).await
+    load_measured(addr, path, headers, connections, secs, cpu_ns, || 0).await
 }
 
-/// [`load`] with the CPU time read by `cpu` (nanoseconds, read at the start and the end of
-/// the phase): [`process_cpu_ns`] of an app served by another process.
+/// [`load`] with the app's CPU time read by `cpu` ([`process_cpu_ns`] of an app served by
+/// another process) and redis-server's by `server` ([`process_stat_cpu_ns`] of its pid,
+/// [`Phase::server_cpu`]; `|| 0` where it is not measured): nanoseconds, each read at the
+/// start and the end of the phase.
 pub async fn load_measured(
-    addr: SocketAddr,
-    path: &'static str,
-    headers: &'static [(&'static str, &'static str)],
-    connections: usize,
-    secs: f64,
-    cpu: impl Fn() -> u64,
-) -> Result<Phase> {
-    load_both(addr, path, headers, connections, secs, cpu, || 0).await
-}
-
-/// [`load`], also reading redis-server's CPU time over the phase
-/// ([`process_stat_cpu_ns`] of `server_pid`, [`Phase::server_cpu`]).
-pub async fn load_with_server(
-    addr: SocketAddr,
-    path: &'static str,
-    headers: &'static [(&'static str, &'static str)],
-    connections: usize,
-    secs: f64,
-    server_pid: u32,
-) -> Result<Phase> {
-    load_both(addr, path, headers, connections, secs, cpu_ns, move || {
-        process_stat_cpu_ns(server_pid)
-    })
-    .await
-}
-
-/// The load, the app's CPU time read by `cpu` and redis-server's by `server` (nanoseconds,
-/// each read at the start and the end of the phase).
-async fn load_both(
     addr: SocketAddr,
     path: &'static str,
     headers: &'static [(&'static str, &'static str)],

@@ -267,9 +267,15 @@ async fn measure(
             .map_or((SocketAddr::from(([127, 0, 0, 1], 0)), 0), |s| {
                 (s.addr, s.child.id())
             });
-        load_measured(addr, "/", AUTH, connections, secs, move || {
-            process_cpu_ns(pid)
-        })
+        load_measured(
+            addr,
+            "/",
+            AUTH,
+            connections,
+            secs,
+            move || process_cpu_ns(pid),
+            || 0,
+        )
     };
     for i in 0..VARIANTS.len() {
         phase(i, 1.0).await?;

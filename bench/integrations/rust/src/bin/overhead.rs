@@ -54,8 +54,9 @@ use axum::middleware;
 use redis_tb_axum_example::support::{Served, serve};
 use redis_tb_axum_example::{app, app_with};
 use redis_tb_bench_integrations::{
-    Phase, Result, Runtimes, command_calls, env_or, load, load_average, load_with_server,
-    median_of, median_ratio, ratio_range, report_path, round_order, server_pid,
+    Phase, Result, Runtimes, command_calls, cpu_ns, env_or, load, load_average, load_measured,
+    median_of, median_ratio, process_stat_cpu_ns, ratio_range, report_path, round_order,
+    server_pid,
 };
 use redis_tb_bench_serve::{RawPool, layer, ping, policies, raw_ping};
 use redis_tb_client::{Backend, BackendSetting, ClientConfig, RateLimitLayer, TbClient};
@@ -259,13 +260,14 @@ async fn run(rt: &Runtimes) -> Result<()> {
         let order = round_order(round, variants.len());
         let mut phases = vec![Phase::default(); variants.len()];
         for &i in &order {
-            phases[i] = load_with_server(
+            phases[i] = load_measured(
                 served[i].served.addr,
                 "/",
                 AUTH,
                 connections,
                 secs,
-                redis_pid,
+                cpu_ns,
+                move || process_stat_cpu_ns(redis_pid),
             )
             .await?;
         }
