@@ -71,17 +71,22 @@ fn git(args: &[&str]) -> Result<String> {
 /// the move.
 fn client_dir_at(sha: &str) -> Result<&'static str> {
     for dir in ["clients/rust", "crates/redis-tb-client"] {
-        let found = Command::new("git")
-            .arg("-C")
-            .arg(root())
-            .args(["cat-file", "-e", &format!("{sha}:{dir}/Cargo.toml")])
-            .stderr(Stdio::null())
-            .status()?;
-        if found.success() {
+        if exists_at(sha, &format!("{dir}/Cargo.toml"))? {
             return Ok(dir);
         }
     }
     Err(format!("{sha} has neither clients/rust nor crates/redis-tb-client").into())
+}
+
+/// Whether `path` exists in revision `sha`.
+fn exists_at(sha: &str, path: &str) -> Result<bool> {
+    let found = Command::new("git")
+        .arg("-C")
+        .arg(root())
+        .args(["cat-file", "-e", &format!("{sha}:{path}")])
+        .stderr(Stdio::null())
+        .status()?;
+    Ok(found.success())
 }
 
 /// The workspace's `[profile.release]` section, verbatim.
@@ -140,14 +145,20 @@ fn build_both(rev: &str, sha: &str) -> Result<(PathBuf, PathBuf)> {
     if !base_src.join(client_dir).join("Cargo.toml").exists() {
         std::fs::create_dir_all(&base_src)?;
         let tar = dir.join("base.tar");
-        git(&[
+        let mut archive = vec![
             "archive",
             "--format=tar",
             "-o",
             tar.to_str().ok_or("a scratch path that is not UTF-8")?,
             sha,
             client_dir,
-        ])?;
+        ];
+        // the script library the crate's `lua/` links point at (include_str!), where the
+        // revision has it
+        if exists_at(sha, "clients/lua")? {
+            archive.push("clients/lua");
+        }
+        git(&archive)?;
         run(Command::new("tar")
             .arg("-xf")
             .arg(&tar)
