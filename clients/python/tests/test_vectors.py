@@ -59,7 +59,7 @@ from redis_tb.keys import BadHeader, KeyBuilder, header_identity
 from redis_tb.limiter import check_prefix
 from redis_tb.lua import lua_sources
 from redis_tb.policy import check_policy_name, check_policy_names
-from redis_tb.replies import RespError, read_resp
+from redis_tb.replies import RespError, packed, read_resp
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors"
 WALL0 = 1764456268.0  # the wall clock at at_ms = 0 (README)
@@ -479,14 +479,6 @@ class Script:
 SCRIPT_CALLS = {"FCALL", "FCALL_RO", "EVALSHA", "EVALSHA_RO", "SCRIPT", "FUNCTION"}
 
 
-def encoded_and_read(answer: Any) -> Any:
-    """A reply as the wire gives it to redis-py's own parser (bulk strings as bytes)."""
-    value = read_resp(encode_reply(answer))
-    if isinstance(value, RespError):
-        raise redis_error(value)
-    return value
-
-
 class FakeAsyncClient(AsyncClient):
     """The typed client with a scripted store behind it."""
 
@@ -523,10 +515,7 @@ class FakeAsyncClient(AsyncClient):
     async def command(self, *args: Any) -> Any:
         """A script call the backend sends as it is (a refund through the scripts)."""
         assert args and str(args[0]).upper() in SCRIPT_CALLS, f"{self.script.case_id}: a startup call {list(args)} in a limiter case"
-        answer = await self._answer(self.script.next(list(args)))
-        if isinstance(answer, RespError):
-            raise redis_error(answer)
-        return encoded_and_read(answer)
+        return await self.call_packed(packed(*args))
 
     async def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:
         if self.backend is not None and await self._scripts() is not None:
@@ -576,7 +565,7 @@ class FakeSyncClient(Client):
     def command(self, *args: Any) -> Any:
         """A script call the backend sends as it is (a refund through the scripts)."""
         assert args and str(args[0]).upper() in SCRIPT_CALLS, f"{self.script.case_id}: a startup call {list(args)} in a limiter case"
-        return encoded_and_read(self._answer(self.script.next(list(args))))
+        return self.call_packed(packed(*args))
 
     def refund_many(self, buckets: Any, *, now: float | None = None) -> list[Any]:
         if self.backend is not None and self._scripts() is not None:
