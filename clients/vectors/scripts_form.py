@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,9 +62,7 @@ def text(n: Any) -> Any:
     a case gives malformed stays malformed)."""
     if isinstance(n, bool) or not isinstance(n, (int, float)):
         return n
-    if isinstance(n, float) and n.is_integer() and math.isfinite(n):
-        return str(int(n))
-    return str(n) if isinstance(n, int) else repr(n)
+    return str(int(n)) if isinstance(n, float) and n.is_integer() else str(n)
 
 
 def four(reply: Any) -> Any:
@@ -136,18 +133,15 @@ def translate(case: dict[str, Any], via: str, suffix: str) -> dict[str, Any]:
     for step in out["steps"]:
         for entry in step.get("redis") or []:
             command = entry["call"][0] if entry["call"] else None
-            drawn = None
+            drawn = granted = None
             if command in ID_AT:
                 reply = entry.get("reply", answers.get(entry.get("hold", ""), None))
                 granted = reply[ID_AT[command]] if isinstance(reply, list) and len(reply) > ID_AT[command] else None
                 fresh += 1
                 drawn = f"g{fresh}" if isinstance(granted, str) else f"n{fresh}"
-                call = call_of(entry["call"], via, ids, drawn)
-                if isinstance(granted, str):
-                    ids[granted] = drawn  # from here on the case's name for it
-            else:
-                call = call_of(entry["call"], via, ids, None)
-            entry["call"] = call
+            entry["call"] = call_of(entry["call"], via, ids, drawn)
+            if isinstance(granted, str) and drawn is not None:
+                ids[granted] = drawn  # from here on the case's name for it
             if "reply" in entry:
                 entry["reply"] = reply_of(command or "", entry["reply"], ids)
             if "hold" in entry:
